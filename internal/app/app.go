@@ -1,0 +1,254 @@
+// Package app is the gateway's composition root: it builds the registry,
+// broker client, bridge, gRPC server and HTTP server from a config, runs them
+// together, and shuts them down in reverse order.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/transport"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// Gateway is a running gateway.
+type Gateway struct {
+	cfg      config.Config
+	log      *slog.Logger
+	reg      *registry.Registry
+	broker   transport.Broker
+	bridge   *bridge.Bridge
+	grpcLis  net.Listener
+	httpLis  net.Listener
+	grpcSrv  *grpc.Server
+	httpSrv  *http.Server
+	health   *health.Server
+	conn     *grpc.ClientConn
+	listened atomic.Bool // every known response topic is subscribed
+	stopping atomic.Bool
+}
+
+// Option changes how the gateway is built.
+type Option func(*Gateway)
+
+// WithBroker uses b instead of dialling cfg.PulsarURL.
+func WithBroker(b transport.Broker) Option { return func(g *Gateway) { g.broker = b } }
+
+// New builds the gateway and opens its listeners, so that its addresses are
+// known before Run. A registry with problems stops it here, with the list.
+func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
+	g := &Gateway{cfg: cfg, log: log}
+	for _, o := range opts {
+		o(g)
+	}
+	snap, err := registry.LoadFile(cfg.Registry, log)
+	if err != nil {
+		return nil, err
+	}
+	g.reg = registry.New(snap)
+	log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+
+	if g.broker == nil {
+		b, err := transport.NewPulsar(transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		g.broker = b
+	}
+	g.bridge = bridge.New(g.broker, bridge.Options{Logger: log})
+
+	srv := server.New(g.reg, g.bridge, server.Options{
+		DefaultTimeout: cfg.DefaultTimeout,
+		MaxTimeout:     cfg.MaxTimeout,
+		DefaultUser:    cfg.DefaultUser,
+		Logger:         log,
+	})
+	g.grpcSrv = grpc.NewServer()
+	toolgatev1.RegisterToolServiceServer(g.grpcSrv, srv)
+	g.health = health.NewServer()
+	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(g.grpcSrv, g.health)
+	reflection.Register(g.grpcSrv)
+
+	if g.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		g.closeEarly()
+		return nil, fmt.Errorf("gRPC listener: %w", err)
+	}
+	if g.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		g.closeEarly()
+		return nil, fmt.Errorf("HTTP listener: %w", err)
+	}
+	g.conn, err = grpc.NewClient(g.grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		g.closeEarly()
+		return nil, fmt.Errorf("dial own gRPC server: %w", err)
+	}
+	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready})
+	if err != nil {
+		g.closeEarly()
+		return nil, err
+	}
+	g.httpSrv = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return g, nil
+}
+
+func (g *Gateway) closeEarly() {
+	for _, l := range []net.Listener{g.grpcLis, g.httpLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+	g.bridge.Close()
+	g.broker.Close()
+}
+
+// GRPCAddr and HTTPAddr are the addresses the gateway listens on.
+func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }
+
+// HTTPAddr is the HTTP listener's address.
+func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
+
+// Bridge exposes the bridge for stats.
+func (g *Gateway) Bridge() *bridge.Bridge { return g.bridge }
+
+// Registry exposes the registry.
+func (g *Gateway) Registry() *registry.Registry { return g.reg }
+
+func (g *Gateway) ready(context.Context) (bool, map[string]any) {
+	snap := g.reg.Snapshot()
+	d := map[string]any{
+		"registry_version": snap.Version,
+		"tools":            len(snap.Tools()),
+		"broker_connected": g.listened.Load(),
+		"shutting_down":    g.stopping.Load(),
+	}
+	return g.listened.Load() && !g.stopping.Load(), d
+}
+
+// listen subscribes to every response topic of the registry, retrying until
+// it succeeds or ctx ends, so that the first calls do not pay for it and
+// readiness reflects a working broker connection.
+func (g *Gateway) listen(ctx context.Context) {
+	backoff := 200 * time.Millisecond
+	for {
+		var errs []error
+		for _, sv := range g.reg.Snapshot().Services() {
+			if err := g.bridge.Listen(ctx, sv.ResponseTopic); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) == 0 {
+			g.listened.Store(true)
+			g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+			g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+			g.log.Info("broker connected; ready")
+			return
+		}
+		g.log.Warn("broker not reachable yet; retrying", "err", errors.Join(errs...), "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// Run serves until ctx ends, then shuts down: readiness turns off, new
+// calls are refused, calls in flight get cfg.ShutdownGrace to finish, then
+// the rest is cut and the broker client closed.
+func (g *Gateway) Run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := g.grpcSrv.Serve(g.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			errc <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := g.httpSrv.Serve(g.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("HTTP server: %w", err)
+		}
+	}()
+	lctx, stopListen := context.WithCancel(ctx)
+	go func() { defer wg.Done(); g.listen(lctx) }()
+	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.PulsarURL)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	stopListen()
+	g.shutdown()
+	wg.Wait()
+	return runErr
+}
+
+func (g *Gateway) shutdown() {
+	g.stopping.Store(true)
+	g.health.Shutdown()
+	g.log.Info("shutting down", "grace", g.cfg.ShutdownGrace)
+	grace, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
+	defer cancel()
+
+	// HTTP first: its requests are gRPC calls through g.conn.
+	if err := g.httpSrv.Shutdown(grace); err != nil {
+		g.log.Warn("HTTP calls still open after the grace period; closing them", "err", err)
+		_ = g.httpSrv.Close()
+	}
+	done := make(chan struct{})
+	go func() { g.grpcSrv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-grace.Done():
+		g.log.Warn("gRPC calls still open after the grace period; closing them")
+		g.bridge.Close() // pending calls end with UNAVAILABLE
+		g.grpcSrv.Stop()
+		<-done
+	}
+	_ = g.conn.Close()
+	g.bridge.Close()
+	g.broker.Close()
+	g.log.Info("gateway stopped")
+}
+
+// NewLogger builds the process logger from the config's format and level.
+func NewLogger(w io.Writer, format, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

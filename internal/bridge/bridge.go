@@ -1,0 +1,262 @@
+// Package bridge turns calls into request/reply exchanges over a message
+// broker: it publishes a tool-service envelope on the request topic with a
+// fresh correlation id, listens once per response topic, and routes every
+// reply chunk to the call waiting for that id. It knows nothing of tools,
+// gRPC or HTTP.
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Errors a call can end with, besides a *wire.Error from the tool service
+// and the context's own errors.
+var (
+	// ErrUnavailable: the broker could not take the request.
+	ErrUnavailable = errors.New("tool service unavailable")
+	// ErrOverloaded: too many calls are in flight, or the publish queue is full.
+	ErrOverloaded = errors.New("gateway overloaded")
+	// ErrBadReply: the tool service answered with something that is not a
+	// tool-service response.
+	ErrBadReply = errors.New("malformed reply from tool service")
+	// ErrSlowReader: the caller read the reply chunks too slowly and the
+	// buffer for them filled up.
+	ErrSlowReader = errors.New("reply chunks not read fast enough")
+	// ErrClosed: the bridge is shutting down.
+	ErrClosed = errors.New("bridge closed")
+)
+
+// Target is where a call goes.
+type Target struct {
+	RequestTopic  string
+	ResponseTopic string
+}
+
+// Options tune a Bridge.
+type Options struct {
+	// Logger for the bridge's own events (default: discard).
+	Logger *slog.Logger
+	// MaxInFlight bounds the calls waiting for replies (default 100000).
+	MaxInFlight int
+	// MaxBufferedChunks bounds the reply chunks held for one call that its
+	// reader has not taken yet (default 4096).
+	MaxBufferedChunks int
+	// SubscriptionPrefix names this instance's response subscriptions; a
+	// random suffix makes them unique (default "toolgate").
+	SubscriptionPrefix string
+}
+
+// Stats are counters for metrics.
+type Stats struct {
+	InFlight      int64 // calls waiting for replies now
+	Published     int64 // requests published
+	PublishErrors int64 // requests the broker did not take
+	Replies       int64 // reply chunks delivered to a waiting call
+	OrphanReplies int64 // replies for no waiting call (late, cancelled, or another instance's)
+	BadReplies    int64 // replies that could not be decoded
+}
+
+// Bridge correlates requests and replies. It is safe for concurrent use.
+type Bridge struct {
+	broker transport.Broker
+	log    *slog.Logger
+	opts   Options
+	subID  string
+
+	mu     sync.Mutex
+	topics map[string]*listener // response topic → its subscription
+	closed bool
+
+	pending pendingMap
+
+	inFlight      atomic.Int64
+	published     atomic.Int64
+	publishErrors atomic.Int64
+	replies       atomic.Int64
+	orphans       atomic.Int64
+	badReplies    atomic.Int64
+}
+
+type listener struct {
+	ready chan struct{}
+	sub   transport.Subscription
+	err   error
+}
+
+// New returns a Bridge over broker.
+func New(broker transport.Broker, opts Options) *Bridge {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 100000
+	}
+	if opts.MaxBufferedChunks <= 0 {
+		opts.MaxBufferedChunks = 4096
+	}
+	if opts.SubscriptionPrefix == "" {
+		opts.SubscriptionPrefix = "toolgate"
+	}
+	b := &Bridge{
+		broker: broker,
+		log:    opts.Logger,
+		opts:   opts,
+		subID:  opts.SubscriptionPrefix + "-" + newID()[:12],
+		topics: map[string]*listener{},
+	}
+	b.pending.init()
+	return b
+}
+
+// Stats returns the current counters.
+func (b *Bridge) Stats() Stats {
+	return Stats{
+		InFlight:      b.inFlight.Load(),
+		Published:     b.published.Load(),
+		PublishErrors: b.publishErrors.Load(),
+		Replies:       b.replies.Load(),
+		OrphanReplies: b.orphans.Load(),
+		BadReplies:    b.badReplies.Load(),
+	}
+}
+
+// Listen makes sure this instance is subscribed to a response topic. Call
+// performs it on demand; calling it ahead saves the first call the wait.
+func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	l := b.topics[responseTopic]
+	if l == nil {
+		l = &listener{ready: make(chan struct{})}
+		b.topics[responseTopic] = l
+		b.mu.Unlock()
+		// Subscribe outside the lock; others wait on ready. The
+		// subscription outlives the ctx of the call that created it.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		l.sub, l.err = b.broker.Subscribe(sctx, responseTopic, b.subID, transport.Exclusive,
+			func(m transport.Message) { b.route(responseTopic, m) })
+		cancel()
+		if l.err != nil {
+			b.mu.Lock()
+			delete(b.topics, responseTopic)
+			b.mu.Unlock()
+			b.log.Warn("cannot subscribe to response topic", "topic", responseTopic, "err", l.err)
+		} else {
+			b.log.Debug("subscribed to response topic", "topic", responseTopic, "subscription", b.subID)
+		}
+		close(l.ready)
+	} else {
+		b.mu.Unlock()
+	}
+	select {
+	case <-l.ready:
+		if l.err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, l.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Call publishes req to t.RequestTopic and returns the call, whose replies
+// are read with Recv. The caller must Close the call when done with it. The
+// context bounds the publish; ctx's deadline, if any, is written into the
+// message so the service can drop stale work.
+func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map[string]string) (*Call, error) {
+	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
+		return nil, err
+	}
+	if n := b.inFlight.Add(1); n > int64(b.opts.MaxInFlight) {
+		b.inFlight.Add(-1)
+		return nil, fmt.Errorf("%w: %d calls in flight", ErrOverloaded, n-1)
+	}
+	payload, err := wire.EncodeRequest(req)
+	if err != nil {
+		b.inFlight.Add(-1)
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1)}
+	if props == nil {
+		props = make(map[string]string, 2)
+	}
+	props[wire.PropID] = c.id
+	if dl, ok := ctx.Deadline(); ok {
+		props[wire.PropDeadline] = wire.FormatDeadline(dl)
+	}
+	b.pending.store(c.id, c)
+	if err := b.broker.Publish(ctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}); err != nil {
+		b.publishErrors.Add(1)
+		c.Close()
+		switch {
+		case errors.Is(err, transport.ErrQueueFull):
+			return nil, fmt.Errorf("%w: %w", ErrOverloaded, err)
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			return nil, err
+		default:
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	b.published.Add(1)
+	return c, nil
+}
+
+// route hands one reply message to the call waiting for its id.
+func (b *Bridge) route(topic string, m transport.Message) {
+	id := m.Properties[wire.PropID]
+	c := b.pending.load(id)
+	if c == nil {
+		b.orphans.Add(1)
+		return
+	}
+	resp, err := wire.DecodeResponse(m.Payload)
+	if err != nil {
+		b.badReplies.Add(1)
+		b.log.Warn("malformed reply", "topic", topic, "id", id, "err", err, "bytes", len(m.Payload))
+		c.finish(fmt.Errorf("%w: %v", ErrBadReply, err))
+		return
+	}
+	b.replies.Add(1)
+	c.deliver(resp)
+}
+
+// Close stops listening. Calls still waiting end with ErrClosed.
+func (b *Bridge) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	ls := b.topics
+	b.topics = nil
+	b.mu.Unlock()
+	for _, l := range ls {
+		<-l.ready
+		if l.sub != nil {
+			_ = l.sub.Close()
+		}
+	}
+	b.pending.each(func(c *Call) { c.finish(ErrClosed) })
+}
+
+// newID returns a random 128-bit correlation id in hex.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,371 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/toolservice"
+	"github.com/toolgate/toolgate/wire"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pulsar-client-go v0.19: a closed producer's send-timeout goroutine
+		// only notices the close when its timer (SendTimeout) next fires.
+		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).failTimeoutMessages"),
+	)
+}
+
+// broker is one implementation the contract runs on.
+type broker struct {
+	name string
+	new  func(t *testing.T) transport.Broker
+}
+
+// brokers returns the in-memory broker, and the real Pulsar broker when the
+// test run provides one (make test always does, and then it must be up).
+func brokers(t *testing.T) []broker {
+	bs := []broker{{"mem", func(t *testing.T) transport.Broker {
+		m := transport.NewMem()
+		m.QueueSize = 10000
+		t.Cleanup(m.Close)
+		return m
+	}}}
+	if testenv.WantPulsar() {
+		bs = append(bs, broker{"pulsar", func(t *testing.T) transport.Broker {
+			testenv.RequirePulsar(t)
+			p, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL(), ReceiverQueueSize: 5000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			return p
+		}})
+	}
+	return bs
+}
+
+// fixture is a bridge plus a tool service on a fresh topic.
+type fixture struct {
+	b      *bridge.Bridge
+	target bridge.Target
+	broker transport.Broker
+}
+
+func start(t *testing.T, br transport.Broker, h toolservice.Handler) fixture {
+	t.Helper()
+	topic := testenv.UniqueTopic("bridge")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	if h != nil {
+		svc, err := toolservice.New(toolservice.Config{ID: topic, Topic: topic, MaxConcurrency: 512, StopGrace: time.Second,
+			Logger: testLogger(t)}, h, toolservice.WithBroker(br))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := make(chan error, 1)
+		wg.Add(1)
+		go func() { defer wg.Done(); ready <- svc.Run(ctx) }()
+		waitSubscribed(t, br, wire.RequestTopic(topic), ready)
+	}
+	b := bridge.New(br, bridge.Options{})
+	t.Cleanup(func() {
+		b.Close()
+		cancel()
+		wg.Wait()
+	})
+	f := fixture{b: b, broker: br, target: bridge.Target{RequestTopic: wire.RequestTopic(topic), ResponseTopic: wire.ResponseTopic(topic)}}
+	if err := b.Listen(t.Context(), f.target.ResponseTopic); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func call(t *testing.T, f fixture, ctx context.Context, args string) (*bridge.Call, error) {
+	t.Helper()
+	return f.b.Call(ctx, f.target, wire.Request{User: "alice", Config: `{"k":"v"}`, Arguments: args}, nil)
+}
+
+func echo(_ context.Context, r *toolservice.Request) (any, error) {
+	switch r.Arguments["mode"] {
+	case "stream":
+		n := int(r.Arguments["n"].(float64))
+		for i := range n - 1 {
+			if err := r.Send(fmt.Sprintf("%d,", i)); err != nil {
+				return nil, err
+			}
+		}
+		return fmt.Sprintf("%d", n-1), nil
+	case "fail":
+		return nil, toolservice.Errorf(r.Arguments["type"].(string), "failed as asked")
+	case "sleep":
+		time.Sleep(time.Duration(r.Arguments["ms"].(float64)) * time.Millisecond)
+		return "slept", nil
+	case "whoami":
+		return r.User + "|" + r.Config["k"].(string), nil
+	}
+	return r.Arguments["msg"], nil
+}
+
+func TestContract(t *testing.T) {
+	for _, bk := range brokers(t) {
+		t.Run(bk.name, func(t *testing.T) {
+			br := bk.new(t)
+			f := start(t, br, echo)
+
+			t.Run("unary", func(t *testing.T) {
+				c, err := call(t, f, t.Context(), `{"msg":"hello"}`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				got, err := c.Wait(ctxTimeout(t, 10*time.Second))
+				if err != nil || got != "hello" {
+					t.Fatalf("got %q, %v; want hello", got, err)
+				}
+			})
+			t.Run("user and config reach the service", func(t *testing.T) {
+				c, err := call(t, f, t.Context(), `{"mode":"whoami"}`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				got, err := c.Wait(ctxTimeout(t, 10*time.Second))
+				if err != nil || got != "alice|v" {
+					t.Fatalf("got %q, %v; want alice|v", got, err)
+				}
+			})
+			t.Run("stream of 1000 chunks in order", func(t *testing.T) {
+				c, err := call(t, f, t.Context(), `{"mode":"stream","n":1000}`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				ctx := ctxTimeout(t, 20*time.Second)
+				for i := 0; ; i++ {
+					ch, err := c.Recv(ctx)
+					if err == io.EOF {
+						if i != 1000 {
+							t.Fatalf("stream ended after %d chunks, want 1000", i)
+						}
+						break
+					}
+					if err != nil {
+						t.Fatalf("chunk %d: %v", i, err)
+					}
+					want := fmt.Sprintf("%d,", i)
+					if i == 999 {
+						want = "999"
+					}
+					if ch.Text != want || ch.Last != (i == 999) {
+						t.Fatalf("chunk %d = %+v, want %q (last=%v)", i, ch, want, i == 999)
+					}
+				}
+			})
+			t.Run("service error keeps its type", func(t *testing.T) {
+				c, err := call(t, f, t.Context(), `{"mode":"fail","type":"not-found"}`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				_, err = c.Wait(ctxTimeout(t, 10*time.Second))
+				var we *wire.Error
+				if !errors.As(err, &we) || we.Type != "not-found" || we.Message != "failed as asked" {
+					t.Fatalf("got %v, want wire error not-found", err)
+				}
+			})
+			t.Run("2000 concurrent calls each get their own reply", func(t *testing.T) {
+				const n = 2000
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						want := fmt.Sprintf("call-%d", i)
+						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+						defer cancel()
+						c, err := call(t, f, ctx, `{"msg":"`+want+`"}`)
+						if err != nil {
+							errs <- err
+							return
+						}
+						defer c.Close()
+						got, err := c.Wait(ctx)
+						if err != nil {
+							errs <- fmt.Errorf("%s: %w", want, err)
+						} else if got != want {
+							errs <- fmt.Errorf("got %q, want %q", got, want)
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				var all []string
+				for err := range errs {
+					all = append(all, err.Error())
+				}
+				if len(all) > 0 {
+					t.Fatalf("%d of %d calls failed, e.g. %s", len(all), n, all[0])
+				}
+				if got := f.b.Stats().InFlight; got != 0 {
+					t.Fatalf("%d calls still pending", got)
+				}
+			})
+			t.Run("cancelled callers leave nothing pending", func(t *testing.T) {
+				var calls []*bridge.Call
+				ctx, cancel := context.WithCancel(t.Context())
+				for range 50 {
+					c, err := call(t, f, ctx, `{"mode":"sleep","ms":300}`)
+					if err != nil {
+						t.Fatal(err)
+					}
+					calls = append(calls, c)
+				}
+				cancel()
+				for _, c := range calls {
+					if _, err := c.Recv(ctx); !errors.Is(err, context.Canceled) {
+						t.Fatalf("Recv after cancel: %v, want context.Canceled", err)
+					}
+				}
+				if got := f.b.Stats().InFlight; got != 0 {
+					t.Fatalf("%d calls pending after cancellation, want 0", got)
+				}
+				// Their late replies arrive and are counted, not delivered.
+				waitFor(t, 10*time.Second, func() bool { return f.b.Stats().OrphanReplies >= 50 })
+			})
+			t.Run("deadline ends a call nobody answers", func(t *testing.T) {
+				silent := bridge.Target{RequestTopic: wire.RequestTopic(testenv.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
+				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+				defer cancel()
+				c, err := f.b.Call(ctx, silent, wire.Request{}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if _, err := c.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("got %v, want deadline exceeded", err)
+				}
+			})
+		})
+	}
+}
+
+func TestMalformedReplies(t *testing.T) {
+	for _, bk := range brokers(t) {
+		t.Run(bk.name, func(t *testing.T) {
+			br := bk.new(t)
+			f := start(t, br, nil)
+			replies := map[string][]byte{
+				"not json":      []byte("oops"),
+				"json array":    []byte(`[1,2]`),
+				"wrong type":    []byte(`{"response": 42, "end_of_stream": true}`),
+				"bad error obj": []byte(`{"error": "boom", "end_of_stream": true}`),
+			}
+			var mu sync.Mutex
+			var next []byte
+			sub, err := br.Subscribe(t.Context(), f.target.RequestTopic, "raw-request", transport.Shared, func(m transport.Message) {
+				mu.Lock()
+				payload := next
+				mu.Unlock()
+				_ = br.Publish(context.Background(), f.target.ResponseTopic, transport.Message{Payload: payload, Properties: map[string]string{wire.PropID: m.Properties[wire.PropID]}})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			waitSubscribed(t, br, f.target.RequestTopic, nil)
+			for name, payload := range replies {
+				t.Run(name, func(t *testing.T) {
+					mu.Lock()
+					next = payload
+					mu.Unlock()
+					c, err := f.b.Call(t.Context(), f.target, wire.Request{}, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					if _, err := c.Wait(ctxTimeout(t, 10*time.Second)); !errors.Is(err, bridge.ErrBadReply) {
+						t.Fatalf("got %v, want ErrBadReply", err)
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestSlowReaderIsCutOff(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	f := start(t, m, echo)
+	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10})
+	defer b.Close()
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(200 * time.Millisecond) // let the chunks pile up unread
+	var gotErr error
+	for range 20 {
+		if _, gotErr = c.Recv(ctxTimeout(t, 5*time.Second)); gotErr != nil {
+			break
+		}
+	}
+	if !errors.Is(gotErr, bridge.ErrSlowReader) {
+		t.Fatalf("got %v, want ErrSlowReader", gotErr)
+	}
+}
+
+func TestOverload(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	f := start(t, m, echo)
+	b := bridge.New(m, bridge.Options{MaxInFlight: 2})
+	defer b.Close()
+	var calls []*bridge.Call
+	for range 2 {
+		c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"sleep","ms":200}`}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	if _, err := b.Call(t.Context(), f.target, wire.Request{}, nil); !errors.Is(err, bridge.ErrOverloaded) {
+		t.Fatalf("third call: %v, want ErrOverloaded", err)
+	}
+	for _, c := range calls {
+		c.Close()
+	}
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"ok"}`}, nil)
+	if err != nil {
+		t.Fatalf("after the others closed: %v", err)
+	}
+	c.Close()
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,140 @@
+package bridge
+
+import (
+	"context"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Chunk is one piece of a reply.
+type Chunk struct {
+	Text string
+	Last bool
+}
+
+// Call is one request waiting for its reply chunks.
+type Call struct {
+	b      *Bridge
+	id     string
+	notify chan struct{} // signalled when chunks or the end arrive
+
+	mu      sync.Mutex
+	queue   []Chunk
+	err     error // terminal error, reported after the queued chunks
+	ended   bool  // no more chunks will arrive
+	removed bool  // taken out of the pending map
+}
+
+// ID is the call's correlation id.
+func (c *Call) ID() string { return c.id }
+
+func (c *Call) signal() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// deliver queues one decoded reply message. It never blocks: a reader that
+// falls too far behind ends its own call with ErrSlowReader.
+func (c *Call) deliver(r wire.Response) {
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	switch {
+	case r.Error != nil:
+		c.err = r.Error
+		c.ended = true
+	case len(c.queue) >= c.b.opts.MaxBufferedChunks:
+		c.err = ErrSlowReader
+		c.ended = true
+	default:
+		c.queue = append(c.queue, Chunk{Text: r.Response, Last: r.EndOfStream})
+		c.ended = r.EndOfStream
+	}
+	ended := c.ended
+	c.mu.Unlock()
+	if ended {
+		c.remove()
+	}
+	c.signal()
+}
+
+// finish ends the call with err unless it already ended.
+func (c *Call) finish(err error) {
+	c.mu.Lock()
+	if !c.ended {
+		c.err = err
+		c.ended = true
+	}
+	c.mu.Unlock()
+	c.remove()
+	c.signal()
+}
+
+// remove takes the call out of the pending map, once.
+func (c *Call) remove() {
+	c.mu.Lock()
+	done := c.removed
+	c.removed = true
+	c.mu.Unlock()
+	if !done {
+		c.b.pending.delete(c.id)
+		c.b.inFlight.Add(-1)
+	}
+}
+
+// Recv returns the next chunk. After the last chunk it returns io.EOF. A
+// tool-service failure is returned as *wire.Error. When ctx ends first, the
+// call is abandoned and ctx's error returned.
+func (c *Call) Recv(ctx context.Context) (Chunk, error) {
+	for {
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			ch := c.queue[0]
+			c.queue[0] = Chunk{}
+			c.queue = c.queue[1:]
+			c.mu.Unlock()
+			return ch, nil
+		}
+		err, ended := c.err, c.ended
+		c.mu.Unlock()
+		if ended {
+			if err == nil {
+				err = io.EOF
+			}
+			return Chunk{}, err
+		}
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
+			c.finish(ctx.Err())
+			return Chunk{}, context.Cause(ctx)
+		}
+	}
+}
+
+// Wait reads every chunk and returns them joined in order.
+func (c *Call) Wait(ctx context.Context) (string, error) {
+	var sb strings.Builder
+	for {
+		ch, err := c.Recv(ctx)
+		if err == io.EOF {
+			return sb.String(), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		sb.WriteString(ch.Text)
+	}
+}
+
+// Close abandons the call: later replies for it are counted as orphans.
+func (c *Call) Close() {
+	c.finish(context.Canceled)
+}

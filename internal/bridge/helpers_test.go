@@ -1,0 +1,36 @@
+package bridge_test
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/transport"
+)
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// waitSubscribed waits until topic has a subscriber, or the service failed.
+func waitSubscribed(t *testing.T, br transport.Broker, topic string, failed <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-failed:
+			t.Fatalf("tool service stopped: %v", err)
+		default:
+		}
+		if testenv.Subscribed(br, topic) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("nobody subscribed to %s in time", topic)
+}

@@ -1,0 +1,255 @@
+// Package server implements the generated toolgate.v1.ToolService: it looks
+// tools up in the current registry snapshot, checks and encodes a call's
+// arguments, hands the envelope to the bridge, and turns the outcome into
+// responses or gRPC statuses. It knows nothing of Pulsar or HTTP.
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"io"
+	"log/slog"
+	"time"
+
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Bridge sends envelopes and returns the call to read replies from.
+type Bridge interface {
+	Call(ctx context.Context, t bridge.Target, req wire.Request, props map[string]string) (*bridge.Call, error)
+}
+
+// Snapshots gives the current registry snapshot.
+type Snapshots interface {
+	Snapshot() *registry.Snapshot
+}
+
+// Options tune the server.
+type Options struct {
+	// DefaultTimeout applies when neither the caller nor the tool service
+	// sets one (default 30 s).
+	DefaultTimeout time.Duration
+	// MaxTimeout caps any deadline a caller asks for (default 10 min).
+	MaxTimeout time.Duration
+	// DefaultUser is the envelope's user when the call carries no
+	// authenticated identity (default "anonymous").
+	DefaultUser string
+	// Logger (default: discard).
+	Logger *slog.Logger
+}
+
+// Server implements toolgatev1.ToolServiceServer.
+type Server struct {
+	toolgatev1.UnimplementedToolServiceServer
+	reg    Snapshots
+	bridge Bridge
+	opts   Options
+	log    *slog.Logger
+}
+
+// New returns a Server.
+func New(reg Snapshots, b Bridge, opts Options) *Server {
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = 30 * time.Second
+	}
+	if opts.MaxTimeout <= 0 {
+		opts.MaxTimeout = 10 * time.Minute
+	}
+	if opts.DefaultUser == "" {
+		opts.DefaultUser = "anonymous"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{reg: reg, bridge: b, opts: opts, log: opts.Logger}
+}
+
+type userKey struct{}
+
+// WithUser returns a context carrying the authenticated caller, which
+// becomes the envelope's user.
+func WithUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, userKey{}, user)
+}
+
+func (s *Server) user(ctx context.Context) string {
+	if u, ok := ctx.Value(userKey{}).(string); ok && u != "" {
+		return u
+	}
+	return s.opts.DefaultUser
+}
+
+// start resolves the tool, checks the arguments, bounds ctx with the
+// call's deadline and publishes the envelope.
+func (s *Server) start(ctx context.Context, name string, args argsSource, timeout durationSource) (context.Context, context.CancelFunc, *registry.Tool, *bridge.Call, error) {
+	tool, ok := s.reg.Snapshot().Tool(name)
+	if !ok {
+		return nil, nil, nil, nil, toolNotFound(name)
+	}
+	argJSON, err := encodeArguments(tool, args.GetArguments())
+	if err != nil {
+		return nil, nil, tool, nil, err
+	}
+	var cancel context.CancelFunc
+	switch d := timeout.GetTimeout(); {
+	case d != nil:
+		if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 {
+			return nil, nil, tool, nil, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+		}
+		ctx, cancel = context.WithTimeout(ctx, min(d.AsDuration(), s.opts.MaxTimeout))
+	default:
+		if _, has := ctx.Deadline(); has {
+			ctx, cancel = context.WithTimeout(ctx, s.opts.MaxTimeout)
+		} else if tool.Service.Timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, min(tool.Service.Timeout, s.opts.MaxTimeout))
+		} else {
+			ctx, cancel = context.WithTimeout(ctx, s.opts.DefaultTimeout)
+		}
+	}
+	env := wire.Request{User: s.user(ctx), Config: tool.ConfigJSON, Arguments: argJSON}
+	call, err := s.bridge.Call(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, nil)
+	if err != nil {
+		cancel()
+		return nil, nil, tool, nil, err
+	}
+	return ctx, cancel, tool, call, nil
+}
+
+type argsSource interface {
+	GetArguments() *structpb.Struct
+}
+
+type durationSource interface {
+	GetTimeout() *durationpb.Duration
+}
+
+// InvokeTool implements toolgatev1.ToolServiceServer.
+func (s *Server) InvokeTool(ctx context.Context, req *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
+	cctx, cancel, tool, call, err := s.start(ctx, req.GetName(), req, req)
+	if err != nil {
+		return nil, s.status(ctx, err, req.GetName(), tool)
+	}
+	defer cancel()
+	defer call.Close()
+	text, err := call.Wait(cctx)
+	if err != nil {
+		return nil, s.status(cctx, err, req.GetName(), tool)
+	}
+	return &toolgatev1.InvokeToolResponse{Output: text, OutputJson: parseJSONValue(text)}, nil
+}
+
+// StreamTool implements toolgatev1.ToolServiceServer.
+func (s *Server) StreamTool(req *toolgatev1.StreamToolRequest, stream toolgatev1.ToolService_StreamToolServer) error {
+	ctx := stream.Context()
+	cctx, cancel, tool, call, err := s.start(ctx, req.GetName(), req, req)
+	if err != nil {
+		return s.status(ctx, err, req.GetName(), tool)
+	}
+	defer cancel()
+	defer call.Close()
+	for i := int64(0); ; i++ {
+		ch, err := call.Recv(cctx)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return s.status(cctx, err, req.GetName(), tool)
+		}
+		if err := stream.Send(&toolgatev1.StreamToolResponse{Output: ch.Text, Index: i, Last: ch.Last}); err != nil {
+			return err
+		}
+	}
+}
+
+// GetTool implements toolgatev1.ToolServiceServer.
+func (s *Server) GetTool(_ context.Context, req *toolgatev1.GetToolRequest) (*toolgatev1.GetToolResponse, error) {
+	t, ok := s.reg.Snapshot().Tool(req.GetName())
+	if !ok {
+		return nil, toolNotFound(req.GetName())
+	}
+	return &toolgatev1.GetToolResponse{Tool: toolProto(t)}, nil
+}
+
+// ListTools implements toolgatev1.ToolServiceServer.
+func (s *Server) ListTools(_ context.Context, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
+	tools := s.reg.Snapshot().Tools()
+	start, end, next, err := page(len(tools), func(i int) string { return tools[i].Name }, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	out := &toolgatev1.ListToolsResponse{NextPageToken: next}
+	for _, t := range tools[start:end] {
+		out.Tools = append(out.Tools, toolProto(t))
+	}
+	return out, nil
+}
+
+// GetToolService implements toolgatev1.ToolServiceServer.
+func (s *Server) GetToolService(_ context.Context, req *toolgatev1.GetToolServiceRequest) (*toolgatev1.GetToolServiceResponse, error) {
+	sv, ok := s.reg.Snapshot().Service(req.GetId())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "tool service %q not found", req.GetId())
+	}
+	return &toolgatev1.GetToolServiceResponse{ToolService: serviceProto(sv)}, nil
+}
+
+// ListToolServices implements toolgatev1.ToolServiceServer.
+func (s *Server) ListToolServices(_ context.Context, req *toolgatev1.ListToolServicesRequest) (*toolgatev1.ListToolServicesResponse, error) {
+	svcs := s.reg.Snapshot().Services()
+	start, end, next, err := page(len(svcs), func(i int) string { return svcs[i].ID }, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	out := &toolgatev1.ListToolServicesResponse{NextPageToken: next}
+	for _, sv := range svcs[start:end] {
+		out.ToolServices = append(out.ToolServices, serviceProto(sv))
+	}
+	return out, nil
+}
+
+func toolNotFound(name string) error {
+	return status.Errorf(codes.NotFound, "tool %q not found", name)
+}
+
+// page picks the slice of a sorted list that a page request asks for. The
+// token is the last key of the previous page, so pages stay consistent when
+// the registry reloads between them.
+func page(n int, key func(int) string, size int32, token string) (start, end int, next string, err error) {
+	switch {
+	case size < 0:
+		return 0, 0, "", status.Error(codes.InvalidArgument, "page_size must not be negative")
+	case size == 0:
+		size = 50
+	case size > 1000:
+		size = 1000
+	}
+	if token != "" {
+		raw, derr := base64.RawURLEncoding.DecodeString(token)
+		if derr != nil {
+			return 0, 0, "", status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+		}
+		after := string(raw)
+		lo, hi := 0, n
+		for lo < hi { // first key > after
+			m := (lo + hi) / 2
+			if key(m) <= after {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		start = lo
+	}
+	end = min(start+int(size), n)
+	if end < n && end > start {
+		next = base64.RawURLEncoding.EncodeToString([]byte(key(end - 1)))
+	}
+	return start, end, next, nil
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ErrorDomain is the ErrorInfo domain of every error toolgate reports.
+const ErrorDomain = "toolgate"
+
+// serviceErrorCodes maps a tool service's Error.type to a gRPC code.
+// Types not listed, including TrustGraph's catch-all "tool-service-error",
+// map to codes.Unknown (HTTP 500): the service failed and said no more.
+var serviceErrorCodes = map[string]codes.Code{
+	"invalid-argument":    codes.InvalidArgument,
+	"bad-request":         codes.InvalidArgument,
+	"not-found":           codes.NotFound,
+	"already-exists":      codes.AlreadyExists,
+	"permission-denied":   codes.PermissionDenied,
+	"forbidden":           codes.PermissionDenied,
+	"unauthenticated":     codes.Unauthenticated,
+	"too-many-requests":   codes.ResourceExhausted,
+	"resource-exhausted":  codes.ResourceExhausted,
+	"timeout":             codes.DeadlineExceeded,
+	"deadline-exceeded":   codes.DeadlineExceeded,
+	"unavailable":         codes.Unavailable,
+	"failed-precondition": codes.FailedPrecondition,
+	"unimplemented":       codes.Unimplemented,
+	"cancelled":           codes.Canceled,
+}
+
+// CodeForServiceError returns the gRPC code for a tool service's error type.
+func CodeForServiceError(typ string) codes.Code {
+	if c, ok := serviceErrorCodes[typ]; ok {
+		return c
+	}
+	return codes.Unknown
+}
+
+// toStatus is the one place where failures become gRPC statuses. The
+// message is safe to show a client; the cause is for the log.
+func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	meta := map[string]string{"tool": toolName}
+	if tool != nil {
+		meta["service"] = tool.Service.ID
+	}
+	with := func(c codes.Code, msg, reason string, extra ...protoadapt.MessageV1) *status.Status {
+		st := status.New(c, msg)
+		details := append([]protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}}, extra...)
+		if ds, derr := st.WithDetails(details...); derr == nil {
+			return ds
+		}
+		return st
+	}
+	var se *wire.Error
+	switch {
+	case errors.As(err, &se):
+		msg := se.Message
+		if msg == "" {
+			msg = "tool service reported " + se.Type
+		}
+		return with(CodeForServiceError(se.Type), msg, se.Type)
+	case errors.Is(err, context.DeadlineExceeded):
+		return with(codes.DeadlineExceeded, "tool "+quote(toolName)+" did not answer before the deadline", "DEADLINE_EXCEEDED")
+	case errors.Is(err, context.Canceled):
+		return with(codes.Canceled, "call cancelled", "CANCELLED")
+	case errors.Is(err, bridge.ErrOverloaded):
+		return with(codes.ResourceExhausted, "the gateway is overloaded; retry shortly", "OVERLOADED",
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
+	case errors.Is(err, bridge.ErrSlowReader):
+		return with(codes.ResourceExhausted, "the reply stream was not read fast enough", "SLOW_READER")
+	case errors.Is(err, bridge.ErrBadReply):
+		return with(codes.Internal, "tool "+quote(toolName)+" sent a malformed reply", "BAD_REPLY")
+	case errors.Is(err, bridge.ErrClosed):
+		return with(codes.Unavailable, "the gateway is shutting down", "SHUTTING_DOWN")
+	case errors.Is(err, bridge.ErrUnavailable):
+		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: the message broker cannot be reached", "BROKER_UNAVAILABLE")
+	default:
+		return with(codes.Internal, "internal error", "INTERNAL")
+	}
+}
+
+// status converts err and logs its cause.
+func (s *Server) status(ctx context.Context, err error, toolName string, tool *registry.Tool) error {
+	st := toStatus(err, toolName, tool)
+	lvl := slog.LevelInfo
+	if st.Code() == codes.Internal || st.Code() == codes.Unavailable {
+		lvl = slog.LevelWarn
+	}
+	s.log.Log(ctx, lvl, "call failed", "tool", toolName, "code", st.Code().String(), "cause", err)
+	return st.Err()
+}
+
+func quote(s string) string { return `"` + s + `"` }

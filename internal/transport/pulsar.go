@@ -1,0 +1,267 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	plog "github.com/apache/pulsar-client-go/pulsar/log"
+)
+
+// PulsarOptions configures the Pulsar broker client.
+type PulsarOptions struct {
+	// URL of the broker, e.g. pulsar://127.0.0.1:6650.
+	URL string
+	// ConnectionTimeout bounds dialling the broker (default 5 s).
+	ConnectionTimeout time.Duration
+	// OperationTimeout bounds producer and consumer creation (default 10 s).
+	OperationTimeout time.Duration
+	// MaxPendingPerProducer bounds the messages a producer holds while
+	// waiting for the broker's receipt (default 10000). Beyond it Publish
+	// fails with ErrQueueFull instead of blocking.
+	MaxPendingPerProducer int
+	// ReceiverQueueSize is each consumer's prefetch queue (default 1000).
+	ReceiverQueueSize int
+	// Authentication, when set, is passed to the client (token, TLS, OAuth2).
+	Authentication pulsar.Authentication
+	// TLSTrustCertsFilePath and TLSAllowInsecureConnection configure TLS
+	// for pulsar+ssl:// URLs.
+	TLSTrustCertsFilePath      string
+	TLSAllowInsecureConnection bool
+	// Logger receives the client's own log lines (default: discarded below
+	// warnings).
+	Logger *slog.Logger
+}
+
+// Pulsar is a Broker backed by an Apache Pulsar client. Producers are created
+// on first use per topic and reused.
+type Pulsar struct {
+	client pulsar.Client
+	opts   PulsarOptions
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	producers map[string]*producerEntry
+	closed    bool
+}
+
+type producerEntry struct {
+	ready chan struct{} // closed once p or err is set
+	p     pulsar.Producer
+	err   error
+}
+
+// NewPulsar creates the client. It does not dial yet: the first Publish or
+// Subscribe does.
+func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
+	if opts.URL == "" {
+		return nil, errors.New("pulsar: empty broker URL")
+	}
+	if opts.ConnectionTimeout <= 0 {
+		opts.ConnectionTimeout = 5 * time.Second
+	}
+	if opts.OperationTimeout <= 0 {
+		opts.OperationTimeout = 10 * time.Second
+	}
+	if opts.MaxPendingPerProducer <= 0 {
+		opts.MaxPendingPerProducer = 10000
+	}
+	if opts.ReceiverQueueSize <= 0 {
+		opts.ReceiverQueueSize = 1000
+	}
+	lg := opts.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	c, err := pulsar.NewClient(pulsar.ClientOptions{
+		URL:                        opts.URL,
+		ConnectionTimeout:          opts.ConnectionTimeout,
+		OperationTimeout:           opts.OperationTimeout,
+		Authentication:             opts.Authentication,
+		TLSTrustCertsFilePath:      opts.TLSTrustCertsFilePath,
+		TLSAllowInsecureConnection: opts.TLSAllowInsecureConnection,
+		Logger:                     plog.NewLoggerWithSlog(lg.With("component", "pulsar-client")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pulsar: %w: %v", ErrUnavailable, err)
+	}
+	return &Pulsar{client: c, opts: opts, log: lg, producers: map[string]*producerEntry{}}, nil
+}
+
+func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e := b.producers[topic]
+	if e == nil {
+		e = &producerEntry{ready: make(chan struct{})}
+		b.producers[topic] = e
+		b.mu.Unlock()
+		e.p, e.err = b.client.CreateProducer(pulsar.ProducerOptions{
+			Topic: topic,
+			// Request/reply wants each message on the wire at once.
+			DisableBatching:         true,
+			MaxPendingMessages:      b.opts.MaxPendingPerProducer,
+			DisableBlockIfQueueFull: true,
+			SendTimeout:             b.opts.OperationTimeout,
+		})
+		if e.err != nil {
+			e.err = fmt.Errorf("%w: create producer for %s: %v", ErrUnavailable, topic, e.err)
+			b.mu.Lock()
+			delete(b.producers, topic) // let the next call try again
+			b.mu.Unlock()
+		}
+		close(e.ready)
+	} else {
+		b.mu.Unlock()
+	}
+	select {
+	case <-e.ready:
+		return e.p, e.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Publish implements Broker.
+func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
+	p, err := b.producer(ctx, topic)
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties},
+		func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+	select {
+	case err := <-done:
+		return classify(topic, err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func classify(topic string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pulsar.ErrSendQueueIsFull), errors.Is(err, pulsar.ErrMemoryBufferIsFull):
+		return fmt.Errorf("%w: %s: %v", ErrQueueFull, topic, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	default:
+		return fmt.Errorf("%w: publish to %s: %v", ErrUnavailable, topic, err)
+	}
+}
+
+// Subscribe implements Broker. Messages on non-persistent topics are never
+// acknowledged: acknowledgements do nothing there, and pulsar-client-go's
+// grouped acks drop messages on such topics (all their ids are equal).
+func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h Handler) (Subscription, error) {
+	st := pulsar.Exclusive
+	if typ == Shared {
+		st = pulsar.Shared
+	}
+	persistent := !strings.HasPrefix(topic, "non-persistent://")
+	opts := pulsar.ConsumerOptions{
+		Topic:                       topic,
+		SubscriptionName:            subscription,
+		Type:                        st,
+		ReceiverQueueSize:           b.opts.ReceiverQueueSize,
+		SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest,
+		// One ack per message: the grouping tracker is what loses messages
+		// whose ids repeat.
+		AckGroupingOptions: &pulsar.AckGroupingOptions{MaxSize: 1},
+	}
+	type result struct {
+		c   pulsar.Consumer
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := b.client.Subscribe(opts)
+		res <- result{c, err}
+	}()
+	var r result
+	select {
+	case r = <-res:
+	case <-ctx.Done():
+		go func() { // do not leak a consumer created after we gave up
+			if r := <-res; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: subscribe %s to %s: %v", ErrUnavailable, subscription, topic, r.err)
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	s := &pulsarSub{c: r.c, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for {
+			m, err := r.c.Receive(loopCtx)
+			if err != nil {
+				if loopCtx.Err() != nil {
+					return
+				}
+				b.log.Warn("receive failed", "topic", topic, "subscription", subscription, "err", err)
+				select {
+				case <-loopCtx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			h(Message{Payload: m.Payload(), Properties: m.Properties()})
+			if persistent {
+				_ = r.c.Ack(m)
+			}
+		}
+	}()
+	return s, nil
+}
+
+type pulsarSub struct {
+	c      pulsar.Consumer
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Close implements Subscription.
+func (s *pulsarSub) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		<-s.done
+		s.c.Close()
+	})
+	return nil
+}
+
+// Close implements Broker: it closes every producer and the client.
+func (b *Pulsar) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	ps := b.producers
+	b.producers = nil
+	b.mu.Unlock()
+	for _, e := range ps {
+		<-e.ready
+		if e.p != nil {
+			e.p.Close()
+		}
+	}
+	b.client.Close()
+}

@@ -1,0 +1,61 @@
+// Package transport moves raw messages between topics: publish a payload
+// with properties, subscribe a handler. It hides the message broker behind a
+// small interface so that the bridge and the tool-service SDK carry no broker
+// details. Two implementations exist: Apache Pulsar (the product) and an
+// in-memory broker with the same non-persistent semantics (for unit tests).
+package transport
+
+import (
+	"context"
+	"errors"
+)
+
+// Message is one message on a topic.
+type Message struct {
+	Payload    []byte
+	Properties map[string]string
+}
+
+// SubscriptionType says how a subscription's consumers share messages.
+type SubscriptionType int
+
+const (
+	// Exclusive: one consumer receives every message of the topic.
+	Exclusive SubscriptionType = iota
+	// Shared: consumers with the same subscription name take turns.
+	Shared
+)
+
+// Handler receives the messages of a subscription, one at a time, in the
+// order they arrive. It must not block for long: on a non-persistent topic
+// the broker drops what a slow consumer cannot take.
+type Handler func(Message)
+
+// Subscription is an attached consumer. Close detaches it and waits until
+// its handler has returned for the last time.
+type Subscription interface {
+	Close() error
+}
+
+// Broker publishes and subscribes.
+type Broker interface {
+	// Publish sends msg to topic and returns once the broker accepted it,
+	// or ctx ends.
+	Publish(ctx context.Context, topic string, msg Message) error
+	// Subscribe attaches a consumer to topic under the subscription name.
+	// When it returns without error the subscription exists on the broker,
+	// so messages published afterwards reach h.
+	Subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h Handler) (Subscription, error)
+	// Close releases every producer and consumer.
+	Close()
+}
+
+// Sentinel errors a Broker wraps so callers can tell failures apart.
+var (
+	// ErrUnavailable: the broker cannot be reached or refused the operation.
+	ErrUnavailable = errors.New("message broker unavailable")
+	// ErrQueueFull: the producer's local queue is full (overload).
+	ErrQueueFull = errors.New("publish queue full")
+	// ErrClosed: the broker client was closed.
+	ErrClosed = errors.New("broker client closed")
+)

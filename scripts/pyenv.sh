@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Project-local Python virtualenv holding the TrustGraph reference peer
+# (trustgraph-base / trustgraph-flow from PyPI, giving `joke-service`) and the
+# Python test helpers (pytest, grpcio-tools, requests).
+#
+# Usage:
+#   scripts/pyenv.sh            ensure the venv is installed and current; print its path
+#   scripts/pyenv.sh python     ensure, then print the venv's python interpreter
+#   scripts/pyenv.sh bin NAME   ensure, then print the path of the venv's console script NAME
+#   scripts/pyenv.sh path       print the venv path only (no install, no check)
+#   scripts/pyenv.sh rebuild    delete the venv and install it again; print its path
+#
+# Location: ${TOOLGATE_CACHE:-<repo>/.cache}/venv. Interpreter: $PYTHON or python3.
+# Idempotent: a stamp file in the venv holds a hash of the requirements files
+# and of the interpreter version; packages are (re)installed only when it
+# differs. Progress goes to stderr; stdout carries only the printed path.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${TOOLGATE_CACHE:-$ROOT/.cache}"
+VENV="$CACHE/venv"
+REQ="$ROOT/scripts/python/requirements.txt"
+REQ_NODEPS="$ROOT/scripts/python/requirements-nodeps.txt"
+STAMP="$VENV/.toolgate-requirements.sha256"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "pyenv: $*" >&2; }
+
+want_hash() {
+	{
+		"$PYTHON" -c 'import sys; print("python", sys.version_info[:2])'
+		cat "$REQ" "$REQ_NODEPS"
+	} | sha256sum | cut -d' ' -f1
+}
+
+install() {
+	local want have=""
+	want="$(want_hash)"
+	if [[ -x "$VENV/bin/python" && -f "$STAMP" ]]; then
+		have="$(cat "$STAMP")"
+	fi
+	if [[ "$have" == "$want" ]]; then
+		return 0
+	fi
+
+	local t0=$SECONDS
+	if [[ ! -x "$VENV/bin/python" ]]; then
+		log "creating $VENV and installing TrustGraph reference peer + test deps (first run, about a minute)..."
+		rm -rf "$VENV"
+		mkdir -p "$CACHE"
+		if ! "$PYTHON" -m venv "$VENV" >&2; then
+			log "'$PYTHON -m venv' failed (on Debian: apt-get install python3-venv)"
+			rm -rf "$VENV"
+			exit 1
+		fi
+	else
+		log "requirements changed; reinstalling into $VENV..."
+	fi
+	rm -f "$STAMP"
+
+	export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+	"$VENV/bin/python" -m pip install -q -r "$REQ" >&2
+	"$VENV/bin/python" -m pip install -q --no-deps -r "$REQ_NODEPS" >&2
+	# Fail now, not in a test, if the reference peer cannot be imported.
+	"$VENV/bin/python" -c 'import pulsar, grpc, grpc_tools, pytest, requests
+from trustgraph.schema import ToolServiceRequest, ToolServiceResponse
+from trustgraph.base import DynamicToolService
+import trustgraph.tool_service.joke.service' >&2
+	[[ -x "$VENV/bin/joke-service" ]] || { log "joke-service console script missing"; exit 1; }
+
+	echo "$want" >"$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
+	log "venv ready in $((SECONDS - t0))s: $VENV"
+}
+
+locked_install() {
+	mkdir -p "$CACHE"
+	if command -v flock >/dev/null 2>&1; then
+		# Serialise concurrent callers (parallel test runs) on one venv.
+		exec 9>"$CACHE/.venv.lock"
+		flock 9
+		install
+		flock -u 9
+	else
+		install
+	fi
+}
+
+cmd="${1:-ensure}"
+case "$cmd" in
+path)
+	echo "$VENV"
+	;;
+ensure | install)
+	locked_install
+	echo "$VENV"
+	;;
+python)
+	locked_install
+	echo "$VENV/bin/python"
+	;;
+bin)
+	[[ $# -ge 2 ]] || { log "usage: $0 bin NAME"; exit 2; }
+	locked_install
+	[[ -x "$VENV/bin/$2" ]] || { log "no console script '$2' in $VENV/bin"; exit 1; }
+	echo "$VENV/bin/$2"
+	;;
+rebuild)
+	mkdir -p "$CACHE"
+	rm -rf "$VENV"
+	locked_install
+	echo "$VENV"
+	;;
+-h | --help | help)
+	sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+	;;
+*)
+	log "unknown command '$cmd' (try: path, python, bin NAME, rebuild)"
+	exit 2
+	;;
+esac

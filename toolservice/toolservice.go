@@ -1,0 +1,324 @@
+// Package toolservice is the Go SDK for writing tool services: programs that
+// take tool calls from an Apache Pulsar request topic and answer on the
+// matching response topic, speaking the same wire format as TrustGraph's
+// Python DynamicToolService. Go and Python replicas of one service can share
+// a topic: both subscribe as "<id>-request" with a shared subscription.
+//
+// A minimal service:
+//
+//	svc, err := toolservice.New(toolservice.Config{
+//		ID: "joke-service", Topic: "joke", PulsarURL: "pulsar://127.0.0.1:6650",
+//	}, func(ctx context.Context, req *toolservice.Request) (any, error) {
+//		return "Why did the gopher cross the road?", nil
+//	})
+//	if err != nil { ... }
+//	err = svc.Run(ctx) // until ctx ends; then finishes in-flight calls
+package toolservice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Handler answers one call. It returns the reply: a string is sent as is,
+// nil as the empty string, anything else encoded as JSON the way Python's
+// json.dumps writes it. Chunks sent with req.Send before it returns reach
+// the caller first, as a stream. A returned *Error reaches the caller with
+// its type; any other error is reported as type "tool-service-error".
+type Handler func(ctx context.Context, req *Request) (any, error)
+
+// Request is one call as the handler sees it.
+type Request struct {
+	// ID is the caller's correlation id.
+	ID string
+	// User is the caller's identity, as the gateway authenticated it.
+	User string
+	// Config holds the configuration values of the tool that was called.
+	Config map[string]any
+	// Arguments holds the call's arguments.
+	Arguments map[string]any
+	// Properties are the request message's properties (id, deadline,
+	// traceparent, …).
+	Properties map[string]string
+
+	send func(text string) error
+}
+
+// Send streams one chunk of the reply to the caller before the handler
+// returns the final one.
+func (r *Request) Send(text string) error { return r.send(text) }
+
+// Error is a failure with a type the caller can act on. The gateway maps
+// well-known types to gRPC codes: "invalid-argument", "not-found",
+// "permission-denied", "too-many-requests", "timeout", "unavailable".
+type Error struct {
+	Type    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+// Errorf returns an *Error of the given type.
+func Errorf(typ, format string, args ...any) *Error {
+	return &Error{Type: typ, Message: fmt.Sprintf(format, args...)}
+}
+
+// Config says which topics a service uses and how it behaves.
+type Config struct {
+	// ID names the service; its subscription is "<ID>-request".
+	ID string
+	// Topic is the short topic name: requests arrive on
+	// non-persistent://tg/request/<Topic>, replies go to
+	// non-persistent://tg/response/<Topic>.
+	Topic string
+	// RequestTopic and ResponseTopic, when set, override Topic with full
+	// topic names (or TrustGraph's short form "request:tg:joke").
+	RequestTopic  string
+	ResponseTopic string
+	// PulsarURL of the broker, e.g. pulsar://127.0.0.1:6650.
+	PulsarURL string
+	// MaxConcurrency bounds the calls handled at once (default 64).
+	MaxConcurrency int
+	// StopGrace is how long Run waits for calls in flight after its ctx
+	// ends before cancelling them (default 10 s).
+	StopGrace time.Duration
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Option changes how a Service is built.
+type Option func(*Service)
+
+// WithBroker makes the service use an existing broker connection instead of
+// dialling Config.PulsarURL. The service does not close it.
+func WithBroker(b transport.Broker) Option {
+	return func(s *Service) { s.broker = b; s.ownBroker = false }
+}
+
+// Service is a running tool service.
+type Service struct {
+	cfg       Config
+	handler   Handler
+	log       *slog.Logger
+	broker    transport.Broker
+	ownBroker bool
+	reqTopic  string
+	respTopic string
+
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	handled  atomic.Int64
+	dropped  atomic.Int64
+	callCtx  context.Context
+	cancelFn context.CancelFunc
+}
+
+// New checks cfg and prepares the service; Run starts it.
+func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
+	if cfg.ID == "" {
+		return nil, errors.New("toolservice: empty ID")
+	}
+	if h == nil {
+		return nil, errors.New("toolservice: nil handler")
+	}
+	if cfg.MaxConcurrency <= 0 {
+		cfg.MaxConcurrency = 64
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Service{cfg: cfg, handler: h, log: cfg.Logger.With("service", cfg.ID), ownBroker: true}
+	var err error
+	switch {
+	case cfg.RequestTopic != "" || cfg.ResponseTopic != "":
+		if s.reqTopic, err = wire.ExpandQueue(cfg.RequestTopic); err != nil {
+			return nil, fmt.Errorf("toolservice: request topic: %w", err)
+		}
+		if s.respTopic, err = wire.ExpandQueue(cfg.ResponseTopic); err != nil {
+			return nil, fmt.Errorf("toolservice: response topic: %w", err)
+		}
+	case cfg.Topic != "":
+		s.reqTopic, s.respTopic = wire.RequestTopic(cfg.Topic), wire.ResponseTopic(cfg.Topic)
+		if err := wire.ValidateTopic(s.reqTopic); err != nil {
+			return nil, fmt.Errorf("toolservice: %w", err)
+		}
+	default:
+		return nil, errors.New("toolservice: set Topic, or RequestTopic and ResponseTopic")
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.broker == nil {
+		if cfg.PulsarURL == "" {
+			return nil, errors.New("toolservice: empty PulsarURL")
+		}
+		b, err := transport.NewPulsar(transport.PulsarOptions{URL: cfg.PulsarURL, Logger: s.log})
+		if err != nil {
+			return nil, fmt.Errorf("toolservice: %w", err)
+		}
+		s.broker = b
+	}
+	s.sem = make(chan struct{}, cfg.MaxConcurrency)
+	return s, nil
+}
+
+// RequestTopic is the topic the service listens on.
+func (s *Service) RequestTopic() string { return s.reqTopic }
+
+// ResponseTopic is the topic the service answers on.
+func (s *Service) ResponseTopic() string { return s.respTopic }
+
+// Run subscribes and handles calls until ctx ends, then stops taking new
+// calls, waits up to StopGrace for those in flight (cancelling them after
+// that) and returns. It returns an error if it cannot subscribe.
+func (s *Service) Run(ctx context.Context) error {
+	s.callCtx, s.cancelFn = context.WithCancel(context.WithoutCancel(ctx))
+	defer s.cancelFn()
+	if s.ownBroker {
+		defer s.broker.Close()
+	}
+	sub, err := s.broker.Subscribe(ctx, s.reqTopic, s.cfg.ID+"-request", transport.Shared, s.accept)
+	if err != nil {
+		return fmt.Errorf("toolservice %s: %w", s.cfg.ID, err)
+	}
+	s.log.Info("tool service listening", "request_topic", s.reqTopic, "response_topic", s.respTopic,
+		"subscription", s.cfg.ID+"-request", "max_concurrency", s.cfg.MaxConcurrency)
+	<-ctx.Done()
+	_ = sub.Close() // no new calls; accept has returned for the last time
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(s.cfg.StopGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.Warn("stop grace period over; cancelling calls in flight")
+		s.cancelFn()
+		<-done
+	}
+	s.log.Info("tool service stopped", "handled", s.handled.Load(), "dropped", s.dropped.Load())
+	return nil
+}
+
+// accept runs on the subscription's goroutine: it waits for a free slot and
+// hands the message to a goroutine of its own.
+func (s *Service) accept(m transport.Message) {
+	s.sem <- struct{}{}
+	s.wg.Add(1)
+	go func() {
+		defer func() { <-s.sem; s.wg.Done() }()
+		s.serve(m)
+	}()
+}
+
+func (s *Service) serve(m transport.Message) {
+	id := m.Properties[wire.PropID]
+	if id == "" {
+		id = "unknown" // what the Python base class answers with
+	}
+	ctx := s.callCtx
+	if dl, ok := wire.ParseDeadline(m.Properties[wire.PropDeadline]); ok {
+		if time.Now().After(dl) {
+			s.dropped.Add(1)
+			s.log.Debug("dropping request past its deadline", "id", id)
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl)
+		defer cancel()
+	}
+	reply := func(r wire.Response) error {
+		b, err := wire.EncodeResponse(r)
+		if err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return s.broker.Publish(pctx, s.respTopic, transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id}})
+	}
+	fail := func(typ, msg string) {
+		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {
+			s.log.Warn("cannot send error reply", "id", id, "err", err)
+		}
+	}
+	req, err := wire.DecodeRequest(m.Payload)
+	if err != nil {
+		s.log.Warn("malformed request", "id", id, "err", err)
+		fail("invalid-argument", "request is not a tool-service request: "+err.Error())
+		return
+	}
+	r := &Request{ID: id, User: req.User, Properties: m.Properties}
+	if r.Config, err = decodeObject(req.Config); err != nil {
+		fail("invalid-argument", "config: "+err.Error())
+		return
+	}
+	if r.Arguments, err = decodeObject(req.Arguments); err != nil {
+		fail("invalid-argument", "arguments: "+err.Error())
+		return
+	}
+	var streamErr error
+	r.send = func(text string) error {
+		if streamErr != nil {
+			return streamErr
+		}
+		streamErr = reply(wire.Response{Response: text})
+		return streamErr
+	}
+	out, err := s.call(ctx, r)
+	s.handled.Add(1)
+	if err != nil {
+		var te *Error
+		if errors.As(err, &te) {
+			fail(te.Type, te.Message)
+		} else {
+			fail(wire.ErrorTypeToolService, err.Error())
+		}
+		return
+	}
+	text, err := Text(out)
+	if err != nil {
+		fail(wire.ErrorTypeToolService, "cannot encode the reply: "+err.Error())
+		return
+	}
+	if err := reply(wire.Response{Response: text, EndOfStream: true}); err != nil {
+		s.log.Warn("cannot send reply", "id", id, "err", err)
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (s *Service) call(ctx context.Context, r *Request) (out any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("handler panicked", "id", r.ID, "panic", p)
+			err = fmt.Errorf("internal error in tool service %s", s.cfg.ID)
+		}
+	}()
+	return s.handler(ctx, r)
+}
+
+func decodeObject(s string) (map[string]any, error) {
+	if strings.TrimSpace(s) == "" {
+		return map[string]any{}, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %v", err)
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	return m, nil
+}

@@ -1,0 +1,76 @@
+package wire
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Tenant and namespaces of tool-service topics.
+const (
+	Tenant            = "tg"
+	RequestNamespace  = "request"
+	ResponseNamespace = "response"
+)
+
+// RequestTopic is the request topic of a service declared with the short
+// "topic" descriptor field, e.g. "joke" → non-persistent://tg/request/joke.
+func RequestTopic(topic string) string {
+	return "non-persistent://" + Tenant + "/" + RequestNamespace + "/" + topic
+}
+
+// ResponseTopic is the response topic for the short "topic" descriptor field.
+func ResponseTopic(topic string) string {
+	return "non-persistent://" + Tenant + "/" + ResponseNamespace + "/" + topic
+}
+
+var (
+	entityRE = regexp.MustCompile(`^[A-Za-z0-9_.\-=]+$`)
+	localRE  = regexp.MustCompile(`^[A-Za-z0-9_.\-=:]+$`)
+)
+
+// ExpandQueue turns a queue name as TrustGraph writes it into a full Pulsar
+// topic name and checks that the result is valid. It accepts full names
+// ("non-persistent://tg/request/joke", "persistent://…") and the short form
+// "<class>:<tenant>:<name>" ("request:tg:joke" →
+// non-persistent://tg/request/joke), where the class is the namespace and
+// only the class "flow" is persistent.
+func ExpandQueue(q string) (string, error) {
+	if strings.Contains(q, "://") {
+		return q, ValidateTopic(q)
+	}
+	parts := strings.Split(q, ":")
+	if len(parts) != 3 {
+		return "", fmt.Errorf("queue %q is neither a full topic name (non-persistent://tenant/namespace/topic) nor of the form class:tenant:name", q)
+	}
+	scheme := "non-persistent"
+	if parts[0] == "flow" {
+		scheme = "persistent"
+	}
+	full := scheme + "://" + parts[1] + "/" + parts[0] + "/" + parts[2]
+	return full, ValidateTopic(full)
+}
+
+// ValidateTopic reports whether name is a valid fully qualified Pulsar topic
+// name: persistent:// or non-persistent://, then tenant/namespace/topic.
+func ValidateTopic(name string) error {
+	scheme, rest, ok := strings.Cut(name, "://")
+	if !ok || (scheme != "persistent" && scheme != "non-persistent") {
+		return fmt.Errorf("topic %q must start with persistent:// or non-persistent://", name)
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 {
+		return fmt.Errorf("topic %q must have the form %s://tenant/namespace/topic", name, scheme)
+	}
+	for i, p := range parts {
+		re := entityRE
+		what := [...]string{"tenant", "namespace", "topic"}[i]
+		if i == 2 {
+			re = localRE
+		}
+		if !re.MatchString(p) {
+			return fmt.Errorf("topic %q has an invalid %s %q (allowed: letters, digits, _ . - =%s)", name, what, p, map[bool]string{true: " :", false: ""}[i == 2])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+// Package wire is the tool-service wire contract: the JSON envelopes that
+// travel over Apache Pulsar between a caller and a tool service, the message
+// properties that correlate them, and the topic naming convention.
+//
+// It matches TrustGraph's Python ToolServiceRequest / ToolServiceResponse
+// byte for byte in meaning: config and arguments are JSON objects encoded as
+// strings, every field is always written, and unknown keys are ignored.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Message property names.
+const (
+	// PropID correlates a request with its replies. The caller sets it and
+	// the service echoes it on every reply.
+	PropID = "id"
+	// PropDeadline is the absolute deadline of a request, in Unix
+	// milliseconds, written by toolgate. Services may drop requests whose
+	// deadline has passed. TrustGraph's Python services ignore it.
+	PropDeadline = "toolgate-deadline-ms"
+	// PropTraceparent carries the W3C trace context of the call.
+	PropTraceparent = "traceparent"
+)
+
+// ErrorTypeToolService is the error type TrustGraph's Python base service
+// reports for any exception raised by a tool.
+const ErrorTypeToolService = "tool-service-error"
+
+// Request is the envelope a caller publishes on a tool service's request
+// topic.
+type Request struct {
+	// User is the caller's identity (multi-tenancy).
+	User string `json:"user"`
+	// Config is a JSON object, encoded as a string, with the configuration
+	// values the tool passes to its service.
+	Config string `json:"config"`
+	// Arguments is a JSON object, encoded as a string, with the call's
+	// arguments.
+	Arguments string `json:"arguments"`
+}
+
+// Error is a failure reported by a tool service.
+type Error struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return e.Type
+	}
+	return e.Type + ": " + e.Message
+}
+
+// Response is one reply message of a tool service. A reply may be split into
+// several messages; the last one has EndOfStream set.
+type Response struct {
+	Error       *Error `json:"error"`
+	Response    string `json:"response"`
+	EndOfStream bool   `json:"end_of_stream"`
+}
+
+// EncodeRequest returns the JSON payload of r. Empty Config or Arguments are
+// written as "{}", as the Python peers expect.
+func EncodeRequest(r Request) ([]byte, error) {
+	if r.Config == "" {
+		r.Config = "{}"
+	}
+	if r.Arguments == "" {
+		r.Arguments = "{}"
+	}
+	return json.Marshal(r)
+}
+
+// DecodeRequest parses a request payload.
+func DecodeRequest(b []byte) (Request, error) {
+	var r Request
+	if err := strictShape(b); err != nil {
+		return r, fmt.Errorf("request: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("request: %w", err)
+	}
+	return r, nil
+}
+
+// EncodeResponse returns the JSON payload of r.
+func EncodeResponse(r Response) ([]byte, error) {
+	return json.Marshal(r)
+}
+
+// ErrMalformed reports a payload that is not a JSON object of the expected
+// shape.
+var ErrMalformed = errors.New("malformed message")
+
+// DecodeResponse parses a reply payload. It fails on anything but a JSON
+// object whose known fields have the right types; unknown keys are ignored.
+func DecodeResponse(b []byte) (Response, error) {
+	var r Response
+	if err := strictShape(b); err != nil {
+		return r, fmt.Errorf("response: %w", err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("response: %w: %v", ErrMalformed, err)
+	}
+	if r.Error != nil && r.Error.Type == "" && r.Error.Message == "" {
+		// {"error": {}} carries no failure; treat it like null.
+		r.Error = nil
+	}
+	return r, nil
+}
+
+// strictShape rejects payloads that are not a JSON object.
+func strictShape(b []byte) error {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	if len(b) == 0 || b[0] != '{' {
+		return fmt.Errorf("%w: not a JSON object", ErrMalformed)
+	}
+	return nil
+}
+
+// FormatDeadline renders t for the PropDeadline property.
+func FormatDeadline(t time.Time) string {
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// ParseDeadline reads a PropDeadline property value.
+func ParseDeadline(s string) (time.Time, bool) {
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/toolservice"
@@ -95,32 +96,11 @@ func call(t *testing.T, f fixture, ctx context.Context, args string) (*bridge.Ca
 	return f.b.Call(ctx, f.target, wire.Request{User: "alice", Config: `{"k":"v"}`, Arguments: args}, nil)
 }
 
-func echo(_ context.Context, r *toolservice.Request) (any, error) {
-	switch r.Arguments["mode"] {
-	case "stream":
-		n := int(r.Arguments["n"].(float64))
-		for i := range n - 1 {
-			if err := r.Send(fmt.Sprintf("%d,", i)); err != nil {
-				return nil, err
-			}
-		}
-		return fmt.Sprintf("%d", n-1), nil
-	case "fail":
-		return nil, toolservice.Errorf(r.Arguments["type"].(string), "failed as asked")
-	case "sleep":
-		time.Sleep(time.Duration(r.Arguments["ms"].(float64)) * time.Millisecond)
-		return "slept", nil
-	case "whoami":
-		return r.User + "|" + r.Config["k"].(string), nil
-	}
-	return r.Arguments["msg"], nil
-}
-
 func TestContract(t *testing.T) {
 	for _, bk := range brokers(t) {
 		t.Run(bk.name, func(t *testing.T) {
 			br := bk.new(t)
-			f := start(t, br, echo)
+			f := start(t, br, echo.Handle)
 
 			t.Run("unary", func(t *testing.T) {
 				c, err := call(t, f, t.Context(), `{"msg":"hello"}`)
@@ -134,14 +114,16 @@ func TestContract(t *testing.T) {
 				}
 			})
 			t.Run("user and config reach the service", func(t *testing.T) {
-				c, err := call(t, f, t.Context(), `{"mode":"whoami"}`)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				got, err := c.Wait(ctxTimeout(t, 10*time.Second))
-				if err != nil || got != "alice|v" {
-					t.Fatalf("got %q, %v; want alice|v", got, err)
+				for mode, want := range map[string]string{"user": "alice", "config": `{"k": "v"}`} {
+					c, err := call(t, f, t.Context(), `{"mode":"`+mode+`"}`)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := c.Wait(ctxTimeout(t, 10*time.Second))
+					c.Close()
+					if err != nil || got != want {
+						t.Fatalf("mode %s: got %q, %v; want %q", mode, got, err, want)
+					}
 				}
 			})
 			t.Run("stream of 1000 chunks in order", func(t *testing.T) {
@@ -306,7 +288,7 @@ func TestMalformedReplies(t *testing.T) {
 func TestSlowReaderIsCutOff(t *testing.T) {
 	m := transport.NewMem()
 	t.Cleanup(m.Close)
-	f := start(t, m, echo)
+	f := start(t, m, echo.Handle)
 	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10})
 	defer b.Close()
 	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`}, nil)
@@ -329,7 +311,7 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 func TestOverload(t *testing.T) {
 	m := transport.NewMem()
 	t.Cleanup(m.Close)
-	f := start(t, m, echo)
+	f := start(t, m, echo.Handle)
 	b := bridge.New(m, bridge.Options{MaxInFlight: 2})
 	defer b.Close()
 	var calls []*bridge.Call

@@ -1,0 +1,195 @@
+// Package e2e runs the gateway, in process, against the real Pulsar broker
+// that `make test` starts, with real tool services behind it.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/jokes"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/toolservice"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// env is what every test here shares: one gateway, its clients, and the
+// topics of the services behind it.
+var env struct {
+	httpBase  string
+	grpc      toolgatev1.ToolServiceClient
+	jokeTopic string
+	echoTopic string
+	gw        *app.Gateway
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := testenv.CheckPulsar(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: the Pulsar broker is required and not ready: %v\n(start it with `make pulsar-up`, or run `make test`)\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	env.jokeTopic = testenv.UniqueTopic("joke")
+	svc, err := toolservice.New(toolservice.Config{ID: "joke-service", Topic: env.jokeTopic, PulsarURL: testenv.PulsarURL(), Logger: log}, jokes.Handle)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	env.echoTopic = testenv.UniqueTopic("echo")
+	echoSvc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: env.echoTopic, PulsarURL: testenv.PulsarURL(), MaxConcurrency: 512, Logger: log}, echo.Handle)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	svcDone := make(chan error, 2)
+	go func() { svcDone <- svc.Run(ctx) }()
+	go func() { svcDone <- echoSvc.Run(ctx) }()
+
+	dir, err := os.MkdirTemp("", "toolgate-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	regPath := filepath.Join(dir, "registry.yaml")
+	if err := os.WriteFile(regPath, []byte(registryYAML(env.jokeTopic, env.echoTopic)), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--pulsar-url", testenv.PulsarURL(), "--registry", regPath, "--default-timeout", "10s"}, func(string) string { return "" }, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	gw, err := app.New(cfg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	env.gw = gw
+	gwDone := make(chan error, 1)
+	go func() { gwDone <- gw.Run(ctx) }()
+	env.httpBase = "http://" + gw.HTTPAddr()
+	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer conn.Close()
+	env.grpc = toolgatev1.NewToolServiceClient(conn)
+
+	if err := waitReady(env.httpBase, 60*time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: gateway not ready:", err)
+		return 1
+	}
+	for _, topic := range []string{env.jokeTopic, env.echoTopic} {
+		if err := waitSubscribed("non-persistent://tg/request/"+topic, 30*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+	}
+	code := m.Run()
+	cancel()
+	if err := <-gwDone; err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: gateway:", err)
+		code = 1
+	}
+	for range 2 {
+		if err := <-svcDone; err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: tool service:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+func registryYAML(jokeTopic, echoTopic string) string {
+	return fmt.Sprintf(`tool-service:
+  echo-service:
+    topic: %s
+    config-params: [mode-hint]
+  joke-service:
+    id: joke-service
+    topic: %s
+    config-params:
+      - name: style
+        required: false
+tool:
+  echo:
+    type: tool-service
+    description: Echoes its arguments; see internal/echo
+    service: echo-service
+    mode-hint: none
+  tell-joke:
+    type: tool-service
+    name: tell-joke
+    description: Tell a joke on a given topic
+    service: joke-service
+    style: pun
+    arguments:
+      - name: topic
+        type: string
+        description: The topic for the joke
+  tell-dad-joke:
+    type: tool-service
+    name: tell-dad-joke
+    description: Tell a dad joke
+    service: joke-service
+    style: dad-joke
+    arguments:
+      - name: topic
+        type: string
+        description: The topic for the joke
+        required: true
+  knowledge:
+    type: knowledge-query
+    name: knowledge
+    collection: docs
+`, echoTopic, jokeTopic)
+}
+
+func waitReady(base string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("/readyz not 200 after %s (last error: %v)", d, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func waitSubscribed(topic string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for testenv.Subscriptions(topic) == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no tool service subscribed to %s after %s", topic, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}

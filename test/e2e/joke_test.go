@@ -147,4 +147,3 @@ func TestBadRequests(t *testing.T) {
 		})
 	}
 }
-

@@ -30,6 +30,10 @@ var env struct {
 	grpc      toolgatev1.ToolServiceClient
 	jokeTopic string
 	echoTopic string
+	// Topics for TrustGraph's Python services, which the interop tests
+	// start themselves: py-tell-joke → pyJokeTopic, py-fail → pyFailTopic.
+	pyJokeTopic string
+	pyFailTopic string
 	gw        *app.Gateway
 }
 
@@ -53,6 +57,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	env.echoTopic = testenv.UniqueTopic("echo")
+	env.pyJokeTopic = testenv.UniqueTopic("pyjoke")
+	env.pyFailTopic = testenv.UniqueTopic("pyfail")
 	echoSvc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: env.echoTopic, PulsarURL: testenv.PulsarURL(), MaxConcurrency: 512, Logger: log}, echo.Handle)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -69,7 +75,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	regPath := filepath.Join(dir, "registry.yaml")
-	if err := os.WriteFile(regPath, []byte(registryYAML(env.jokeTopic, env.echoTopic)), 0o644); err != nil {
+	if err := os.WriteFile(regPath, []byte(registryYAML(env.jokeTopic, env.echoTopic, env.pyJokeTopic, env.pyFailTopic)), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -121,8 +127,14 @@ func run(m *testing.M) int {
 	return code
 }
 
-func registryYAML(jokeTopic, echoTopic string) string {
+func registryYAML(jokeTopic, echoTopic, pyJokeTopic, pyFailTopic string) string {
 	return fmt.Sprintf(`tool-service:
+  py-joke-service:
+    request-queue: request:tg:%s
+    response-queue: non-persistent://tg/response/%s
+    config-params: [{name: style}]
+  py-fail-service:
+    topic: %s
   echo-service:
     topic: %s
     config-params: [mode-hint]
@@ -133,6 +145,16 @@ func registryYAML(jokeTopic, echoTopic string) string {
       - name: style
         required: false
 tool:
+  py-tell-joke:
+    type: tool-service
+    description: TrustGraph's own Python joke service
+    service: py-joke-service
+    style: pun
+    arguments: [{name: topic, type: string}]
+  py-fail:
+    type: tool-service
+    description: A Python DynamicToolService that always raises
+    service: py-fail-service
   echo:
     type: tool-service
     description: Echoes its arguments; see internal/echo
@@ -163,7 +185,7 @@ tool:
     type: knowledge-query
     name: knowledge
     collection: docs
-`, echoTopic, jokeTopic)
+`, pyJokeTopic, pyJokeTopic, pyFailTopic, echoTopic, jokeTopic)
 }
 
 func waitReady(base string, d time.Duration) error {

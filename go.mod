@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/apache/pulsar-client-go v0.19.0
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.34.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/genproto/googleapis/api v0.0.0-20261110000943-09e21b237f2c

@@ -11,8 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
@@ -34,6 +37,7 @@ type Gateway struct {
 	cfg      config.Config
 	log      *slog.Logger
 	reg      *registry.Registry
+	source   *registry.FileSource
 	broker   transport.Broker
 	bridge   *bridge.Bridge
 	grpcLis  net.Listener
@@ -59,11 +63,12 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 	for _, o := range opts {
 		o(g)
 	}
-	snap, err := registry.LoadFile(cfg.Registry, log)
+	src, err := registry.NewFileSource(cfg.Registry, log, g.onRegistrySwap)
 	if err != nil {
 		return nil, err
 	}
-	g.reg = registry.New(snap)
+	g.source, g.reg = src, src.Registry()
+	snap := g.reg.Snapshot()
 	log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
 
 	if g.broker == nil {
@@ -141,12 +146,53 @@ func (g *Gateway) Registry() *registry.Registry { return g.reg }
 func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	snap := g.reg.Snapshot()
 	d := map[string]any{
-		"registry_version": snap.Version,
+		"registry_version":         snap.Version,
+		"registry_reload_failures": g.source.Failures(),
+		"registry_last_error":      g.source.LastError(),
 		"tools":            len(snap.Tools()),
 		"broker_connected": g.listened.Load(),
 		"shutting_down":    g.stopping.Load(),
 	}
 	return g.listened.Load() && !g.stopping.Load(), d
+}
+
+// onRegistrySwap subscribes to the response topics of services a reload
+// added, so their first calls do not wait for it.
+func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
+	if g.bridge == nil {
+		return
+	}
+	for _, sv := range snap.Services() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := g.bridge.Listen(ctx, sv.ResponseTopic); err != nil {
+			g.log.Warn("cannot subscribe to a reloaded service's response topic; its first call will retry", "service", sv.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// watchRegistry reloads the registry when its file changes or on SIGHUP.
+func (g *Gateway) watchRegistry(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.source.Watch(ctx, 100*time.Millisecond); err != nil {
+			g.log.Warn("registry file watching stopped; SIGHUP still reloads", "err", err)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			<-done
+			return
+		case <-hup:
+			g.log.Info("SIGHUP: reloading the registry")
+			_ = g.source.Reload()
+		}
+	}
 }
 
 // listen subscribes to every response topic of the registry, retrying until
@@ -186,7 +232,7 @@ func (g *Gateway) listen(ctx context.Context) {
 func (g *Gateway) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		if err := g.grpcSrv.Serve(g.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -201,6 +247,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}()
 	lctx, stopListen := context.WithCancel(ctx)
 	go func() { defer wg.Done(); g.listen(lctx) }()
+	go func() { defer wg.Done(); g.watchRegistry(lctx) }()
 	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.PulsarURL)
 
 	var runErr error

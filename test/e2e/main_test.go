@@ -79,20 +79,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", testenv.PulsarURL(), "--registry", regPath, "--default-timeout", "10s"}, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	gw, err := app.New(cfg, log)
+	gw, gwDone, err := startGateway(ctx, regPath, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	env.gw = gw
-	gwDone := make(chan error, 1)
-	go func() { gwDone <- gw.Run(ctx) }()
 	env.httpBase = "http://" + gw.HTTPAddr()
 	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -125,6 +117,24 @@ func run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// startGateway runs a gateway in process on ephemeral ports with the
+// registry file at regPath, until ctx ends; its Run result arrives on the
+// channel.
+func startGateway(ctx context.Context, regPath string, log *slog.Logger) (*app.Gateway, <-chan error, error) {
+	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--pulsar-url", testenv.PulsarURL(), "--registry", regPath, "--default-timeout", "10s"}, func(string) string { return "" }, os.Stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw, err := app.New(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	return gw, done, nil
 }
 
 func registryYAML(jokeTopic, echoTopic, pyJokeTopic, pyFailTopic string) string {

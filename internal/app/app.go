@@ -149,9 +149,9 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 		"registry_version":         snap.Version,
 		"registry_reload_failures": g.source.Failures(),
 		"registry_last_error":      g.source.LastError(),
-		"tools":            len(snap.Tools()),
-		"broker_connected": g.listened.Load(),
-		"shutting_down":    g.stopping.Load(),
+		"tools":                    len(snap.Tools()),
+		"broker_connected":         g.listened.Load(),
+		"shutting_down":            g.stopping.Load(),
 	}
 	return g.listened.Load() && !g.stopping.Load(), d
 }

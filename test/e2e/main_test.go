@@ -34,7 +34,7 @@ var env struct {
 	// start themselves: py-tell-joke → pyJokeTopic, py-fail → pyFailTopic.
 	pyJokeTopic string
 	pyFailTopic string
-	gw        *app.Gateway
+	gw          *app.Gateway
 }
 
 func TestMain(m *testing.M) {

@@ -78,13 +78,18 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 		}
 		g.broker = b
 	}
-	g.bridge = bridge.New(g.broker, bridge.Options{Logger: log})
+	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight}
+	if cfg.PulsarAdminURL != "" {
+		bopts.Presence = transport.NewAdminPresence(cfg.PulsarAdminURL, log)
+	}
+	g.bridge = bridge.New(g.broker, bopts)
 
 	srv := server.New(g.reg, g.bridge, server.Options{
-		DefaultTimeout: cfg.DefaultTimeout,
-		MaxTimeout:     cfg.MaxTimeout,
-		DefaultUser:    cfg.DefaultUser,
-		Logger:         log,
+		DefaultTimeout:    cfg.DefaultTimeout,
+		MaxTimeout:        cfg.MaxTimeout,
+		DefaultUser:       cfg.DefaultUser,
+		StreamIdleTimeout: cfg.StreamIdle,
+		Logger:            log,
 	})
 	g.grpcSrv = grpc.NewServer()
 	toolgatev1.RegisterToolServiceServer(g.grpcSrv, srv)

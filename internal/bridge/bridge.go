@@ -35,7 +35,17 @@ var (
 	ErrSlowReader = errors.New("reply chunks not read fast enough")
 	// ErrClosed: the bridge is shutting down.
 	ErrClosed = errors.New("bridge closed")
+	// ErrNoListener: no tool service is subscribed to the request topic,
+	// so a request would be dropped by the broker.
+	ErrNoListener = errors.New("no tool service is listening")
 )
+
+// Presence tells whether a topic has consumers. The bridge asks it before
+// publishing, to fail at once instead of waiting for a deadline when nobody
+// listens on a non-persistent topic.
+type Presence interface {
+	Subscribed(ctx context.Context, topic string) (bool, error)
+}
 
 // Target is where a call goes.
 type Target struct {
@@ -55,6 +65,10 @@ type Options struct {
 	// SubscriptionPrefix names this instance's response subscriptions; a
 	// random suffix makes them unique (default "toolgate").
 	SubscriptionPrefix string
+	// Presence, when set, is asked before each publish whether the request
+	// topic has a subscriber; calls to a topic without one fail with
+	// ErrNoListener.
+	Presence Presence
 }
 
 // Stats are counters for metrics.
@@ -180,6 +194,14 @@ func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
 func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map[string]string) (*Call, error) {
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
+	}
+	if p := b.opts.Presence; p != nil {
+		ok, err := p.Subscribed(ctx, t.RequestTopic)
+		if err != nil {
+			b.log.Debug("cannot tell whether the request topic has subscribers; publishing anyway", "topic", t.RequestTopic, "err", err)
+		} else if !ok {
+			return nil, fmt.Errorf("%w on %s", ErrNoListener, t.RequestTopic)
+		}
 	}
 	if n := b.inFlight.Add(1); n > int64(b.opts.MaxInFlight) {
 		b.inFlight.Add(-1)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -18,6 +19,9 @@ type Config struct {
 	GRPCAddr       string
 	HTTPAddr       string
 	PulsarURL      string
+	PulsarAdminURL string
+	MaxInFlight    int
+	StreamIdle     time.Duration
 	Registry       string
 	DefaultTimeout time.Duration
 	MaxTimeout     time.Duration
@@ -50,6 +54,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	str(&c.HTTPAddr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
 	str(&c.PulsarURL, "pulsar-url", "pulsar://127.0.0.1:6650", "Pulsar broker URL")
+	str(&c.PulsarAdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", 100000, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
+	dur(&c.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
 	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); required")
 	dur(&c.DefaultTimeout, "default-timeout", 30*time.Second, "deadline of a call when neither caller nor tool service sets one")
 	dur(&c.MaxTimeout, "max-timeout", 10*time.Minute, "the longest deadline a caller may ask for")
@@ -75,6 +82,15 @@ func (c Config) validate() error {
 	}
 	if !strings.HasPrefix(c.PulsarURL, "pulsar://") && !strings.HasPrefix(c.PulsarURL, "pulsar+ssl://") {
 		errs = append(errs, fmt.Errorf("--pulsar-url %q: want pulsar://host:port or pulsar+ssl://host:port", c.PulsarURL))
+	}
+	if c.PulsarAdminURL != "" && !strings.HasPrefix(c.PulsarAdminURL, "http://") && !strings.HasPrefix(c.PulsarAdminURL, "https://") {
+		errs = append(errs, fmt.Errorf("--pulsar-admin-url %q: want http://host:port", c.PulsarAdminURL))
+	}
+	if c.MaxInFlight <= 0 {
+		errs = append(errs, errors.New("--max-in-flight must be positive"))
+	}
+	if c.StreamIdle < 0 {
+		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))
 	}
 	if c.Registry == "" {
 		errs = append(errs, errors.New("--registry is required: a JSON or YAML file with tool-service and tool sections"))
@@ -105,6 +121,19 @@ func (c Config) validate() error {
 
 func envName(flagName string) string {
 	return "TOOLGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func envInt(getenv func(string) string, name string, def int, errs *[]error) int {
+	v := getenv(envName(name))
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q: want a whole number", envName(name), v))
+		return def
+	}
+	return n
 }
 
 func envOr(getenv func(string) string, name, def string) string {

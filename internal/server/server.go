@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -38,6 +39,9 @@ type Options struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout caps any deadline a caller asks for (default 10 min).
 	MaxTimeout time.Duration
+	// StreamIdleTimeout ends a stream whose next chunk takes longer than
+	// this (0: only the call's deadline applies).
+	StreamIdleTimeout time.Duration
 	// DefaultUser is the envelope's user when the call carries no
 	// authenticated identity (default "anonymous").
 	DefaultUser string
@@ -155,7 +159,7 @@ func (s *Server) StreamTool(req *toolgatev1.StreamToolRequest, stream toolgatev1
 	defer cancel()
 	defer call.Close()
 	for i := int64(0); ; i++ {
-		ch, err := call.Recv(cctx)
+		ch, err := s.recv(cctx, call)
 		if err == io.EOF {
 			return nil
 		}
@@ -166,6 +170,19 @@ func (s *Server) StreamTool(req *toolgatev1.StreamToolRequest, stream toolgatev1
 			return err
 		}
 	}
+}
+
+// errStreamIdle ends a stream whose next chunk is late.
+var errStreamIdle = fmt.Errorf("%w: stream idle", context.DeadlineExceeded)
+
+// recv reads the next chunk, bounded by the stream idle timeout.
+func (s *Server) recv(ctx context.Context, call *bridge.Call) (bridge.Chunk, error) {
+	if s.opts.StreamIdleTimeout <= 0 {
+		return call.Recv(ctx)
+	}
+	ictx, cancel := context.WithTimeoutCause(ctx, s.opts.StreamIdleTimeout, errStreamIdle)
+	defer cancel()
+	return call.Recv(ictx)
 }
 
 // GetTool implements toolgatev1.ToolServiceServer.

@@ -74,6 +74,8 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 			msg = "tool service reported " + se.Type
 		}
 		return with(CodeForServiceError(se.Type), msg, se.Type)
+	case errors.Is(err, errStreamIdle):
+		return with(codes.DeadlineExceeded, "tool "+quote(toolName)+" sent no chunk within the stream idle timeout", "STREAM_IDLE")
 	case errors.Is(err, context.DeadlineExceeded):
 		return with(codes.DeadlineExceeded, "tool "+quote(toolName)+" did not answer before the deadline", "DEADLINE_EXCEEDED")
 	case errors.Is(err, context.Canceled):
@@ -85,6 +87,8 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 		return with(codes.ResourceExhausted, "the reply stream was not read fast enough", "SLOW_READER")
 	case errors.Is(err, bridge.ErrBadReply):
 		return with(codes.Internal, "tool "+quote(toolName)+" sent a malformed reply", "BAD_REPLY")
+	case errors.Is(err, bridge.ErrNoListener):
+		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: "+err.Error(), "NO_LISTENER")
 	case errors.Is(err, bridge.ErrClosed):
 		return with(codes.Unavailable, "the gateway is shutting down", "SHUTTING_DOWN")
 	case errors.Is(err, bridge.ErrUnavailable):

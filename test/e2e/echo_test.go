@@ -3,7 +3,9 @@ package e2e
 import (
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -111,4 +113,41 @@ func errorInfo(st *status.Status) *errdetails.ErrorInfo {
 		}
 	}
 	return nil
+}
+
+func TestNobodyListeningFailsFast(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	_, err := env.grpc.InvokeTool(t.Context(), &toolgatev1.InvokeToolRequest{Name: "nobody-home"})
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "non-persistent://tg/request/nobody-listens-here") {
+		t.Fatalf("got %v, want UNAVAILABLE naming the topic", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("took %v, want under a second", d)
+	}
+	if info := errorInfo(st); info.GetReason() != "NO_LISTENER" {
+		t.Fatalf("ErrorInfo %v, want reason NO_LISTENER", info)
+	}
+	code, body := post(t, "/v1/tools/nobody-home:invoke", `{}`)
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("HTTP %d %v, want 503", code, body)
+	}
+}
+
+func TestStreamIdleTimeout(t *testing.T) {
+	t.Parallel()
+	s, _ := structpb.NewStruct(map[string]any{"mode": "stream", "n": 3.0, "gap_ms": 2500.0})
+	st, err := env.grpc.StreamTool(t.Context(), &toolgatev1.StreamToolRequest{Name: "echo", Arguments: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.Recv()
+	if err != nil || first.GetOutput() != "0," {
+		t.Fatalf("first chunk %v %v", first, err)
+	}
+	_, err = st.Recv()
+	if status.Code(err) != codes.DeadlineExceeded || errorInfo(status.Convert(err)).GetReason() != "STREAM_IDLE" {
+		t.Fatalf("got %v, want DEADLINE_EXCEEDED (STREAM_IDLE) after the 1s idle timeout", err)
+	}
 }

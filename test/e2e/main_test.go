@@ -124,7 +124,8 @@ func run(m *testing.M) int {
 // channel.
 func startGateway(ctx context.Context, regPath string, log *slog.Logger) (*app.Gateway, <-chan error, error) {
 	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", testenv.PulsarURL(), "--registry", regPath, "--default-timeout", "10s"}, func(string) string { return "" }, os.Stderr)
+		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
+		"--registry", regPath, "--default-timeout", "10s", "--stream-idle-timeout", "1s"}, func(string) string { return "" }, os.Stderr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -145,6 +146,8 @@ func registryYAML(jokeTopic, echoTopic, pyJokeTopic, pyFailTopic string) string 
     config-params: [{name: style}]
   py-fail-service:
     topic: %s
+  nobody-service:
+    topic: nobody-listens-here
   echo-service:
     topic: %s
     config-params: [mode-hint]
@@ -155,6 +158,10 @@ func registryYAML(jokeTopic, echoTopic, pyJokeTopic, pyFailTopic string) string 
       - name: style
         required: false
 tool:
+  nobody-home:
+    type: tool-service
+    description: A tool whose service never runs
+    service: nobody-service
   py-tell-joke:
     type: tool-service
     description: TrustGraph's own Python joke service

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
@@ -270,4 +271,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # pulsar-client's asyncio layer can abort in C++ while the interpreter
+    # tears down ("terminate called without an active exception"), after the
+    # result was printed; leave without that teardown.
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -1,0 +1,136 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEncodeRequest(t *testing.T) {
+	got, err := EncodeRequest(Request{User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"user":"alice","config":"{}","arguments":"{}"}`; string(got) != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	got, _ = EncodeRequest(Request{User: "u", Config: `{"style": "pun"}`, Arguments: `{"topic":"x"}`})
+	if want := `{"user":"u","config":"{\"style\": \"pun\"}","arguments":"{\"topic\":\"x\"}"}`; string(got) != want {
+		t.Fatalf("config and arguments must be strings holding JSON: got %s", got)
+	}
+}
+
+func TestDecodeResponse(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     Response
+		bad      bool
+	}{
+		{"success", `{"error": null, "response": "hi", "end_of_stream": true}`, Response{Response: "hi", EndOfStream: true}, false},
+		{"error", `{"error": {"type": "tool-service-error", "message": "boom"}, "response": "", "end_of_stream": true}`,
+			Response{Error: &Error{Type: "tool-service-error", Message: "boom"}, EndOfStream: true}, false},
+		{"missing end_of_stream is false", `{"response": "chunk"}`, Response{Response: "chunk"}, false},
+		{"unknown keys ignored", `{"response": "x", "end_of_stream": true, "extra": [1]}`, Response{Response: "x", EndOfStream: true}, false},
+		{"empty error object is no error", `{"error": {}, "response": "x", "end_of_stream": true}`, Response{Response: "x", EndOfStream: true}, false},
+		{"not JSON", `oops`, Response{}, true},
+		{"array", `[]`, Response{}, true},
+		{"string", `"x"`, Response{}, true},
+		{"wrong type", `{"response": 1}`, Response{}, true},
+		{"error as string", `{"error": "boom"}`, Response{}, true},
+		{"empty", ``, Response{}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := DecodeResponse([]byte(c.in))
+			if c.bad {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("got %+v, %v; want ErrMalformed", got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(c.want)
+			if string(gj) != string(wj) {
+				t.Fatalf("got %s, want %s", gj, wj)
+			}
+		})
+	}
+}
+
+func TestTopics(t *testing.T) {
+	cases := []struct{ in, want, err string }{
+		{"request:tg:joke", "non-persistent://tg/request/joke", ""},
+		{"response:tg:joke", "non-persistent://tg/response/joke", ""},
+		{"flow:tg:x", "persistent://tg/flow/x", ""},
+		{"non-persistent://tg/request/joke", "non-persistent://tg/request/joke", ""},
+		{"persistent://public/default/a-b.c", "persistent://public/default/a-b.c", ""},
+		{"joke", "", "neither a full topic name"},
+		{"http://a/b/c", "", "must start with persistent://"},
+		{"non-persistent://tg/request", "", "tenant/namespace/topic"},
+		{"non-persistent://tg/req uest/x", "", "invalid namespace"},
+		{"request:tg:", "", "invalid topic"},
+	}
+	for _, c := range cases {
+		got, err := ExpandQueue(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ExpandQueue(%q) = %q, %v; want error containing %q", c.in, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("ExpandQueue(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	if RequestTopic("joke") != "non-persistent://tg/request/joke" || ResponseTopic("joke") != "non-persistent://tg/response/joke" {
+		t.Fatal("short topic form")
+	}
+}
+
+func TestDeadlineProperty(t *testing.T) {
+	at := time.UnixMilli(1767000000123)
+	got, ok := ParseDeadline(FormatDeadline(at))
+	if !ok || !got.Equal(at) {
+		t.Fatalf("round trip gave %v %v", got, ok)
+	}
+	for _, bad := range []string{"", "soon", "-5", "0"} {
+		if _, ok := ParseDeadline(bad); ok {
+			t.Errorf("ParseDeadline(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzDecodeResponse: arbitrary reply bytes give a value or an error, never
+// a panic; what decodes re-encodes and decodes to the same thing.
+func FuzzDecodeResponse(f *testing.F) {
+	for _, s := range []string{`{"error": null, "response": "hi", "end_of_stream": true}`, `{"error": {"type": "x"}}`, `[]`, `{`, "\x00", `{"response": "\ud800"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeResponse(b)
+		if err != nil {
+			return
+		}
+		enc, err := EncodeResponse(r)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		r2, err := DecodeResponse(enc)
+		if err != nil || r2.Response != r.Response || r2.EndOfStream != r.EndOfStream || (r2.Error == nil) != (r.Error == nil) {
+			t.Fatalf("round trip changed %+v into %+v (%v)", r, r2, err)
+		}
+	})
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add([]byte(`{"user": "a", "config": "{}", "arguments": "{}"}`))
+	f.Add([]byte(`{"config": {}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = DecodeRequest(b)
+	})
+}

@@ -18,6 +18,7 @@
 #   PULSAR_NAMESPACES      namespaces of tenant tg that ensure-ns creates (default "tg/request tg/response tg/notify";
 #                          tg/notify is where TrustGraph 2.x services listen for config pushes)
 #   PULSAR_EXTRA_JAVA_OPTS extra JVM flags appended to the defaults
+#   PULSAR_DATA_DIR        keep the broker's data here across restarts (default: a fresh folder per start)
 #   PULSAR_CDS             1 (default) = use/record an AppCDS class archive in the cache; 0 = off
 set -euo pipefail
 
@@ -261,10 +262,16 @@ cmd_up() {
   java="$(java_bin)"
 
   local t0=$SECONDS
-  # fresh data dir per run (restarting on old RocksDB metadata is unreliable)
-  rm -rf "$CACHE"/data-"$WEB_PORT"-*
   local data
-  data="$CACHE/data-$WEB_PORT-$(date +%Y%m%d-%H%M%S)-$$"
+  if [[ -n "${PULSAR_DATA_DIR:-}" ]]; then
+    # a kept data dir: the broker restarts with its tenants and namespaces,
+    # as a production broker does
+    data="$PULSAR_DATA_DIR"
+  else
+    # fresh data dir per run (restarting on old RocksDB metadata is unreliable)
+    rm -rf "$CACHE"/data-"$WEB_PORT"-*
+    data="$CACHE/data-$WEB_PORT-$(date +%Y%m%d-%H%M%S)-$$"
+  fi
   mkdir -p "$data"
   sed -e "s/^brokerServicePort=.*/brokerServicePort=$BROKER_PORT/" \
       -e "s/^webServicePort=.*/webServicePort=$WEB_PORT/" \

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/backoff"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
 )
 
@@ -33,6 +35,10 @@ type PulsarOptions struct {
 	// for pulsar+ssl:// URLs.
 	TLSTrustCertsFilePath      string
 	TLSAllowInsecureConnection bool
+	// MaxReconnectBackoff caps the wait between reconnection attempts of
+	// producers and consumers after the broker went away (default 2 s; the
+	// client library's own cap is 60 s, too slow for request/reply).
+	MaxReconnectBackoff time.Duration
 	// Logger receives the client's own log lines (default: discarded below
 	// warnings).
 	Logger *slog.Logger
@@ -74,6 +80,9 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 	if opts.ReceiverQueueSize <= 0 {
 		opts.ReceiverQueueSize = 1000
 	}
+	if opts.MaxReconnectBackoff <= 0 {
+		opts.MaxReconnectBackoff = 2 * time.Second
+	}
 	lg := opts.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
@@ -111,6 +120,7 @@ func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, e
 			MaxPendingMessages:      b.opts.MaxPendingPerProducer,
 			DisableBlockIfQueueFull: true,
 			SendTimeout:             b.opts.OperationTimeout,
+			BackOffPolicyFunc:       b.backoff,
 		})
 		if e.err != nil {
 			e.err = fmt.Errorf("%w: create producer for %s: %v", ErrUnavailable, topic, e.err)
@@ -178,6 +188,7 @@ func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ 
 		// One ack per message: the grouping tracker is what loses messages
 		// whose ids repeat.
 		AckGroupingOptions: &pulsar.AckGroupingOptions{MaxSize: 1},
+		BackOffPolicyFunc:  b.backoff,
 	}
 	type result struct {
 		c   pulsar.Consumer
@@ -245,6 +256,24 @@ func (s *pulsarSub) Close() error {
 	})
 	return nil
 }
+
+func (b *Pulsar) backoff() backoff.Policy {
+	return &cappedBackoff{max: b.opts.MaxReconnectBackoff}
+}
+
+// cappedBackoff doubles from 100 ms up to max, with up to 20% jitter.
+type cappedBackoff struct {
+	max, cur time.Duration
+}
+
+func (c *cappedBackoff) Next() time.Duration {
+	c.cur = min(max(2*c.cur, 100*time.Millisecond), c.max)
+	return c.cur + time.Duration(rand.Int64N(int64(c.cur)/5+1))
+}
+
+func (c *cappedBackoff) IsMaxBackoffReached() bool { return c.cur >= c.max }
+
+func (c *cappedBackoff) Reset() { c.cur = 0 }
 
 // Close implements Broker: it closes every producer and the client.
 func (b *Pulsar) Close() {

@@ -1,0 +1,284 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Metadata keys credentials arrive under.
+const (
+	authorizationMD = "authorization"
+	apiKeyMD        = "x-api-key"
+)
+
+// MsgMissingCredentials is the status message of a call without
+// credentials when anonymous calls are not allowed.
+const MsgMissingCredentials = "missing credentials: send Authorization: Bearer <API key or JWT>"
+
+// DefaultPublicMethods are the gRPC methods reachable without credentials
+// unless WithPublicMethods says otherwise: health checks and server
+// reflection.
+func DefaultPublicMethods() []string {
+	return []string{
+		"/grpc.health.v1.Health/*",
+		"/grpc.reflection.v1.ServerReflection/*",
+		"/grpc.reflection.v1alpha.ServerReflection/*",
+	}
+}
+
+// Authenticator establishes and checks the identity of gRPC calls. Build
+// it with New and install UnaryInterceptor and StreamInterceptor.
+type Authenticator struct {
+	keys        *APIKeys
+	jwt         *JWTVerifier
+	clientCerts bool
+	fwd         *Forwarder
+	anonymous   bool
+	anonUser    string
+	policy      *Policy
+	public      []string
+	resource    Resource
+	hook        func(context.Context, Identity) context.Context
+	log         *slog.Logger
+}
+
+// Option configures an Authenticator.
+type Option func(*Authenticator)
+
+// WithAPIKeys accepts the API keys in k, sent as "authorization: Bearer
+// <key>" or "x-api-key: <key>".
+func WithAPIKeys(k *APIKeys) Option { return func(a *Authenticator) { a.keys = k } }
+
+// WithJWT accepts JWT bearer tokens that v verifies.
+func WithJWT(v *JWTVerifier) Option { return func(a *Authenticator) { a.jwt = v } }
+
+// WithClientCerts accepts a client certificate the gRPC server's TLS
+// verified (see certIdentity for how it names the user). Only calls with
+// no bearer credential use it.
+func WithClientCerts() Option { return func(a *Authenticator) { a.clientCerts = true } }
+
+// WithForwarder accepts identities f forwarded from the HTTP side.
+func WithForwarder(f *Forwarder) Option { return func(a *Authenticator) { a.fwd = f } }
+
+// WithAnonymous lets calls without any credential through as user, with
+// Method MethodAnonymous. Without it they fail with Unauthenticated.
+func WithAnonymous(user string) Option {
+	return func(a *Authenticator) { a.anonymous, a.anonUser = true, user }
+}
+
+// WithPolicy authorizes every authenticated call against p: what p does
+// not allow is denied. Without a policy every authenticated call is
+// allowed.
+func WithPolicy(p *Policy) Option { return func(a *Authenticator) { a.policy = p } }
+
+// WithPublicMethods replaces DefaultPublicMethods: path.Match patterns of
+// full gRPC method names ("/grpc.health.v1.Health/*") that need neither
+// credentials nor authorization.
+func WithPublicMethods(patterns ...string) Option {
+	return func(a *Authenticator) { a.public = patterns }
+}
+
+// WithResource replaces ToolgateResource, which says what each method does
+// for the policy.
+func WithResource(r Resource) Option { return func(a *Authenticator) { a.resource = r } }
+
+// WithContextHook lets the caller add to an authenticated call's context,
+// for example
+//
+//	auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
+//		return server.WithUser(ctx, id.User)
+//	})
+//
+// so that this package need not import the server.
+func WithContextHook(f func(context.Context, Identity) context.Context) Option {
+	return func(a *Authenticator) { a.hook = f }
+}
+
+// WithLogger logs why calls were refused (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(a *Authenticator) { a.log = l } }
+
+// New returns an Authenticator. It fails when no call could ever be
+// authenticated: no keys, JWT, client certificates, forwarder, nor
+// anonymous calls.
+func New(opts ...Option) (*Authenticator, error) {
+	a := &Authenticator{public: DefaultPublicMethods(), resource: ToolgateResource}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.keys == nil && a.jwt == nil && !a.clientCerts && a.fwd == nil && !a.anonymous {
+		return nil, errors.New("auth: nothing to authenticate with: configure API keys, JWT or client certificates, or allow anonymous calls")
+	}
+	if a.anonymous && strings.TrimSpace(a.anonUser) == "" {
+		return nil, errors.New("auth: anonymous calls need a user name")
+	}
+	if err := checkPatterns(a.public); err != nil {
+		return nil, fmt.Errorf("auth: public methods: %w", err)
+	}
+	if a.resource == nil {
+		a.resource = ToolgateResource
+	}
+	return a, nil
+}
+
+// refusal is an authentication failure: a safe message for the client and
+// a cause for the log.
+type refusal struct {
+	msg   string
+	cause error
+}
+
+func (r *refusal) Error() string { return r.msg + ": " + r.cause.Error() }
+
+func refuse(msg string, cause error) *refusal { return &refusal{msg: msg, cause: cause} }
+
+// authenticate establishes the identity of a call to method.
+//
+// Order: an explicit bearer credential (Authorization or X-Api-Key) wins
+// and is never second-guessed — if it is bad the call fails; else a
+// forwarded client-certificate identity; else the gRPC connection's
+// verified client certificate; else the anonymous user, when allowed.
+// Reserved metadata that does not verify fails the call whatever else it
+// carries.
+func (a *Authenticator) authenticate(ctx context.Context, method string) (Identity, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for k := range md {
+		if strings.HasPrefix(k, ReservedPrefix) && k != forwardedKey {
+			return Identity{}, refuse("metadata "+k+" is reserved for the gateway", errors.New("reserved metadata from outside"))
+		}
+	}
+	fwdID, fwdOK, err := a.fwd.forwarded(md, method)
+	if err != nil {
+		return Identity{}, refuse("metadata "+forwardedKey+" is reserved for the gateway", err)
+	}
+
+	cred, kind, err := credential(md)
+	if err != nil {
+		return Identity{}, err
+	}
+	if cred != "" {
+		return a.bearer(cred, kind)
+	}
+	if fwdOK {
+		return fwdID, nil
+	}
+	if a.clientCerts {
+		if p, ok := peer.FromContext(ctx); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+				if leaf := verifiedLeaf(&ti.State); leaf != nil {
+					id, err := certIdentity(leaf)
+					if err != nil {
+						return Identity{}, refuse("client certificate names no user", err)
+					}
+					return id, nil
+				}
+			}
+		}
+	}
+	if a.anonymous {
+		return Identity{User: a.anonUser, Method: MethodAnonymous}, nil
+	}
+	return Identity{}, refuse(MsgMissingCredentials, errors.New("no credentials"))
+}
+
+// credential returns the one bearer credential in md and the metadata key
+// it came under; "" when there is none.
+func credential(md metadata.MD) (cred, kind string, err error) {
+	authz, keys := md.Get(authorizationMD), md.Get(apiKeyMD)
+	if len(authz)+len(keys) > 1 {
+		return "", "", refuse("send one credential, in Authorization or X-Api-Key", fmt.Errorf("%d authorization and %d x-api-key values", len(authz), len(keys)))
+	}
+	if len(keys) == 1 {
+		k := strings.TrimSpace(keys[0])
+		if k == "" {
+			return "", "", refuse("empty X-Api-Key", errors.New("empty x-api-key"))
+		}
+		return k, apiKeyMD, nil
+	}
+	if len(authz) == 1 {
+		scheme, tok, ok := strings.Cut(strings.TrimSpace(authz[0]), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+			return "", "", refuse("unsupported Authorization: send Authorization: Bearer <API key or JWT>", errors.New("not a bearer credential"))
+		}
+		return strings.TrimSpace(tok), authorizationMD, nil
+	}
+	return "", "", nil
+}
+
+// bearer authenticates a presented API key or JWT. A credential shaped
+// like a JWT is checked as one when JWTs are accepted; anything else is
+// an API key.
+func (a *Authenticator) bearer(cred, kind string) (Identity, error) {
+	if kind == authorizationMD && a.jwt != nil && looksLikeJWT(cred) {
+		id, err := a.jwt.Verify(cred)
+		switch {
+		case err == nil:
+			return id, nil
+		case errors.Is(err, jwt.ErrTokenExpired):
+			return Identity{}, refuse("token expired", err)
+		case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+			return Identity{}, refuse("token not valid yet", err)
+		default:
+			return Identity{}, refuse("invalid token", err)
+		}
+	}
+	if a.keys == nil {
+		return Identity{}, refuse("invalid credentials", errors.New("API keys are not enabled and the credential is not an acceptable JWT"))
+	}
+	id, ok := a.keys.Lookup(cred)
+	if !ok {
+		return Identity{}, refuse("invalid API key", errors.New("no such key"))
+	}
+	return id, nil
+}
+
+// isPublic reports whether method needs no credentials.
+func (a *Authenticator) isPublic(method string) bool { return matchAny(a.public, method) }
+
+// fail turns an authentication error into a status, logging the cause.
+func (a *Authenticator) fail(ctx context.Context, method string, err error) error {
+	var r *refusal
+	if !errors.As(err, &r) {
+		r = refuse("authentication failed", err)
+	}
+	attrs := []any{"rpc", method, "reason", r.msg, "cause", r.cause}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		attrs = append(attrs, "peer", p.Addr.String())
+	}
+	a.log.InfoContext(ctx, "call refused: not authenticated", attrs...)
+	return status.Error(codes.Unauthenticated, r.msg)
+}
+
+// authorize checks id against the policy for a call to method with
+// request req (nil when not yet known).
+func (a *Authenticator) authorize(ctx context.Context, id Identity, method string, req any) error {
+	if a.policy == nil {
+		return nil
+	}
+	action, tool, known := a.resource(method, req)
+	var msg string
+	switch {
+	case !known:
+		msg = "permission denied: " + method + " is not covered by the access policy"
+	case a.policy.Allowed(id, action, tool):
+		return nil
+	case tool == "":
+		msg = fmt.Sprintf("permission denied: user %q may not %s tools", id.User, action)
+	default:
+		msg = fmt.Sprintf("permission denied: user %q may not %s tool %q", id.User, action, tool)
+	}
+	a.log.InfoContext(ctx, "call refused: not authorized", "rpc", method, "user", id.User, "auth", id.Method, "action", action, "tool", tool)
+	return status.Error(codes.PermissionDenied, msg)
+}

@@ -1,0 +1,71 @@
+package auth_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/limits"
+	"github.com/toolgate/toolgate/internal/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Example_wiring shows how the composition root puts auth and limits
+// around the gRPC server and the REST side (compiled, not run).
+func Example_wiring() {
+	log := slog.Default()
+	keys, err := auth.LoadAPIKeys("testdata/apikeys.yaml") // --api-keys
+	if err != nil {
+		panic(err)
+	}
+	policy, err := auth.LoadPolicy("testdata/policy.yaml") // --policy
+	if err != nil {
+		panic(err)
+	}
+	fwd, err := auth.NewForwarder() // client certificates over REST
+	if err != nil {
+		panic(err)
+	}
+	authn, err := auth.New(
+		auth.WithAPIKeys(keys),
+		auth.WithForwarder(fwd),
+		auth.WithPolicy(policy),
+		auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
+			return server.WithUser(ctx, id.User) // the envelope's user
+		}),
+		auth.WithLogger(log),
+	)
+	if err != nil {
+		panic(err)
+	}
+	lim, err := limits.New(10, 20, limits.WithKey(auth.User), limits.WithLogger(log))
+	if err != nil {
+		panic(err)
+	}
+
+	// gRPC: authenticate first, so the limiter keys on the user.
+	grpcSrv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(authn.UnaryInterceptor(), lim.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(authn.StreamInterceptor(), lim.StreamInterceptor()),
+	)
+	defer grpcSrv.Stop()
+
+	// REST: the gateway's own connection forwards client-certificate
+	// identities; the mux forwards X-Api-Key and sets Retry-After.
+	conn, err := grpc.NewClient("127.0.0.1:9090", grpc.WithTransportCredentials(insecure.NewCredentials()), fwd.DialOption())
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = conn.Close() }()
+	gw := runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(auth.HeaderMatcher),
+		runtime.WithErrorHandler(limits.ErrorHandler),
+		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
+	)
+	var h http.Handler = limits.MaxBody(limits.DefaultMaxBody, gw)
+	h = fwd.Middleware(h)
+	_ = h
+}

@@ -35,7 +35,8 @@ go build -o bin/ ./cmd/gateway ./cmd/joke-service ./cmd/echo-service
 
 bin/joke-service & pids+=($!)
 bin/echo-service & pids+=($!)
-bin/gateway --registry "$REGISTRY" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" & pids+=($!)
+bin/gateway --registry "$REGISTRY" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" \
+	--pulsar-admin-url "http://127.0.0.1:${PULSAR_WEB_PORT:-8080}" --allow-anonymous & pids+=($!)
 
 for _ in $(seq 1 150); do
 	if curl -fsS "http://$HTTP_ADDR/readyz" >/dev/null 2>&1 \

@@ -26,7 +26,6 @@ import (
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/internal/transport"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -46,6 +45,7 @@ type Gateway struct {
 	httpSrv  *http.Server
 	health   *health.Server
 	conn     *grpc.ClientConn
+	sec      *security
 	listened atomic.Bool // every known response topic is subscribed
 	stopping atomic.Bool
 }
@@ -90,8 +90,18 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 		DefaultUser:       cfg.DefaultUser,
 		StreamIdleTimeout: cfg.StreamIdle,
 		Logger:            log,
+		Allowed: func(ctx context.Context, action, tool string) bool {
+			return g.sec.allowed(ctx, action, tool)
+		},
 	})
-	g.grpcSrv = grpc.NewServer()
+	sec, err := newSecurity(cfg, log)
+	if err != nil {
+		g.bridge.Close()
+		g.broker.Close()
+		return nil, err
+	}
+	g.sec = sec
+	g.grpcSrv = grpc.NewServer(sec.serverOptions()...)
 	toolgatev1.RegisterToolServiceServer(g.grpcSrv, srv)
 	g.health = health.NewServer()
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -107,18 +117,20 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 		g.closeEarly()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
-	g.conn, err = grpc.NewClient(g.grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	g.conn, err = grpc.NewClient(g.grpcLis.Addr().String(), sec.dialOptions()...)
 	if err != nil {
 		g.closeEarly()
 		return nil, fmt.Errorf("dial own gRPC server: %w", err)
 	}
-	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready})
+	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready, MuxOptions: sec.muxOptions()})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
 	}
 	g.httpSrv = &http.Server{
-		Handler:           h,
+		Handler:           sec.wrapHTTP(h),
+		TLSConfig:         sec.tls,
+		MaxHeaderBytes:    64 << 10,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -246,7 +258,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if err := g.httpSrv.Serve(g.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := g.httpSrv.Serve
+		if g.sec.tls != nil {
+			serve = func(l net.Listener) error { return g.httpSrv.ServeTLS(l, "", "") }
+		}
+		if err := serve(g.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("HTTP server: %w", err)
 		}
 	}()

@@ -29,6 +29,24 @@ type Config struct {
 	DefaultUser    string
 	LogFormat      string
 	LogLevel       string
+
+	// Transport security.
+	TLSCert  string
+	TLSKey   string
+	ClientCA string
+	// Authentication and authorization.
+	APIKeys        string
+	JWTSecretFile  string
+	JWTJWKSFile    string
+	JWTIssuer      string
+	JWTAudience    string
+	JWTUserClaim   string
+	JWTRolesClaim  string
+	Policy         string
+	AllowAnonymous bool
+	RateLimit      float64
+	RateBurst      int
+	MaxBodyBytes   int
 }
 
 // Parse reads args (without the program name) and the environment.
@@ -64,6 +82,21 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.DefaultUser, "default-user", "anonymous", "envelope user for calls without an authenticated identity")
 	str(&c.LogFormat, "log-format", "text", "log format: text or json")
 	str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	str(&c.TLSCert, "tls-cert", "", "PEM certificate for TLS on the gRPC and HTTP listeners")
+	str(&c.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	str(&c.ClientCA, "client-ca", "", "PEM CA bundle: verify client certificates (mTLS) and accept them as identities; needs --tls-cert")
+	str(&c.APIKeys, "api-keys", "", "file of hashed API keys (key hash → user, roles)")
+	str(&c.JWTSecretFile, "jwt-hs256-secret-file", "", "file holding the HS256 secret of JWT bearer tokens")
+	str(&c.JWTJWKSFile, "jwt-jwks-file", "", "JWKS file with the public keys of RS/ES/PS/EdDSA JWT bearer tokens")
+	str(&c.JWTIssuer, "jwt-issuer", "", "required JWT issuer (iss)")
+	str(&c.JWTAudience, "jwt-audience", "", "required JWT audience (aud)")
+	str(&c.JWTUserClaim, "jwt-user-claim", "sub", "JWT claim holding the user")
+	str(&c.JWTRolesClaim, "jwt-roles-claim", "", "JWT claim holding the roles (dots reach into objects)")
+	str(&c.Policy, "policy", "", "authorization policy file: which users/roles may list and invoke which tools; none = every authenticated caller may do everything")
+	fs.BoolVar(&c.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
+	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
+	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", 20, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", 1<<20, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -91,6 +124,21 @@ func (c Config) validate() error {
 	}
 	if c.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
+	}
+	if c.ClientCA != "" && c.TLSCert == "" {
+		errs = append(errs, errors.New("--client-ca needs --tls-cert and --tls-key: client certificates travel over TLS"))
+	}
+	if c.RateLimit < 0 || c.RateBurst < 1 {
+		errs = append(errs, errors.New("--rate-limit must not be negative and --rate-burst must be at least 1"))
+	}
+	if c.MaxBodyBytes < 1 {
+		errs = append(errs, errors.New("--max-body-bytes must be positive"))
+	}
+	if c.APIKeys == "" && c.JWTSecretFile == "" && c.JWTJWKSFile == "" && c.ClientCA == "" && !c.AllowAnonymous {
+		errs = append(errs, errors.New("no way to authenticate callers: give --api-keys, --jwt-hs256-secret-file, --jwt-jwks-file or --client-ca, or --allow-anonymous to serve everyone as --default-user"))
 	}
 	if c.Registry == "" {
 		errs = append(errs, errors.New("--registry is required: a JSON or YAML file with tool-service and tool sections"))
@@ -121,6 +169,31 @@ func (c Config) validate() error {
 
 func envName(flagName string) string {
 	return "TOOLGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func envBool(getenv func(string) string, name string, errs *[]error) bool {
+	v := getenv(envName(name))
+	if v == "" {
+		return false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q: want true or false", envName(name), v))
+	}
+	return b
+}
+
+func envFloat(getenv func(string) string, name string, def float64, errs *[]error) float64 {
+	v := getenv(envName(name))
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q: want a number", envName(name), v))
+		return def
+	}
+	return f
 }
 
 func envInt(getenv func(string) string, name string, def int, errs *[]error) int {

@@ -25,6 +25,9 @@ type ReadyFunc func(ctx context.Context) (ready bool, details map[string]any)
 type Options struct {
 	Logger *slog.Logger
 	Ready  ReadyFunc
+	// MuxOptions add to grpc-gateway's mux (header matching, error
+	// handlers).
+	MuxOptions []runtime.ServeMuxOption
 }
 
 // New returns the HTTP handler. conn is a client connection to the gateway's
@@ -37,9 +40,9 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
-	gw := runtime.NewServeMux(
+	gw := runtime.NewServeMux(append([]runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
-	)
+	}, opts.MuxOptions...)...)
 	if err := toolgatev1.RegisterToolServiceHandler(ctx, gw, conn); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}

@@ -47,6 +47,10 @@ type Options struct {
 	DefaultUser string
 	// Logger (default: discard).
 	Logger *slog.Logger
+	// Allowed, when set, hides from the lists the tools a caller may not
+	// use (action "list" or "invoke"); the authorization interceptor
+	// enforces calls.
+	Allowed func(ctx context.Context, action, tool string) bool
 }
 
 // Server implements toolgatev1.ToolServiceServer.
@@ -195,8 +199,17 @@ func (s *Server) GetTool(_ context.Context, req *toolgatev1.GetToolRequest) (*to
 }
 
 // ListTools implements toolgatev1.ToolServiceServer.
-func (s *Server) ListTools(_ context.Context, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
+func (s *Server) ListTools(ctx context.Context, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
 	tools := s.reg.Snapshot().Tools()
+	if s.opts.Allowed != nil {
+		visible := make([]*registry.Tool, 0, len(tools))
+		for _, t := range tools {
+			if s.opts.Allowed(ctx, "list", t.Name) {
+				visible = append(visible, t)
+			}
+		}
+		tools = visible
+	}
 	start, end, next, err := page(len(tools), func(i int) string { return tools[i].Name }, req.GetPageSize(), req.GetPageToken())
 	if err != nil {
 		return nil, err

@@ -127,7 +127,7 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", pulsarURL,
-		"--registry", reg, "--shutdown-grace", "2s"}, func(string) string { return "" }, os.Stderr)
+		"--registry", reg, "--shutdown-grace", "2s", "--allow-anonymous"}, func(string) string { return "" }, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,188 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/limits"
+	"github.com/toolgate/toolgate/internal/server"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// security is everything that decides who may call what: TLS, the
+// authenticator, the authorization policy and the rate limiter. gRPC and
+// REST share it, because REST calls pass through the gRPC server.
+type security struct {
+	authn  *auth.Authenticator
+	policy *auth.Policy
+	lim    *limits.Limiter
+	fwd    *auth.Forwarder
+	tls    *tls.Config // nil: plain text
+	cert   []byte      // our own leaf certificate, pinned by the internal REST→gRPC connection
+	body   int64
+}
+
+func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
+	s := &security{body: int64(cfg.MaxBodyBytes)}
+	opts := []auth.Option{
+		auth.WithLogger(log),
+		auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
+			return server.WithUser(ctx, id.User)
+		}),
+	}
+	if cfg.TLSCert != "" {
+		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		s.cert = pair.Certificate[0]
+		s.tls = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+		if cfg.ClientCA != "" {
+			pem, err := os.ReadFile(cfg.ClientCA)
+			if err != nil {
+				return nil, fmt.Errorf("--client-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--client-ca %s: no PEM certificates in it", cfg.ClientCA)
+			}
+			s.tls.ClientCAs = pool
+			// Certificates are one way to authenticate among others.
+			s.tls.ClientAuth = tls.VerifyClientCertIfGiven
+			if s.fwd, err = auth.NewForwarder(); err != nil {
+				return nil, err
+			}
+			opts = append(opts, auth.WithClientCerts(), auth.WithForwarder(s.fwd))
+		}
+	}
+	if cfg.APIKeys != "" {
+		keys, err := auth.LoadAPIKeys(cfg.APIKeys)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, auth.WithAPIKeys(keys))
+	}
+	if cfg.JWTSecretFile != "" || cfg.JWTJWKSFile != "" {
+		jc := auth.JWTConfig{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, UserClaim: cfg.JWTUserClaim, RolesClaim: cfg.JWTRolesClaim}
+		if cfg.JWTSecretFile != "" {
+			b, err := os.ReadFile(cfg.JWTSecretFile)
+			if err != nil {
+				return nil, fmt.Errorf("--jwt-hs256-secret-file: %w", err)
+			}
+			jc.HS256Secret = bytes.TrimSpace(b)
+		}
+		if cfg.JWTJWKSFile != "" {
+			b, err := os.ReadFile(cfg.JWTJWKSFile)
+			if err != nil {
+				return nil, fmt.Errorf("--jwt-jwks-file: %w", err)
+			}
+			jc.JWKS = b
+		}
+		v, err := auth.NewJWTVerifier(jc)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, auth.WithJWT(v))
+	}
+	if cfg.Policy != "" {
+		p, err := auth.LoadPolicy(cfg.Policy)
+		if err != nil {
+			return nil, err
+		}
+		s.policy = p
+		opts = append(opts, auth.WithPolicy(p))
+	}
+	if cfg.AllowAnonymous {
+		opts = append(opts, auth.WithAnonymous(cfg.DefaultUser))
+	}
+	var err error
+	if s.authn, err = auth.New(opts...); err != nil {
+		return nil, err
+	}
+	if cfg.RateLimit > 0 {
+		if s.lim, err = limits.New(cfg.RateLimit, cfg.RateBurst, limits.WithKey(auth.User), limits.WithLogger(log)); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// serverOptions authenticate first, so the limiter keys on the user.
+func (s *security) serverOptions() []grpc.ServerOption {
+	unary := []grpc.UnaryServerInterceptor{s.authn.UnaryInterceptor()}
+	stream := []grpc.StreamServerInterceptor{s.authn.StreamInterceptor()}
+	if s.lim != nil {
+		unary = append(unary, s.lim.UnaryInterceptor())
+		stream = append(stream, s.lim.StreamInterceptor())
+	}
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+	if s.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+	}
+	return opts
+}
+
+// dialOptions are for the REST side's connection to our own gRPC server. It
+// presents no client certificate (callers' certificates are forwarded as
+// signed identities instead) and trusts exactly our own certificate.
+func (s *security) dialOptions() []grpc.DialOption {
+	var opts []grpc.DialOption
+	if s.tls == nil {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	} else {
+		own := s.cert
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			MinVersion:         tls.VersionTLS12,
+			InsecureSkipVerify: true, // replaced by the pin below: the name may not match the loopback address
+			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+				if len(raw) == 0 || !bytes.Equal(raw[0], own) {
+					return errors.New("internal connection: the gRPC server did not present the gateway's own certificate")
+				}
+				return nil
+			},
+		})))
+	}
+	if s.fwd != nil {
+		opts = append(opts, s.fwd.DialOption())
+	}
+	return opts
+}
+
+// muxOptions forward X-Api-Key, set Retry-After and map oversized bodies.
+func (s *security) muxOptions() []runtime.ServeMuxOption {
+	return []runtime.ServeMuxOption{
+		runtime.WithIncomingHeaderMatcher(auth.HeaderMatcher),
+		runtime.WithErrorHandler(limits.ErrorHandler),
+		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
+	}
+}
+
+// wrapHTTP adds the body limit and the client-certificate forwarding.
+func (s *security) wrapHTTP(h http.Handler) http.Handler {
+	h = limits.MaxBody(s.body, h)
+	if s.fwd != nil {
+		h = s.fwd.Middleware(h)
+	}
+	return h
+}
+
+// allowed is the server's view of the policy: may the caller see tool?
+func (s *security) allowed(ctx context.Context, action, tool string) bool {
+	if s.policy == nil {
+		return true
+	}
+	id, ok := auth.FromContext(ctx)
+	return ok && s.policy.Allowed(id, action, tool)
+}

@@ -283,27 +283,37 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 func (g *Gateway) shutdown() {
-	g.stopping.Store(true)
+	g.stopping.Store(true) // /readyz turns not-ready at once
 	g.health.Shutdown()
-	g.log.Info("shutting down", "grace", g.cfg.ShutdownGrace)
+	g.log.Info("shutting down: refusing new calls, letting calls in flight finish", "grace", g.cfg.ShutdownGrace,
+		"in_flight", g.bridge.Stats().InFlight)
 	grace, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
 	defer cancel()
 
-	// HTTP first: its requests are gRPC calls through g.conn.
-	if err := g.httpSrv.Shutdown(grace); err != nil {
-		g.log.Warn("HTTP calls still open after the grace period; closing them", "err", err)
-		_ = g.httpSrv.Close()
-	}
-	done := make(chan struct{})
-	go func() { g.grpcSrv.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-grace.Done():
-		g.log.Warn("gRPC calls still open after the grace period; closing them")
-		g.bridge.Close() // pending calls end with UNAVAILABLE
-		g.grpcSrv.Stop()
-		<-done
-	}
+	// Both servers stop accepting at once; what is in flight may finish.
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := g.httpSrv.Shutdown(grace); err != nil {
+			g.log.Warn("HTTP calls still open after the grace period; closing them", "err", err)
+			_ = g.httpSrv.Close()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		done := make(chan struct{})
+		go func() { g.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-grace.Done():
+			g.log.Warn("gRPC calls still open after the grace period; ending them with UNAVAILABLE")
+			g.bridge.Close() // pending calls end with UNAVAILABLE
+			g.grpcSrv.Stop()
+			<-done
+		}
+	}()
+	wg.Wait()
 	_ = g.conn.Close()
 	g.bridge.Close()
 	g.broker.Close()

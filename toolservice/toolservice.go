@@ -281,9 +281,12 @@ func (s *Service) serve(m transport.Message) {
 	s.handled.Add(1)
 	if err != nil {
 		var te *Error
-		if errors.As(err, &te) {
+		switch {
+		case errors.As(err, &te):
 			fail(te.Type, te.Message)
-		} else {
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			fail("timeout", "the request's deadline passed: "+err.Error())
+		default:
 			fail(wire.ErrorTypeToolService, err.Error())
 		}
 		return

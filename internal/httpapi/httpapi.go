@@ -37,7 +37,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	marshaler := &runtime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
 	gw := runtime.NewServeMux(append([]runtime.ServeMuxOption{

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -98,8 +99,13 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 	}
 }
 
-// status converts err and logs its cause.
+// status converts err and logs its cause. Once the call's own deadline has
+// passed, that is what the caller hears about, even if the service's
+// reply about running out of time won the race.
 func (s *Server) status(ctx context.Context, err error, toolName string, tool *registry.Tool) error {
+	if cerr := context.Cause(ctx); cerr != nil && errors.Is(cerr, context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w (the tool service answered: %v)", cerr, err)
+	}
 	st := toStatus(err, toolName, tool)
 	lvl := slog.LevelInfo
 	if st.Code() == codes.Internal || st.Code() == codes.Unavailable {

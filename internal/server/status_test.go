@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/registry"
@@ -73,5 +74,20 @@ func TestToStatus(t *testing.T) {
 	in := status.Error(codes.NotFound, "tool x not found")
 	if st := toStatus(in, "x", nil); st.Code() != codes.NotFound || st.Message() != "tool x not found" {
 		t.Fatalf("status changed: %v", st)
+	}
+}
+
+func TestOwnDeadlineWinsOverServiceReply(t *testing.T) {
+	t.Parallel()
+	s := New(nil, nil, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	err := s.status(ctx, &wire.Error{Type: "tool-service-error", Message: "context deadline exceeded"}, "t", &registry.Tool{Service: &registry.Service{ID: "svc"}})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DEADLINE_EXCEEDED once the call's deadline passed", err)
+	}
+	err = s.status(context.Background(), &wire.Error{Type: "tool-service-error", Message: "boom"}, "t", &registry.Tool{Service: &registry.Service{ID: "svc"}})
+	if status.Code(err) != codes.Unknown {
+		t.Fatalf("got %v, want UNKNOWN while the deadline has not passed", err)
 	}
 }

@@ -94,13 +94,26 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 		Authentication:             opts.Authentication,
 		TLSTrustCertsFilePath:      opts.TLSTrustCertsFilePath,
 		TLSAllowInsecureConnection: opts.TLSAllowInsecureConnection,
-		Logger:                     plog.NewLoggerWithSlog(lg.With("component", "pulsar-client")),
+		Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{lg.Handler()}).With("component", "pulsar-client")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pulsar: %w: %v", ErrUnavailable, err)
 	}
 	return &Pulsar{client: c, opts: opts, log: lg, producers: map[string]*producerEntry{}}, nil
 }
+
+// quieter passes on the client library's warnings and errors only: its
+// informational lines (one per producer and consumer opened or closed)
+// would drown the gateway's own.
+type quieter struct{ slog.Handler }
+
+func (q quieter) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && q.Handler.Enabled(ctx, l)
+}
+
+func (q quieter) WithAttrs(as []slog.Attr) slog.Handler { return quieter{q.Handler.WithAttrs(as)} }
+
+func (q quieter) WithGroup(name string) slog.Handler { return quieter{q.Handler.WithGroup(name)} }
 
 func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, error) {
 	b.mu.Lock()

@@ -2,7 +2,7 @@
 SHELL := bash
 GO    ?= go
 
-.PHONY: all build test run pulsar-up pulsar-down generate checkgenerate lint fmt clean
+.PHONY: all build test run pulsar-up pulsar-down generate checkgenerate breaking lint fmt clean
 
 all: build
 
@@ -33,6 +33,10 @@ generate:
 ## checkgenerate: fail when generated code is not what proto/ gives
 checkgenerate:
 	scripts/checkgenerate.sh
+
+## breaking: fail when proto/ breaks compatibility with its first published version
+breaking:
+	scripts/breaking.sh $$(git rev-list --reverse HEAD -- proto | head -1)
 
 ## lint: gofmt, go vet
 lint:

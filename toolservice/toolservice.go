@@ -28,6 +28,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Handler answers one call. It returns the reply: a string is sent as is,
@@ -230,6 +231,10 @@ func (s *Service) serve(m transport.Message) {
 		id = "unknown" // what the Python base class answers with
 	}
 	ctx := s.callCtx
+	if m.Properties[wire.PropTraceparent] != "" {
+		// The caller's trace: spans the handler starts join it.
+		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(m.Properties))
+	}
 	if dl, ok := wire.ParseDeadline(m.Properties[wire.PropDeadline]); ok {
 		if time.Now().After(dl) {
 			s.dropped.Add(1)

@@ -19,11 +19,13 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -33,21 +35,24 @@ import (
 
 // Gateway is a running gateway.
 type Gateway struct {
-	cfg      config.Config
-	log      *slog.Logger
-	reg      *registry.Registry
-	source   *registry.FileSource
-	broker   transport.Broker
-	bridge   *bridge.Bridge
-	grpcLis  net.Listener
-	httpLis  net.Listener
-	grpcSrv  *grpc.Server
-	httpSrv  *http.Server
-	health   *health.Server
-	conn     *grpc.ClientConn
-	sec      *security
-	listened atomic.Bool // every known response topic is subscribed
-	stopping atomic.Bool
+	cfg     config.Config
+	log     *slog.Logger
+	reg     *registry.Registry
+	source  *registry.FileSource
+	broker  transport.Broker
+	bridge  *bridge.Bridge
+	grpcLis net.Listener
+	httpLis net.Listener
+	grpcSrv *grpc.Server
+	httpSrv *http.Server
+	health  *health.Server
+	conn    *grpc.ClientConn
+	sec     *security
+	metrics *telemetry.Metrics
+	// stopTracing flushes and stops the trace exporter.
+	stopTracing func(context.Context) error
+	listened    atomic.Bool // every known response topic is subscribed
+	stopping    atomic.Bool
 }
 
 // Option changes how the gateway is built.
@@ -78,7 +83,13 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 		}
 		g.broker = b
 	}
-	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight}
+	g.stopTracing, err = telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
+		OTLPEndpoint: cfg.OTLPEndpoint, OTLPInsecure: cfg.OTLPInsecure, Logger: log})
+	if err != nil {
+		g.broker.Close()
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: publishSpan}
 	if cfg.PulsarAdminURL != "" {
 		bopts.Presence = transport.NewAdminPresence(cfg.PulsarAdminURL, log)
 	}
@@ -101,7 +112,34 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 		return nil, err
 	}
 	g.sec = sec
-	g.grpcSrv = grpc.NewServer(sec.serverOptions()...)
+	g.metrics = telemetry.NewMetrics(
+		telemetry.WithKnownTools(func(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }),
+		telemetry.WithBridgeStats(func() telemetry.BridgeStats {
+			s := g.bridge.Stats()
+			return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
+				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies}
+		}),
+		telemetry.WithRegistryStats(func() telemetry.RegistryStats {
+			snap := g.reg.Snapshot()
+			return telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: g.source.Failures()}
+		}))
+	calls := telemetry.NewCallLog(log, telemetry.WithUser(auth.User))
+	// Order: the call log and metrics see every call, refused ones too;
+	// then authentication, the user for the log, and the rate limit.
+	unary := []grpc.UnaryServerInterceptor{calls.UnaryServerInterceptor(), g.metrics.UnaryServerInterceptor(),
+		sec.authn.UnaryInterceptor(), calls.UnaryUserInterceptor()}
+	stream := []grpc.StreamServerInterceptor{calls.StreamServerInterceptor(), g.metrics.StreamServerInterceptor(),
+		sec.authn.StreamInterceptor(), calls.StreamUserInterceptor()}
+	if sec.lim != nil {
+		unary = append(unary, sec.lim.UnaryInterceptor())
+		stream = append(stream, sec.lim.StreamInterceptor())
+	}
+	gopts := []grpc.ServerOption{grpc.StatsHandler(telemetry.ServerHandler()),
+		grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+	if c := sec.creds(); c != nil {
+		gopts = append(gopts, grpc.Creds(c))
+	}
+	g.grpcSrv = grpc.NewServer(gopts...)
 	toolgatev1.RegisterToolServiceServer(g.grpcSrv, srv)
 	g.health = health.NewServer()
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -122,7 +160,8 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 		g.closeEarly()
 		return nil, fmt.Errorf("dial own gRPC server: %w", err)
 	}
-	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready, MuxOptions: sec.muxOptions()})
+	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready,
+		MuxOptions: sec.muxOptions(), Metrics: g.metrics.Handler()})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -146,6 +185,17 @@ func (g *Gateway) closeEarly() {
 	}
 	g.bridge.Close()
 	g.broker.Close()
+	if g.stopTracing != nil {
+		_ = g.stopTracing(context.Background())
+	}
+}
+
+// publishSpan traces a publish and writes the trace context into the
+// message, so the tool service's spans join the caller's trace.
+func publishSpan(ctx context.Context, topic string, props map[string]string) (context.Context, func(error)) {
+	ctx, end := telemetry.StartPublishSpan(ctx, topic)
+	telemetry.InjectTraceparent(ctx, props)
+	return ctx, end
 }
 
 // GRPCAddr and HTTPAddr are the addresses the gateway listens on.
@@ -317,6 +367,11 @@ func (g *Gateway) shutdown() {
 	_ = g.conn.Close()
 	g.bridge.Close()
 	g.broker.Close()
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer tcancel()
+	if err := g.stopTracing(tctx); err != nil {
+		g.log.Warn("flushing traces", "err", err)
+	}
 	g.log.Info("gateway stopped")
 }
 

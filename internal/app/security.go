@@ -10,12 +10,14 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/telemetry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -119,19 +121,12 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 	return s, nil
 }
 
-// serverOptions authenticate first, so the limiter keys on the user.
-func (s *security) serverOptions() []grpc.ServerOption {
-	unary := []grpc.UnaryServerInterceptor{s.authn.UnaryInterceptor()}
-	stream := []grpc.StreamServerInterceptor{s.authn.StreamInterceptor()}
-	if s.lim != nil {
-		unary = append(unary, s.lim.UnaryInterceptor())
-		stream = append(stream, s.lim.StreamInterceptor())
+// creds are the gRPC server's transport credentials (nil: plain text).
+func (s *security) creds() credentials.TransportCredentials {
+	if s.tls == nil {
+		return nil
 	}
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
-	if s.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
-	}
-	return opts
+	return credentials.NewTLS(s.tls)
 }
 
 // dialOptions are for the REST side's connection to our own gRPC server. It
@@ -160,10 +155,23 @@ func (s *security) dialOptions() []grpc.DialOption {
 	return opts
 }
 
-// muxOptions forward X-Api-Key, set Retry-After and map oversized bodies.
+// muxOptions forward X-Api-Key and the trace and request-id headers,
+// answer X-Request-Id, set Retry-After and map oversized bodies.
 func (s *security) muxOptions() []runtime.ServeMuxOption {
 	return []runtime.ServeMuxOption{
-		runtime.WithIncomingHeaderMatcher(auth.HeaderMatcher),
+		runtime.WithIncomingHeaderMatcher(func(k string) (string, bool) {
+			switch l := strings.ToLower(k); l {
+			case "x-request-id", "traceparent", "tracestate":
+				return l, true
+			}
+			return auth.HeaderMatcher(k)
+		}),
+		runtime.WithOutgoingHeaderMatcher(func(k string) (string, bool) {
+			if k == telemetry.RequestIDHeader {
+				return "X-Request-Id", true
+			}
+			return runtime.MetadataHeaderPrefix + k, true
+		}),
 		runtime.WithErrorHandler(limits.ErrorHandler),
 		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
 	}

@@ -65,6 +65,10 @@ type Options struct {
 	// SubscriptionPrefix names this instance's response subscriptions; a
 	// random suffix makes them unique (default "toolgate").
 	SubscriptionPrefix string
+	// OnPublish, when set, wraps each publish: it may add message
+	// properties (a traceparent) and returns the context to publish with
+	// and a function told the outcome (to end a span).
+	OnPublish func(ctx context.Context, topic string, props map[string]string) (context.Context, func(error))
 	// Presence, when set, is asked before each publish whether the request
 	// topic has a subscriber; calls to a topic without one fail with
 	// ErrNoListener.
@@ -221,7 +225,13 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map
 		props[wire.PropDeadline] = wire.FormatDeadline(dl)
 	}
 	b.pending.store(c.id, c)
-	if err := b.broker.Publish(ctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}); err != nil {
+	pctx, done := ctx, func(error) {}
+	if b.opts.OnPublish != nil {
+		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
+	}
+	err = b.broker.Publish(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props})
+	done(err)
+	if err != nil {
 		b.publishErrors.Add(1)
 		c.Close()
 		switch {

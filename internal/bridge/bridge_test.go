@@ -207,7 +207,7 @@ func TestContract(t *testing.T) {
 				var calls []*bridge.Call
 				ctx, cancel := context.WithCancel(t.Context())
 				for range 50 {
-					c, err := call(t, f, ctx, `{"mode":"sleep","ms":300}`)
+					c, err := call(t, f, ctx, `{"mode":"sleep","ms":2000}`)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -223,7 +223,7 @@ func TestContract(t *testing.T) {
 					t.Fatalf("%d calls pending after cancellation, want 0", got)
 				}
 				// Their late replies arrive and are counted, not delivered.
-				waitFor(t, 10*time.Second, func() bool { return f.b.Stats().OrphanReplies >= 50 })
+				waitFor(t, 20*time.Second, func() bool { return f.b.Stats().OrphanReplies >= 50 })
 			})
 			t.Run("deadline ends a call nobody answers", func(t *testing.T) {
 				silent := bridge.Target{RequestTopic: wire.RequestTopic(testenv.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}

@@ -7,6 +7,7 @@
 //	{"mode": "fail", "type": "not-found", "message": "…"} → that error
 //	{"mode": "user"}                       → the envelope's user
 //	{"mode": "config"}                     → the tool's config values, as JSON
+//	{"mode": "property", "name": "traceparent"} → that property of the request message
 //	anything else                          → the arguments, as JSON
 package echo
 
@@ -61,6 +62,9 @@ func Handle(ctx context.Context, r *toolservice.Request) (any, error) {
 		return r.User, nil
 	case "config":
 		return r.Config, nil
+	case "property":
+		name, _ := a["name"].(string)
+		return r.Properties[name], nil
 	}
 	if m, ok := a["msg"]; ok {
 		return m, nil

@@ -28,6 +28,8 @@ type Options struct {
 	// MuxOptions add to grpc-gateway's mux (header matching, error
 	// handlers).
 	MuxOptions []runtime.ServeMuxOption
+	// Metrics, when set, is served at GET /metrics.
+	Metrics http.Handler
 }
 
 // New returns the HTTP handler. conn is a client connection to the gateway's
@@ -65,6 +67,9 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 	spec := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(api.Spec)
+	}
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
 	}
 	mux.HandleFunc("GET /openapi.json", spec)
 	mux.HandleFunc("GET /v1/openapi.json", spec)

@@ -107,7 +107,9 @@ func (s *Server) status(ctx context.Context, err error, toolName string, tool *r
 		err = fmt.Errorf("%w (the tool service answered: %v)", cerr, err)
 	}
 	st := toStatus(err, toolName, tool)
-	lvl := slog.LevelInfo
+	// The per-call log line reports the code; this one keeps the cause,
+	// which clients never see.
+	lvl := slog.LevelDebug
 	if st.Code() == codes.Internal || st.Code() == codes.Unavailable {
 		lvl = slog.LevelWarn
 	}

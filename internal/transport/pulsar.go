@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -35,6 +36,9 @@ type PulsarOptions struct {
 	// for pulsar+ssl:// URLs.
 	TLSTrustCertsFilePath      string
 	TLSAllowInsecureConnection bool
+	// ProducerIdleTimeout closes a topic's producer after this long
+	// without a message (default 5 min); the next message opens it again.
+	ProducerIdleTimeout time.Duration
 	// MaxReconnectBackoff caps the wait between reconnection attempts of
 	// producers and consumers after the broker went away (default 2 s; the
 	// client library's own cap is 60 s, too slow for request/reply).
@@ -54,12 +58,15 @@ type Pulsar struct {
 	mu        sync.Mutex
 	producers map[string]*producerEntry
 	closed    bool
+	stop      chan struct{} // ends the idle-producer janitor
+	janitor   sync.WaitGroup
 }
 
 type producerEntry struct {
-	ready chan struct{} // closed once p or err is set
-	p     pulsar.Producer
-	err   error
+	ready    chan struct{} // closed once p or err is set
+	p        pulsar.Producer
+	err      error
+	lastUsed atomic.Int64 // unix nanoseconds
 }
 
 // NewPulsar creates the client. It does not dial yet: the first Publish or
@@ -80,6 +87,9 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 	if opts.ReceiverQueueSize <= 0 {
 		opts.ReceiverQueueSize = 1000
 	}
+	if opts.ProducerIdleTimeout <= 0 {
+		opts.ProducerIdleTimeout = 5 * time.Minute
+	}
 	if opts.MaxReconnectBackoff <= 0 {
 		opts.MaxReconnectBackoff = 2 * time.Second
 	}
@@ -99,7 +109,43 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pulsar: %w: %v", ErrUnavailable, err)
 	}
-	return &Pulsar{client: c, opts: opts, log: lg, producers: map[string]*producerEntry{}}, nil
+	b := &Pulsar{client: c, opts: opts, log: lg, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
+	b.janitor.Add(1)
+	go b.closeIdleProducers()
+	return b, nil
+}
+
+// closeIdleProducers closes producers unused for ProducerIdleTimeout.
+func (b *Pulsar) closeIdleProducers() {
+	defer b.janitor.Done()
+	t := time.NewTicker(max(b.opts.ProducerIdleTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		cutoff := time.Now().Add(-b.opts.ProducerIdleTimeout).UnixNano()
+		var idle []*producerEntry
+		b.mu.Lock()
+		for topic, e := range b.producers {
+			select {
+			case <-e.ready:
+			default:
+				continue // still being created
+			}
+			if e.p != nil && e.lastUsed.Load() < cutoff {
+				delete(b.producers, topic)
+				idle = append(idle, e)
+			}
+		}
+		b.mu.Unlock()
+		for _, e := range idle {
+			b.log.Debug("closing idle producer", "topic", e.p.Topic())
+			e.p.Close()
+		}
+	}
 }
 
 // quieter passes on the client library's warnings and errors only: its
@@ -147,6 +193,7 @@ func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, e
 	}
 	select {
 	case <-e.ready:
+		e.lastUsed.Store(time.Now().UnixNano())
 		return e.p, e.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -155,6 +202,16 @@ func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, e
 
 // Publish implements Broker.
 func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
+	err := b.publish(ctx, topic, msg)
+	if errors.Is(err, pulsar.ErrProducerClosed) {
+		// The idle janitor closed it between lookup and send: once more
+		// with a fresh producer.
+		err = b.publish(ctx, topic, msg)
+	}
+	return classify(topic, err)
+}
+
+func (b *Pulsar) publish(ctx context.Context, topic string, msg Message) error {
 	p, err := b.producer(ctx, topic)
 	if err != nil {
 		return err
@@ -164,7 +221,7 @@ func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
 		func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
 	select {
 	case err := <-done:
-		return classify(topic, err)
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -299,6 +356,8 @@ func (b *Pulsar) Close() {
 	ps := b.producers
 	b.producers = nil
 	b.mu.Unlock()
+	close(b.stop)
+	b.janitor.Wait()
 	for _, e := range ps {
 		<-e.ready
 		if e.p != nil {

@@ -1,0 +1,267 @@
+package telemetry
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// UnknownTool is the tool label of calls that name a tool the known-tools
+// function does not vouch for, so that callers cannot create series.
+const UnknownTool = "unknown"
+
+// DefaultDurationBuckets are the call latency histogram's upper bounds in
+// seconds, from half a millisecond to a minute.
+var DefaultDurationBuckets = []float64{
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+	0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// BridgeStats are the bridge's counters, as WithBridgeStats reads them.
+type BridgeStats struct {
+	Pending       int64 // calls waiting for replies now
+	Published     int64 // requests published
+	PublishErrors int64 // requests the broker did not take
+	Replies       int64 // reply chunks delivered to a waiting call
+	OrphanReplies int64 // replies for no waiting call
+	BadReplies    int64 // replies that could not be decoded
+}
+
+// RegistryStats describe the tool registry, as WithRegistryStats reads them.
+type RegistryStats struct {
+	Version        int64 // the current snapshot's version
+	Tools          int   // tools in the current snapshot
+	ReloadFailures int64 // reloads that failed
+}
+
+// Metrics holds the gateway's Prometheus metrics in a registry of its own.
+// It is safe for concurrent use.
+type Metrics struct {
+	reg      *prometheus.Registry
+	calls    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inFlight *prometheus.GaugeVec
+	known    func(tool string) bool
+}
+
+type metricsConfig struct {
+	known    func(string) bool
+	bridge   func() BridgeStats
+	registry func() RegistryStats
+	buckets  []float64
+	runtime  bool
+}
+
+// MetricsOption configures NewMetrics.
+type MetricsOption func(*metricsConfig)
+
+// WithKnownTools says which tool names may become label values: calls that
+// name another tool are counted under tool="unknown". It is called on
+// every call, so it must be fast and safe for concurrent use (a lookup in
+// the current registry snapshot). Without it every named tool is counted
+// as "unknown".
+func WithKnownTools(known func(tool string) bool) MetricsOption {
+	return func(c *metricsConfig) { c.known = known }
+}
+
+// WithBridgeStats exports the bridge's counters, read from f at each scrape.
+func WithBridgeStats(f func() BridgeStats) MetricsOption {
+	return func(c *metricsConfig) { c.bridge = f }
+}
+
+// WithRegistryStats exports the registry's version, size and reload
+// failures, read from f at each scrape.
+func WithRegistryStats(f func() RegistryStats) MetricsOption {
+	return func(c *metricsConfig) { c.registry = f }
+}
+
+// WithDurationBuckets replaces DefaultDurationBuckets.
+func WithDurationBuckets(b []float64) MetricsOption {
+	return func(c *metricsConfig) { c.buckets = b }
+}
+
+// WithoutRuntimeMetrics leaves out the Go runtime and process collectors
+// (for tests that compare whole expositions).
+func WithoutRuntimeMetrics() MetricsOption {
+	return func(c *metricsConfig) { c.runtime = false }
+}
+
+// NewMetrics returns the gateway's metrics, registered in a new registry
+// together with the Go runtime and process collectors.
+func NewMetrics(opts ...MetricsOption) *Metrics {
+	c := metricsConfig{buckets: DefaultDurationBuckets, runtime: true}
+	for _, o := range opts {
+		o(&c)
+	}
+	m := &Metrics{
+		reg:   prometheus.NewRegistry(),
+		known: c.known,
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolgate_calls_total",
+			Help: "gRPC calls (REST calls included) finished, by method, tool and gRPC code.",
+		}, []string{"method", "tool", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "toolgate_call_duration_seconds",
+			Help:    "Time from a call's start to its end (the last chunk for streams), by method and tool.",
+			Buckets: c.buckets,
+		}, []string{"method", "tool"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "toolgate_calls_in_flight",
+			Help: "Calls being served now, by method and tool (a stream's tool is known from its first message).",
+		}, []string{"method", "tool"}),
+	}
+	m.reg.MustRegister(m.calls, m.duration, m.inFlight)
+	if c.bridge != nil {
+		m.reg.MustRegister(newBridgeCollector(c.bridge))
+	}
+	if c.registry != nil {
+		m.reg.MustRegister(newRegistryCollector(c.registry))
+	}
+	if c.runtime {
+		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	return m
+}
+
+// Registry is the registry the metrics live in, to add more or gather them.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus text format, or OpenMetrics
+// (with trace exemplars) when the scraper asks for it.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
+}
+
+// toolLabel bounds the tool label's values to the known tools.
+func (m *Metrics) toolLabel(name string) string {
+	switch {
+	case name == "":
+		return ""
+	case m.known != nil && m.known(name):
+		return name
+	default:
+		return UnknownTool
+	}
+}
+
+func (m *Metrics) observe(ctx context.Context, method, tool string, code codes.Code, d time.Duration) {
+	m.calls.WithLabelValues(method, tool, code.String()).Inc()
+	h := m.duration.WithLabelValues(method, tool)
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		if eo, ok := h.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	h.Observe(d.Seconds())
+}
+
+// UnaryServerInterceptor counts unary calls, times them and tracks those
+// in flight. Place it before authentication so refused calls count too.
+func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		tool := m.toolLabel(toolOf(req))
+		g := m.inFlight.WithLabelValues(info.FullMethod, tool)
+		g.Inc()
+		start := time.Now()
+		defer func() {
+			g.Dec()
+			m.observe(ctx, info.FullMethod, tool, codeOf(err), time.Since(start))
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor does for streams what UnaryServerInterceptor
+// does for unary calls. A stream is in flight under tool="" until its
+// first message names the tool.
+func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		method := info.FullMethod
+		var (
+			mu   sync.Mutex
+			tool string
+			done bool
+		)
+		m.inFlight.WithLabelValues(method, tool).Inc()
+		start := time.Now()
+		ws := &firstMessageStream{ServerStream: ss, ctx: ss.Context(), onFirst: func(msg any) {
+			t := m.toolLabel(toolOf(msg))
+			mu.Lock()
+			defer mu.Unlock()
+			if done || t == tool {
+				return
+			}
+			m.inFlight.WithLabelValues(method, tool).Dec()
+			m.inFlight.WithLabelValues(method, t).Inc()
+			tool = t
+		}}
+		defer func() {
+			mu.Lock()
+			done = true
+			t := tool
+			mu.Unlock()
+			m.inFlight.WithLabelValues(method, t).Dec()
+			m.observe(ss.Context(), method, t, codeOf(err), time.Since(start))
+		}()
+		return handler(srv, ws)
+	}
+}
+
+// funcCollector exports values read from a function once per scrape.
+type funcCollector struct {
+	descs   []*prometheus.Desc
+	collect func(ch chan<- prometheus.Metric)
+}
+
+func (c *funcCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *funcCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
+
+func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
+	pending := prometheus.NewDesc("toolgate_bridge_pending", "Calls waiting for replies from tool services.", nil, nil)
+	published := prometheus.NewDesc("toolgate_bridge_published_total", "Requests published to tool services.", nil, nil)
+	pubErrs := prometheus.NewDesc("toolgate_bridge_publish_errors_total", "Requests the broker did not take.", nil, nil)
+	replies := prometheus.NewDesc("toolgate_bridge_replies_total", "Reply chunks delivered to a waiting call.", nil, nil)
+	orphans := prometheus.NewDesc("toolgate_bridge_orphan_replies_total", "Replies for no waiting call (late, cancelled, or another instance's).", nil, nil)
+	bad := prometheus.NewDesc("toolgate_bridge_bad_replies_total", "Replies that could not be decoded.", nil, nil)
+	return &funcCollector{
+		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad},
+		collect: func(ch chan<- prometheus.Metric) {
+			s := f()
+			ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
+			ch <- prometheus.MustNewConstMetric(published, prometheus.CounterValue, float64(s.Published))
+			ch <- prometheus.MustNewConstMetric(pubErrs, prometheus.CounterValue, float64(s.PublishErrors))
+			ch <- prometheus.MustNewConstMetric(replies, prometheus.CounterValue, float64(s.Replies))
+			ch <- prometheus.MustNewConstMetric(orphans, prometheus.CounterValue, float64(s.OrphanReplies))
+			ch <- prometheus.MustNewConstMetric(bad, prometheus.CounterValue, float64(s.BadReplies))
+		},
+	}
+}
+
+func newRegistryCollector(f func() RegistryStats) prometheus.Collector {
+	version := prometheus.NewDesc("toolgate_registry_version", "Version of the registry snapshot in use (counts loads from 1).", nil, nil)
+	tools := prometheus.NewDesc("toolgate_registry_tools", "Tools in the registry snapshot in use.", nil, nil)
+	failures := prometheus.NewDesc("toolgate_registry_reload_failures_total", "Registry reloads that failed (the previous snapshot stayed in use).", nil, nil)
+	return &funcCollector{
+		descs: []*prometheus.Desc{version, tools, failures},
+		collect: func(ch chan<- prometheus.Metric) {
+			s := f()
+			ch <- prometheus.MustNewConstMetric(version, prometheus.GaugeValue, float64(s.Version))
+			ch <- prometheus.MustNewConstMetric(tools, prometheus.GaugeValue, float64(s.Tools))
+			ch <- prometheus.MustNewConstMetric(failures, prometheus.CounterValue, float64(s.ReloadFailures))
+		},
+	}
+}

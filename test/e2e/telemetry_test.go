@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+// TestTraceparentReachesService: the W3C trace context of a call is written
+// into the Pulsar message the tool service receives, on both transports.
+func TestTraceparentReachesService(t *testing.T) {
+	t.Parallel()
+	incoming := "00-" + callerTrace + "-00f067aa0ba902b7-01"
+	args, _ := structpb.NewStruct(map[string]any{"mode": "property", "name": "traceparent"})
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", incoming)
+	r, err := env.grpc.InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: "echo", Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(r.GetOutput(), "-")
+	if len(parts) != 4 || parts[1] != callerTrace {
+		t.Fatalf("gRPC: the service saw traceparent %q, want one in trace %s", r.GetOutput(), callerTrace)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, env.httpBase+"/v1/tools/echo:invoke", strings.NewReader(`{"arguments": {"mode": "property", "name": "traceparent"}}`))
+	req.Header.Set("traceparent", incoming)
+	req.Header.Set("X-Request-Id", "req-e2e-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), callerTrace) {
+		t.Fatalf("REST: %s; want the service to see trace %s", body, callerTrace)
+	}
+	if got := resp.Header.Get("X-Request-Id"); got != "req-e2e-1" {
+		t.Fatalf("X-Request-Id answered %q, want req-e2e-1", got)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
+	if _, err := invokeEcho(t, map[string]any{"msg": "count me"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(env.httpBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`toolgate_calls_total{code="OK",method="/toolgate.v1.ToolService/InvokeTool",tool="echo"}`,
+		`toolgate_call_duration_seconds_bucket{method="/toolgate.v1.ToolService/InvokeTool",tool="echo"`,
+		"toolgate_bridge_pending", "toolgate_bridge_orphan_replies_total", "toolgate_bridge_publish_errors_total",
+		"toolgate_registry_version", "toolgate_registry_reload_failures_total",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

@@ -200,6 +200,13 @@ func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, e
 	}
 }
 
+// Producers counts the open producers.
+func (b *Pulsar) Producers() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.producers)
+}
+
 // Publish implements Broker.
 func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
 	err := b.publish(ctx, topic, msg)

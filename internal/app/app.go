@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bridge"
@@ -77,7 +78,11 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 	log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
 
 	if g.broker == nil {
-		b, err := transport.NewPulsar(transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log})
+		popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA}
+		if cfg.PulsarTokenFile != "" {
+			popts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
+		}
+		b, err := transport.NewPulsar(popts)
 		if err != nil {
 			return nil, err
 		}

@@ -47,6 +47,9 @@ type Config struct {
 	RateLimit      float64
 	RateBurst      int
 	MaxBodyBytes   int
+	// Broker client security.
+	PulsarTokenFile string
+	PulsarTLSCA     string
 	// Telemetry.
 	OTLPEndpoint string
 	OTLPInsecure bool
@@ -100,6 +103,8 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", 20, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", 1<<20, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
+	str(&c.PulsarTokenFile, "pulsar-token-file", "", "file holding a Pulsar authentication token (JWT), re-read on every connection")
+	str(&c.PulsarTLSCA, "pulsar-tls-ca", "", "PEM CA bundle to trust for pulsar+ssl:// broker URLs")
 	str(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC trace collector (host:port or http(s)://…); empty = tracing off")
 	fs.BoolVar(&c.OTLPInsecure, "otlp-insecure", envBool(getenv, "otlp-insecure", &envErrs), "no TLS to the OTLP collector (env "+envName("otlp-insecure")+")")
 	if err := fs.Parse(args); err != nil {

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	reg := filepath.Join(t.TempDir(), "r.yaml")
+	if err := os.WriteFile(reg, []byte("tool: {}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"TOOLGATE_REGISTRY": reg, "TOOLGATE_DEFAULT_TIMEOUT": "5s", "TOOLGATE_ALLOW_ANONYMOUS": "true", "TOOLGATE_RATE_LIMIT": "2.5"}
+	getenv := func(k string) string { return env[k] }
+	c, err := Parse([]string{"--grpc-addr", "127.0.0.1:1"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
+		t.Fatalf("parsed %+v", c)
+	}
+	// Flags win over the environment.
+	if c, _ := Parse([]string{"--default-timeout", "7s"}, getenv, io.Discard); c.DefaultTimeout != 7*time.Second {
+		t.Fatalf("flag did not win: %v", c.DefaultTimeout)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{nil, nil, []string{"--registry is required", "no way to authenticate"}},
+		{[]string{"--registry", "/nonexistent", "--allow-anonymous", "--grpc-addr", "nohost"}, nil, []string{"--registry", "--grpc-addr \"nohost\""}},
+		{[]string{"--allow-anonymous", "--pulsar-url", "http://x"}, nil, []string{"--pulsar-url"}},
+		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_DEFAULT_TIMEOUT": "soon"}, []string{`TOOLGATE_DEFAULT_TIMEOUT="soon"`}},
+		{[]string{"--allow-anonymous", "--client-ca", "ca.pem"}, nil, []string{"--client-ca needs --tls-cert"}},
+		{[]string{"--allow-anonymous", "--tls-cert", "c.pem"}, nil, []string{"--tls-cert and --tls-key go together"}},
+		{[]string{"--allow-anonymous", "--log-format", "xml"}, nil, []string{"--log-format"}},
+		{[]string{"--allow-anonymous", "extra"}, nil, []string{"unexpected arguments"}},
+	}
+	for _, c := range cases {
+		_, err := Parse(c.args, func(k string) string { return c.env[k] }, io.Discard)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("Parse(%v, %v) = %v; want an error mentioning %q", c.args, c.env, err, w)
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -69,8 +70,9 @@ func startSecured(t *testing.T) *secured {
 	clientPEM, clientKeyPEM := newLeaf(t, ca, caKey, "carol", false)
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
 
-	secret := make([]byte, 32)
-	_, _ = rand.Read(secret)
+	raw := make([]byte, 32)
+	_, _ = rand.Read(raw)
+	secret := []byte(hex.EncodeToString(raw)) // printable: the gateway trims the file's white space
 	reg := write("registry.yaml", fmt.Sprintf(`tool-service:
   echo-service: {topic: %s}
 tool:

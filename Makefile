@@ -2,7 +2,7 @@
 SHELL := bash
 GO    ?= go
 
-.PHONY: all build test run pulsar-up pulsar-down generate checkgenerate breaking lint fmt clean
+.PHONY: all build test run pulsar-up pulsar-down generate checkgenerate breaking bench bench-quick lint fmt clean
 
 all: build
 
@@ -37,6 +37,14 @@ checkgenerate:
 ## breaking: fail when proto/ breaks compatibility with its first published version
 breaking:
 	scripts/breaking.sh $$(git rev-list --reverse HEAD -- proto | head -1)
+
+## bench: gateway (gRPC, REST) vs direct Pulsar vs TrustGraph's Python client → docs/benchmarks/latest.*
+bench:
+	bench/run.sh
+
+## bench-quick: the same matrix in under 2 minutes, for development → .cache/bench/quick/
+bench-quick:
+	bench/run.sh --quick
 
 ## lint: gofmt, go vet
 lint:

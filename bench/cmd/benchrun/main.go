@@ -1,0 +1,586 @@
+// Command benchrun runs toolgate's benchmark matrix (issue 7) against a
+// running Pulsar broker and writes latest.json and latest.md. bench/run.sh
+// builds everything, makes sure the broker and the Python venv are there,
+// runs it and draws latest.png.
+//
+// Modes (each a separate load-generator process, the gateway and the echo
+// services separate processes too):
+//
+//	direct  cmd/loadgen doing request/reply over Pulsar itself
+//	grpc    cmd/loadgen → gateway (gRPC) → Pulsar → echo-service
+//	rest    cmd/loadgen → gateway (HTTP/JSON) → Pulsar → echo-service
+//	python  bench/python/tg_load.py (TrustGraph's RequestResponseClient) → Pulsar → echo-service
+//
+// For each repetition and concurrency the modes run back to back, their
+// order rotated between points, so that machine drift hits them alike; each
+// point's figure is the median over repetitions. The gateway is started
+// afresh for each of its points, so CPU time and peak RSS belong to that
+// point alone. direct and python use their own echo service and topics, so
+// the idle gateway is not sent their replies.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config is the benchmark plan.
+type Config struct {
+	Quick          bool     `json:"quick"`
+	Repetitions    int      `json:"repetitions"`
+	Concurrencies  []int    `json:"concurrencies"`
+	Modes          []string `json:"modes"`
+	WarmupS        float64  `json:"warmup_s"`
+	DurationS      float64  `json:"duration_s"`
+	MsgSize        int      `json:"msg_size"`
+	GRPCConns      int      `json:"grpc_conns"`
+	StreamN        int      `json:"stream_n"`
+	StreamReps     int      `json:"stream_repetitions"`
+	StreamWarmupS  float64  `json:"stream_warmup_s"`
+	StreamDurS     float64  `json:"stream_duration_s"`
+	InflightCalls  int      `json:"inflight_calls"`
+	InflightConns  int      `json:"inflight_conns"`
+	InflightSleep  int      `json:"inflight_sleep_ms"`
+	EchoConc       int      `json:"echo_concurrency"`
+	FreshGateway   bool     `json:"fresh_gateway_per_point"`
+	ProfileSeconds int      `json:"profile_seconds,omitempty"`
+}
+
+type env struct {
+	cfg       Config
+	repo      string
+	bin       string
+	gwBin     string // gateway binary for the matrix
+	profBin   string // gatewayprof binary ("" = no profiling)
+	python    string
+	pyLoad    string
+	out       string
+	pulsarURL string
+	adminURL  string
+	grpcAddr  string
+	httpAddr  string
+	pprofAddr string
+	tmp       string
+	topicGW   string
+	topicD    string
+	registry  string
+	brokerPID int
+	echoGW    *child
+	echoD     *child
+	gateway   *child
+	gwSeq     int
+	note      string
+	verbose   bool
+	gwArgs    string
+	failures  int
+}
+
+func main() {
+	e := &env{}
+	var quick bool
+	var reps, msgSize int
+	var duration, warmup time.Duration
+	var concs, modes, profile string
+	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
+	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (< 2 min)")
+	fs.IntVar(&reps, "reps", 0, "repetitions per point (default 3; quick 1)")
+	fs.DurationVar(&duration, "duration", 0, "measured window per point (default 10s; quick 2s)")
+	fs.DurationVar(&warmup, "warmup", 0, "warm-up per point (default 2s; quick 0.5s)")
+	fs.StringVar(&concs, "concurrency", "1,16,64,256", "concurrencies")
+	fs.StringVar(&modes, "modes", "direct,grpc,rest,python", "modes (direct, grpc, rest, python)")
+	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
+	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
+	fs.StringVar(&e.repo, "repo", ".", "repository root")
+	fs.StringVar(&e.bin, "bin", "bin", "directory with gateway, echo-service and loadgen")
+	fs.StringVar(&e.profBin, "gatewayprof", "", "gatewayprof binary (bench/cmd/gatewayprof), for profiling")
+	fs.StringVar(&e.python, "python", ".cache/venv/bin/python", "Python of the venv with trustgraph-base")
+	fs.StringVar(&e.pyLoad, "pyload", "bench/python/tg_load.py", "the python-mode load client")
+	fs.StringVar(&e.out, "out", "", "output directory (default docs/benchmarks; quick: .cache/bench/quick)")
+	fs.StringVar(&e.pulsarURL, "pulsar-url", envOr("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:6650"), "broker URL")
+	fs.StringVar(&e.adminURL, "admin-url", envOr("TOOLGATE_PULSAR_ADMIN_URL", "http://127.0.0.1:8080"), "broker admin URL")
+	fs.StringVar(&e.grpcAddr, "grpc-addr", "127.0.0.1:19090", "gateway gRPC address")
+	fs.StringVar(&e.httpAddr, "http-addr", "127.0.0.1:18081", "gateway HTTP address")
+	fs.StringVar(&e.pprofAddr, "pprof-addr", "127.0.0.1:16060", "gatewayprof's pprof address")
+	fs.StringVar(&e.gwArgs, "gateway-args", "", "more gateway flags, space-separated (it always gets --allow-anonymous and --log-level warn)")
+	fs.StringVar(&e.note, "note", "", "free text about the machine, stored with the results")
+	fs.BoolVar(&e.verbose, "v", false, "print each result line")
+	var reportOnly bool
+	fs.BoolVar(&reportOnly, "report-only", false, "run nothing: rebuild latest.json's summaries and latest.md from latest.json and the profile files in -out")
+	_ = fs.Parse(os.Args[1:])
+
+	c := Config{
+		Quick: quick, Repetitions: 3, WarmupS: 2, DurationS: 10, MsgSize: msgSize, GRPCConns: 2,
+		StreamN: 1000, StreamReps: 3, StreamWarmupS: 1, StreamDurS: 6,
+		InflightCalls: 10000, InflightConns: 4, InflightSleep: 9000, EchoConc: 20000, FreshGateway: true,
+	}
+	if quick {
+		c.Repetitions, c.WarmupS, c.DurationS = 1, 0.5, 2
+		c.StreamReps, c.StreamWarmupS, c.StreamDurS = 1, 0.5, 2
+	}
+	if reps > 0 {
+		c.Repetitions = reps
+	}
+	if duration > 0 {
+		c.DurationS = duration.Seconds()
+	}
+	if warmup > 0 {
+		c.WarmupS = warmup.Seconds()
+	}
+	var err error
+	if c.Concurrencies, err = parseInts(concs); err != nil {
+		fatalf("-concurrency: %v", err)
+	}
+	c.Modes = splitList(modes)
+	for _, m := range c.Modes {
+		if m != "direct" && m != "grpc" && m != "rest" && m != "python" {
+			fatalf("-modes: unknown mode %q", m)
+		}
+	}
+	switch profile {
+	case "on":
+	case "off":
+		e.profBin = ""
+	case "auto":
+		if quick {
+			e.profBin = ""
+		}
+	default:
+		fatalf("-profile: want on, off or auto")
+	}
+	if e.profBin != "" {
+		c.ProfileSeconds = 10
+	}
+	e.cfg = c
+	if e.out == "" {
+		e.out = filepath.Join(e.repo, "docs", "benchmarks")
+		if quick {
+			e.out = filepath.Join(e.repo, ".cache", "bench", "quick")
+		}
+	}
+	e.gwBin = filepath.Join(e.bin, "gateway")
+
+	if reportOnly {
+		if err := rewriteReport(e.out); err != nil {
+			fatalf("%v", err)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = e.run(ctx)
+	stopAll()
+	if err != nil {
+		fatalf("%v (logs in %s)", err, e.tmp)
+	}
+	if e.failures == 0 {
+		_ = os.RemoveAll(e.tmp) // the processes' logs, kept only when something failed
+	} else {
+		logf("%d step(s) failed; the processes' logs are in %s", e.failures, e.tmp)
+	}
+}
+
+func (e *env) run(ctx context.Context) error {
+	t0 := time.Now()
+	var err error
+	if err = os.MkdirAll(e.out, 0o755); err != nil {
+		return err
+	}
+	if e.tmp, err = os.MkdirTemp("", "toolgate-bench-"); err != nil {
+		return err
+	}
+	logf("work dir %s (logs of the gateway and echo services)", e.tmp)
+	tag := "bench-echo-" + randHex(4)
+	e.topicGW, e.topicD = tag+"-gw", tag+"-d"
+	if err := e.writeRegistry(); err != nil {
+		return err
+	}
+	e.brokerPID = brokerPID(e.repo)
+	if e.brokerPID == 0 {
+		logf("broker process not found: its CPU time is not reported")
+	}
+	machine := machineInfo(e.adminURL, e.note)
+
+	// The echo services: one behind the gateway, one for direct and python.
+	if e.echoGW, err = e.startEcho("echo-gw", e.topicGW); err != nil {
+		return err
+	}
+	if e.echoD, err = e.startEcho("echo-direct", e.topicD); err != nil {
+		return err
+	}
+
+	rep := &Report{Config: e.cfg, Machine: machine, Date: time.Now().UTC().Format(time.RFC3339)}
+	total := e.cfg.Repetitions * len(e.cfg.Concurrencies) * len(e.cfg.Modes)
+	n := 0
+	for r := range e.cfg.Repetitions {
+		for ci, conc := range e.cfg.Concurrencies {
+			for _, mode := range rotate(e.cfg.Modes, r+ci) {
+				n++
+				s := e.point(ctx, mode, conc, e.cfg.WarmupS, e.cfg.DurationS, 0)
+				s.Rep = r
+				rep.Samples = append(rep.Samples, s)
+				logf("[%d/%d] rep %d %-6s c=%-3d %s", n, total, r+1, mode, conc, s.line())
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+	}
+
+	smodes := []string{"direct-stream", "grpc-stream", "rest-stream"}
+	for r := range e.cfg.StreamReps {
+		for _, mode := range rotate(smodes, r) {
+			s := e.point(ctx, mode, 1, e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN)
+			s.Rep = r
+			rep.StreamSamples = append(rep.StreamSamples, s)
+			logf("stream rep %d %-13s %s", r+1, mode, s.line())
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+
+	in, err := e.inflight(ctx)
+	if err != nil {
+		e.failures++
+		logf("inflight: %v", err)
+		rep.InflightError = err.Error()
+	} else {
+		rep.Inflight = in
+		logf("inflight: %d calls parked, RSS %s → %s: %d bytes per call (errors %d)", in.Inflight.Calls,
+			mib(in.Inflight.IdleRSSBytes), mib(in.Inflight.ParkedRSSBytes), in.Inflight.BytesPerCall, in.Errors)
+	}
+
+	if e.profBin != "" {
+		bd, err := e.inflightBreakdown(ctx)
+		if err != nil {
+			e.failures++
+			logf("inflight breakdown: %v", err)
+		} else {
+			rep.InflightBreakdown = bd
+			logf("inflight breakdown: %d B/call: stacks %d, live heap %d, heap incl. garbage %d", bd.RSSBytesPerCall, bd.StackBytesPerCall, bd.HeapLiveBytesPerCall, bd.HeapAllocBytesPerCall)
+		}
+		for _, mode := range []string{"grpc", "rest"} {
+			p, err := e.profile(ctx, mode, 64)
+			if err != nil {
+				e.failures++
+				logf("profile %s: %v", mode, err)
+				continue
+			}
+			rep.Profiles = append(rep.Profiles, p)
+		}
+	}
+	rep.LoadEnd = loadAvg()
+	rep.ElapsedS = round(time.Since(t0).Seconds(), 1)
+	rep.summarize()
+	if err := rep.write(e.out); err != nil {
+		return err
+	}
+	logf("wrote %s and %s in %s", filepath.Join(e.out, "latest.json"), filepath.Join(e.out, "latest.md"), time.Since(t0).Round(time.Second))
+	return nil
+}
+
+// rewriteReport redoes the summaries of an existing latest.json.
+func rewriteReport(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "latest.json"))
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("latest.json: %w", err)
+	}
+	for _, p := range r.Profiles {
+		base := filepath.Join(dir, fmt.Sprintf("profile-%s-c%d", p.Mode, p.Concurrency))
+		if err := p.analyze("", base, base+".cpu.pb.gz", base+".allocs.pb.gz"); err != nil {
+			return err
+		}
+	}
+	r.summarize()
+	if err := r.write(dir); err != nil {
+		return err
+	}
+	logf("rewrote %s", filepath.Join(dir, "latest.md"))
+	return nil
+}
+
+func (e *env) writeRegistry() error {
+	e.registry = filepath.Join(e.tmp, "registry.yaml")
+	reg := fmt.Sprintf(`# generated by bench/cmd/benchrun
+tool-service:
+  bench-echo:
+    id: bench-echo
+    topic: %s
+    config-params: []
+tool:
+  echo:
+    type: tool-service
+    name: echo
+    description: Echo for benchmarks (internal/echo)
+    service: bench-echo
+    arguments:
+      - {name: msg, type: string, description: the text echoed}
+      - {name: mode, type: string, description: stream or sleep}
+      - {name: n, type: integer, description: chunks in stream mode}
+      - {name: ms, type: integer, description: milliseconds in sleep mode}
+`, e.topicGW)
+	return os.WriteFile(e.registry, []byte(reg), 0o644)
+}
+
+func (e *env) startEcho(name, topic string) (*child, error) {
+	c, err := startChild(e.tmp, name, filepath.Join(e.bin, "echo-service"),
+		"--pulsar-url", e.pulsarURL, "--id", topic, "--topic", topic, "--concurrency", strconv.Itoa(e.cfg.EchoConc))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitLog(context.Background(), "tool service listening", 60*time.Second); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// startGateway starts bin (gateway or gatewayprof) and waits until ready.
+func (e *env) startGateway(ctx context.Context, bin string, extra ...string) (*child, error) {
+	e.gwSeq++
+	args := []string{"--grpc-addr", e.grpcAddr, "--http-addr", e.httpAddr, "--pulsar-url", e.pulsarURL,
+		"--registry", e.registry, "--log-level", "warn", "--allow-anonymous"}
+	args = append(append(args, strings.Fields(e.gwArgs)...), extra...)
+	c, err := startChild(e.tmp, fmt.Sprintf("gateway-%03d", e.gwSeq), bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitReady(ctx, e.httpAddr, 60*time.Second); err != nil {
+		c.stop(5 * time.Second)
+		return nil, err
+	}
+	return c, nil
+}
+
+// ensureGateway returns a ready gateway for a point: a fresh one, or the
+// one already running when -fresh-gateway is off.
+func (e *env) ensureGateway(ctx context.Context) (*child, error) {
+	if e.gateway != nil && !e.gateway.exited() {
+		return e.gateway, nil
+	}
+	g, err := e.startGateway(ctx, e.gwBin)
+	if err != nil {
+		return nil, err
+	}
+	e.gateway = g
+	return g, nil
+}
+
+func (e *env) releaseGateway() {
+	if e.cfg.FreshGateway && e.gateway != nil {
+		e.gateway.stop(15 * time.Second)
+		e.gateway = nil
+	}
+}
+
+// point runs one load point and never fails: a failure is recorded in the
+// sample.
+func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int) *Sample {
+	s := &Sample{Mode: mode, Concurrency: conc}
+	timeout := time.Duration((warmupS+durS)*float64(time.Second)) + 90*time.Second
+	watch := []string{}
+	var err error
+	switch mode {
+	case "python":
+		req0 := snapTopic(e.adminURL, "request", e.topicD)
+		defer func() {
+			s.LostRequests, s.LostReplies = lostBetween(req0, snapTopic(e.adminURL, "request", e.topicD)), -1
+		}()
+		w := "echo=" + strconv.Itoa(e.echoD.pid())
+		if e.brokerPID != 0 {
+			w += ",broker=" + strconv.Itoa(e.brokerPID)
+		}
+		err = runJSON(ctx, timeout, s, e.python, e.pyLoad, "--pulsar", e.pulsarURL, "--topic", e.topicD,
+			"--concurrency", strconv.Itoa(conc), "--duration", ftoa(durS), "--warmup", ftoa(warmupS),
+			"--msg-size", strconv.Itoa(e.cfg.MsgSize), "--watch", w)
+	default:
+		args := []string{"-mode", mode, "-concurrency", strconv.Itoa(conc),
+			"-duration", ftoa(durS) + "s", "-warmup", ftoa(warmupS) + "s",
+			"-grpc-addr", e.grpcAddr, "-http-addr", e.httpAddr, "-pulsar-url", e.pulsarURL,
+			"-msg-size", strconv.Itoa(e.cfg.MsgSize), "-conns", strconv.Itoa(e.cfg.GRPCConns)}
+		if streamN > 0 {
+			args = append(args, "-stream-n", strconv.Itoa(streamN))
+		}
+		if strings.HasPrefix(mode, "direct") {
+			args = append(args, "-topic", e.topicD)
+			watch = append(watch, "echo="+strconv.Itoa(e.echoD.pid()))
+		} else {
+			g, gerr := e.ensureGateway(ctx)
+			if gerr != nil {
+				s.Failed = gerr.Error()
+				e.failures++
+				return s
+			}
+			defer e.releaseGateway()
+			args = append(args, "-watch-pid", strconv.Itoa(g.pid()))
+			watch = append(watch, "echo="+strconv.Itoa(e.echoGW.pid()))
+		}
+		if e.brokerPID != 0 {
+			watch = append(watch, "broker="+strconv.Itoa(e.brokerPID))
+		}
+		args = append(args, "-watch", strings.Join(watch, ","))
+		reqTopic := e.topicGW
+		if strings.HasPrefix(mode, "direct") {
+			reqTopic = e.topicD
+		}
+		req0, resp0 := snapTopic(e.adminURL, "request", reqTopic), snapTopic(e.adminURL, "response", reqTopic)
+		err = runJSON(ctx, timeout, s, filepath.Join(e.bin, "loadgen"), args...)
+		s.LostRequests = lostBetween(req0, snapTopic(e.adminURL, "request", reqTopic))
+		s.LostReplies = -1
+		if !strings.HasPrefix(mode, "direct") { // the gateway's subscription is still there
+			s.LostReplies = lostBetween(resp0, snapTopic(e.adminURL, "response", reqTopic))
+		}
+	}
+	if err != nil {
+		s.Failed = err.Error()
+	}
+	if s.Failed != "" {
+		e.failures++
+	}
+	if e.verbose {
+		fmt.Fprintf(os.Stderr, "%+v\n", *s)
+	}
+	time.Sleep(300 * time.Millisecond) // let the last replies drain
+	return s
+}
+
+// inflight parks InflightCalls calls on a fresh gateway.
+func (e *env) inflight(ctx context.Context) (*Sample, error) {
+	return e.inflightOn(ctx, e.gwBin, nil)
+}
+
+// inflightBreakdown repeats the in-flight test on gatewayprof, reading the
+// Go runtime's memory statistics and a live-heap profile while parked.
+func (e *env) inflightBreakdown(ctx context.Context) (*InflightBreakdown, error) {
+	heap := filepath.Join(e.out, "profile-inflight.heap.pb.gz")
+	s, err := e.inflightOn(ctx, e.profBin, []string{"--pprof-addr", e.pprofAddr},
+		"-pprof-url", "http://"+e.pprofAddr, "-heap-out", heap)
+	if err != nil {
+		return nil, err
+	}
+	in := s.Inflight
+	if in.Idle == nil || in.Parked == nil {
+		return nil, fmt.Errorf("no Go memory statistics in the result")
+	}
+	n := int64(in.Calls)
+	bd := &InflightBreakdown{
+		Calls:                 in.Calls,
+		RSSBytesPerCall:       in.BytesPerCall,
+		GoroutinesPerCall:     round(float64(in.Parked.Goroutines-in.Idle.Goroutines)/float64(n), 2),
+		StackBytesPerCall:     (in.Parked.StackBytes - in.Idle.StackBytes) / n,
+		HeapLiveBytesPerCall:  (in.Parked.HeapLive - in.Idle.HeapLive) / n,
+		HeapAllocBytesPerCall: (in.Parked.HeapAlloc - in.Idle.HeapAlloc) / n,
+	}
+	top, err := pprofTop(e.profBin, heap, "-sample_index=inuse_space", "-nodecount=25")
+	if err == nil {
+		txt := filepath.Join(e.out, "profile-inflight.txt")
+		if err := os.WriteFile(txt, []byte("# Live heap with the calls parked (inuse_space)\n"+top), 0o644); err == nil {
+			bd.Files = []string{filepath.Base(txt), filepath.Base(heap)}
+		}
+		for i, f := range parseTop(top) {
+			if i >= 12 {
+				break
+			}
+			bd.TopLive = append(bd.TopLive, FnAlloc{Func: f[4], Flat: f[0], FlatPct: pct(f[1]), Cum: f[2], CumPct: pct(f[3])})
+		}
+	}
+	return bd, nil
+}
+
+func (e *env) inflightOn(ctx context.Context, bin string, gwExtra []string, lgExtra ...string) (*Sample, error) {
+	g, err := e.startGateway(ctx, bin, gwExtra...)
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(30 * time.Second)
+	s := &Sample{}
+	timeout := time.Duration(e.cfg.InflightSleep)*time.Millisecond + 2*time.Minute
+	req0, resp0 := snapTopic(e.adminURL, "request", e.topicGW), snapTopic(e.adminURL, "response", e.topicGW)
+	defer func() {
+		s.LostRequests = lostBetween(req0, snapTopic(e.adminURL, "request", e.topicGW))
+		s.LostReplies = lostBetween(resp0, snapTopic(e.adminURL, "response", e.topicGW))
+	}()
+	args := append([]string{"-mode", "inflight",
+		"-concurrency", strconv.Itoa(e.cfg.InflightCalls), "-conns", strconv.Itoa(e.cfg.InflightConns),
+		"-sleep-ms", strconv.Itoa(e.cfg.InflightSleep), "-grpc-addr", e.grpcAddr, "-topic", e.topicGW,
+		"-admin-url", e.adminURL, "-watch-pid", strconv.Itoa(g.pid())}, lgExtra...)
+	err = runJSON(ctx, timeout, s, filepath.Join(e.bin, "loadgen"), args...)
+	if err != nil {
+		return nil, err
+	}
+	if s.Inflight == nil {
+		return nil, fmt.Errorf("loadgen printed no inflight result")
+	}
+	return s, nil
+}
+
+func rotate[T any](xs []T, k int) []T {
+	out := make([]T, 0, len(xs))
+	for i := range xs {
+		out = append(out, xs[(i+k)%len(xs)])
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty list")
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s benchrun: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "benchrun: "+format+"\n", args...)
+	os.Exit(1)
+}

@@ -1,0 +1,575 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ProcResult is one watched process over a load window (see cmd/loadgen).
+type ProcResult struct {
+	PID           int     `json:"pid"`
+	CPUS          float64 `json:"cpu_s"`
+	CPUSPer1kCall float64 `json:"cpu_s_per_1k_calls"`
+	PeakRSSBytes  int64   `json:"peak_rss_bytes,omitempty"`
+	HWMBytes      int64   `json:"hwm_bytes,omitempty"`
+}
+
+// Inflight is loadgen's memory-per-parked-call result.
+type Inflight struct {
+	Calls          int     `json:"calls"`
+	Conns          int     `json:"conns"`
+	SleepMS        int     `json:"sleep_ms"`
+	IdleRSSBytes   int64   `json:"idle_rss_bytes"`
+	ParkedRSSBytes int64   `json:"parked_rss_bytes"`
+	BytesPerCall   int64   `json:"bytes_per_call"`
+	ReachedBroker  int64   `json:"reached_broker"`
+	DoneAtSample   int64   `json:"done_at_sample"`
+	SampledAfterS  float64 `json:"sampled_after_s"`
+	GatewayCPUS    float64 `json:"gateway_cpu_s"`
+	IdleHWMBytes   int64   `json:"idle_hwm_bytes"`
+	ParkedHWMBytes int64   `json:"parked_hwm_bytes"`
+	Idle           *GoMem  `json:"idle_go,omitempty"`
+	Parked         *GoMem  `json:"parked_go,omitempty"`
+}
+
+// GoMem is the gateway runtime's memory statistics (see cmd/loadgen).
+type GoMem struct {
+	Goroutines int   `json:"goroutines"`
+	StackBytes int64 `json:"stack_inuse_bytes"`
+	HeapAlloc  int64 `json:"heap_alloc_bytes"`
+	HeapLive   int64 `json:"heap_live_bytes"`
+	Sys        int64 `json:"sys_bytes"`
+}
+
+// InflightBreakdown is the parked-call memory split by the Go runtime,
+// measured on gatewayprof in a second run.
+type InflightBreakdown struct {
+	Calls                 int       `json:"calls"`
+	RSSBytesPerCall       int64     `json:"rss_bytes_per_call"`
+	GoroutinesPerCall     float64   `json:"goroutines_per_call"`
+	StackBytesPerCall     int64     `json:"stack_bytes_per_call"`
+	HeapLiveBytesPerCall  int64     `json:"heap_live_bytes_per_call"`
+	HeapAllocBytesPerCall int64     `json:"heap_alloc_bytes_per_call"` // live + not yet collected
+	TopLive               []FnAlloc `json:"top_live_heap,omitempty"`
+	Files                 []string  `json:"files,omitempty"`
+}
+
+// Sample is one load client's result (loadgen or tg_load.py).
+type Sample struct {
+	Mode             string                 `json:"mode"`
+	Concurrency      int                    `json:"concurrency"`
+	Rep              int                    `json:"rep"`
+	DurationS        float64                `json:"duration_s"`
+	WarmupS          float64                `json:"warmup_s"`
+	Calls            int                    `json:"calls"`
+	RPS              float64                `json:"rps"`
+	P50              float64                `json:"p50_ms"`
+	P90              float64                `json:"p90_ms"`
+	P99              float64                `json:"p99_ms"`
+	P999             float64                `json:"p999_ms"`
+	Max              float64                `json:"max_ms"`
+	Mean             float64                `json:"mean_ms"`
+	Errors           int                    `json:"errors"`
+	WarmupErrors     int                    `json:"warmup_errors"`
+	ErrorSamples     []string               `json:"error_samples,omitempty"`
+	Chunks           int                    `json:"chunks,omitempty"`
+	ChunksPerS       float64                `json:"chunks_per_s,omitempty"`
+	WindowChunksPerS float64                `json:"window_chunks_per_s,omitempty"`
+	ClientCPUS       float64                `json:"client_cpu_s"`
+	Gateway          *ProcResult            `json:"gateway,omitempty"`
+	Procs            map[string]*ProcResult `json:"procs,omitempty"`
+	Inflight         *Inflight              `json:"inflight,omitempty"`
+	Failed           string                 `json:"failed,omitempty"`
+	// LostRequests and LostReplies: messages the broker took but did not
+	// deliver (non-persistent topics drop when a consumer falls behind);
+	// -1 when not known.
+	LostRequests int64 `json:"lost_requests"`
+	LostReplies  int64 `json:"lost_replies"`
+}
+
+func (s *Sample) line() string {
+	if s.Failed != "" {
+		return "FAILED: " + firstLine(s.Failed)
+	}
+	l := fmt.Sprintf("rps %8.1f  p50 %7.2f  p99 %7.2f ms  errors %d", s.RPS, s.P50, s.P99, s.Errors)
+	if s.ChunksPerS > 0 {
+		l += fmt.Sprintf("  chunks/s %.0f", s.ChunksPerS)
+	}
+	if s.LostRequests > 0 || s.LostReplies > 0 {
+		l += fmt.Sprintf("  dropped %d req %d rep", max(s.LostRequests, 0), max(s.LostReplies, 0))
+	}
+	if s.Gateway != nil {
+		l += fmt.Sprintf("  gateway %.3f CPU-s/1k, RSS %s", s.Gateway.CPUSPer1kCall, mib(s.Gateway.PeakRSSBytes))
+	}
+	return l
+}
+
+// Point is the median over repetitions of one (mode, concurrency).
+type Point struct {
+	Mode        string  `json:"mode"`
+	Concurrency int     `json:"concurrency"`
+	RPS         float64 `json:"rps"`
+	P50         float64 `json:"p50_ms"`
+	P90         float64 `json:"p90_ms"`
+	P99         float64 `json:"p99_ms"`
+	P999        float64 `json:"p999_ms"`
+	// Errors is the total over the repetitions.
+	Errors int `json:"errors"`
+	// LostMessages: requests and replies the broker dropped, total over the
+	// repetitions (where known).
+	LostMessages int64     `json:"lost_messages"`
+	Repetitions  int       `json:"repetitions"`
+	Failed       int       `json:"failed_repetitions,omitempty"`
+	RPSSamples   []float64 `json:"rps_samples"`
+	P99Samples   []float64 `json:"p99_samples"`
+	// GatewayCPUPer1k is the gateway's CPU seconds per 1,000 calls;
+	// GatewayPeakRSS its largest RSS during the window (max over reps).
+	GatewayCPUPer1k *float64 `json:"gateway_cpu_s_per_1k_calls,omitempty"`
+	GatewayPeakRSS  *int64   `json:"gateway_peak_rss_bytes,omitempty"`
+	// CPUPer1k: CPU seconds per 1,000 calls of each process on the path
+	// (client = the load generator), medians.
+	CPUPer1k   map[string]float64 `json:"cpu_s_per_1k_calls,omitempty"`
+	ChunksPerS float64            `json:"chunks_per_s,omitempty"`
+}
+
+// Target is one of the issue's goals with what was measured.
+type Target struct {
+	Name     string  `json:"name"`
+	Goal     string  `json:"goal"`
+	Measured float64 `json:"measured"`
+	Unit     string  `json:"unit"`
+	Met      bool    `json:"met"`
+}
+
+// Report is latest.json.
+type Report struct {
+	Runs                 []Point            `json:"runs"`
+	Ratios               map[string]any     `json:"ratios"`
+	InflightBytesPerCall int64              `json:"inflight_bytes_per_call"`
+	Machine              map[string]any     `json:"machine"`
+	Date                 string             `json:"date"`
+	Targets              []Target           `json:"targets"`
+	Streaming            []Point            `json:"streaming"`
+	Inflight             *Sample            `json:"inflight,omitempty"`
+	InflightBreakdown    *InflightBreakdown `json:"inflight_breakdown,omitempty"`
+	InflightError        string             `json:"inflight_error,omitempty"`
+	Profiles             []*ProfileSummary  `json:"profiles,omitempty"`
+	Config               Config             `json:"config"`
+	ElapsedS             float64            `json:"elapsed_s"`
+	LoadEnd              string             `json:"load_average_end"`
+	Samples              []*Sample          `json:"samples"`
+
+	analysis      bool      // ANALYSIS.md exists next to latest.md: link it
+	StreamSamples []*Sample `json:"stream_samples"`
+}
+
+var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "python": 3, "direct-stream": 4, "grpc-stream": 5, "rest-stream": 6}
+
+func aggregate(samples []*Sample) []Point {
+	type key struct {
+		mode string
+		conc int
+	}
+	groups := map[key][]*Sample{}
+	var keys []key
+	for _, s := range samples {
+		k := key{s.Mode, s.Concurrency}
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], s)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].mode != keys[j].mode {
+			return modeOrder[keys[i].mode] < modeOrder[keys[j].mode]
+		}
+		return keys[i].conc < keys[j].conc
+	})
+	var out []Point
+	for _, k := range keys {
+		p := Point{Mode: k.mode, Concurrency: k.conc, CPUPer1k: map[string]float64{}}
+		var ok []*Sample
+		for _, s := range groups[k] {
+			p.Repetitions++
+			if s.Failed != "" {
+				p.Failed++
+				continue
+			}
+			ok = append(ok, s)
+			p.Errors += s.Errors
+			p.LostMessages += max(s.LostRequests, 0) + max(s.LostReplies, 0)
+		}
+		col := func(f func(*Sample) float64) []float64 {
+			var v []float64
+			for _, s := range ok {
+				v = append(v, f(s))
+			}
+			return v
+		}
+		p.RPSSamples = col(func(s *Sample) float64 { return s.RPS })
+		p.P99Samples = col(func(s *Sample) float64 { return s.P99 })
+		p.RPS = median(p.RPSSamples)
+		p.P50 = median(col(func(s *Sample) float64 { return s.P50 }))
+		p.P90 = median(col(func(s *Sample) float64 { return s.P90 }))
+		p.P99 = median(p.P99Samples)
+		p.P999 = median(col(func(s *Sample) float64 { return s.P999 }))
+		p.ChunksPerS = median(col(func(s *Sample) float64 { return s.ChunksPerS }))
+		var gwCPU []float64
+		var peak int64
+		for _, s := range ok {
+			if s.Gateway != nil {
+				gwCPU = append(gwCPU, s.Gateway.CPUSPer1kCall)
+				peak = max(peak, s.Gateway.PeakRSSBytes)
+			}
+		}
+		if len(gwCPU) > 0 {
+			v := round(median(gwCPU), 4)
+			p.GatewayCPUPer1k, p.GatewayPeakRSS = &v, &peak
+		}
+		if len(ok) > 0 {
+			p.CPUPer1k["client"] = round(median(col(func(s *Sample) float64 {
+				if s.Calls == 0 {
+					return 0
+				}
+				return s.ClientCPUS * 1000 / float64(s.Calls)
+			})), 4)
+			for _, name := range []string{"gateway", "echo", "broker"} {
+				var v []float64
+				for _, s := range ok {
+					if pr := s.Procs[name]; pr != nil {
+						v = append(v, pr.CPUSPer1kCall)
+					}
+				}
+				if len(v) > 0 {
+					p.CPUPer1k[name] = round(median(v), 4)
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func find(ps []Point, mode string, conc int) *Point {
+	for i := range ps {
+		if ps[i].Mode == mode && ps[i].Concurrency == conc && len(ps[i].RPSSamples) > 0 {
+			return &ps[i]
+		}
+	}
+	return nil
+}
+
+func (r *Report) summarize() {
+	r.Targets = nil
+	r.Runs = aggregate(r.Samples)
+	r.Streaming = aggregate(r.StreamSamples)
+	r.Ratios = map[string]any{}
+	ratio := func(name string, a, b *Point, f func(*Point) float64) (float64, bool) {
+		if a == nil || b == nil || f(b) == 0 {
+			return 0, false
+		}
+		v := round(f(a)/f(b), 3)
+		r.Ratios[name] = v
+		return v, true
+	}
+	diff := func(name string, a, b *Point, f func(*Point) float64) (float64, bool) {
+		if a == nil || b == nil {
+			return 0, false
+		}
+		v := round(f(a)-f(b), 3)
+		r.Ratios[name] = v
+		return v, true
+	}
+	rps := func(p *Point) float64 { return p.RPS }
+	p99 := func(p *Point) float64 { return p.P99 }
+	p50 := func(p *Point) float64 { return p.P50 }
+	chunks := func(p *Point) float64 { return p.ChunksPerS }
+
+	// Ratios at every concurrency, then the targets.
+	byConc := map[string]map[string]float64{}
+	for _, c := range r.Config.Concurrencies {
+		d := find(r.Runs, "direct", c)
+		py := find(r.Runs, "python", c)
+		for _, m := range []string{"grpc", "rest"} {
+			p := find(r.Runs, m, c)
+			if p == nil {
+				continue
+			}
+			add := func(name string, v float64) {
+				if byConc[name] == nil {
+					byConc[name] = map[string]float64{}
+				}
+				byConc[name][fmt.Sprint(c)] = v
+			}
+			if d != nil && d.RPS > 0 {
+				add(m+"_over_direct_rps", round(p.RPS/d.RPS, 3))
+				add(m+"_added_p50_ms", round(p.P50-d.P50, 3))
+				add(m+"_added_p99_ms", round(p.P99-d.P99, 3))
+			}
+			if py != nil && py.RPS > 0 {
+				add(m+"_over_python_rps", round(p.RPS/py.RPS, 3))
+			}
+		}
+	}
+	r.Ratios["by_concurrency"] = byConc
+
+	d64, g64, r64, py64 := find(r.Runs, "direct", 64), find(r.Runs, "grpc", 64), find(r.Runs, "rest", 64), find(r.Runs, "python", 64)
+	d16, g16, r16 := find(r.Runs, "direct", 16), find(r.Runs, "grpc", 16), find(r.Runs, "rest", 16)
+	add := func(name, goal, unit string, v float64, ok, met bool) {
+		if ok {
+			r.Targets = append(r.Targets, Target{Name: name, Goal: goal, Measured: v, Unit: unit, Met: met})
+		}
+	}
+	v, ok := ratio("grpc_over_direct_rps_c64", g64, d64, rps)
+	add("gRPC throughput / direct, c=64", "≥ 0.90", "×", v, ok, v >= 0.90)
+	v, ok = ratio("rest_over_direct_rps_c64", r64, d64, rps)
+	add("REST throughput / direct, c=64", "≥ 0.75", "×", v, ok, v >= 0.75)
+	v, ok = diff("grpc_added_p99_ms_c16", g16, d16, p99)
+	add("gRPC added p99 over direct, c=16", "≤ 1 ms", "ms", v, ok, v <= 1)
+	v, ok = diff("rest_added_p99_ms_c16", r16, d16, p99)
+	add("REST added p99 over direct, c=16 (gRPC's goal, for comparison)", "≤ 1 ms", "ms", v, ok, v <= 1)
+	_, _ = diff("grpc_added_p50_ms_c16", g16, d16, p50)
+	_, _ = diff("rest_added_p50_ms_c16", r16, d16, p50)
+	v, ok = ratio("grpc_over_python_rps_c64", g64, py64, rps)
+	add("gRPC throughput / python, c=64", "≥ 10", "×", v, ok, v >= 10)
+	v, ok = ratio("rest_over_python_rps_c64", r64, py64, rps)
+	add("REST throughput / python, c=64 (gRPC's goal, for comparison)", "≥ 10", "×", v, ok, v >= 10)
+	_, _ = ratio("direct_over_python_rps_c64", d64, py64, rps)
+	ds, gs, rs := find(r.Streaming, "direct-stream", 1), find(r.Streaming, "grpc-stream", 1), find(r.Streaming, "rest-stream", 1)
+	_, _ = ratio("grpc_stream_over_direct_stream_chunks", gs, ds, chunks)
+	_, _ = ratio("rest_stream_over_direct_stream_chunks", rs, ds, chunks)
+	if r.Inflight != nil && r.Inflight.Inflight != nil {
+		r.InflightBytesPerCall = r.Inflight.Inflight.BytesPerCall
+		b := float64(r.InflightBytesPerCall)
+		add("gateway memory per in-flight call", "≤ 4096 B", "B", b, true, b <= 4096)
+	}
+}
+
+func (r *Report) write(dir string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	_, err = os.Stat(filepath.Join(dir, "ANALYSIS.md"))
+	r.analysis = err == nil
+	return os.WriteFile(filepath.Join(dir, "latest.md"), []byte(r.markdown()), 0o644)
+}
+
+func (r *Report) markdown() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	kind := "full run"
+	if r.Config.Quick {
+		kind = "quick run (development; one repetition, short windows)"
+	}
+	w("# toolgate benchmark\n\n")
+	w("%s, %s, took %.0f s. Generated by `bench/run.sh` (`make bench`); the plot is [latest.png](latest.png), the data [latest.json](latest.json).\n\n", r.Date, kind, r.ElapsedS)
+	w("Machine: %v, %v cores, %v; Go %v, Pulsar %v. Load average at start %v, at end %v.", r.Machine["cpu"], r.Machine["cores"], r.Machine["memory"], r.Machine["go"], r.Machine["pulsar"], r.Machine["load_average_start"], r.LoadEnd)
+	if n, _ := r.Machine["note"].(string); n != "" {
+		w(" %s", n)
+	}
+	w("\n\nEverything runs on this one machine: the broker, the echo service, the gateway and the load generator share its cores, so a figure is what the whole path achieves here, not the gateway alone.\n\n")
+	w("Method: closed loop, each of *c* workers calling again as soon as its reply arrives; %.1f s warm-up, then a %.0f s window; modes interleaved (order rotated per point); %d repetition(s), median shown. The echoed message is %d bytes; gRPC uses %d connections, REST one keep-alive connection per worker. The gateway is restarted for each of its points, so its CPU time and peak RSS belong to that point.\n\n",
+		r.Config.WarmupS, r.Config.DurationS, r.Config.Repetitions, r.Config.MsgSize, r.Config.GRPCConns)
+
+	if r.analysis {
+		w("What stands between the code and the targets, from these numbers and the profiles below: [ANALYSIS.md](ANALYSIS.md).\n\n")
+	}
+	if len(r.Targets) > 0 {
+		w("## Targets\n\n| target | goal | measured | met |\n|---|---|---|---|\n")
+		for _, t := range r.Targets {
+			met := "no"
+			if t.Met {
+				met = "yes"
+			}
+			w("| %s | %s | %s %s | %s |\n", t.Name, t.Goal, trimFloat(t.Measured), t.Unit, met)
+		}
+		w("\n")
+	}
+
+	w("## Unary calls\n\n")
+	w("| mode | c | calls/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | msgs dropped by broker | gateway CPU s / 1k calls | gateway peak RSS |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.Runs {
+		gcpu, grss := "–", "–"
+		if p.GatewayCPUPer1k != nil {
+			gcpu = fmt.Sprintf("%.3f", *p.GatewayCPUPer1k)
+			grss = mib(*p.GatewayPeakRSS)
+		}
+		errs := fmt.Sprint(p.Errors)
+		if p.Failed > 0 {
+			errs += fmt.Sprintf(" (%d run(s) failed)", p.Failed)
+		}
+		w("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %s | %d | %s | %s |\n", p.Mode, p.Concurrency, p.RPS, p.P50, p.P90, p.P99, p.P999, errs, p.LostMessages, gcpu, grss)
+	}
+	w("\n*errors* are failed calls in the measured windows (total over repetitions); *msgs dropped by broker* counts requests (all modes) and replies (gateway modes) that Pulsar accepted but did not deliver over the whole point, warm-up included: non-persistent topics drop when a consumer falls behind, and each such call then waits for its deadline (5 s).\n\n")
+
+	w("### Where a call's CPU goes (CPU ms per call, medians)\n\n")
+	w("Every process on the path, from /proc utime+stime over the window divided by the calls completed in it. On a saturated machine the sum bounds throughput: %d cores / total.\n\n", r.cores())
+	w("| mode | c | load client | gateway | echo service | broker | total |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.Runs {
+		if p.Concurrency != 64 && p.Concurrency != 16 {
+			continue
+		}
+		cell := func(name string) string {
+			v, ok := p.CPUPer1k[name]
+			if !ok {
+				return "–"
+			}
+			return fmt.Sprintf("%.3f", v)
+		}
+		var tot float64
+		for _, v := range p.CPUPer1k {
+			tot += v
+		}
+		w("| %s | %d | %s | %s | %s | %s | %.3f |\n", p.Mode, p.Concurrency, cell("client"), cell("gateway"), cell("echo"), cell("broker"), tot)
+	}
+	w("\n")
+
+	if len(r.Streaming) > 0 {
+		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)
+		w("| mode | chunks/s | call p50 ms | call p99 ms | errors | gateway CPU s / 1k chunks |\n|---|---:|---:|---:|---:|---:|\n")
+		for _, p := range r.Streaming {
+			g := "–"
+			if p.GatewayCPUPer1k != nil {
+				g = fmt.Sprintf("%.3f", *p.GatewayCPUPer1k/float64(r.Config.StreamN))
+			}
+			w("| %s | %.0f | %.1f | %.1f | %d | %s |\n", p.Mode, p.ChunksPerS, p.P50, p.P99, p.Errors, g)
+		}
+		w("\n")
+	}
+
+	w("## Memory per in-flight call\n\n")
+	if r.Inflight != nil && r.Inflight.Inflight != nil {
+		in := r.Inflight.Inflight
+		w("%d gRPC calls over %d connections, parked at once on the echo service's sleep mode (%d ms), on a fresh gateway. RSS before: %s; with all calls parked: %s; (parked − idle) / calls = **%d bytes per call**. The broker counted %d of the requests before RSS was sampled %.1f s after the first call; %d calls had ended by then; %d failed in all (messages the broker dropped: %d requests, %d replies; those calls end at their deadline, which does not change what was parked).\n\n",
+			in.Calls, in.Conns, in.SleepMS, mib(in.IdleRSSBytes), mib(in.ParkedRSSBytes), in.BytesPerCall, in.ReachedBroker, in.SampledAfterS, in.DoneAtSample, r.Inflight.Errors,
+			r.Inflight.LostRequests, r.Inflight.LostReplies)
+	} else {
+		w("Not measured: %s\n\n", r.InflightError)
+	}
+	if bd := r.InflightBreakdown; bd != nil {
+		w("Where it goes, from the Go runtime of `bench/cmd/gatewayprof` in a second run of the same test (%d calls; RSS growth there %d bytes per call):\n\n", bd.Calls, bd.RSSBytesPerCall)
+		w("| per parked call | bytes |\n|---|---:|\n")
+		w("| goroutine stacks (%.2f goroutines per call) | %d |\n", bd.GoroutinesPerCall, bd.StackBytesPerCall)
+		w("| live heap (after a forced GC) | %d |\n", bd.HeapLiveBytesPerCall)
+		w("| heap incl. garbage not yet collected (GOGC headroom) | %d |\n\n", bd.HeapAllocBytesPerCall)
+		if len(bd.TopLive) > 0 {
+			w("<details><summary>Live heap with the calls parked, by allocation site</summary>\n\n| function | live | %% | cum |\n|---|---:|---:|---:|\n")
+			for _, f := range bd.TopLive {
+				w("| `%s` | %s | %.1f%% | %s |\n", f.Func, f.Flat, f.FlatPct, f.Cum)
+			}
+			w("\n</details>\n\n")
+		}
+	}
+
+	for _, p := range r.Profiles {
+		p.markdown(&b)
+	}
+
+	w("## Reproduce\n\n```sh\nmake bench        # this report (docs/benchmarks/latest.*), about %d minutes\nmake bench-quick  # under 2 minutes, written to .cache/bench/quick/\n```\n\nGo microbenchmarks of the hot-path pieces: `go test -run '^$' -bench . -benchmem ./wire ./internal/bridge ./internal/server`.\n", int(math.Ceil(r.ElapsedS/60)))
+	return b.String()
+}
+
+func (r *Report) cores() int {
+	if n, ok := r.Machine["cores"].(int); ok {
+		return n
+	}
+	return runtime.NumCPU()
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return round((s[n/2-1]+s[n/2])/2, 3)
+}
+
+func round(f float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(f*p) / p
+}
+
+func trimFloat(f float64) string {
+	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", f), "0"), ".")
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func machineInfo(adminURL, note string) map[string]any {
+	m := map[string]any{
+		"cores": runtime.NumCPU(), "go": runtime.Version(), "os": runtime.GOOS + "/" + runtime.GOARCH,
+		"load_average_start": loadAvg(), "note": note,
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				var kb int64
+				fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+				m["memory"] = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m["kernel"] = strings.TrimSpace(string(b))
+	}
+	hc := http.Client{Timeout: 3 * time.Second}
+	if resp, err := hc.Get(adminURL + "/admin/v2/brokers/version"); err == nil {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			m["pulsar"] = strings.Trim(strings.TrimSpace(string(b)), `"`)
+		}
+	}
+	if _, ok := m["pulsar"]; !ok {
+		m["pulsar"] = "?"
+	}
+	return m
+}

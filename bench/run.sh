@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The toolgate benchmark (issue 7): the gateway against the direct Pulsar
+# round trip and TrustGraph's Python client, side by side, on this machine.
+#
+#   bench/run.sh            full run → docs/benchmarks/latest.{json,md,png} (+ pprof listings)
+#   bench/run.sh --quick    development run, under 2 minutes → .cache/bench/quick/
+#   bench/run.sh [--quick] [benchrun flags...]   e.g. -reps 5 -duration 20s -note "quiet machine"
+#
+# It uses the Pulsar broker already running on 127.0.0.1 (scripts/pulsar.sh
+# status), or starts one and stops it again at the end; prepares the venv
+# (scripts/pyenv.sh) plus bench/requirements.txt (matplotlib) in it; builds
+# bin/gateway, bin/echo-service and bin/loadgen; then runs bench/cmd/benchrun,
+# which starts the gateway and two echo services as separate processes on
+# topics of their own (bench-echo-<random>-…), and draws the plot.
+#
+# Environment: GO (go binary), TOOLGATE_PULSAR_URL, TOOLGATE_PULSAR_ADMIN_URL.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+GO="${GO:-go}"
+T0=$SECONDS
+
+log() { echo "bench: $*" >&2; }
+
+QUICK=()
+OUT="$ROOT/docs/benchmarks"
+if [[ "${1:-}" == "--quick" ]]; then
+	QUICK=(-quick)
+	OUT="$ROOT/.cache/bench/quick"
+	shift
+fi
+
+WORK="$(mktemp -d -t toolgate-bench-build-XXXXXX)"
+STARTED_PULSAR=0
+cleanup() {
+	rm -rf "$WORK"
+	if [[ "$STARTED_PULSAR" == 1 ]]; then
+		log "stopping the broker this script started"
+		scripts/pulsar.sh down || true
+	fi
+}
+trap cleanup EXIT
+
+# 1. the broker
+if scripts/pulsar.sh status 2>/dev/null; then
+	scripts/pulsar.sh ensure-ns
+else
+	log "no broker running: starting one (stopped again at the end)"
+	STARTED_PULSAR=1
+	scripts/pulsar.sh up
+fi
+
+# 2. Python: TrustGraph's client (scripts/pyenv.sh) and matplotlib for the plot
+PY="$(scripts/pyenv.sh python)"
+VENV="$(dirname "$(dirname "$PY")")"
+want="$({ "$PY" -c 'import sys; print(sys.version_info[:2])'; cat bench/requirements.txt; } | sha256sum | cut -d' ' -f1)"
+stamp="$VENV/.toolgate-bench-requirements.sha256"
+if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]]; then
+	log "installing bench/requirements.txt (matplotlib) into $VENV"
+	(
+		# the lock scripts/pyenv.sh takes, so parallel installs do not collide
+		exec 9>"$VENV/../.venv.lock"
+		flock 9
+		PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 "$PY" -m pip install -q -r bench/requirements.txt >&2
+		"$PY" -c 'import matplotlib' >&2
+		echo "$want" >"$stamp"
+	)
+fi
+
+# 3. binaries
+mkdir -p bin
+"$GO" build -o bin/ ./cmd/gateway ./cmd/echo-service ./cmd/loadgen
+"$GO" build -o "$WORK/" ./bench/cmd/benchrun ./bench/cmd/gatewayprof
+
+# 4. the matrix, then the plot
+mkdir -p "$OUT"
+"$WORK/benchrun" "${QUICK[@]}" -repo "$ROOT" -bin "$ROOT/bin" -gatewayprof "$WORK/gatewayprof" \
+	-python "$PY" -pyload "$ROOT/bench/python/tg_load.py" -out "$OUT" "$@"
+"$PY" bench/plot.py "$OUT/latest.json" "$OUT/latest.png"
+log "done in $((SECONDS - T0)) s: $OUT/latest.md"

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// grpcCaller calls the gateway over a few gRPC connections, workers taking
+// them in turn.
+type grpcCaller struct {
+	conns   []*grpc.ClientConn
+	clients []toolgatev1.ToolServiceClient
+	tool    string
+	want    string
+	args    *structpb.Struct
+	stream  bool
+	streamN int
+}
+
+func dialGRPC(addr string, n int) ([]*grpc.ClientConn, error) {
+	conns := make([]*grpc.ClientConn, 0, n)
+	for range n {
+		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			return nil, err
+		}
+		c.Connect()
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+func newGRPC(o Options, msg string, stream bool) (*grpcCaller, error) {
+	conns, err := dialGRPC(o.GRPCAddr, o.Conns)
+	if err != nil {
+		return nil, err
+	}
+	g := &grpcCaller{conns: conns, tool: o.Tool, want: msg, stream: stream, streamN: o.StreamN}
+	for _, c := range conns {
+		g.clients = append(g.clients, toolgatev1.NewToolServiceClient(c))
+	}
+	a := map[string]any{"msg": msg}
+	if stream {
+		a = map[string]any{"mode": "stream", "n": o.StreamN}
+	}
+	if g.args, err = structpb.NewStruct(a); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *grpcCaller) Call(ctx context.Context, worker int) (int, error) {
+	c := g.clients[worker%len(g.clients)]
+	if !g.stream {
+		resp, err := c.InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: g.tool, Arguments: g.args})
+		if err != nil {
+			return 0, err
+		}
+		if resp.GetOutput() != g.want {
+			return 1, errors.New("reply differs from the message sent")
+		}
+		return 1, nil
+	}
+	st, err := c.StreamTool(ctx, &toolgatev1.StreamToolRequest{Name: g.tool, Arguments: g.args})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for {
+		m, err := st.Recv()
+		if err == io.EOF {
+			if n != g.streamN {
+				return n, fmt.Errorf("got %d chunks, want %d", n, g.streamN)
+			}
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if m.GetIndex() != int64(n) {
+			return n, fmt.Errorf("chunk %d has index %d", n, m.GetIndex())
+		}
+		n++
+	}
+}
+
+func (g *grpcCaller) Close() {
+	for _, c := range g.conns {
+		_ = c.Close()
+	}
+}
+
+// restCaller calls the gateway's HTTP/JSON side with keep-alive
+// connections, one per worker at most.
+type restCaller struct {
+	client  *http.Client
+	url     string
+	body    []byte
+	want    string
+	stream  bool
+	streamN int
+}
+
+func newREST(o Options, msg string, stream bool) *restCaller {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        o.Concurrency + 16,
+		MaxIdleConnsPerHost: o.Concurrency + 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	r := &restCaller{client: &http.Client{Transport: tr}, want: msg, stream: stream, streamN: o.StreamN}
+	if stream {
+		r.url = "http://" + o.HTTPAddr + "/v1/tools/" + o.Tool + ":stream"
+		r.body = fmt.Appendf(nil, `{"arguments":{"mode":"stream","n":%d}}`, o.StreamN)
+	} else {
+		r.url = "http://" + o.HTTPAddr + "/v1/tools/" + o.Tool + ":invoke"
+		r.body, _ = json.Marshal(map[string]any{"arguments": map[string]any{"msg": msg}})
+	}
+	return r
+}
+
+func (r *restCaller) Call(ctx context.Context, _ int) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if !r.stream {
+		var out struct {
+			Output string `json:"output"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body) // keep the connection reusable
+		if out.Output != r.want {
+			return 1, errors.New("reply differs from the message sent")
+		}
+		return 1, nil
+	}
+	// newline-delimited {"result": {...}} or {"error": {...}}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	n := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if !bytes.HasPrefix(line, []byte(`{"result"`)) {
+			return n, fmt.Errorf("stream line %d: %.200s", n, line)
+		}
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		return n, err
+	}
+	if n != r.streamN {
+		return n, fmt.Errorf("got %d chunks, want %d", n, r.streamN)
+	}
+	return n, nil
+}
+
+func (r *restCaller) Close() { r.client.CloseIdleConnections() }

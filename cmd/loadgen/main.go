@@ -1,0 +1,488 @@
+// Command loadgen drives closed-loop load at a toolgate gateway, or straight
+// at a tool service over Pulsar, and prints one JSON result on stdout.
+//
+//	loadgen -mode grpc -concurrency 64 -duration 10s -warmup 2s
+//
+// Modes:
+//
+//	direct         request/reply over Pulsar itself (internal/transport, the
+//	               same envelope and properties the gateway sends): the limit
+//	               for this architecture
+//	grpc, rest     InvokeTool through the gateway, over gRPC or HTTP/JSON
+//	direct-stream, grpc-stream, rest-stream
+//	               one streamed reply of -stream-n chunks per call
+//	inflight       -concurrency calls parked on a slow echo at once, over a
+//	               few gRPC connections; reports the gateway's RSS growth per
+//	               parked call (needs -watch-pid)
+//
+// Each of -concurrency workers calls in a loop. Calls that complete within
+// the -duration window after -warmup count; the rest is warm-up or drain.
+// With -watch-pid the gateway's CPU time (utime+stime from /proc) over the
+// window and its largest RSS during it are reported too; -watch adds other
+// processes (the echo service, the broker) to see where a call's CPU goes.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Options are the command-line settings.
+type Options struct {
+	Mode        string
+	Concurrency int
+	Duration    time.Duration
+	Warmup      time.Duration
+	GRPCAddr    string
+	HTTPAddr    string
+	PulsarURL   string
+	AdminURL    string
+	Topic       string
+	Tool        string
+	MsgSize     int
+	Conns       int
+	StreamN     int
+	Timeout     time.Duration
+	WatchPID    int
+	Watch       string
+	watch       map[string]int
+	SleepMS     int
+	RampRate    int
+	Settle      time.Duration
+	PprofURL    string
+	HeapOut     string
+}
+
+// Result is what loadgen prints.
+type Result struct {
+	Mode        string  `json:"mode"`
+	Concurrency int     `json:"concurrency"`
+	DurationS   float64 `json:"duration_s"`
+	WarmupS     float64 `json:"warmup_s"`
+	Calls       int     `json:"calls"`
+	RPS         float64 `json:"rps"`
+	P50         float64 `json:"p50_ms"`
+	P90         float64 `json:"p90_ms"`
+	P99         float64 `json:"p99_ms"`
+	P999        float64 `json:"p999_ms"`
+	Max         float64 `json:"max_ms"`
+	Mean        float64 `json:"mean_ms"`
+	Errors      int     `json:"errors"`
+	// WarmupErrors are failed calls outside the measured window.
+	WarmupErrors int      `json:"warmup_errors"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
+	// Stream modes: Chunks received in the window; ChunksPerS is one
+	// stream's rate (-stream-n over the median call time), WindowChunksPerS
+	// all chunks of the calls completed in the window over its length.
+	Chunks           int     `json:"chunks,omitempty"`
+	ChunksPerS       float64 `json:"chunks_per_s,omitempty"`
+	WindowChunksPerS float64 `json:"window_chunks_per_s,omitempty"`
+	// ClientCPUS is loadgen's own CPU time over the window.
+	ClientCPUS float64     `json:"client_cpu_s"`
+	Gateway    *ProcResult `json:"gateway,omitempty"`
+	// Procs are all watched processes (-watch-pid as "gateway", -watch).
+	Procs    map[string]*ProcResult `json:"procs,omitempty"`
+	Inflight *Inflight              `json:"inflight,omitempty"`
+}
+
+// ProcResult is what was seen of the watched process during the window.
+type ProcResult struct {
+	PID           int     `json:"pid"`
+	CPUS          float64 `json:"cpu_s"`
+	CPUSPer1kCall float64 `json:"cpu_s_per_1k_calls"`
+	PeakRSSBytes  int64   `json:"peak_rss_bytes"` // largest VmRSS sampled in the window
+	HWMBytes      int64   `json:"hwm_bytes"`      // VmHWM at the end: peak since the process started
+}
+
+func main() {
+	var o Options
+	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
+	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | direct-stream | grpc-stream | rest-stream | inflight")
+	fs.IntVar(&o.Concurrency, "concurrency", 16, "calls in flight at once (workers); for inflight: calls to park")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured window")
+	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "load before the window, not counted")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", "127.0.0.1:19090", "gateway gRPC address")
+	fs.StringVar(&o.HTTPAddr, "http-addr", "127.0.0.1:18081", "gateway HTTP address")
+	fs.StringVar(&o.PulsarURL, "pulsar-url", envOr("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:6650"), "broker URL (direct modes)")
+	fs.StringVar(&o.AdminURL, "admin-url", envOr("TOOLGATE_PULSAR_ADMIN_URL", "http://127.0.0.1:8080"), "broker admin URL (inflight: confirms the calls reached Pulsar)")
+	fs.StringVar(&o.Topic, "topic", "echo", "short topic of the echo service (direct modes; inflight: its request topic is checked)")
+	fs.StringVar(&o.Tool, "tool", "echo", "tool name at the gateway")
+	fs.IntVar(&o.MsgSize, "msg-size", 32, "bytes of the echoed message")
+	fs.IntVar(&o.Conns, "conns", 2, "gRPC connections (workers take them in turn)")
+	fs.IntVar(&o.StreamN, "stream-n", 1000, "chunks per streamed reply")
+	fs.DurationVar(&o.Timeout, "timeout", 5*time.Second, "deadline of each call (a lost message costs its worker this long)")
+	fs.IntVar(&o.WatchPID, "watch-pid", 0, "process (the gateway) whose CPU time and RSS to report")
+	fs.StringVar(&o.Watch, "watch", "", "more processes to report on, as name=pid,name=pid (e.g. echo=…,broker=…)")
+	fs.IntVar(&o.SleepMS, "sleep-ms", 9000, "inflight: how long the echo service holds each call")
+	fs.IntVar(&o.RampRate, "ramp-rate", 2500, "inflight: calls started per second")
+	fs.DurationVar(&o.Settle, "settle", 1500*time.Millisecond, "inflight: wait after the last call reached the broker before sampling RSS")
+	fs.StringVar(&o.PprofURL, "pprof-url", "", "inflight: the gateway's net/http/pprof base URL (bench/cmd/gatewayprof), to split its memory into stacks and heap")
+	fs.StringVar(&o.HeapOut, "heap-out", "", "inflight with -pprof-url: save the gateway's heap profile (live objects) with all calls parked here")
+	_ = fs.Parse(os.Args[1:])
+	if o.Concurrency < 1 || o.Duration <= 0 || o.Warmup < 0 || o.MsgSize < 1 || o.Conns < 1 || o.StreamN < 1 {
+		fatalf("bad flags: concurrency, duration, msg-size, conns and stream-n must be positive")
+	}
+	var err error
+	if o.watch, err = parseWatch(o.Watch, o.WatchPID); err != nil {
+		fatalf("%v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var res *Result
+	if o.Mode == "inflight" {
+		res, err = runInflight(ctx, o)
+	} else {
+		var c Caller
+		c, err = newCaller(ctx, o)
+		if err != nil {
+			fatalf("%s: %v", o.Mode, err)
+		}
+		res, err = runLoad(ctx, o, c)
+		c.Close()
+	}
+	if err != nil {
+		fatalf("%s: %v", o.Mode, err)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	if err := enc.Encode(res); err != nil {
+		fatalf("%v", err)
+	}
+}
+
+// Caller makes one call and returns the number of reply chunks received.
+type Caller interface {
+	Call(ctx context.Context, worker int) (chunks int, err error)
+	Close()
+}
+
+func newCaller(ctx context.Context, o Options) (Caller, error) {
+	msg := message(o.MsgSize)
+	switch o.Mode {
+	case "direct":
+		return newDirect(ctx, o, msg, false)
+	case "direct-stream":
+		return newDirect(ctx, o, msg, true)
+	case "grpc":
+		return newGRPC(o, msg, false)
+	case "grpc-stream":
+		return newGRPC(o, msg, true)
+	case "rest":
+		return newREST(o, msg, false), nil
+	case "rest-stream":
+		return newREST(o, msg, true), nil
+	}
+	return nil, fmt.Errorf("unknown mode %q", o.Mode)
+}
+
+// message is the echoed text: printable, no characters JSON escapes.
+func message(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	var sb strings.Builder
+	for i := range n {
+		sb.WriteByte(alphabet[i%len(alphabet)])
+	}
+	return sb.String()
+}
+
+type workerStats struct {
+	lat          []time.Duration
+	chunks       int
+	errors       int
+	warmupErrors int
+	samples      []string
+}
+
+// runLoad runs o.Concurrency workers until the window ends and summarizes.
+func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
+	t0 := time.Now()
+	winStart := t0.Add(o.Warmup)
+	winEnd := winStart.Add(o.Duration)
+	stats := make([]workerStats, o.Concurrency)
+
+	watch := startWatch(o.watch, winStart, winEnd)
+	var wg sync.WaitGroup
+	// Workers start spread over the first half of the warm-up (1 s at
+	// most): a burst of hundreds of simultaneous first calls is not what
+	// a closed loop looks like later, and non-persistent topics drop
+	// messages when a burst outruns a consumer.
+	ramp := min(o.Warmup/2, time.Second)
+	for w := range o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := &stats[w]
+			st.lat = make([]time.Duration, 0, 1024)
+			time.Sleep(ramp * time.Duration(w) / time.Duration(o.Concurrency))
+			for ctx.Err() == nil {
+				start := time.Now()
+				if !start.Before(winEnd) {
+					return
+				}
+				cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+				n, err := c.Call(cctx, w)
+				cancel()
+				end := time.Now()
+				inWindow := !end.Before(winStart) && !end.After(winEnd)
+				switch {
+				case err != nil && inWindow:
+					st.errors++
+					if len(st.samples) < 3 {
+						st.samples = append(st.samples, err.Error())
+					}
+				case err != nil:
+					st.warmupErrors++
+					if len(st.samples) < 3 {
+						st.samples = append(st.samples, "(outside window) "+err.Error())
+					}
+				case inWindow:
+					st.lat = append(st.lat, end.Sub(start))
+					st.chunks += n
+				}
+				if err != nil && ctx.Err() == nil {
+					// Do not spin on a broken target.
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	var all []time.Duration
+	res := &Result{Mode: o.Mode, Concurrency: o.Concurrency, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds()}
+	for i := range stats {
+		all = append(all, stats[i].lat...)
+		res.Chunks += stats[i].chunks
+		res.Errors += stats[i].errors
+		res.WarmupErrors += stats[i].warmupErrors
+		for _, s := range stats[i].samples {
+			if len(res.ErrorSamples) < 5 && !slices.Contains(res.ErrorSamples, s) {
+				res.ErrorSamples = append(res.ErrorSamples, s)
+			}
+		}
+	}
+	summarize(res, all, o.Duration)
+	procs, clientCPU := watch.result(res.Calls)
+	res.ClientCPUS = clientCPU
+	if len(procs) > 0 {
+		res.Procs = procs
+		res.Gateway = procs["gateway"]
+	}
+	if strings.HasSuffix(o.Mode, "-stream") {
+		res.WindowChunksPerS = round(float64(res.Chunks)/o.Duration.Seconds(), 1)
+		if res.P50 > 0 {
+			res.ChunksPerS = round(float64(o.StreamN)/(res.P50/1000), 1)
+		}
+	} else {
+		res.Chunks = 0
+	}
+	return res, nil
+}
+
+func summarize(res *Result, lat []time.Duration, window time.Duration) {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	res.Calls = len(lat)
+	res.RPS = round(float64(len(lat))/window.Seconds(), 1)
+	if len(lat) == 0 {
+		return
+	}
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	res.P50 = ms(percentile(lat, 0.50))
+	res.P90 = ms(percentile(lat, 0.90))
+	res.P99 = ms(percentile(lat, 0.99))
+	res.P999 = ms(percentile(lat, 0.999))
+	res.Max = ms(lat[len(lat)-1])
+	res.Mean = ms(sum / time.Duration(len(lat)))
+}
+
+// percentile is the nearest-rank percentile of sorted samples.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	i := int(float64(len(sorted))*q+0.999999) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return sorted[i]
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+func round(f float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	if f < 0 {
+		return -float64(int64(-f*p+0.5)) / p
+	}
+	return float64(int64(f*p+0.5)) / p
+}
+
+// watcher samples the CPU time of named processes at the window's edges,
+// their RSS during the window, and loadgen's own CPU time.
+type watcher struct {
+	procs map[string]int
+	done  chan struct{}
+	self0 float64
+	self1 float64
+	cpu0  map[string]float64
+	out   map[string]*ProcResult
+}
+
+func startWatch(procs map[string]int, winStart, winEnd time.Time) *watcher {
+	w := &watcher{procs: procs, done: make(chan struct{}), cpu0: map[string]float64{}, out: map[string]*ProcResult{}}
+	go func() {
+		defer close(w.done)
+		time.Sleep(time.Until(winStart))
+		w.self0, _ = procCPU(os.Getpid())
+		for name, pid := range procs {
+			cpu, err := procCPU(pid)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "loadgen: watching %s (pid %d): %v\n", name, pid, err)
+				continue
+			}
+			w.cpu0[name] = cpu
+			w.out[name] = &ProcResult{PID: pid}
+		}
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, p := range w.out {
+				if rss, _, err := procMem(p.PID); err == nil && rss > p.PeakRSSBytes {
+					p.PeakRSSBytes = rss
+				}
+			}
+			if !time.Now().Before(winEnd) {
+				break
+			}
+			<-tick.C
+		}
+		w.self1, _ = procCPU(os.Getpid())
+		for name, p := range w.out {
+			cpu, err := procCPU(p.PID)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "loadgen: watching %s (pid %d): %v\n", name, p.PID, err)
+				delete(w.out, name)
+				continue
+			}
+			p.CPUS = round(cpu-w.cpu0[name], 3)
+			_, p.HWMBytes, _ = procMem(p.PID)
+		}
+	}()
+	return w
+}
+
+// result waits for the window to end; calls completed in it give the
+// per-call CPU cost.
+func (w *watcher) result(calls int) (map[string]*ProcResult, float64) {
+	<-w.done
+	for _, p := range w.out {
+		if calls > 0 {
+			p.CPUSPer1kCall = round(p.CPUS*1000/float64(calls), 4)
+		}
+	}
+	return w.out, round(w.self1-w.self0, 3)
+}
+
+// parseWatch reads "name=pid,name=pid".
+func parseWatch(s string, gatewayPID int) (map[string]int, error) {
+	m := map[string]int{}
+	if gatewayPID != 0 {
+		m["gateway"] = gatewayPID
+	}
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		name, v, ok := strings.Cut(item, "=")
+		var pid int
+		if _, err := fmt.Sscan(v, &pid); !ok || err != nil || pid <= 0 {
+			return nil, fmt.Errorf("-watch %q: want name=pid", item)
+		}
+		m[name] = pid
+	}
+	return m, nil
+}
+
+// clockTicks is USER_HZ, 100 on every Linux platform Go supports.
+const clockTicks = 100
+
+// procCPU returns utime+stime of pid in seconds.
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may hold spaces: fields
+	// after the last ')' start at field 3 (state).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	var ut, st int64
+	if _, err := fmt.Sscan(f[11], &ut); err != nil {
+		return 0, err
+	}
+	if _, err := fmt.Sscan(f[12], &st); err != nil {
+		return 0, err
+	}
+	return float64(ut+st) / clockTicks, nil
+}
+
+// procMem returns VmRSS and VmHWM of pid in bytes.
+func procMem(pid int) (rss, hwm int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var kb int64
+		switch k {
+		case "VmRSS":
+			_, err = fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+			rss = kb * 1024
+		case "VmHWM":
+			_, err = fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+			hwm = kb * 1024
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return rss, hwm, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "loadgen: "+format+"\n", args...)
+	os.Exit(1)
+}

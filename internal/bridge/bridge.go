@@ -92,7 +92,7 @@ type Bridge struct {
 	opts   Options
 	subID  string
 
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	topics map[string]*listener // response topic → its subscription
 	closed bool
 
@@ -152,12 +152,25 @@ func (b *Bridge) Stats() Stats {
 // Listen makes sure this instance is subscribed to a response topic. Call
 // performs it on demand; calling it ahead saves the first call the wait.
 func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
+	// Fast path, every call: the subscription exists already.
+	b.mu.RLock()
+	l := b.topics[responseTopic]
+	b.mu.RUnlock()
+	if l != nil {
+		select {
+		case <-l.ready:
+			if l.err == nil {
+				return nil
+			}
+		default:
+		}
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return ErrClosed
 	}
-	l := b.topics[responseTopic]
+	l = b.topics[responseTopic]
 	if l == nil {
 		l = &listener{ready: make(chan struct{})}
 		b.topics[responseTopic] = l

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Config is the gateway's whole configuration.
@@ -59,6 +61,21 @@ type Config struct {
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	var c Config
 	var envErrs []error
+	// An optional config file (--config or TOOLGATE_CONFIG): its keys are
+	// flag names; it ranks below the environment and the flags.
+	if path := configPath(args, getenv); path != "" {
+		file, err := loadFile(path)
+		if err != nil {
+			return c, err
+		}
+		env := getenv
+		getenv = func(k string) string {
+			if v := env(k); v != "" {
+				return v
+			}
+			return file[k]
+		}
+	}
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	str := func(p *string, name, def, usage string) {
@@ -75,6 +92,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 		}
 		fs.DurationVar(p, name, d, usage+" (env "+envName(name)+")")
 	}
+	fs.String("config", "", "optional YAML or JSON file of settings keyed by flag name; flags and env win (env TOOLGATE_CONFIG)")
 	str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	str(&c.HTTPAddr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
 	str(&c.PulsarURL, "pulsar-url", "pulsar://127.0.0.1:6650", "Pulsar broker URL")
@@ -179,6 +197,45 @@ func (c Config) validate() error {
 
 func envName(flagName string) string {
 	return "TOOLGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// configPath finds --config in args, else TOOLGATE_CONFIG.
+func configPath(args []string, getenv func(string) string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		for _, p := range []string{"--config", "-config"} {
+			if a == p && i+1 < len(args) {
+				return args[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, p+"="); ok {
+				return v
+			}
+		}
+	}
+	return getenv("TOOLGATE_CONFIG")
+}
+
+// loadFile reads a config file into environment-variable form.
+func loadFile(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("--config %s: not a YAML or JSON mapping: %v", path, err)
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		switch v.(type) {
+		case map[string]any, []any, nil:
+			return nil, fmt.Errorf("--config %s: %q must be a single value", path, k)
+		}
+		out[envName(k)] = fmt.Sprint(v)
+	}
+	return out, nil
 }
 
 func envBool(getenv func(string) string, name string, errs *[]error) bool {

@@ -55,3 +55,27 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	reg := filepath.Join(dir, "r.yaml")
+	_ = os.WriteFile(reg, []byte("tool: {}"), 0o644)
+	file := filepath.Join(dir, "toolgate.yaml")
+	_ = os.WriteFile(file, []byte("registry: "+reg+"\nallow-anonymous: true\ndefault-timeout: 9s\nrate-burst: 7\nhttp-addr: 127.0.0.1:1\n"), 0o644)
+	env := map[string]string{"TOOLGATE_HTTP_ADDR": "127.0.0.1:2"}
+	c, err := Parse([]string{"--config", file, "--rate-burst", "8"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Registry != reg || !c.AllowAnonymous || c.DefaultTimeout != 9*time.Second {
+		t.Fatalf("file values not applied: %+v", c)
+	}
+	if c.RateBurst != 8 || c.HTTPAddr != "127.0.0.1:2" {
+		t.Fatalf("flags and env must win over the file: burst %d, http %s", c.RateBurst, c.HTTPAddr)
+	}
+	_ = os.WriteFile(file, []byte("registry: [a, b]\n"), 0o644)
+	if _, err := Parse([]string{"--config=" + file}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), `"registry" must be a single value`) {
+		t.Fatalf("bad file: %v", err)
+	}
+}

@@ -166,7 +166,10 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 		if cfg.PulsarURL == "" {
 			return nil, errors.New("toolservice: empty PulsarURL")
 		}
-		b, err := transport.NewPulsar(transport.PulsarOptions{URL: cfg.PulsarURL, Logger: s.log})
+		// A deep prefetch queue: a non-persistent topic drops what a
+		// consumer without free queue slots cannot take, and a burst of
+		// requests arrives faster than MaxConcurrency handlers drain it.
+		b, err := transport.NewPulsar(transport.PulsarOptions{URL: cfg.PulsarURL, Logger: s.log, ReceiverQueueSize: max(10000, 4*cfg.MaxConcurrency)})
 		if err != nil {
 			return nil, fmt.Errorf("toolservice: %w", err)
 		}

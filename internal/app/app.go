@@ -78,7 +78,9 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) 
 	log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
 
 	if g.broker == nil {
-		popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA}
+		// Every reply for this instance arrives on its response subscriptions:
+		// a deep prefetch queue keeps bursts from being dropped by the broker.
+		popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA, ReceiverQueueSize: 10000}
 		if cfg.PulsarTokenFile != "" {
 			popts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
 		}

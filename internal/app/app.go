@@ -56,19 +56,10 @@ type Gateway struct {
 	stopping    atomic.Bool
 }
 
-// Option changes how the gateway is built.
-type Option func(*Gateway)
-
-// WithBroker uses b instead of dialling cfg.PulsarURL.
-func WithBroker(b transport.Broker) Option { return func(g *Gateway) { g.broker = b } }
-
 // New builds the gateway and opens its listeners, so that its addresses are
 // known before Run. A registry with problems stops it here, with the list.
-func New(cfg config.Config, log *slog.Logger, opts ...Option) (*Gateway, error) {
+func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: log}
-	for _, o := range opts {
-		o(g)
-	}
 	src, err := registry.NewFileSource(cfg.Registry, log, g.onRegistrySwap)
 	if err != nil {
 		return nil, err
@@ -210,12 +201,6 @@ func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }
 
 // HTTPAddr is the HTTP listener's address.
 func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
-
-// Bridge exposes the bridge for stats.
-func (g *Gateway) Bridge() *bridge.Bridge { return g.bridge }
-
-// Registry exposes the registry.
-func (g *Gateway) Registry() *registry.Registry { return g.reg }
 
 func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	snap := g.reg.Snapshot()

@@ -94,9 +94,6 @@ func ParseAPIKeys(data []byte) (*APIKeys, error) {
 	return out, nil
 }
 
-// Len is the number of keys.
-func (k *APIKeys) Len() int { return len(k.entries) }
-
 // Lookup returns the identity of key. It compares the key's hash with every
 // stored hash in constant time, so its timing says nothing about which
 // stored hash, if any, is close.

@@ -88,10 +88,6 @@ func WithPublicMethods(patterns ...string) Option {
 	return func(a *Authenticator) { a.public = patterns }
 }
 
-// WithResource replaces ToolgateResource, which says what each method does
-// for the policy.
-func WithResource(r Resource) Option { return func(a *Authenticator) { a.resource = r } }
-
 // WithContextHook lets the caller add to an authenticated call's context,
 // for example
 //

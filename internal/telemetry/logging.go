@@ -58,17 +58,6 @@ func WithUser(f func(context.Context) string) LogOption {
 	return func(l *CallLog) { l.user = f }
 }
 
-// WithCodeLevel replaces DefaultCodeLevel.
-func WithCodeLevel(f func(codes.Code) slog.Level) LogOption {
-	return func(l *CallLog) { l.level = f }
-}
-
-// WithQuietMethods replaces the default "/grpc.health.v1.Health/": calls
-// to methods with one of these prefixes log at Debug when they succeed.
-func WithQuietMethods(prefixes ...string) LogOption {
-	return func(l *CallLog) { l.quiet = prefixes }
-}
-
 // WithMaxLoggedArguments replaces DefaultMaxLoggedArguments.
 func WithMaxLoggedArguments(n int) LogOption {
 	return func(l *CallLog) { l.maxArgs = n }

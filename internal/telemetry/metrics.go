@@ -83,11 +83,6 @@ func WithRegistryStats(f func() RegistryStats) MetricsOption {
 	return func(c *metricsConfig) { c.registry = f }
 }
 
-// WithDurationBuckets replaces DefaultDurationBuckets.
-func WithDurationBuckets(b []float64) MetricsOption {
-	return func(c *metricsConfig) { c.buckets = b }
-}
-
 // WithoutRuntimeMetrics leaves out the Go runtime and process collectors
 // (for tests that compare whole expositions).
 func WithoutRuntimeMetrics() MetricsOption {

@@ -19,35 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// Inflight is the memory-per-parked-call measurement.
-type Inflight struct {
-	Calls          int     `json:"calls"`
-	Conns          int     `json:"conns"`
-	SleepMS        int     `json:"sleep_ms"`
-	IdleRSSBytes   int64   `json:"idle_rss_bytes"`
-	ParkedRSSBytes int64   `json:"parked_rss_bytes"`
-	BytesPerCall   int64   `json:"bytes_per_call"`
-	ReachedBroker  int64   `json:"reached_broker"`   // requests the broker counted on the topic (-1: unknown)
-	DoneAtSample   int64   `json:"done_at_sample"`   // calls already finished when RSS was sampled (want 0)
-	SampledAfterS  float64 `json:"sampled_after_s"`  // from the first call to the RSS sample
-	GatewayCPUS    float64 `json:"gateway_cpu_s"`    // gateway CPU to take and release the calls
-	IdleHWMBytes   int64   `json:"idle_hwm_bytes"`   // VmHWM before parking
-	ParkedHWMBytes int64   `json:"parked_hwm_bytes"` // VmHWM after parking
-	// With -pprof-url (bench/cmd/gatewayprof): the Go runtime's view,
-	// idle and parked, to split the growth into stacks and heap.
-	Idle   *GoMem `json:"idle_go,omitempty"`
-	Parked *GoMem `json:"parked_go,omitempty"`
-}
-
-// GoMem is what the gateway's runtime says about its memory.
-type GoMem struct {
-	Goroutines int   `json:"goroutines"`
-	StackBytes int64 `json:"stack_inuse_bytes"`
-	HeapAlloc  int64 `json:"heap_alloc_bytes"` // live and not yet collected
-	HeapLive   int64 `json:"heap_live_bytes"`  // HeapAlloc right after a forced GC
-	Sys        int64 `json:"sys_bytes"`
-}
-
 // runInflight parks o.Concurrency calls on the echo service's sleep mode at
 // once and reports the gateway's RSS growth per call.
 func runInflight(ctx context.Context, o Options) (*Result, error) {

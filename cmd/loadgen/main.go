@@ -28,6 +28,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/loadresult"
 	"os"
 	"os/signal"
 	"slices"
@@ -64,46 +65,13 @@ type Options struct {
 	HeapOut     string
 }
 
-// Result is what loadgen prints.
-type Result struct {
-	Mode        string  `json:"mode"`
-	Concurrency int     `json:"concurrency"`
-	DurationS   float64 `json:"duration_s"`
-	WarmupS     float64 `json:"warmup_s"`
-	Calls       int     `json:"calls"`
-	RPS         float64 `json:"rps"`
-	P50         float64 `json:"p50_ms"`
-	P90         float64 `json:"p90_ms"`
-	P99         float64 `json:"p99_ms"`
-	P999        float64 `json:"p999_ms"`
-	Max         float64 `json:"max_ms"`
-	Mean        float64 `json:"mean_ms"`
-	Errors      int     `json:"errors"`
-	// WarmupErrors are failed calls outside the measured window.
-	WarmupErrors int      `json:"warmup_errors"`
-	ErrorSamples []string `json:"error_samples,omitempty"`
-	// Stream modes: Chunks received in the window; ChunksPerS is one
-	// stream's rate (-stream-n over the median call time), WindowChunksPerS
-	// all chunks of the calls completed in the window over its length.
-	Chunks           int     `json:"chunks,omitempty"`
-	ChunksPerS       float64 `json:"chunks_per_s,omitempty"`
-	WindowChunksPerS float64 `json:"window_chunks_per_s,omitempty"`
-	// ClientCPUS is loadgen's own CPU time over the window.
-	ClientCPUS float64     `json:"client_cpu_s"`
-	Gateway    *ProcResult `json:"gateway,omitempty"`
-	// Procs are all watched processes (-watch-pid as "gateway", -watch).
-	Procs    map[string]*ProcResult `json:"procs,omitempty"`
-	Inflight *Inflight              `json:"inflight,omitempty"`
-}
-
-// ProcResult is what was seen of the watched process during the window.
-type ProcResult struct {
-	PID           int     `json:"pid"`
-	CPUS          float64 `json:"cpu_s"`
-	CPUSPer1kCall float64 `json:"cpu_s_per_1k_calls"`
-	PeakRSSBytes  int64   `json:"peak_rss_bytes"` // largest VmRSS sampled in the window
-	HWMBytes      int64   `json:"hwm_bytes"`      // VmHWM at the end: peak since the process started
-}
+// The result format, shared with the benchmark orchestrator.
+type (
+	Result     = loadresult.Result
+	ProcResult = loadresult.ProcResult
+	Inflight   = loadresult.Inflight
+	GoMem      = loadresult.GoMem
+)
 
 func main() {
 	var o Options

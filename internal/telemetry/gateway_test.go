@@ -17,8 +17,8 @@ import (
 )
 
 // The REST side as the gateway wires it: grpc-gateway in front of a gRPC
-// server with every piece of this package, in the order the lead is told
-// to use, and the header matchers that carry x-request-id and traceparent.
+// server with every piece of this package, in the order internal/app uses
+// and the header matchers that carry x-request-id and traceparent.
 func TestThroughGRPCGateway(t *testing.T) {
 	t.Parallel()
 	tp, exp := inMemoryTracing(t)

@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/loadresult"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -390,7 +391,7 @@ func (e *env) releaseGateway() {
 // point runs one load point and never fails: a failure is recorded in the
 // sample.
 func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int) *Sample {
-	s := &Sample{Mode: mode, Concurrency: conc}
+	s := &Sample{Result: loadresult.Result{Mode: mode, Concurrency: conc}}
 	timeout := time.Duration((warmupS+durS)*float64(time.Second)) + 90*time.Second
 	watch := []string{}
 	var err error

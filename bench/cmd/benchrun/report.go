@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/loadresult"
 	"io"
 	"math"
 	"net/http"
@@ -16,41 +17,12 @@ import (
 	"time"
 )
 
-// ProcResult is one watched process over a load window (see cmd/loadgen).
-type ProcResult struct {
-	PID           int     `json:"pid"`
-	CPUS          float64 `json:"cpu_s"`
-	CPUSPer1kCall float64 `json:"cpu_s_per_1k_calls"`
-	PeakRSSBytes  int64   `json:"peak_rss_bytes,omitempty"`
-	HWMBytes      int64   `json:"hwm_bytes,omitempty"`
-}
-
-// Inflight is loadgen's memory-per-parked-call result.
-type Inflight struct {
-	Calls          int     `json:"calls"`
-	Conns          int     `json:"conns"`
-	SleepMS        int     `json:"sleep_ms"`
-	IdleRSSBytes   int64   `json:"idle_rss_bytes"`
-	ParkedRSSBytes int64   `json:"parked_rss_bytes"`
-	BytesPerCall   int64   `json:"bytes_per_call"`
-	ReachedBroker  int64   `json:"reached_broker"`
-	DoneAtSample   int64   `json:"done_at_sample"`
-	SampledAfterS  float64 `json:"sampled_after_s"`
-	GatewayCPUS    float64 `json:"gateway_cpu_s"`
-	IdleHWMBytes   int64   `json:"idle_hwm_bytes"`
-	ParkedHWMBytes int64   `json:"parked_hwm_bytes"`
-	Idle           *GoMem  `json:"idle_go,omitempty"`
-	Parked         *GoMem  `json:"parked_go,omitempty"`
-}
-
-// GoMem is the gateway runtime's memory statistics (see cmd/loadgen).
-type GoMem struct {
-	Goroutines int   `json:"goroutines"`
-	StackBytes int64 `json:"stack_inuse_bytes"`
-	HeapAlloc  int64 `json:"heap_alloc_bytes"`
-	HeapLive   int64 `json:"heap_live_bytes"`
-	Sys        int64 `json:"sys_bytes"`
-}
+// The load clients' result format.
+type (
+	ProcResult = loadresult.ProcResult
+	Inflight   = loadresult.Inflight
+	GoMem      = loadresult.GoMem
+)
 
 // InflightBreakdown is the parked-call memory split by the Go runtime,
 // measured on gatewayprof in a second run.
@@ -67,30 +39,9 @@ type InflightBreakdown struct {
 
 // Sample is one load client's result (loadgen or tg_load.py).
 type Sample struct {
-	Mode             string                 `json:"mode"`
-	Concurrency      int                    `json:"concurrency"`
-	Rep              int                    `json:"rep"`
-	DurationS        float64                `json:"duration_s"`
-	WarmupS          float64                `json:"warmup_s"`
-	Calls            int                    `json:"calls"`
-	RPS              float64                `json:"rps"`
-	P50              float64                `json:"p50_ms"`
-	P90              float64                `json:"p90_ms"`
-	P99              float64                `json:"p99_ms"`
-	P999             float64                `json:"p999_ms"`
-	Max              float64                `json:"max_ms"`
-	Mean             float64                `json:"mean_ms"`
-	Errors           int                    `json:"errors"`
-	WarmupErrors     int                    `json:"warmup_errors"`
-	ErrorSamples     []string               `json:"error_samples,omitempty"`
-	Chunks           int                    `json:"chunks,omitempty"`
-	ChunksPerS       float64                `json:"chunks_per_s,omitempty"`
-	WindowChunksPerS float64                `json:"window_chunks_per_s,omitempty"`
-	ClientCPUS       float64                `json:"client_cpu_s"`
-	Gateway          *ProcResult            `json:"gateway,omitempty"`
-	Procs            map[string]*ProcResult `json:"procs,omitempty"`
-	Inflight         *Inflight              `json:"inflight,omitempty"`
-	Failed           string                 `json:"failed,omitempty"`
+	loadresult.Result
+	Rep    int    `json:"rep"`
+	Failed string `json:"failed,omitempty"`
 	// LostRequests and LostReplies: messages the broker took but did not
 	// deliver (non-persistent topics drop when a consumer falls behind);
 	// -1 when not known.

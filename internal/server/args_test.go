@@ -131,3 +131,15 @@ func TestPage(t *testing.T) {
 		t.Fatalf("bad token: %v", err)
 	}
 }
+
+func TestParseJSONValue(t *testing.T) {
+	t.Parallel()
+	for text, isJSON := range map[string]bool{
+		`{"a": 1}`: true, ` [1, 2]`: true, `"s"`: true, `-1.5`: true, `true`: true, `null`: true,
+		`plain words`: false, ``: false, `{not json`: false, `12 monkeys`: false, `[1,]`: false, `tru`: false,
+	} {
+		if got := parseJSONValue(text) != nil; got != isJSON {
+			t.Errorf("parseJSONValue(%q) parsed=%v, want %v", text, got, isJSON)
+		}
+	}
+}

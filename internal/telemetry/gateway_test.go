@@ -17,7 +17,7 @@ import (
 )
 
 // The REST side as the gateway wires it: grpc-gateway in front of a gRPC
-// server with every piece of this package, in the order internal/app uses
+// server with every piece of this package, in the order internal/app uses,
 // and the header matchers that carry x-request-id and traceparent.
 func TestThroughGRPCGateway(t *testing.T) {
 	t.Parallel()

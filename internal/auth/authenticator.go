@@ -170,6 +170,11 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (Identi
 	if fwdOK {
 		return fwdID, nil
 	}
+	if id, ok := ctx.Value(forwardCtxKey{}).(Identity); ok && a.fwd != nil {
+		// A REST call served in process: the HTTP side verified the
+		// client certificate (Forwarder.Middleware) in this very context.
+		return id, nil
+	}
 	if a.clientCerts {
 		if p, ok := peer.FromContext(ctx); ok {
 			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {

@@ -1,7 +1,7 @@
 // Package httpapi serves toolgate's REST side: grpc-gateway's translation of
-// HTTP/JSON to the gRPC server (dialled over a real connection, so streaming
-// and interceptors work as for any gRPC client), health endpoints and the
-// OpenAPI document.
+// HTTP/JSON to the ToolService (unary methods in process when a local server
+// is given, streaming through a connection to the gateway's own gRPC
+// server), health endpoints and the OpenAPI document.
 package httpapi
 
 import (
@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/toolgate/toolgate/api"
@@ -17,6 +18,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 )
+
+// streamSuffix ends the path of the one streaming method, StreamTool.
+const streamSuffix = ":stream"
 
 // ReadyFunc reports whether the gateway can serve calls, with details.
 type ReadyFunc func(ctx context.Context) (ready bool, details map[string]any)
@@ -30,6 +34,10 @@ type Options struct {
 	MuxOptions []runtime.ServeMuxOption
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
+	// Local, when set, serves the unary methods in process instead of
+	// through conn; it must apply the gRPC server's interceptors itself.
+	// Streaming methods always go through conn.
+	Local toolgatev1.ToolServiceServer
 }
 
 // New returns the HTTP handler. conn is a client connection to the gateway's
@@ -42,14 +50,31 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
-	gw := runtime.NewServeMux(append([]runtime.ServeMuxOption{
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
-	}, opts.MuxOptions...)...)
-	if err := toolgatev1.RegisterToolServiceHandler(ctx, gw, conn); err != nil {
+	newMux := func() *runtime.ServeMux {
+		return runtime.NewServeMux(append([]runtime.ServeMuxOption{
+			runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		}, opts.MuxOptions...)...)
+	}
+	remote := newMux()
+	if err := toolgatev1.RegisterToolServiceHandler(ctx, remote, conn); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
+	var tools http.Handler = remote
+	if opts.Local != nil {
+		local := newMux()
+		if err := toolgatev1.RegisterToolServiceHandlerServer(ctx, local, opts.Local); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+		tools = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, streamSuffix) {
+				remote.ServeHTTP(w, r)
+				return
+			}
+			local.ServeHTTP(w, r)
+		})
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw)
+	mux.Handle("/v1/", tools)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
 	})

@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 )
 
@@ -185,4 +186,43 @@ func StartPublishSpan(ctx context.Context, topic string, attrs ...attribute.KeyV
 		}
 		span.End()
 	}
+}
+
+// StartServerSpan starts the server span of a call served in process (a
+// REST call that does not pass through the gRPC server, so ServerHandler
+// does not see it). It continues the trace context in ctx's incoming
+// metadata, as ServerHandler does; end records the call's error.
+func StartServerSpan(ctx context.Context, fullMethod string) (context.Context, func(err error)) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		ctx = propagation.TraceContext{}.Extract(ctx, metadataCarrier(md))
+	}
+	ctx, span := otel.Tracer(ScopeName).Start(ctx, strings.TrimPrefix(fullMethod, "/"),
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", strings.TrimPrefix(fullMethod, "/"))))
+	return ctx, func(err error) {
+		if err != nil {
+			span.SetStatus(otelcodes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+// metadataCarrier reads gRPC metadata for the propagator.
+type metadataCarrier metadata.MD
+
+func (c metadataCarrier) Get(key string) string {
+	if v := metadata.MD(c).Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c metadataCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
+
+func (c metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
 }

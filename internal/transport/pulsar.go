@@ -46,7 +46,18 @@ type PulsarOptions struct {
 	// Logger receives the client's own log lines (default: discarded below
 	// warnings).
 	Logger *slog.Logger
+	// DisableBatching sends every message in a frame of its own. By
+	// default a producer batches adaptively: a message that finds the
+	// producer idle is sent at once, and messages published while a batch
+	// waits for the broker's receipt go out together in the next one. At
+	// low load that is the same as no batching; under load the broker
+	// handles one entry per batch instead of one per message.
+	DisableBatching bool
 }
+
+// maxBatch bounds the messages in one adaptive batch (Pulsar's own default
+// batch limit is 1000 messages or 128 KiB, whichever comes first).
+const maxBatch = 500
 
 // Pulsar is a Broker backed by an Apache Pulsar client. Producers are created
 // on first use per topic and reused.
@@ -67,6 +78,21 @@ type producerEntry struct {
 	p        pulsar.Producer
 	err      error
 	lastUsed atomic.Int64 // unix nanoseconds
+
+	// Adaptive batching (nil queue: batching disabled): publishers queue
+	// here and one sender goroutine per producer hands the queue to the
+	// client in batches.
+	queue   chan *outgoing
+	mu      sync.RWMutex // held for reading while queueing, for writing to stop
+	stopped bool
+	sent    chan struct{} // closed when the sender has returned
+}
+
+// outgoing is one queued message and where its outcome goes.
+type outgoing struct {
+	ctx  context.Context
+	msg  *pulsar.ProducerMessage
+	done chan error // buffered: the sender never blocks on it
 }
 
 // NewPulsar creates the client. It does not dial yet: the first Publish or
@@ -143,7 +169,7 @@ func (b *Pulsar) closeIdleProducers() {
 		b.mu.Unlock()
 		for _, e := range idle {
 			b.log.Debug("closing idle producer", "topic", e.p.Topic())
-			e.p.Close()
+			e.close()
 		}
 	}
 }
@@ -161,7 +187,7 @@ func (q quieter) WithAttrs(as []slog.Attr) slog.Handler { return quieter{q.Handl
 
 func (q quieter) WithGroup(name string) slog.Handler { return quieter{q.Handler.WithGroup(name)} }
 
-func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, error) {
+func (b *Pulsar) entry(ctx context.Context, topic string) (*producerEntry, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -173,9 +199,13 @@ func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, e
 		b.producers[topic] = e
 		b.mu.Unlock()
 		e.p, e.err = b.client.CreateProducer(pulsar.ProducerOptions{
-			Topic: topic,
-			// Request/reply wants each message on the wire at once.
-			DisableBatching:         true,
+			Topic:           topic,
+			DisableBatching: b.opts.DisableBatching,
+			// Batches are flushed by the sender (adaptive batching), not
+			// by the client's timer: the delay only matters if a flush
+			// were missed.
+			BatchingMaxPublishDelay: 100 * time.Millisecond,
+			BatchingMaxMessages:     maxBatch,
 			MaxPendingMessages:      b.opts.MaxPendingPerProducer,
 			DisableBlockIfQueueFull: true,
 			SendTimeout:             b.opts.OperationTimeout,
@@ -186,6 +216,10 @@ func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, e
 			b.mu.Lock()
 			delete(b.producers, topic) // let the next call try again
 			b.mu.Unlock()
+		} else if !b.opts.DisableBatching {
+			e.queue = make(chan *outgoing, b.opts.MaxPendingPerProducer)
+			e.sent = make(chan struct{})
+			go e.send(b.opts.OperationTimeout)
 		}
 		close(e.ready)
 	} else {
@@ -193,11 +227,89 @@ func (b *Pulsar) producer(ctx context.Context, topic string) (pulsar.Producer, e
 	}
 	select {
 	case <-e.ready:
+		if e.err != nil {
+			return nil, e.err
+		}
 		e.lastUsed.Store(time.Now().UnixNano())
-		return e.p, e.err
+		return e, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// enqueue hands m to the sender. It fails at once when the queue is full
+// (overload) or the producer is closing (the caller opens a new one).
+func (e *producerEntry) enqueue(m *outgoing) error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.stopped {
+		return pulsar.ErrProducerClosed
+	}
+	select {
+	case e.queue <- m:
+		return nil
+	default:
+		return pulsar.ErrSendQueueIsFull
+	}
+}
+
+// send is the adaptive batcher: it takes whatever is queued (at least one
+// message, at most maxBatch), gives it to the client as one batch, and
+// waits for the broker's receipt of it before taking the next. While it
+// waits, new messages gather in the queue.
+func (e *producerEntry) send(timeout time.Duration) {
+	defer close(e.sent)
+	batch := make([]*outgoing, 0, maxBatch)
+	for {
+		m, ok := <-e.queue
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], m)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case m, ok := <-e.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		queued := 0
+		for _, m := range batch {
+			if err := m.ctx.Err(); err != nil {
+				m.done <- err // its caller is gone already
+				continue
+			}
+			done := m.done
+			e.p.SendAsync(m.ctx, m.msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+			queued++
+		}
+		if queued == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		// Each message's outcome reaches its caller through its own
+		// callback; the flush only paces the batches.
+		_ = e.p.FlushWithCtx(ctx)
+		cancel()
+	}
+}
+
+// close stops taking messages, lets the sender hand over what was queued
+// already, and closes the producer.
+func (e *producerEntry) close() {
+	if e.queue != nil {
+		e.mu.Lock()
+		e.stopped = true
+		close(e.queue)
+		e.mu.Unlock()
+		<-e.sent
+	}
+	e.p.Close()
 }
 
 // Producers counts the open producers.
@@ -219,13 +331,17 @@ func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
 }
 
 func (b *Pulsar) publish(ctx context.Context, topic string, msg Message) error {
-	p, err := b.producer(ctx, topic)
+	e, err := b.entry(ctx, topic)
 	if err != nil {
 		return err
 	}
 	done := make(chan error, 1)
-	p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties},
-		func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+	pm := &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties}
+	if e.queue == nil {
+		e.p.SendAsync(ctx, pm, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+	} else if err := e.enqueue(&outgoing{ctx: ctx, msg: pm, done: done}); err != nil {
+		return err
+	}
 	select {
 	case err := <-done:
 		return err
@@ -368,7 +484,7 @@ func (b *Pulsar) Close() {
 	for _, e := range ps {
 		<-e.ready
 		if e.p != nil {
-			e.p.Close()
+			e.close()
 		}
 	}
 	b.client.Close()

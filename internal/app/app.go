@@ -71,7 +71,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	if g.broker == nil {
 		// Every reply for this instance arrives on its response subscriptions:
 		// a deep prefetch queue keeps bursts from being dropped by the broker.
-		popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA, ReceiverQueueSize: 10000}
+		popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA, ReceiverQueueSize: 10000,
+			DisableBatching: !cfg.PulsarBatching}
 		if cfg.PulsarTokenFile != "" {
 			popts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
 		}
@@ -134,6 +135,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	gopts := []grpc.ServerOption{grpc.StatsHandler(telemetry.ServerHandler()),
 		grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+	if cfg.GRPCWorkers > 0 {
+		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
+	}
 	if c := sec.creds(); c != nil {
 		gopts = append(gopts, grpc.Creds(c))
 	}

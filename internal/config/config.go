@@ -23,6 +23,8 @@ type Config struct {
 	PulsarURL      string
 	PulsarAdminURL string
 	MaxInFlight    int
+	GRPCWorkers    int
+	PulsarBatching bool
 	StreamIdle     time.Duration
 	Registry       string
 	DefaultTimeout time.Duration
@@ -97,6 +99,8 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.HTTPAddr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
 	str(&c.PulsarURL, "pulsar-url", "pulsar://127.0.0.1:6650", "Pulsar broker URL")
 	str(&c.PulsarAdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
+	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", 256, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown, saving a stack copy per call); 0 starts a goroutine per call (env "+envName("grpc-workers")+")")
+	fs.BoolVar(&c.PulsarBatching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", 100000, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
 	dur(&c.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
 	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); required")
@@ -117,14 +121,14 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.JWTUserClaim, "jwt-user-claim", "sub", "JWT claim holding the user")
 	str(&c.JWTRolesClaim, "jwt-roles-claim", "", "JWT claim holding the roles (dots reach into objects)")
 	str(&c.Policy, "policy", "", "authorization policy file: which users/roles may list and invoke which tools; none = every authenticated caller may do everything")
-	fs.BoolVar(&c.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
+	fs.BoolVar(&c.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", 20, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", 1<<20, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
 	str(&c.PulsarTokenFile, "pulsar-token-file", "", "file holding a Pulsar authentication token (JWT), re-read on every connection")
 	str(&c.PulsarTLSCA, "pulsar-tls-ca", "", "PEM CA bundle to trust for pulsar+ssl:// broker URLs")
 	str(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC trace collector (host:port or http(s)://…); empty = tracing off")
-	fs.BoolVar(&c.OTLPInsecure, "otlp-insecure", envBool(getenv, "otlp-insecure", &envErrs), "no TLS to the OTLP collector (env "+envName("otlp-insecure")+")")
+	fs.BoolVar(&c.OTLPInsecure, "otlp-insecure", envBool(getenv, "otlp-insecure", false, &envErrs), "no TLS to the OTLP collector (env "+envName("otlp-insecure")+")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -146,6 +150,9 @@ func (c Config) validate() error {
 	}
 	if c.PulsarAdminURL != "" && !strings.HasPrefix(c.PulsarAdminURL, "http://") && !strings.HasPrefix(c.PulsarAdminURL, "https://") {
 		errs = append(errs, fmt.Errorf("--pulsar-admin-url %q: want http://host:port", c.PulsarAdminURL))
+	}
+	if c.GRPCWorkers < 0 {
+		errs = append(errs, errors.New("--grpc-workers must not be negative"))
 	}
 	if c.MaxInFlight <= 0 {
 		errs = append(errs, errors.New("--max-in-flight must be positive"))
@@ -238,14 +245,15 @@ func loadFile(path string) (map[string]string, error) {
 	return out, nil
 }
 
-func envBool(getenv func(string) string, name string, errs *[]error) bool {
+func envBool(getenv func(string) string, name string, def bool, errs *[]error) bool {
 	v := getenv(envName(name))
 	if v == "" {
-		return false
+		return def
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
 		*errs = append(*errs, fmt.Errorf("%s=%q: want true or false", envName(name), v))
+		return def
 	}
 	return b
 }

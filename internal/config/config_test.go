@@ -24,9 +24,16 @@ func TestParse(t *testing.T) {
 	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
 		t.Fatalf("parsed %+v", c)
 	}
+	if !c.PulsarBatching || c.GRPCWorkers != 256 {
+		t.Fatalf("defaults: batching %v, gRPC workers %d; want true, 256", c.PulsarBatching, c.GRPCWorkers)
+	}
 	// Flags win over the environment.
 	if c, _ := Parse([]string{"--default-timeout", "7s"}, getenv, io.Discard); c.DefaultTimeout != 7*time.Second {
 		t.Fatalf("flag did not win: %v", c.DefaultTimeout)
+	}
+	env["TOOLGATE_PULSAR_BATCHING"] = "false"
+	if c, _ := Parse([]string{"--grpc-workers", "0"}, getenv, io.Discard); c.PulsarBatching || c.GRPCWorkers != 0 {
+		t.Fatalf("batching %v, gRPC workers %d; want false, 0", c.PulsarBatching, c.GRPCWorkers)
 	}
 }
 
@@ -45,6 +52,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--tls-cert", "c.pem"}, nil, []string{"--tls-cert and --tls-key go together"}},
 		{[]string{"--allow-anonymous", "--log-format", "xml"}, nil, []string{"--log-format"}},
 		{[]string{"--allow-anonymous", "extra"}, nil, []string{"unexpected arguments"}},
+		{[]string{"--allow-anonymous", "--grpc-workers", "-1"}, nil, []string{"--grpc-workers must not be negative"}},
+		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_PULSAR_BATCHING": "maybe"}, []string{`TOOLGATE_PULSAR_BATCHING="maybe"`}},
 	}
 	for _, c := range cases {
 		_, err := Parse(c.args, func(k string) string { return c.env[k] }, io.Discard)

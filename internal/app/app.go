@@ -163,7 +163,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, fmt.Errorf("dial own gRPC server: %w", err)
 	}
 	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready,
-		Local: newInProcess(srv, unary),
+		Local:      newInProcess(srv, unary),
 		MuxOptions: sec.muxOptions(), Metrics: g.metrics.Handler()})
 	if err != nil {
 		g.closeEarly()

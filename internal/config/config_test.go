@@ -24,16 +24,16 @@ func TestParse(t *testing.T) {
 	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
 		t.Fatalf("parsed %+v", c)
 	}
-	if !c.PulsarBatching || c.GRPCWorkers != 256 {
-		t.Fatalf("defaults: batching %v, gRPC workers %d; want true, 256", c.PulsarBatching, c.GRPCWorkers)
+	if !c.PulsarBatching || c.GRPCWorkers != 0 {
+		t.Fatalf("defaults: batching %v, gRPC workers %d; want true, 0", c.PulsarBatching, c.GRPCWorkers)
 	}
 	// Flags win over the environment.
 	if c, _ := Parse([]string{"--default-timeout", "7s"}, getenv, io.Discard); c.DefaultTimeout != 7*time.Second {
 		t.Fatalf("flag did not win: %v", c.DefaultTimeout)
 	}
 	env["TOOLGATE_PULSAR_BATCHING"] = "false"
-	if c, _ := Parse([]string{"--grpc-workers", "0"}, getenv, io.Discard); c.PulsarBatching || c.GRPCWorkers != 0 {
-		t.Fatalf("batching %v, gRPC workers %d; want false, 0", c.PulsarBatching, c.GRPCWorkers)
+	if c, _ := Parse([]string{"--grpc-workers", "64"}, getenv, io.Discard); c.PulsarBatching || c.GRPCWorkers != 64 {
+		t.Fatalf("batching %v, gRPC workers %d; want false, 64", c.PulsarBatching, c.GRPCWorkers)
 	}
 }
 

@@ -113,8 +113,14 @@ func (s *Server) start(ctx context.Context, name string, args argsSource, timeou
 		}
 		ctx, cancel = context.WithTimeout(ctx, min(d.AsDuration(), s.opts.MaxTimeout))
 	default:
-		if _, has := ctx.Deadline(); has {
-			ctx, cancel = context.WithTimeout(ctx, s.opts.MaxTimeout)
+		if dl, has := ctx.Deadline(); has {
+			if time.Until(dl) > s.opts.MaxTimeout {
+				ctx, cancel = context.WithTimeout(ctx, s.opts.MaxTimeout)
+			} else {
+				// The caller's deadline is within bounds: no second
+				// timer and context for every call.
+				cancel = func() {}
+			}
 		} else if tool.Service.Timeout > 0 {
 			ctx, cancel = context.WithTimeout(ctx, min(tool.Service.Timeout, s.opts.MaxTimeout))
 		} else {

@@ -206,6 +206,7 @@ func TestContract(t *testing.T) {
 			t.Run("cancelled callers leave nothing pending", func(t *testing.T) {
 				var calls []*bridge.Call
 				ctx, cancel := context.WithCancel(t.Context())
+				published := f.b.Stats().Published
 				for range 50 {
 					c, err := call(t, f, ctx, `{"mode":"sleep","ms":2000}`)
 					if err != nil {
@@ -213,6 +214,9 @@ func TestContract(t *testing.T) {
 					}
 					calls = append(calls, c)
 				}
+				// Cancel once the broker has them all (a request cancelled
+				// while still queued is not sent at all).
+				waitFor(t, 10*time.Second, func() bool { return f.b.Stats().Published-published >= 50 })
 				cancel()
 				for _, c := range calls {
 					if _, err := c.Recv(ctx); !errors.Is(err, context.Canceled) {

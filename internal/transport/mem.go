@@ -65,6 +65,17 @@ func (m *Mem) Publish(ctx context.Context, topic string, msg Message) error {
 	return nil
 }
 
+// PublishAsync is Publish with the outcome reported to done, which is
+// called before it returns (the in-memory broker never waits). An error
+// returned means done is not called.
+func (m *Mem) PublishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
+	if err := m.Publish(ctx, topic, msg); err != nil {
+		return err
+	}
+	done(nil)
+	return nil
+}
+
 // Subscribe implements Broker.
 func (m *Mem) Subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h Handler) (Subscription, error) {
 	if err := ctx.Err(); err != nil {

@@ -88,11 +88,11 @@ type producerEntry struct {
 	sent    chan struct{} // closed when the sender has returned
 }
 
-// outgoing is one queued message and where its outcome goes.
+// outgoing is one queued message and what to tell of its outcome.
 type outgoing struct {
 	ctx  context.Context
 	msg  *pulsar.ProducerMessage
-	done chan error // buffered: the sender never blocks on it
+	done func(error) // called once, from the sender or the client's callback
 }
 
 // NewPulsar creates the client. It does not dial yet: the first Publish or
@@ -281,11 +281,11 @@ func (e *producerEntry) send(timeout time.Duration) {
 		queued := 0
 		for _, m := range batch {
 			if err := m.ctx.Err(); err != nil {
-				m.done <- err // its caller is gone already
+				m.done(err) // its caller is gone already
 				continue
 			}
 			done := m.done
-			e.p.SendAsync(m.ctx, m.msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
+			e.p.SendAsync(m.ctx, m.msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done(err) })
 			queued++
 		}
 		if queued == 0 {
@@ -321,25 +321,8 @@ func (b *Pulsar) Producers() int {
 
 // Publish implements Broker.
 func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
-	err := b.publish(ctx, topic, msg)
-	if errors.Is(err, pulsar.ErrProducerClosed) {
-		// The idle janitor closed it between lookup and send: once more
-		// with a fresh producer.
-		err = b.publish(ctx, topic, msg)
-	}
-	return classify(topic, err)
-}
-
-func (b *Pulsar) publish(ctx context.Context, topic string, msg Message) error {
-	e, err := b.entry(ctx, topic)
-	if err != nil {
-		return err
-	}
 	done := make(chan error, 1)
-	pm := &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties}
-	if e.queue == nil {
-		e.p.SendAsync(ctx, pm, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done <- err })
-	} else if err := e.enqueue(&outgoing{ctx: ctx, msg: pm, done: done}); err != nil {
+	if err := b.PublishAsync(ctx, topic, msg, func(err error) { done <- err }); err != nil {
 		return err
 	}
 	select {
@@ -348,6 +331,34 @@ func (b *Pulsar) publish(ctx context.Context, topic string, msg Message) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// PublishAsync hands msg to the producer of topic and returns without
+// waiting for the broker. When it returns an error, the message was not
+// taken and done is never called; otherwise done is called exactly once
+// with the outcome, from another goroutine, and must not block.
+func (b *Pulsar) PublishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
+	err := b.publishAsync(ctx, topic, msg, done)
+	if errors.Is(err, pulsar.ErrProducerClosed) {
+		// The idle janitor closed it between lookup and send: once more
+		// with a fresh producer.
+		err = b.publishAsync(ctx, topic, msg, done)
+	}
+	return classify(topic, err)
+}
+
+func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
+	e, err := b.entry(ctx, topic)
+	if err != nil {
+		return err
+	}
+	pm := &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties}
+	report := func(err error) { done(classify(topic, err)) }
+	if e.queue == nil {
+		e.p.SendAsync(ctx, pm, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { report(err) })
+		return nil
+	}
+	return e.enqueue(&outgoing{ctx: ctx, msg: pm, done: report})
 }
 
 func classify(topic string, err error) error {

@@ -129,12 +129,20 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		sec.authn.UnaryInterceptor(), calls.UnaryUserInterceptor()}
 	stream := []grpc.StreamServerInterceptor{calls.StreamServerInterceptor(), g.metrics.StreamServerInterceptor(),
 		sec.authn.StreamInterceptor(), calls.StreamUserInterceptor()}
+	var gopts []grpc.ServerOption
+	if cfg.OTLPEndpoint != "" {
+		// Spans are exported: one server span per call.
+		gopts = append(gopts, grpc.StatsHandler(telemetry.ServerHandler()))
+	} else {
+		// No spans to record: only pass the caller's trace context on.
+		u, s := telemetry.TraceContextInterceptors()
+		unary, stream = append([]grpc.UnaryServerInterceptor{u}, unary...), append([]grpc.StreamServerInterceptor{s}, stream...)
+	}
 	if sec.lim != nil {
 		unary = append(unary, sec.lim.UnaryInterceptor())
 		stream = append(stream, sec.lim.StreamInterceptor())
 	}
-	gopts := []grpc.ServerOption{grpc.StatsHandler(telemetry.ServerHandler()),
-		grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}

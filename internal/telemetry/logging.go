@@ -123,10 +123,8 @@ func RequestID(ctx context.Context) string {
 // caller's x-request-id when that is sane, else it is new.
 func (l *CallLog) begin(ctx context.Context, method string) (context.Context, *callRecord) {
 	id := ""
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(RequestIDHeader); len(v) > 0 && saneRequestID(v[0]) {
-			id = v[0]
-		}
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) > 0 && saneRequestID(v[0]) {
+		id = v[0]
 	}
 	if id == "" {
 		id = newRequestID()

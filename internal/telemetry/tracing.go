@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 )
@@ -193,9 +194,7 @@ func StartPublishSpan(ctx context.Context, topic string, attrs ...attribute.KeyV
 // does not see it). It continues the trace context in ctx's incoming
 // metadata, as ServerHandler does; end records the call's error.
 func StartServerSpan(ctx context.Context, fullMethod string) (context.Context, func(err error)) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		ctx = propagation.TraceContext{}.Extract(ctx, metadataCarrier(md))
-	}
+	ctx = propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx})
 	ctx, span := otel.Tracer(ScopeName).Start(ctx, strings.TrimPrefix(fullMethod, "/"),
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", strings.TrimPrefix(fullMethod, "/"))))
@@ -207,22 +206,41 @@ func StartServerSpan(ctx context.Context, fullMethod string) (context.Context, f
 	}
 }
 
-// metadataCarrier reads gRPC metadata for the propagator.
-type metadataCarrier metadata.MD
+// incomingCarrier reads a call's incoming metadata for the propagator,
+// one key at a time: metadata.FromIncomingContext would copy all of it.
+type incomingCarrier struct{ ctx context.Context }
 
-func (c metadataCarrier) Get(key string) string {
-	if v := metadata.MD(c).Get(key); len(v) > 0 {
+func (c incomingCarrier) Get(key string) string {
+	if v := metadata.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
-func (c metadataCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
+func (incomingCarrier) Set(string, string) {}
 
-func (c metadataCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
+func (incomingCarrier) Keys() []string { return nil }
+
+// TraceContextInterceptors carry the W3C trace context a caller sent in
+// its metadata into the call's context, without starting spans: with
+// tracing off they replace ServerHandler, whose per-call span machinery
+// costs more than everything else the gateway does for a call, and still
+// let the tool service join the caller's trace.
+func TraceContextInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx}), req)
 	}
-	return keys
+	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		ctx := ss.Context()
+		return h(srv, &contextStream{ServerStream: ss, ctx: propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx})})
+	}
+	return unary, stream
 }
+
+// contextStream is a server stream with another context.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }

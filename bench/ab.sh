@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Measure what changes did to the gateway: build cmd/gateway at each given
+# commit, run the same short benchmark for each build in turn (the echo
+# service, load generator and broker stay those of the working tree), repeat
+# the rounds, and print one table of medians. Ratios to `direct` within a run
+# cancel most of the machine's drift between runs.
+#
+#   bench/ab.sh [-rounds N] NAME=COMMIT [NAME=COMMIT ...]
+#   e.g. bench/ab.sh -rounds 2 before=HEAD~3 after=HEAD
+#
+# Output: .cache/bench/ab/<name>-<round>/latest.json and the table on stdout.
+# It needs the broker running (scripts/pulsar.sh up) and takes about 1.5 min
+# per build and round.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+GO="${GO:-go}"
+ROUNDS=2
+if [[ "${1:-}" == "-rounds" ]]; then ROUNDS="$2"; shift 2; fi
+if [[ $# -lt 1 ]]; then sed -n '2,13p' "$0"; exit 2; fi
+scripts/pulsar.sh status >/dev/null || { echo "ab: no broker running: scripts/pulsar.sh up" >&2; exit 1; }
+OUT="$ROOT/.cache/bench/ab"
+WORK="$(mktemp -d -t toolgate-ab-XXXXXX)"
+trap 'git worktree prune; rm -rf "$WORK"' EXIT
+mkdir -p "$OUT"
+
+"$GO" build -o "$WORK/tools/" ./bench/cmd/benchrun ./cmd/echo-service ./cmd/loadgen
+names=()
+for v in "$@"; do
+	name=${v%%=*} commit=${v#*=}
+	[[ "$name" != "$v" && -n "$name" && -n "$commit" ]] || { echo "ab: want NAME=COMMIT, got $v" >&2; exit 2; }
+	echo "ab: building the gateway at $commit as $name" >&2
+	git worktree add -f -q --detach "$WORK/src-$name" "$commit"
+	(cd "$WORK/src-$name" && "$GO" build -o "$WORK/$name/gateway" ./cmd/gateway)
+	git worktree remove --force "$WORK/src-$name"
+	cp "$WORK/tools/echo-service" "$WORK/tools/loadgen" "$WORK/$name/"
+	names+=("$name")
+done
+for ((r = 1; r <= ROUNDS; r++)); do
+	for name in "${names[@]}"; do
+		echo "ab: round $r/$ROUNDS: $name" >&2
+		rm -rf "$OUT/$name-$r"
+		"$WORK/tools/benchrun" -quick -reps 3 -duration 3s -modes direct,grpc,rest -concurrency 16,64 \
+			-repo "$ROOT" -bin "$WORK/$name" -out "$OUT/$name-$r" >"$OUT/$name-$r.log" 2>&1 ||
+			{ echo "ab: $name round $r failed; see $OUT/$name-$r.log" >&2; exit 1; }
+	done
+done
+python3 bench/ab_table.py "$OUT" "${names[@]}"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,43 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
 	known    func(tool string) bool
+	// series caches each (method, tool)'s children of the vectors above,
+	// so a call costs one map lookup instead of three label hashes.
+	series sync.Map // seriesKey → *callSeries
+}
+
+type seriesKey struct{ method, tool string }
+
+// callSeries are one (method, tool)'s metrics. The per-code counters are
+// created on first use, so that no code shows up before it happened.
+type callSeries struct {
+	inFlight prometheus.Gauge
+	duration prometheus.Observer
+	calls    [codes.Unauthenticated + 1]atomic.Pointer[prometheus.Counter]
+}
+
+func (m *Metrics) seriesFor(method, tool string) *callSeries {
+	k := seriesKey{method, tool}
+	if s, ok := m.series.Load(k); ok {
+		return s.(*callSeries)
+	}
+	s, _ := m.series.LoadOrStore(k, &callSeries{
+		inFlight: m.inFlight.WithLabelValues(method, tool),
+		duration: m.duration.WithLabelValues(method, tool),
+	})
+	return s.(*callSeries)
+}
+
+func (m *Metrics) counter(s *callSeries, method, tool string, code codes.Code) prometheus.Counter {
+	if int(code) >= len(s.calls) {
+		return m.calls.WithLabelValues(method, tool, code.String())
+	}
+	if c := s.calls[code].Load(); c != nil {
+		return *c
+	}
+	c := m.calls.WithLabelValues(method, tool, code.String())
+	s.calls[code].Store(&c)
+	return c
 }
 
 type metricsConfig struct {
@@ -148,8 +186,12 @@ func (m *Metrics) toolLabel(name string) string {
 }
 
 func (m *Metrics) observe(ctx context.Context, method, tool string, code codes.Code, d time.Duration) {
-	m.calls.WithLabelValues(method, tool, code.String()).Inc()
-	h := m.duration.WithLabelValues(method, tool)
+	m.observeSeries(ctx, m.seriesFor(method, tool), method, tool, code, d)
+}
+
+func (m *Metrics) observeSeries(ctx context.Context, s *callSeries, method, tool string, code codes.Code, d time.Duration) {
+	m.counter(s, method, tool, code).Inc()
+	h := s.duration
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
 		if eo, ok := h.(prometheus.ExemplarObserver); ok {
 			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
@@ -164,12 +206,12 @@ func (m *Metrics) observe(ctx context.Context, method, tool string, code codes.C
 func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		tool := m.toolLabel(toolOf(req))
-		g := m.inFlight.WithLabelValues(info.FullMethod, tool)
-		g.Inc()
+		s := m.seriesFor(info.FullMethod, tool)
+		s.inFlight.Inc()
 		start := time.Now()
 		defer func() {
-			g.Dec()
-			m.observe(ctx, info.FullMethod, tool, codeOf(err), time.Since(start))
+			s.inFlight.Dec()
+			m.observeSeries(ctx, s, info.FullMethod, tool, codeOf(err), time.Since(start))
 		}()
 		return handler(ctx, req)
 	}

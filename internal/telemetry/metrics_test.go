@@ -292,3 +292,25 @@ func BenchmarkInterceptors(b *testing.B) {
 		})
 	}
 }
+
+// Repeated calls reuse the cached series and count every call.
+func TestCallMetricsRepeated(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
+	conn := metricsServer(t, m, newStub())
+	for range 3 {
+		_ = invoke(t.Context(), conn, "echo")
+		_ = invoke(t.Context(), conn, "fail")
+	}
+	for _, c := range []struct{ tool, code string }{{"echo", "OK"}, {"fail", "Unavailable"}} {
+		if got := testutil.ToFloat64(m.calls.WithLabelValues(mInvoke, c.tool, c.code)); got != 3 {
+			t.Errorf("toolgate_calls_total{%s,%s} = %v, want 3", c.tool, c.code, got)
+		}
+		if n := histCount(t, m, mInvoke, c.tool); n != 3 {
+			t.Errorf("%s: duration observations = %d, want 3", c.tool, n)
+		}
+	}
+	if n := testutil.CollectAndCount(m.calls); n != 2 {
+		t.Errorf("%d call series, want 2", n)
+	}
+}

@@ -77,7 +77,14 @@ func EncodeRequest(r Request) ([]byte, error) {
 	if r.Arguments == "" {
 		r.Arguments = "{}"
 	}
-	return json.Marshal(r)
+	b := make([]byte, 0, len(`{"user":"","config":"","arguments":""}`)+len(r.User)+len(r.Config)+len(r.Arguments)+16)
+	b = append(b, `{"user":`...)
+	b = appendString(b, r.User)
+	b = append(b, `,"config":`...)
+	b = appendString(b, r.Config)
+	b = append(b, `,"arguments":`...)
+	b = appendString(b, r.Arguments)
+	return append(b, '}'), nil
 }
 
 // DecodeRequest parses a request payload.
@@ -94,7 +101,28 @@ func DecodeRequest(b []byte) (Request, error) {
 
 // EncodeResponse returns the JSON payload of r.
 func EncodeResponse(r Response) ([]byte, error) {
-	return json.Marshal(r)
+	n := len(`{"error":{"type":"","message":""},"response":"","end_of_stream":false}`) + len(r.Response) + 16
+	if r.Error != nil {
+		n += len(r.Error.Type) + len(r.Error.Message)
+	}
+	b := make([]byte, 0, n)
+	if r.Error == nil {
+		b = append(b, `{"error":null`...)
+	} else {
+		b = append(b, `{"error":{"type":`...)
+		b = appendString(b, r.Error.Type)
+		b = append(b, `,"message":`...)
+		b = appendString(b, r.Error.Message)
+		b = append(b, '}')
+	}
+	b = append(b, `,"response":`...)
+	b = appendString(b, r.Response)
+	if r.EndOfStream {
+		b = append(b, `,"end_of_stream":true}`...)
+	} else {
+		b = append(b, `,"end_of_stream":false}`...)
+	}
+	return b, nil
 }
 
 // ErrMalformed reports a payload that is not a JSON object of the expected

@@ -134,3 +134,68 @@ func FuzzDecodeRequest(f *testing.F) {
 		_, _ = DecodeRequest(b)
 	})
 }
+
+// FuzzEncodeRequest: whatever the strings hold, the envelope is valid JSON
+// that decodes to what encoding/json's own encoding decodes to.
+func FuzzEncodeRequest(f *testing.F) {
+	f.Add("alice", `{"a":1}`, `{"q":"x"}`)
+	f.Add("", "", "")
+	f.Add("é\u2028<>&", "\x00\x1f\"\\\n\r\t", "\xff\xfe bad utf-8 \xc3")
+	f.Fuzz(func(t *testing.T, user, config, args string) {
+		r := Request{User: user, Config: config, Arguments: args}
+		got, err := EncodeRequest(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(got) {
+			t.Fatalf("not valid JSON: %q", got)
+		}
+		var mine, theirs Request
+		if err := json.Unmarshal(got, &mine); err != nil {
+			t.Fatal(err)
+		}
+		if r.Config == "" {
+			r.Config = "{}"
+		}
+		if r.Arguments == "" {
+			r.Arguments = "{}"
+		}
+		ref, _ := json.Marshal(r)
+		_ = json.Unmarshal(ref, &theirs)
+		if mine != theirs {
+			t.Fatalf("decoded %+v, encoding/json's encoding decodes to %+v", mine, theirs)
+		}
+	})
+}
+
+// FuzzEncodeResponse: the reply envelope decodes to what encoding/json's
+// own encoding of it decodes to, with and without an error.
+func FuzzEncodeResponse(f *testing.F) {
+	f.Add("chunk", false, "", "", false)
+	f.Add("", true, "tool-service-error", "boom \"quoted\"\n", true)
+	f.Add("\xff\x00<&>", true, "", "", false)
+	f.Fuzz(func(t *testing.T, text string, hasErr bool, typ, msg string, eos bool) {
+		r := Response{Response: text, EndOfStream: eos}
+		if hasErr {
+			r.Error = &Error{Type: typ, Message: msg}
+		}
+		got, err := EncodeResponse(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(got) {
+			t.Fatalf("not valid JSON: %q", got)
+		}
+		ref, _ := json.Marshal(r)
+		var mine, theirs map[string]any
+		if err := json.Unmarshal(got, &mine); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(ref, &theirs)
+		mj, _ := json.Marshal(mine)
+		tj, _ := json.Marshal(theirs)
+		if string(mj) != string(tj) {
+			t.Fatalf("decoded %s, encoding/json's encoding decodes to %s", mj, tj)
+		}
+	})
+}

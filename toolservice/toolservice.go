@@ -277,8 +277,18 @@ func (s *Service) serve(m transport.Message) {
 		fail("invalid-argument", "arguments: "+err.Error())
 		return
 	}
-	var streamErr error
+	var (
+		streamErr error
+		chunks    *chunkSender // pipelined stream chunks, when the broker can
+	)
+	ap, pipelined := s.broker.(asyncPublisher)
 	r.send = func(text string) error {
+		if pipelined {
+			if chunks == nil {
+				chunks = newChunkSender(ap, s.respTopic, id)
+			}
+			return chunks.send(ctx, text)
+		}
 		if streamErr != nil {
 			return streamErr
 		}
@@ -286,6 +296,16 @@ func (s *Service) serve(m transport.Message) {
 		return streamErr
 	}
 	out, err := s.call(ctx, r)
+	if chunks != nil {
+		// The last reply must not claim a whole stream when a chunk was
+		// lost: wait for every chunk's receipt first.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		werr := chunks.wait(wctx)
+		cancel()
+		if werr != nil && err == nil {
+			err = fmt.Errorf("a reply chunk could not be published: %w", werr)
+		}
+	}
 	s.handled.Add(1)
 	if err != nil {
 		var te *Error

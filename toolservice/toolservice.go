@@ -56,7 +56,12 @@ type Request struct {
 }
 
 // Send streams one chunk of the reply to the caller before the handler
-// returns the final one.
+// returns the final one. It does not wait for the broker's receipt: chunks
+// go out in order with up to 64 unconfirmed, and Send blocks only beyond
+// that (or returns the call context's error). Once a chunk is lost, Send
+// returns that error, and the caller receives an error instead of the
+// final reply. Send is not meant to be called from several goroutines at
+// once.
 func (r *Request) Send(text string) error { return r.send(text) }
 
 // Error is a failure with a type the caller can act on. The gateway maps

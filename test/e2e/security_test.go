@@ -95,7 +95,7 @@ tool:
 		"--client-ca", write("ca.pem", string(caPEM)),
 		"--api-keys", keys, "--jwt-hs256-secret-file", write("jwt.secret", string(secret)),
 		"--jwt-issuer", "https://issuer.test", "--jwt-audience", "toolgate",
-		"--policy", policy, "--rate-limit", "5", "--rate-burst", "30", "--max-body-bytes", "4096",
+		"--policy", policy, "--rate-limit", "0.5", "--rate-burst", "30", "--max-body-bytes", "4096",
 	}
 	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
 	if err != nil {
@@ -300,7 +300,7 @@ func TestAuthMatrix(t *testing.T) {
 	t.Run("rate limit is 429 with Retry-After", func(t *testing.T) {
 		var last int
 		var hdr http.Header
-		for range 60 { // burst 30, 5 per second
+		for range 60 { // burst 30, one more every 2 s
 			last, hdr, _ = s.restCall(t, s.http, "echo", bearer(limitedKey), `{"arguments": {"msg": "x"}}`)
 			if last == http.StatusTooManyRequests {
 				break

@@ -15,8 +15,7 @@ import (
 // trip per chunk, and cannot flood the producer's queue.
 const chunkWindow = 64
 
-// asyncPublisher is a broker that reports a publish's outcome through a
-// callback instead of blocking (the Pulsar and in-memory transports).
+// asyncPublisher is the part of transport.Broker the chunk sender uses.
 type asyncPublisher interface {
 	PublishAsync(ctx context.Context, topic string, msg transport.Message, done func(error)) error
 }

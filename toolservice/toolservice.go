@@ -282,23 +282,12 @@ func (s *Service) serve(m transport.Message) {
 		fail("invalid-argument", "arguments: "+err.Error())
 		return
 	}
-	var (
-		streamErr error
-		chunks    *chunkSender // pipelined stream chunks, when the broker can
-	)
-	ap, pipelined := s.broker.(asyncPublisher)
+	var chunks *chunkSender // created by the first Send
 	r.send = func(text string) error {
-		if pipelined {
-			if chunks == nil {
-				chunks = newChunkSender(ap, s.respTopic, id)
-			}
-			return chunks.send(ctx, text)
+		if chunks == nil {
+			chunks = newChunkSender(s.broker, s.respTopic, id)
 		}
-		if streamErr != nil {
-			return streamErr
-		}
-		streamErr = reply(wire.Response{Response: text})
-		return streamErr
+		return chunks.send(ctx, text)
 	}
 	out, err := s.call(ctx, r)
 	if chunks != nil {

@@ -129,18 +129,21 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		sec.authn.UnaryInterceptor(), calls.UnaryUserInterceptor()}
 	stream := []grpc.StreamServerInterceptor{calls.StreamServerInterceptor(), g.metrics.StreamServerInterceptor(),
 		sec.authn.StreamInterceptor(), calls.StreamUserInterceptor()}
+	if sec.lim != nil {
+		unary = append(unary, sec.lim.UnaryInterceptor())
+		stream = append(stream, sec.lim.StreamInterceptor())
+	}
 	var gopts []grpc.ServerOption
+	local := unary // REST's unary calls, served in process
 	if cfg.OTLPEndpoint != "" {
 		// Spans are exported: one server span per call.
 		gopts = append(gopts, grpc.StatsHandler(telemetry.ServerHandler()))
+		local = append([]grpc.UnaryServerInterceptor{telemetry.ServerSpanInterceptor()}, unary...)
 	} else {
 		// No spans to record: only pass the caller's trace context on.
 		u, s := telemetry.TraceContextInterceptors()
 		unary, stream = append([]grpc.UnaryServerInterceptor{u}, unary...), append([]grpc.StreamServerInterceptor{s}, stream...)
-	}
-	if sec.lim != nil {
-		unary = append(unary, sec.lim.UnaryInterceptor())
-		stream = append(stream, sec.lim.StreamInterceptor())
+		local = unary
 	}
 	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	if cfg.GRPCWorkers > 0 {
@@ -171,7 +174,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, fmt.Errorf("dial own gRPC server: %w", err)
 	}
 	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready,
-		Local:      newInProcess(srv, unary),
+		Local:      newInProcess(srv, local),
 		MuxOptions: sec.muxOptions(), Metrics: g.metrics.Handler()})
 	if err != nil {
 		g.closeEarly()

@@ -4,15 +4,14 @@ import (
 	"context"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/telemetry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // inProcess serves REST's unary calls without the loopback gRPC hop: it
-// runs the same interceptor chain as the gRPC server (call log, metrics,
-// authentication, rate limit) and a server span, then the service itself.
+// runs the interceptors it is given (the gRPC server's chain, plus a server
+// span when spans are exported), then the service itself.
 // Streaming calls keep going through the gRPC connection, because
 // grpc-gateway cannot stream in process.
 type inProcess struct {
@@ -44,10 +43,8 @@ func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 
 // call runs one unary method through the chain.
 func call[Req, Resp any](p *inProcess, ctx context.Context, method string, req Req, h func(context.Context, Req) (Resp, error)) (Resp, error) {
-	ctx, end := telemetry.StartServerSpan(ctx, method)
 	out, err := p.chain(ctx, req, &grpc.UnaryServerInfo{Server: p.srv, FullMethod: method},
 		func(ctx context.Context, r any) (any, error) { return h(ctx, r.(Req)) })
-	end(err)
 	if err != nil {
 		var zero Resp
 		return zero, err

@@ -47,14 +47,6 @@ type Presence interface {
 	Subscribed(ctx context.Context, topic string) (bool, error)
 }
 
-// asyncPublisher is a broker that can report a publish's outcome through
-// a callback: the caller does not wait for the broker's receipt, so a call
-// costs one wake-up less. PublishAsync returns an error only when it did
-// not take the message, and then never calls done.
-type asyncPublisher interface {
-	PublishAsync(ctx context.Context, topic string, msg transport.Message, done func(error)) error
-}
-
 // Target is where a call goes.
 type Target struct {
 	RequestTopic  string
@@ -215,9 +207,9 @@ func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
 // Call publishes req to t.RequestTopic and returns the call, whose replies
 // are read with Recv. The caller must Close the call when done with it. The
 // context bounds the publish; ctx's deadline, if any, is written into the
-// message so the service can drop stale work. With a broker that publishes
-// asynchronously, Call returns once the request is queued; a publish that
-// fails later ends the call with the error Call would have returned.
+// message so the service can drop stale work. Call returns once the request
+// is queued; a publish that fails later ends the call with the error Call
+// would have returned.
 func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map[string]string) (*Call, error) {
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
@@ -252,26 +244,18 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map
 	if b.opts.OnPublish != nil {
 		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
 	}
-	msg := transport.Message{Payload: payload, Properties: props}
-	if ap, ok := b.broker.(asyncPublisher); ok {
-		// The outcome arrives later: a failure ends the call, and its
-		// reader sees it from Recv.
-		err = ap.PublishAsync(pctx, t.RequestTopic, msg, func(err error) {
-			done(err)
-			if err != nil {
-				b.publishErrors.Add(1)
-				c.finish(publishError(err))
-				return
-			}
-			b.published.Add(1)
-		})
-	} else {
-		err = b.broker.Publish(pctx, t.RequestTopic, msg)
-		if err == nil {
-			done(nil)
-			b.published.Add(1)
+	// The caller does not wait for the broker's receipt (one wake-up less
+	// per call): a failure that arrives later ends the call, and its
+	// reader sees it from Recv.
+	err = b.broker.PublishAsync(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
+		done(err)
+		if err != nil {
+			b.publishErrors.Add(1)
+			c.finish(publishError(err))
+			return
 		}
-	}
+		b.published.Add(1)
+	})
 	if err != nil {
 		done(err)
 		b.publishErrors.Add(1)

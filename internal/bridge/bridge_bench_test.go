@@ -29,6 +29,11 @@ func (f *benchBroker) Publish(_ context.Context, _ string, m transport.Message) 
 	return nil
 }
 
+func (f *benchBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
+	done(f.Publish(ctx, topic, m))
+	return nil
+}
+
 func (f *benchBroker) Subscribe(_ context.Context, _, _ string, _ transport.SubscriptionType, h transport.Handler) (transport.Subscription, error) {
 	f.mu.Lock()
 	f.h = h

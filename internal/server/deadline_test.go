@@ -23,7 +23,7 @@ type deadlineBroker struct {
 	deadlines []time.Time
 }
 
-func (d *deadlineBroker) Publish(ctx context.Context, topic string, m transport.Message) error {
+func (d *deadlineBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
 	ms, err := strconv.ParseInt(m.Properties[wire.PropDeadline], 10, 64)
 	d.mu.Lock()
 	if err == nil {
@@ -32,7 +32,7 @@ func (d *deadlineBroker) Publish(ctx context.Context, topic string, m transport.
 		d.deadlines = append(d.deadlines, time.Time{})
 	}
 	d.mu.Unlock()
-	return d.benchServerBroker.Publish(ctx, topic, m)
+	return d.benchServerBroker.PublishAsync(ctx, topic, m, done)
 }
 
 // The deadline a call gets: the caller's when within --max-timeout, capped

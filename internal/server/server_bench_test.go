@@ -102,6 +102,11 @@ func (f *benchServerBroker) Publish(_ context.Context, _ string, m transport.Mes
 	return nil
 }
 
+func (f *benchServerBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
+	done(f.Publish(ctx, topic, m))
+	return nil
+}
+
 func (f *benchServerBroker) Subscribe(_ context.Context, _, _ string, _ transport.SubscriptionType, h transport.Handler) (transport.Subscription, error) {
 	f.mu.Lock()
 	f.h = h

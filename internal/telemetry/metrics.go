@@ -228,7 +228,7 @@ func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			tool string
 			done bool
 		)
-		m.inFlight.WithLabelValues(method, tool).Inc()
+		m.seriesFor(method, tool).inFlight.Inc()
 		start := time.Now()
 		ws := &firstMessageStream{ServerStream: ss, ctx: ss.Context(), onFirst: func(msg any) {
 			t := m.toolLabel(toolOf(msg))
@@ -237,8 +237,8 @@ func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			if done || t == tool {
 				return
 			}
-			m.inFlight.WithLabelValues(method, tool).Dec()
-			m.inFlight.WithLabelValues(method, t).Inc()
+			m.seriesFor(method, tool).inFlight.Dec()
+			m.seriesFor(method, t).inFlight.Inc()
 			tool = t
 		}}
 		defer func() {
@@ -246,7 +246,7 @@ func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			done = true
 			t := tool
 			mu.Unlock()
-			m.inFlight.WithLabelValues(method, t).Dec()
+			m.seriesFor(method, t).inFlight.Dec()
 			m.observe(ss.Context(), method, t, codeOf(err), time.Since(start))
 		}()
 		return handler(srv, ws)

@@ -189,20 +189,22 @@ func StartPublishSpan(ctx context.Context, topic string, attrs ...attribute.KeyV
 	}
 }
 
-// StartServerSpan starts the server span of a call served in process (a
-// REST call that does not pass through the gRPC server, so ServerHandler
-// does not see it). It continues the trace context in ctx's incoming
-// metadata, as ServerHandler does; end records the call's error.
-func StartServerSpan(ctx context.Context, fullMethod string) (context.Context, func(err error)) {
-	ctx = propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx})
-	ctx, span := otel.Tracer(ScopeName).Start(ctx, strings.TrimPrefix(fullMethod, "/"),
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", strings.TrimPrefix(fullMethod, "/"))))
-	return ctx, func(err error) {
+// ServerSpanInterceptor starts the server span of a unary call served in
+// process (a REST call that does not pass through the gRPC server, so
+// ServerHandler does not see it), continuing the trace context in the
+// call's incoming metadata as ServerHandler does.
+func ServerSpanInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		name := strings.TrimPrefix(info.FullMethod, "/")
+		ctx = propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx})
+		ctx, span := otel.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", name)))
+		defer span.End()
+		resp, err := h(ctx, req)
 		if err != nil {
 			span.SetStatus(otelcodes.Error, err.Error())
 		}
-		span.End()
+		return resp, err
 	}
 }
 

@@ -378,3 +378,36 @@ func BenchmarkInjectTraceparent(b *testing.B) {
 		})
 	}
 }
+
+// A REST call served in process gets one server span, a child of the
+// caller's trace, marked failed when the call fails.
+func TestServerSpanInterceptor(t *testing.T) {
+	// Not parallel: the interceptor uses OpenTelemetry's global provider.
+	tp, exp := inMemoryTracing(t)
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(noop.NewTracerProvider())
+	ic := ServerSpanInterceptor()
+	const tp1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs("traceparent", tp1))
+	info := &grpc.UnaryServerInfo{FullMethod: "/toolgate.v1.ToolService/InvokeTool"}
+	var inner trace.SpanContext
+	_, _ = ic(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+		inner = trace.SpanContextFromContext(ctx)
+		return nil, nil
+	})
+	_, _ = ic(t.Context(), nil, info, func(context.Context, any) (any, error) { return nil, errors.New("boom") })
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	ok, failed := spans[0], spans[1]
+	if ok.SpanKind != trace.SpanKindServer || ok.Name != "toolgate.v1.ToolService/InvokeTool" {
+		t.Errorf("span %q of kind %v, want a server span named after the method", ok.Name, ok.SpanKind)
+	}
+	if ok.Parent.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || inner.SpanID() != ok.SpanContext.SpanID() {
+		t.Errorf("span not a child of the caller's trace, or not in the handler's context")
+	}
+	if failed.Status.Code != otelcodes.Error {
+		t.Errorf("failed call's span status %v, want Error", failed.Status.Code)
+	}
+}

@@ -65,9 +65,8 @@ func (m *Mem) Publish(ctx context.Context, topic string, msg Message) error {
 	return nil
 }
 
-// PublishAsync is Publish with the outcome reported to done, which is
-// called before it returns (the in-memory broker never waits). An error
-// returned means done is not called.
+// PublishAsync implements Broker: done is called before it returns (the
+// in-memory broker never waits).
 func (m *Mem) PublishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
 	if err := m.Publish(ctx, topic, msg); err != nil {
 		return err

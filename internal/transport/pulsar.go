@@ -333,10 +333,8 @@ func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
 	}
 }
 
-// PublishAsync hands msg to the producer of topic and returns without
-// waiting for the broker. When it returns an error, the message was not
-// taken and done is never called; otherwise done is called exactly once
-// with the outcome, from another goroutine, and must not block.
+// PublishAsync implements Broker: done is called from the client's
+// goroutines.
 func (b *Pulsar) PublishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
 	err := b.publishAsync(ctx, topic, msg, done)
 	if errors.Is(err, pulsar.ErrProducerClosed) {

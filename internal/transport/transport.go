@@ -42,6 +42,11 @@ type Broker interface {
 	// Publish sends msg to topic and returns once the broker accepted it,
 	// or ctx ends.
 	Publish(ctx context.Context, topic string, msg Message) error
+	// PublishAsync hands msg over for topic without waiting for the
+	// broker. When it returns an error the message was not taken and done
+	// is never called; otherwise done is called exactly once with the
+	// outcome (possibly before PublishAsync returns) and must not block.
+	PublishAsync(ctx context.Context, topic string, msg Message, done func(error)) error
 	// Subscribe attaches a consumer to topic under the subscription name.
 	// When it returns without error the subscription exists on the broker,
 	// so messages published afterwards reach h.

@@ -8,3 +8,6 @@ import _ "embed"
 //
 //go:embed openapi/toolgate.swagger.json
 var Spec []byte
+
+// SpecV2 is the OpenAPI 2.0 (Swagger) document.
+var SpecV2 = Spec

@@ -52,3 +52,7 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// AppendJSONString appends s to b as a JSON string, escaped as the
+// envelope encoder escapes strings (see appendString).
+func AppendJSONString(b []byte, s string) []byte { return appendString(b, s) }

@@ -47,7 +47,6 @@ type Gateway struct {
 	grpcSrv *grpc.Server
 	httpSrv *http.Server
 	health  *health.Server
-	conn    *grpc.ClientConn
 	sec     *security
 	metrics *telemetry.Metrics
 	// stopTracing flushes and stops the trace exporter.
@@ -133,19 +132,18 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		unary = append(unary, sec.lim.UnaryInterceptor())
 		stream = append(stream, sec.lim.StreamInterceptor())
 	}
-	var gopts []grpc.ServerOption
-	local := unary // REST's unary calls, served in process
+	// Spans when they are exported; else only the caller's trace context
+	// is passed on. Either way the same interceptors serve gRPC and the
+	// in-process HTTP paths.
+	var spanU grpc.UnaryServerInterceptor
+	var spanS grpc.StreamServerInterceptor
 	if cfg.OTLPEndpoint != "" {
-		// Spans are exported: one server span per call.
-		gopts = append(gopts, grpc.StatsHandler(telemetry.ServerHandler()))
-		local = append([]grpc.UnaryServerInterceptor{telemetry.ServerSpanInterceptor()}, unary...)
+		spanU, spanS = telemetry.ServerSpanInterceptors(nil)
 	} else {
-		// No spans to record: only pass the caller's trace context on.
-		u, s := telemetry.TraceContextInterceptors()
-		unary, stream = append([]grpc.UnaryServerInterceptor{u}, unary...), append([]grpc.StreamServerInterceptor{s}, stream...)
-		local = unary
+		spanU, spanS = telemetry.TraceContextInterceptors()
 	}
-	gopts = append(gopts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	unary, stream = append([]grpc.UnaryServerInterceptor{spanU}, unary...), append([]grpc.StreamServerInterceptor{spanS}, stream...)
+	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}
@@ -168,14 +166,10 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
-	g.conn, err = grpc.NewClient(g.grpcLis.Addr().String(), sec.dialOptions()...)
-	if err != nil {
-		g.closeEarly()
-		return nil, fmt.Errorf("dial own gRPC server: %w", err)
-	}
-	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready,
-		Local:      newInProcess(srv, local),
-		MuxOptions: sec.muxOptions(), Metrics: g.metrics.Handler()})
+	h, err := httpapi.New(context.Background(), httpapi.Options{Logger: log, Ready: g.ready,
+		Service:    newInProcess(srv, unary, stream),
+		MuxOptions: sec.muxOptions(), ResponseHeader: responseHeader, Metrics: g.metrics.Handler(),
+		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: maxHeaderBytes})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -183,7 +177,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	g.httpSrv = &http.Server{
 		Handler:           sec.wrapHTTP(h),
 		TLSConfig:         sec.tls,
-		MaxHeaderBytes:    64 << 10,
+		// Above the handler's own limit, which answers 431 in JSON.
+		MaxHeaderBytes:    4 * maxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -211,6 +206,9 @@ func publishSpan(ctx context.Context, topic string, props map[string]string) (co
 	telemetry.InjectTraceparent(ctx, props)
 	return ctx, end
 }
+
+// maxHeaderBytes bounds an HTTP request's header lines (431 beyond).
+const maxHeaderBytes = 64 << 10
 
 // GRPCAddr and HTTPAddr are the addresses the gateway listens on.
 func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }
@@ -372,7 +370,6 @@ func (g *Gateway) shutdown() {
 		}
 	}()
 	wg.Wait()
-	_ = g.conn.Close()
 	g.bridge.Close()
 	g.broker.Close()
 	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -20,7 +20,31 @@ func (f *fakeTools) GetTool(ctx context.Context, r *toolgatev1.GetToolRequest) (
 	return &toolgatev1.GetToolResponse{Tool: &toolgatev1.Tool{Name: r.GetName()}}, nil
 }
 
+func (f *fakeTools) StreamTool(r *toolgatev1.StreamToolRequest, ss grpc.ServerStreamingServer[toolgatev1.StreamToolResponse]) error {
+	f.saw, _ = ss.Context().Value(tagKey{}).(string)
+	for i := range 3 {
+		if err := ss.Send(&toolgatev1.StreamToolResponse{Output: r.GetName(), Index: int64(i), Last: i == 2}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type tagKey struct{}
+
+// collect is the receiving end of an in-process stream.
+type collect struct {
+	grpc.ServerStream
+	ctx context.Context
+	got []string
+}
+
+func (c *collect) Context() context.Context { return c.ctx }
+func (c *collect) Send(m *toolgatev1.StreamToolResponse) error {
+	c.got = append(c.got, m.GetOutput())
+	return nil
+}
+func (c *collect) SendMsg(m any) error { return c.Send(m.(*toolgatev1.StreamToolResponse)) }
 
 // The in-process path runs every interceptor, outermost first, with the
 // method's full name, and what they put in the context reaches the service.
@@ -34,7 +58,7 @@ func TestInProcessRunsTheChain(t *testing.T) {
 		}
 	}
 	f := &fakeTools{}
-	p := newInProcess(f, []grpc.UnaryServerInterceptor{tag("a"), tag("b"), tag("c")})
+	p := newInProcess(f, []grpc.UnaryServerInterceptor{tag("a"), tag("b"), tag("c")}, nil)
 	resp, err := p.GetTool(t.Context(), &toolgatev1.GetToolRequest{Name: "x"})
 	if err != nil || resp.GetTool().GetName() != "x" {
 		t.Fatalf("GetTool = %v, %v", resp, err)
@@ -54,11 +78,71 @@ func TestInProcessRefusal(t *testing.T) {
 	f := &fakeTools{saw: "untouched"}
 	p := newInProcess(f, []grpc.UnaryServerInterceptor{
 		func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) { return nil, refused },
-	})
+	}, nil)
 	if _, err := p.GetTool(t.Context(), &toolgatev1.GetToolRequest{Name: "x"}); !errors.Is(err, refused) {
 		t.Fatalf("err = %v, want the interceptor's", err)
 	}
 	if f.saw != "untouched" {
 		t.Errorf("the service ran despite the refusal")
 	}
+}
+
+// A streaming call runs the stream chain; the interceptors see the request
+// as the first message received, as on gRPC, and may wrap the stream.
+func TestInProcessStreamRunsTheChain(t *testing.T) {
+	var order []string
+	tag := func(name string) grpc.StreamServerInterceptor {
+		return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			order = append(order, name+" "+info.FullMethod)
+			prev, _ := ss.Context().Value(tagKey{}).(string)
+			return h(srv, &ctxStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), tagKey{}, prev+name)})
+		}
+	}
+	var sawName string
+	peek := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &peekStream{ServerStream: ss, saw: &sawName})
+	}
+	f := &fakeTools{}
+	p := newInProcess(f, nil, []grpc.StreamServerInterceptor{tag("a"), tag("b"), peek})
+	c := &collect{ctx: t.Context()}
+	if err := p.StreamTool(&toolgatev1.StreamToolRequest{Name: "x"}, c); err != nil {
+		t.Fatal(err)
+	}
+	m := toolgatev1.ToolService_StreamTool_FullMethodName
+	if want := []string{"a " + m, "b " + m}; !slices.Equal(order, want) {
+		t.Errorf("interceptors ran %q, want %q", order, want)
+	}
+	if sawName != "x" {
+		t.Errorf("an interceptor saw request name %q, want x", sawName)
+	}
+	if f.saw != "ab" || !slices.Equal(c.got, []string{"x", "x", "x"}) {
+		t.Errorf("service saw tag %q and sent %q", f.saw, c.got)
+	}
+
+	refused := errors.New("refused")
+	f2 := &fakeTools{saw: "untouched"}
+	p2 := newInProcess(f2, nil, []grpc.StreamServerInterceptor{
+		func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error { return refused },
+	})
+	if err := p2.StreamTool(&toolgatev1.StreamToolRequest{Name: "x"}, &collect{ctx: t.Context()}); !errors.Is(err, refused) || f2.saw != "untouched" {
+		t.Fatalf("refused stream: err %v, service saw %q", err, f2.saw)
+	}
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }
+
+type peekStream struct {
+	grpc.ServerStream
+	saw *string
+}
+
+func (s *peekStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	*s.saw = m.(*toolgatev1.StreamToolRequest).GetName()
+	return err
 }

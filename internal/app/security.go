@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -18,21 +17,18 @@ import (
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/internal/telemetry"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // security is everything that decides who may call what: TLS, the
 // authenticator, the authorization policy and the rate limiter. gRPC and
-// REST share it, because REST calls pass through the gRPC server.
+// the HTTP side share it: HTTP calls run the gRPC server's interceptors in
+// process.
 type security struct {
 	authn  *auth.Authenticator
 	policy *auth.Policy
 	lim    *limits.Limiter
-	fwd    *auth.Forwarder
 	tls    *tls.Config // nil: plain text
-	cert   []byte      // our own leaf certificate, pinned by the internal REST→gRPC connection
 	body   int64
 }
 
@@ -49,7 +45,6 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
-		s.cert = pair.Certificate[0]
 		s.tls = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 		if cfg.ClientCA != "" {
 			pem, err := os.ReadFile(cfg.ClientCA)
@@ -63,10 +58,7 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 			s.tls.ClientCAs = pool
 			// Certificates are one way to authenticate among others.
 			s.tls.ClientAuth = tls.VerifyClientCertIfGiven
-			if s.fwd, err = auth.NewForwarder(); err != nil {
-				return nil, err
-			}
-			opts = append(opts, auth.WithClientCerts(), auth.WithForwarder(s.fwd))
+			opts = append(opts, auth.WithClientCerts())
 		}
 	}
 	if cfg.APIKeys != "" {
@@ -129,32 +121,6 @@ func (s *security) creds() credentials.TransportCredentials {
 	return credentials.NewTLS(s.tls)
 }
 
-// dialOptions are for the REST side's connection to our own gRPC server. It
-// presents no client certificate (callers' certificates are forwarded as
-// signed identities instead) and trusts exactly our own certificate.
-func (s *security) dialOptions() []grpc.DialOption {
-	var opts []grpc.DialOption
-	if s.tls == nil {
-		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	} else {
-		own := s.cert
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-			MinVersion:         tls.VersionTLS12,
-			InsecureSkipVerify: true, // replaced by the pin below: the name may not match the loopback address
-			VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-				if len(raw) == 0 || !bytes.Equal(raw[0], own) {
-					return errors.New("internal connection: the gRPC server did not present the gateway's own certificate")
-				}
-				return nil
-			},
-		})))
-	}
-	if s.fwd != nil {
-		opts = append(opts, s.fwd.DialOption())
-	}
-	return opts
-}
-
 // muxOptions forward X-Api-Key and the trace and request-id headers,
 // answer X-Request-Id, set Retry-After and map oversized bodies.
 func (s *security) muxOptions() []runtime.ServeMuxOption {
@@ -166,24 +132,23 @@ func (s *security) muxOptions() []runtime.ServeMuxOption {
 			}
 			return auth.HeaderMatcher(k)
 		}),
-		runtime.WithOutgoingHeaderMatcher(func(k string) (string, bool) {
-			if k == telemetry.RequestIDHeader {
-				return "X-Request-Id", true
-			}
-			return runtime.MetadataHeaderPrefix + k, true
-		}),
+		runtime.WithOutgoingHeaderMatcher(responseHeader),
 		runtime.WithErrorHandler(limits.ErrorHandler),
 		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
 	}
 }
 
-// wrapHTTP adds the body limit and the client-certificate forwarding.
+// wrapHTTP adds the body limit.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
-	h = limits.MaxBody(s.body, h)
-	if s.fwd != nil {
-		h = s.fwd.Middleware(h)
+	return limits.MaxBody(s.body, h)
+}
+
+// responseHeader names the HTTP header of a response metadata key.
+func responseHeader(k string) (string, bool) {
+	if k == telemetry.RequestIDHeader {
+		return "X-Request-Id", true
 	}
-	return h
+	return runtime.MetadataHeaderPrefix + k, true
 }
 
 // allowed is the server's view of the policy: may the caller see tool?

@@ -42,7 +42,6 @@ type Authenticator struct {
 	keys        *APIKeys
 	jwt         *JWTVerifier
 	clientCerts bool
-	fwd         *Forwarder
 	anonymous   bool
 	anonUser    string
 	policy      *Policy
@@ -62,13 +61,11 @@ func WithAPIKeys(k *APIKeys) Option { return func(a *Authenticator) { a.keys = k
 // WithJWT accepts JWT bearer tokens that v verifies.
 func WithJWT(v *JWTVerifier) Option { return func(a *Authenticator) { a.jwt = v } }
 
-// WithClientCerts accepts a client certificate the gRPC server's TLS
-// verified (see certIdentity for how it names the user). Only calls with
-// no bearer credential use it.
+// WithClientCerts accepts a client certificate the server's TLS verified
+// (see certIdentity for how it names the user), found in the call's
+// peer: the gRPC connection's, or the HTTPS connection's for calls the
+// HTTP side serves in process. Only calls with no bearer credential use it.
 func WithClientCerts() Option { return func(a *Authenticator) { a.clientCerts = true } }
-
-// WithForwarder accepts identities f forwarded from the HTTP side.
-func WithForwarder(f *Forwarder) Option { return func(a *Authenticator) { a.fwd = f } }
 
 // WithAnonymous lets calls without any credential through as user, with
 // Method MethodAnonymous. Without it they fail with Unauthenticated.
@@ -104,7 +101,7 @@ func WithContextHook(f func(context.Context, Identity) context.Context) Option {
 func WithLogger(l *slog.Logger) Option { return func(a *Authenticator) { a.log = l } }
 
 // New returns an Authenticator. It fails when no call could ever be
-// authenticated: no keys, JWT, client certificates, forwarder, nor
+// authenticated: no keys, JWT, client certificates, nor
 // anonymous calls.
 func New(opts ...Option) (*Authenticator, error) {
 	a := &Authenticator{public: DefaultPublicMethods(), resource: ToolgateResource}
@@ -114,7 +111,7 @@ func New(opts ...Option) (*Authenticator, error) {
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
-	if a.keys == nil && a.jwt == nil && !a.clientCerts && a.fwd == nil && !a.anonymous {
+	if a.keys == nil && a.jwt == nil && !a.clientCerts && !a.anonymous {
 		return nil, errors.New("auth: nothing to authenticate with: configure API keys, JWT or client certificates, or allow anonymous calls")
 	}
 	if a.anonymous && strings.TrimSpace(a.anonUser) == "" {
@@ -143,21 +140,15 @@ func refuse(msg string, cause error) *refusal { return &refusal{msg: msg, cause:
 // authenticate establishes the identity of a call to method.
 //
 // Order: an explicit bearer credential (Authorization or X-Api-Key) wins
-// and is never second-guessed — if it is bad the call fails; else a
-// forwarded client-certificate identity; else the gRPC connection's
-// verified client certificate; else the anonymous user, when allowed.
-// Reserved metadata that does not verify fails the call whatever else it
-// carries.
+// and is never second-guessed — if it is bad the call fails; else the
+// connection's verified client certificate; else the anonymous user, when
+// allowed. Reserved metadata fails the call whatever else it carries.
 func (a *Authenticator) authenticate(ctx context.Context, method string) (Identity, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for k := range md {
-		if strings.HasPrefix(k, ReservedPrefix) && k != forwardedKey {
+		if strings.HasPrefix(k, ReservedPrefix) {
 			return Identity{}, refuse("metadata "+k+" is reserved for the gateway", errors.New("reserved metadata from outside"))
 		}
-	}
-	fwdID, fwdOK, err := a.fwd.forwarded(md, method)
-	if err != nil {
-		return Identity{}, refuse("metadata "+forwardedKey+" is reserved for the gateway", err)
 	}
 
 	cred, kind, err := credential(md)
@@ -166,14 +157,6 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (Identi
 	}
 	if cred != "" {
 		return a.bearer(cred, kind)
-	}
-	if fwdOK {
-		return fwdID, nil
-	}
-	if id, ok := ctx.Value(forwardCtxKey{}).(Identity); ok && a.fwd != nil {
-		// A REST call served in process: the HTTP side verified the
-		// client certificate (Forwarder.Middleware) in this very context.
-		return id, nil
 	}
 	if a.clientCerts {
 		if p, ok := peer.FromContext(ctx); ok {

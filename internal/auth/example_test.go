@@ -10,7 +10,6 @@ import (
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/server"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Example_wiring shows how the composition root puts auth and limits
@@ -25,13 +24,9 @@ func Example_wiring() {
 	if err != nil {
 		panic(err)
 	}
-	fwd, err := auth.NewForwarder() // client certificates over REST
-	if err != nil {
-		panic(err)
-	}
 	authn, err := auth.New(
 		auth.WithAPIKeys(keys),
-		auth.WithForwarder(fwd),
+		auth.WithClientCerts(), // with --client-ca
 		auth.WithPolicy(policy),
 		auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
 			return server.WithUser(ctx, id.User) // the envelope's user
@@ -53,19 +48,13 @@ func Example_wiring() {
 	)
 	defer grpcSrv.Stop()
 
-	// REST: the gateway's own connection forwards client-certificate
-	// identities; the mux forwards X-Api-Key and sets Retry-After.
-	conn, err := grpc.NewClient("127.0.0.1:9090", grpc.WithTransportCredentials(insecure.NewCredentials()), fwd.DialOption())
-	if err != nil {
-		panic(err)
-	}
-	defer func() { _ = conn.Close() }()
+	// REST: served in process through the same interceptors; the mux
+	// forwards X-Api-Key and sets Retry-After.
 	gw := runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(auth.HeaderMatcher),
 		runtime.WithErrorHandler(limits.ErrorHandler),
 		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
 	)
 	var h http.Handler = limits.MaxBody(limits.DefaultMaxBody, gw)
-	h = fwd.Middleware(h)
 	_ = h
 }

@@ -51,6 +51,9 @@ type Config struct {
 	RateLimit      float64
 	RateBurst      int
 	MaxBodyBytes   int
+	// HTTP.
+	CORSOrigins  []string
+	SSEHeartbeat time.Duration
 	// Broker client security.
 	PulsarTokenFile string
 	PulsarTLSCA     string
@@ -89,8 +92,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 			pd, err := time.ParseDuration(v)
 			if err != nil {
 				envErrs = append(envErrs, fmt.Errorf("%s=%q: want a duration such as 30s", envName(name), v))
+			} else {
+				d = pd
 			}
-			d = pd
 		}
 		fs.DurationVar(p, name, d, usage+" (env "+envName(name)+")")
 	}
@@ -125,12 +129,20 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", 20, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", 1<<20, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
+	var cors string
+	str(&cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any); empty = CORS off")
+	dur(&c.SSEHeartbeat, "sse-heartbeat", 15*time.Second, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
 	str(&c.PulsarTokenFile, "pulsar-token-file", "", "file holding a Pulsar authentication token (JWT), re-read on every connection")
 	str(&c.PulsarTLSCA, "pulsar-tls-ca", "", "PEM CA bundle to trust for pulsar+ssl:// broker URLs")
 	str(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC trace collector (host:port or http(s)://…); empty = tracing off")
 	fs.BoolVar(&c.OTLPInsecure, "otlp-insecure", envBool(getenv, "otlp-insecure", false, &envErrs), "no TLS to the OTLP collector (env "+envName("otlp-insecure")+")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	for _, o := range strings.Split(cors, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			c.CORSOrigins = append(c.CORSOrigins, o)
+		}
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -168,6 +180,14 @@ func (c Config) validate() error {
 	}
 	if c.RateLimit < 0 || c.RateBurst < 1 {
 		errs = append(errs, errors.New("--rate-limit must not be negative and --rate-burst must be at least 1"))
+	}
+	if c.SSEHeartbeat <= 0 {
+		errs = append(errs, errors.New("--sse-heartbeat must be a positive duration such as 15s"))
+	}
+	for _, o := range c.CORSOrigins {
+		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
+			errs = append(errs, fmt.Errorf("--cors-origins %q: want origins such as https://app.example.com, or *", o))
+		}
 	}
 	if c.MaxBodyBytes < 1 {
 		errs = append(errs, errors.New("--max-body-bytes must be positive"))

@@ -16,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -231,7 +232,7 @@ func (s *Server) ListTools(ctx context.Context, req *toolgatev1.ListToolsRequest
 func (s *Server) GetToolService(_ context.Context, req *toolgatev1.GetToolServiceRequest) (*toolgatev1.GetToolServiceResponse, error) {
 	sv, ok := s.reg.Snapshot().Service(req.GetId())
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "tool service %q not found", req.GetId())
+		return nil, gatewayError(codes.NotFound, ReasonToolServiceMissing, fmt.Sprintf("tool service %q not found", req.GetId()), map[string]string{"service": req.GetId()})
 	}
 	return &toolgatev1.GetToolServiceResponse{ToolService: serviceProto(sv)}, nil
 }
@@ -250,8 +251,25 @@ func (s *Server) ListToolServices(_ context.Context, req *toolgatev1.ListToolSer
 	return out, nil
 }
 
+// The reasons of the ErrorInfo (domain ErrorDomain) of errors the gateway
+// itself raises, so callers can tell them from a tool service's own (whose
+// reason is the service's error type, such as "not-found").
+const (
+	ReasonToolNotFound       = "TOOL_NOT_FOUND"
+	ReasonToolServiceMissing = "TOOL_SERVICE_NOT_FOUND"
+)
+
 func toolNotFound(name string) error {
-	return status.Errorf(codes.NotFound, "tool %q not found", name)
+	return gatewayError(codes.NotFound, ReasonToolNotFound, fmt.Sprintf("tool %q not found", name), map[string]string{"tool": name})
+}
+
+// gatewayError is a status with an ErrorInfo in the gateway's domain.
+func gatewayError(code codes.Code, reason, msg string, md map[string]string) error {
+	st := status.New(code, msg)
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}); err == nil {
+		st = ds
+	}
+	return st.Err()
 }
 
 // page picks the slice of a sorted list that a page request asks for. The

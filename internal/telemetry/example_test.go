@@ -31,8 +31,9 @@ func Example() {
 	)
 	metrics := telemetry.NewMetrics(telemetry.WithKnownTools(known))
 	calls := telemetry.NewCallLog(log, telemetry.WithUser(user))
+	spanUnary, spanStream := telemetry.ServerSpanInterceptors(nil) // with tracing on
 	_ = grpc.NewServer(
-		grpc.StatsHandler(telemetry.ServerHandler()),
+		grpc.ChainUnaryInterceptor(spanUnary), grpc.ChainStreamInterceptor(spanStream),
 		grpc.ChainUnaryInterceptor(calls.UnaryServerInterceptor(), metrics.UnaryServerInterceptor(), authUnary, calls.UnaryUserInterceptor()),
 		grpc.ChainStreamInterceptor(calls.StreamServerInterceptor(), metrics.StreamServerInterceptor(), authStream, calls.StreamUserInterceptor()),
 	)

@@ -11,7 +11,6 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 )
@@ -27,7 +26,7 @@ func TestThroughGRPCGateway(t *testing.T) {
 	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
 	var a fakeAuth
 	conn := startServer(t, newStub(),
-		grpc.StatsHandler(ServerHandler(otelgrpc.WithTracerProvider(tp))),
+		spanUnary(tp), spanStream(tp),
 		grpc.ChainUnaryInterceptor(cl.UnaryServerInterceptor(), m.UnaryServerInterceptor(), a.unary, cl.UnaryUserInterceptor()),
 		grpc.ChainStreamInterceptor(cl.StreamServerInterceptor(), m.StreamServerInterceptor(), a.stream, cl.StreamUserInterceptor()))
 

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -19,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 )
 
 // ScopeName names the tracer of the spans this package starts.
@@ -123,18 +121,6 @@ func newOTLPExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExpor
 	return exp, nil
 }
 
-// ServerHandler is the gRPC server's stats handler for tracing: one server
-// span per call (health checks excepted), continuing the trace context the
-// caller sent in its traceparent metadata. opts come after the defaults:
-// otelgrpc.WithTracerProvider(tp) replaces the global provider.
-func ServerHandler(opts ...otelgrpc.Option) stats.Handler {
-	base := []otelgrpc.Option{
-		otelgrpc.WithPropagators(propagation.TraceContext{}),
-		otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
-	}
-	return otelgrpc.NewServerHandler(append(base, opts...)...)
-}
-
 // InjectTraceparent writes the trace context of ctx's span into a request
 // message's properties as traceparent (and tracestate when there is one),
 // so the tool service's spans join the trace. Without a valid span context
@@ -189,24 +175,51 @@ func StartPublishSpan(ctx context.Context, topic string, attrs ...attribute.KeyV
 	}
 }
 
-// ServerSpanInterceptor starts the server span of a unary call served in
-// process (a REST call that does not pass through the gRPC server, so
-// ServerHandler does not see it), continuing the trace context in the
-// call's incoming metadata as ServerHandler does.
-func ServerSpanInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		name := strings.TrimPrefix(info.FullMethod, "/")
+// ServerSpanInterceptors start one server span per call (health checks
+// excepted), continuing the W3C trace context in the call's incoming
+// metadata. The gRPC server and the in-process HTTP and MCP paths install
+// the same pair, so a call gets the same span whichever door it came in
+// by. tp nil means OpenTelemetry's global provider.
+func ServerSpanInterceptors(tp trace.TracerProvider) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	start := func(ctx context.Context, method string) (context.Context, trace.Span) {
+		p := tp
+		if p == nil {
+			p = otel.GetTracerProvider()
+		}
+		name := strings.TrimPrefix(method, "/")
 		ctx = propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx})
-		ctx, span := otel.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+		return p.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", name)))
-		defer span.End()
-		resp, err := h(ctx, req)
+	}
+	end := func(span trace.Span, err error) {
 		if err != nil {
 			span.SetStatus(otelcodes.Error, err.Error())
+			span.SetAttributes(attribute.String("rpc.grpc.status_code", status.Code(err).String()))
 		}
+		span.End()
+	}
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, healthPrefix) {
+			return h(ctx, req)
+		}
+		ctx, span := start(ctx, info.FullMethod)
+		resp, err := h(ctx, req)
+		end(span, err)
 		return resp, err
 	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if strings.HasPrefix(info.FullMethod, healthPrefix) {
+			return h(srv, ss)
+		}
+		ctx, span := start(ss.Context(), info.FullMethod)
+		err := h(srv, &contextStream{ServerStream: ss, ctx: ctx})
+		end(span, err)
+		return err
+	}
+	return unary, stream
 }
+
+const healthPrefix = "/grpc.health.v1.Health/"
 
 // incomingCarrier reads a call's incoming metadata for the propagator,
 // one key at a time: metadata.FromIncomingContext would copy all of it.

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -66,7 +65,7 @@ func TestTraceparentJoinsTheServiceToTheTrace(t *testing.T) {
 			t.Parallel()
 			tp, exp := inMemoryTracing(t)
 			stub := newStub()
-			conn := startServer(t, stub, grpc.StatsHandler(ServerHandler(otelgrpc.WithTracerProvider(tp))))
+			conn := startServer(t, stub, spanUnary(tp), spanStream(tp))
 			ctx := t.Context()
 			if tt.traceparent != "" {
 				ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", tt.traceparent)
@@ -128,7 +127,7 @@ func TestTracingOffPassesTheCallersTraceOn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			stub := newStub()
-			conn := startServer(t, stub, grpc.StatsHandler(ServerHandler(otelgrpc.WithTracerProvider(noop.NewTracerProvider()))))
+			conn := startServer(t, stub, spanUnary(noop.NewTracerProvider()), spanStream(noop.NewTracerProvider()))
 			ctx := t.Context()
 			if tt.traceparent != "" {
 				ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", tt.traceparent)
@@ -231,7 +230,7 @@ func TestDurationExemplar(t *testing.T) {
 	tp, exp := inMemoryTracing(t)
 	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
 	conn := startServer(t, newStub(),
-		grpc.StatsHandler(ServerHandler(otelgrpc.WithTracerProvider(tp))),
+		spanUnary(tp), spanStream(tp),
 		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor()))
 	if err := invoke(t.Context(), conn, "echo"); err != nil {
 		t.Fatal(err)
@@ -379,14 +378,14 @@ func BenchmarkInjectTraceparent(b *testing.B) {
 	}
 }
 
-// A REST call served in process gets one server span, a child of the
+// A call served in process gets one server span, a child of the
 // caller's trace, marked failed when the call fails.
 func TestServerSpanInterceptor(t *testing.T) {
 	// Not parallel: the interceptor uses OpenTelemetry's global provider.
 	tp, exp := inMemoryTracing(t)
 	otel.SetTracerProvider(tp)
 	defer otel.SetTracerProvider(noop.NewTracerProvider())
-	ic := ServerSpanInterceptor()
+	ic, _ := ServerSpanInterceptors(nil)
 	const tp1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs("traceparent", tp1))
 	info := &grpc.UnaryServerInfo{FullMethod: "/toolgate.v1.ToolService/InvokeTool"}
@@ -410,4 +409,16 @@ func TestServerSpanInterceptor(t *testing.T) {
 	if failed.Status.Code != otelcodes.Error {
 		t.Errorf("failed call's span status %v, want Error", failed.Status.Code)
 	}
+}
+
+// spanUnary and spanStream install ServerSpanInterceptors(tp) as the
+// outermost interceptors of a test server.
+func spanUnary(tp trace.TracerProvider) grpc.ServerOption {
+	u, _ := ServerSpanInterceptors(tp)
+	return grpc.ChainUnaryInterceptor(u)
+}
+
+func spanStream(tp trace.TracerProvider) grpc.ServerOption {
+	_, s := ServerSpanInterceptors(tp)
+	return grpc.ChainStreamInterceptor(s)
 }

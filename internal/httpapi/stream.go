@@ -1,0 +1,297 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Stream formats, chosen by the request's Accept header.
+const (
+	ContentTypeNDJSON = "application/x-ndjson"
+	ContentTypeSSE    = "text/event-stream"
+)
+
+// streamPattern is StreamTool's REST route.
+const streamPattern = "/v1/tools/{name}:stream"
+
+// streamFormat picks the response format from Accept: SSE when the caller
+// asks for text/event-stream, NDJSON otherwise; ok is false when Accept
+// names only types this endpoint cannot produce.
+func streamFormat(accept string) (sse bool, ok bool) {
+	if strings.TrimSpace(accept) == "" {
+		return false, true
+	}
+	best, bestQ := "", -1.0
+	for _, part := range strings.Split(accept, ",") {
+		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		q := 1.0
+		if s, ok := params["q"]; ok {
+			if f, err := strconv.ParseFloat(s, 64); err == nil {
+				q = f
+			}
+		}
+		if q <= 0 {
+			continue
+		}
+		switch mt {
+		case ContentTypeSSE, ContentTypeNDJSON, "application/json", "application/*", "*/*", "text/*":
+		default:
+			continue
+		}
+		if q > bestQ || (q == bestQ && mt == ContentTypeSSE) {
+			best, bestQ = mt, q
+		}
+	}
+	switch best {
+	case "":
+		return false, false
+	case ContentTypeSSE, "text/*":
+		return true, true
+	}
+	return false, true
+}
+
+// serveStream serves POST /v1/tools/{name}:stream in process: the request
+// goes through the same interceptor chain as a gRPC call (svc applies it),
+// and each chunk is written and flushed as it arrives.
+func (a *api) serveStream(w http.ResponseWriter, r *http.Request, params map[string]string) {
+	sse, ok := streamFormat(r.Header.Get("Accept"))
+	ctx, err := runtime.AnnotateIncomingContext(r.Context(), a.gw, r, toolgatev1.ToolService_StreamTool_FullMethodName,
+		runtime.WithHTTPPathPattern(streamPattern))
+	if err != nil {
+		runtime.HTTPError(r.Context(), a.gw, a.m, w, r, err)
+		return
+	}
+	if !ok {
+		a.httpError(ctx, w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusNotAcceptable,
+			Err: status.Errorf(codes.InvalidArgument, "this endpoint answers %s (the default) or %s; the Accept header asks for neither", ContentTypeNDJSON, ContentTypeSSE)})
+		return
+	}
+	req := &toolgatev1.StreamToolRequest{}
+	if err := a.m.NewDecoder(r.Body).Decode(req); err != nil && !errors.Is(err, io.EOF) {
+		a.httpError(ctx, w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	req.Name = params["name"]
+	s := &httpStream{ctx: ctx, w: w, rc: http.NewResponseController(w), sse: sse, header: a.opts.ResponseHeader,
+		heartbeat: a.opts.SSEHeartbeat, log: a.opts.Logger}
+	err = a.opts.Service.StreamTool(req, s)
+	s.finish(err, func(err error) { a.httpError(ctx, w, r, err) }, a.m)
+}
+
+func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
+	runtime.HTTPError(ctx, a.gw, a.m, w, r, err)
+}
+
+// httpStream is the server side of one StreamTool call over HTTP: a
+// grpc.ServerStream whose SendMsg writes a chunk to the response.
+type httpStream struct {
+	ctx       context.Context
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	sse       bool
+	header    func(string) (string, bool)
+	heartbeat time.Duration
+	log       *slog.Logger
+
+	mu      sync.Mutex // guards the writer: SendMsg and the heartbeat
+	started bool       // the status line and the first chunk are written
+	failed  error      // a write failed: the client is gone
+	buf     []byte
+	last    time.Time // of the last write, for the heartbeat
+	stopHB  chan struct{}
+	hbDone  chan struct{}
+}
+
+var _ grpc.ServerStreamingServer[toolgatev1.StreamToolResponse] = (*httpStream)(nil)
+
+func (s *httpStream) Context() context.Context { return s.ctx }
+
+// SetHeader maps response metadata (the request id) onto HTTP headers, as
+// grpc-gateway does for unary calls; too late once the stream started.
+func (s *httpStream) SetHeader(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("httpapi: headers already sent")
+	}
+	for k, vs := range md {
+		name, ok := runtime.MetadataHeaderPrefix+k, true
+		if s.header != nil {
+			name, ok = s.header(k)
+		}
+		if !ok {
+			continue
+		}
+		for _, v := range vs {
+			s.w.Header().Add(name, v)
+		}
+	}
+	return nil
+}
+
+func (s *httpStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *httpStream) SetTrailer(metadata.MD)          {}
+func (s *httpStream) RecvMsg(any) error               { return io.EOF }
+
+func (s *httpStream) SendMsg(m any) error {
+	chunk, ok := m.(*toolgatev1.StreamToolResponse)
+	if !ok {
+		return status.Errorf(codes.Internal, "httpapi: stream message of type %T", m)
+	}
+	return s.Send(chunk)
+}
+
+// Send writes one chunk and flushes it.
+func (s *httpStream) Send(c *toolgatev1.StreamToolResponse) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed != nil {
+		return s.failed
+	}
+	s.start()
+	b := s.buf[:0]
+	if s.sse {
+		b = append(b, "event: chunk\ndata: "...)
+	}
+	b = appendChunk(b, c)
+	if s.sse {
+		b = append(b, "\n\n"...)
+	} else {
+		b = append(b, '\n')
+	}
+	s.buf = b
+	return s.write(b)
+}
+
+// start writes the status line once, before the first chunk, and starts
+// the SSE heartbeat. Callers hold mu.
+func (s *httpStream) start() {
+	if s.started {
+		return
+	}
+	s.started = true
+	h := s.w.Header()
+	if s.sse {
+		h.Set("Content-Type", ContentTypeSSE)
+	} else {
+		h.Set("Content-Type", ContentTypeNDJSON)
+	}
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // reverse proxies: do not buffer
+	h.Del("Content-Length")
+	s.w.WriteHeader(http.StatusOK)
+	if s.sse && s.heartbeat > 0 {
+		s.stopHB, s.hbDone = make(chan struct{}), make(chan struct{})
+		go s.beat()
+	}
+}
+
+// write writes b and flushes it. Callers hold mu.
+func (s *httpStream) write(b []byte) error {
+	if _, err := s.w.Write(b); err != nil {
+		s.failed = status.Error(codes.Canceled, "the HTTP client went away")
+		return s.failed
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.failed = status.Error(codes.Canceled, "the HTTP client went away")
+		return s.failed
+	}
+	s.last = time.Now()
+	return nil
+}
+
+// beat writes an SSE comment when the stream has been quiet for a
+// heartbeat interval, so proxies keep the connection open.
+func (s *httpStream) beat() {
+	defer close(s.hbDone)
+	t := time.NewTicker(s.heartbeat / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopHB:
+			return
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			if s.failed == nil && now.Sub(s.last) >= s.heartbeat {
+				_ = s.write([]byte(": keep-alive\n\n"))
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// finish ends the response: an error before the first chunk is an HTTP
+// error status with the bare Status body (httpErr), exactly like unary
+// calls; after it, the last NDJSON line or an SSE "error" event carries
+// the same Status. A stream that ended well gets SSE's "done" event.
+func (s *httpStream) finish(err error, httpErr func(error), m runtime.Marshaler) {
+	s.mu.Lock()
+	started := s.started
+	if !started && err != nil {
+		s.mu.Unlock()
+		httpErr(err)
+		return
+	}
+	s.start()
+	if s.failed == nil {
+		var b []byte
+		switch {
+		case err != nil:
+			body, merr := m.Marshal(status.Convert(err).Proto())
+			if merr != nil {
+				body = []byte(`{"code":13,"message":"the stream failed"}`)
+			}
+			if s.sse {
+				b = append(append(append(b, "event: error\ndata: "...), body...), "\n\n"...)
+			} else {
+				b = append(append(b, body...), '\n')
+			}
+		case s.sse:
+			b = []byte("event: done\ndata: {}\n\n")
+		}
+		if len(b) > 0 {
+			_ = s.write(b)
+		}
+	}
+	stop, done := s.stopHB, s.hbDone
+	s.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
+
+// appendChunk writes c as the JSON the gateway's marshaler would write
+// (proto names, defaults included, int64 as a string), without reflection:
+// it runs for every chunk of every stream.
+func appendChunk(b []byte, c *toolgatev1.StreamToolResponse) []byte {
+	b = append(b, `{"output":`...)
+	b = wire.AppendJSONString(b, c.GetOutput())
+	b = append(b, `,"index":"`...)
+	b = strconv.AppendInt(b, c.GetIndex(), 10)
+	b = append(b, `","last":`...)
+	b = strconv.AppendBool(b, c.GetLast())
+	return append(b, '}')
+}

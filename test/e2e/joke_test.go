@@ -93,16 +93,17 @@ func TestStreamOverGRPCAndHTTP(t *testing.T) {
 	defer resp.Body.Close()
 	dec := json.NewDecoder(resp.Body)
 	var line struct {
-		Result struct {
-			Output string `json:"output"`
-			Last   bool   `json:"last"`
-		} `json:"result"`
+		Output string `json:"output"`
+		Last   bool   `json:"last"`
 	}
 	if err := dec.Decode(&line); err != nil {
 		t.Fatal(err)
 	}
-	if line.Result.Output != want || !line.Result.Last {
-		t.Fatalf("REST stream chunk %+v, want %q (last)", line.Result, want)
+	if line.Output != want || !line.Last {
+		t.Fatalf("REST stream chunk %+v, want %q (last)", line, want)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		t.Errorf("Content-Type %q, want application/x-ndjson", ct)
 	}
 }
 

@@ -114,12 +114,10 @@ func TestThousandChunkStream(t *testing.T) {
 	dec := json.NewDecoder(resp.Body)
 	for i := 0; ; i++ {
 		var line struct {
-			Result *struct {
-				Output string `json:"output"`
-				Index  string `json:"index"`
-				Last   bool   `json:"last"`
-			} `json:"result"`
-			Error any `json:"error"`
+			Output *string `json:"output"`
+			Index  string  `json:"index"`
+			Last   bool    `json:"last"`
+			Code   *int    `json:"code"`
 		}
 		if err := dec.Decode(&line); err == io.EOF {
 			if i != n {
@@ -129,8 +127,8 @@ func TestThousandChunkStream(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("REST line %d: %v", i, err)
 		}
-		if line.Result == nil || line.Result.Output != want(i) || line.Result.Index != fmt.Sprint(i) || line.Result.Last != (i == n-1) {
-			t.Fatalf("REST line %d = %+v (error %v), want %q", i, line.Result, line.Error, want(i))
+		if line.Output == nil || *line.Output != want(i) || line.Index != fmt.Sprint(i) || line.Last != (i == n-1) || line.Code != nil {
+			t.Fatalf("REST line %d = %+v, want chunk %q", i, line, want(i))
 		}
 	}
 }

@@ -175,8 +175,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.httpSrv = &http.Server{
-		Handler:           sec.wrapHTTP(h),
-		TLSConfig:         sec.tls,
+		Handler:   sec.wrapHTTP(h),
+		TLSConfig: sec.tls,
 		// Above the handler's own limit, which answers 431 in JSON.
 		MaxHeaderBytes:    4 * maxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -290,10 +290,10 @@ func TestRESTHTTPSemantics(t *testing.T) {
 		{name: "stream Accept nobody serves", method: "POST", path: "/v1/tools/echo:stream", body: `{}`, headers: map[string]string{"Accept": "application/xml"}, code: 406, msg: "application/x-ndjson"},
 		{name: "CORS preflight from an allowed origin", method: "OPTIONS", path: "/v1/tools/echo:invoke",
 			headers: map[string]string{"Origin": "http://allowed.example", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"},
-			code: 204, want: map[string]string{"Access-Control-Allow-Origin": "http://allowed.example", "Access-Control-Allow-Methods": "POST"}},
+			code:    204, want: map[string]string{"Access-Control-Allow-Origin": "http://allowed.example", "Access-Control-Allow-Methods": "POST"}},
 		{name: "CORS preflight from another origin", method: "OPTIONS", path: "/v1/tools/echo:invoke",
 			headers: map[string]string{"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},
-			code: 204, want: map[string]string{"Access-Control-Allow-Origin": ""}},
+			code:    204, want: map[string]string{"Access-Control-Allow-Origin": ""}},
 		{name: "CORS simple request", method: "GET", path: "/v1/tools", headers: map[string]string{"Origin": "http://allowed.example"},
 			code: 200, want: map[string]string{"Access-Control-Allow-Origin": "http://allowed.example", "Access-Control-Expose-Headers": "X-Request-Id"}},
 	}

@@ -1,0 +1,375 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// fakeService answers from its fields; StreamTool sends chunks, then
+// fails with failAt's error when set.
+type fakeService struct {
+	toolgatev1.UnimplementedToolServiceServer
+	chunks  int
+	gap     time.Duration
+	failErr error // returned after the chunks
+	mu      sync.Mutex
+	lastReq *toolgatev1.InvokeToolRequest
+	ended   chan error // StreamTool's context error when it returns
+}
+
+func (f *fakeService) InvokeTool(ctx context.Context, r *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
+	f.mu.Lock()
+	f.lastReq = r
+	f.mu.Unlock()
+	if r.GetName() == "missing" {
+		return nil, status.Error(codes.NotFound, `tool "missing" not found`)
+	}
+	return &toolgatev1.InvokeToolResponse{Output: "ok"}, nil
+}
+
+func (f *fakeService) ListTools(context.Context, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
+	return &toolgatev1.ListToolsResponse{Tools: []*toolgatev1.Tool{{Name: "t"}}}, nil
+}
+
+func (f *fakeService) StreamTool(r *toolgatev1.StreamToolRequest, ss grpc.ServerStreamingServer[toolgatev1.StreamToolResponse]) error {
+	_ = ss.SetHeader(metadata.Pairs("x-request-id", "rid-1"))
+	defer func() {
+		if f.ended != nil {
+			f.ended <- ss.Context().Err()
+		}
+	}()
+	for i := range f.chunks {
+		if i > 0 && f.gap > 0 {
+			select {
+			case <-time.After(f.gap):
+			case <-ss.Context().Done():
+				return status.FromContextError(ss.Context().Err()).Err()
+			}
+		}
+		if err := ss.Send(&toolgatev1.StreamToolResponse{Output: r.GetName() + "\n\"" + string(rune('a'+i%26)), Index: int64(i), Last: i == f.chunks-1 && f.failErr == nil}); err != nil {
+			return err
+		}
+	}
+	return f.failErr
+}
+
+func newServer(t *testing.T, f *fakeService, mod func(*Options)) *httptest.Server {
+	t.Helper()
+	opts := Options{Service: f, SSEHeartbeat: -1, ResponseHeader: func(k string) (string, bool) {
+		if k == "x-request-id" {
+			return "X-Request-Id", true
+		}
+		return "", false
+	}}
+	if mod != nil {
+		mod(&opts)
+	}
+	h, err := New(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path, body string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, raw
+}
+
+func TestStreamFormats(t *testing.T) {
+	t.Parallel()
+	f := &fakeService{chunks: 3}
+	srv := newServer(t, f, nil)
+	resp, raw := do(t, srv, "POST", "/v1/tools/x:stream", `{"arguments": {"a": 1}}`)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != ContentTypeNDJSON || resp.Header.Get("X-Request-Id") != "rid-1" {
+		t.Fatalf("HTTP %d %v", resp.StatusCode, resp.Header)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines: %q", len(lines), raw)
+	}
+	for i, l := range lines {
+		var c toolgatev1.StreamToolResponse
+		if err := protojson.Unmarshal([]byte(l), &c); err != nil || c.GetIndex() != int64(i) || c.GetOutput() != "x\n\""+string(rune('a'+i)) {
+			t.Fatalf("line %d %q: %v", i, l, err)
+		}
+	}
+	resp, raw = do(t, srv, "POST", "/v1/tools/x:stream", `{}`, "Accept", "text/event-stream")
+	if resp.Header.Get("Content-Type") != ContentTypeSSE || !strings.HasSuffix(string(raw), "event: done\ndata: {}\n\n") ||
+		strings.Count(string(raw), "event: chunk\ndata: {") != 3 {
+		t.Fatalf("SSE body %q", raw)
+	}
+}
+
+func TestStreamErrors(t *testing.T) {
+	t.Parallel()
+	early := newServer(t, &fakeService{failErr: status.Error(codes.PermissionDenied, "no")}, nil)
+	for _, accept := range []string{"", ContentTypeSSE} {
+		resp, raw := do(t, early, "POST", "/v1/tools/x:stream", `{}`, "Accept", accept)
+		var st map[string]any
+		if resp.StatusCode != http.StatusForbidden || json.Unmarshal(raw, &st) != nil || st["code"] != float64(codes.PermissionDenied) || st["message"] != "no" {
+			t.Fatalf("Accept %q: HTTP %d %q, want 403 and a bare Status", accept, resp.StatusCode, raw)
+		}
+	}
+	late := newServer(t, &fakeService{chunks: 2, failErr: status.Error(codes.Unavailable, "gone")}, nil)
+	_, raw := do(t, late, "POST", "/v1/tools/x:stream", `{}`)
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[2], `"code":14`) || !strings.Contains(lines[2], `"message":"gone"`) {
+		t.Fatalf("NDJSON after chunks: %q", raw)
+	}
+	_, raw = do(t, late, "POST", "/v1/tools/x:stream", `{}`, "Accept", ContentTypeSSE)
+	if !strings.HasSuffix(string(raw), "\n\n") || !strings.Contains(string(raw), "event: error\ndata: {\"code\":14") {
+		t.Fatalf("SSE after chunks: %q", raw)
+	}
+}
+
+func TestStreamHeartbeatAndDisconnect(t *testing.T) {
+	t.Parallel()
+	f := &fakeService{chunks: 100, gap: 100 * time.Millisecond, ended: make(chan error, 1)}
+	srv := newServer(t, f, func(o *Options) { o.SSEHeartbeat = 30 * time.Millisecond })
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/tools/x:stream", strings.NewReader(`{}`))
+	req.Header.Set("Accept", ContentTypeSSE)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(resp.Body)
+	chunks, beats := 0, 0
+	for chunks < 2 || beats == 0 {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d chunks and %d keep-alives: %v", chunks, beats, err)
+		}
+		switch {
+		case strings.HasPrefix(line, "event: chunk"):
+			chunks++
+		case strings.HasPrefix(line, ": keep-alive"):
+			beats++
+		}
+	}
+	_ = resp.Body.Close() // the client goes away: the call must end
+	select {
+	case err := <-f.ended:
+		if err == nil {
+			t.Fatal("the service's context was not cancelled")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call went on after the client left")
+	}
+}
+
+func TestRequestBodies(t *testing.T) {
+	t.Parallel()
+	f := &fakeService{}
+	srv := newServer(t, f, nil)
+	tests := []struct {
+		name, body string
+		code       int
+		msg        string
+		timeout    time.Duration
+	}{
+		{"protobuf duration", `{"timeout": "0.25s"}`, 200, "", 250 * time.Millisecond},
+		{"Go duration", `{"arguments": {"a": [1]}, "timeout": "1m30s"}`, 200, "", 90 * time.Second},
+		{"milliseconds", `{"timeout": "200ms"}`, 200, "", 200 * time.Millisecond},
+		{"empty body", ``, 200, "", 0},
+		{"bad duration", `{"timeout": "later"}`, 400, `"timeout" must be a duration such as "5s", "0.2s" or "200ms"; "later" is not one`, 0},
+		{"negative Go duration", `{"timeout": "-1ms"}`, 400, `"timeout" must be a duration`, 0},
+		{"number duration", `{"timeout": 3}`, 400, `as a JSON string`, 0},
+		{"array arguments", `{"arguments": ["a"]}`, 400, `"arguments" must be a JSON object, such as {"topic": "cats"}, not an array`, 0},
+		{"string arguments", `{"arguments": "a"}`, 400, `not a string`, 0},
+		{"unknown field", `{"user": "root"}`, 400, `unknown field "user" in the request body; it may hold "arguments", "timeout"`, 0},
+		{"not an object", `[1]`, 400, "must be a JSON object", 0},
+		{"broken JSON", `{"arguments": {`, 400, "not valid JSON", 0},
+	}
+	for _, tc := range tests {
+		resp, raw := do(t, srv, "POST", "/v1/tools/x:invoke", tc.body)
+		if resp.StatusCode != tc.code {
+			t.Fatalf("%s: HTTP %d %s, want %d", tc.name, resp.StatusCode, raw, tc.code)
+		}
+		if tc.code != 200 {
+			var st struct{ Message string }
+			if json.Unmarshal(raw, &st) != nil || !strings.Contains(st.Message, tc.msg) {
+				t.Fatalf("%s: message %q, want %q", tc.name, raw, tc.msg)
+			}
+			continue
+		}
+		f.mu.Lock()
+		got := f.lastReq.GetTimeout().AsDuration()
+		f.mu.Unlock()
+		if got != tc.timeout {
+			t.Fatalf("%s: timeout %v, want %v", tc.name, got, tc.timeout)
+		}
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &fakeService{}, func(o *Options) {
+		o.Docs = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "docs") })
+		o.MaxHeaderBytes = 1024
+	})
+	tests := []struct {
+		method, path string
+		hdr          []string
+		code         int
+		allow        string
+	}{
+		{"GET", "/v1/tools", nil, 200, ""},
+		{"HEAD", "/v1/tools", nil, 200, ""},
+		{"POST", "/v1/tools", nil, 405, "GET, HEAD"},
+		{"GET", "/v1/tools/a:invoke", nil, 405, "POST"},
+		{"PUT", "/v1/tools/a:stream", nil, 405, "POST"},
+		{"DELETE", "/v1/tool-services/s", nil, 405, "GET, HEAD"},
+		{"GET", "/v1/tools/a/b", nil, 404, ""},
+		{"GET", "/v1/tools/", nil, 404, ""},
+		{"GET", "/elsewhere", nil, 404, ""},
+		{"GET", "/docs/x", nil, 200, ""},
+		{"GET", "/openapi.json", nil, 200, ""},
+		{"GET", "/openapi.v2.json", nil, 200, ""},
+		{"GET", "/readyz", nil, 200, ""},
+		{"GET", "/metrics", nil, 404, ""},
+		{"GET", "/v1/tools", []string{"X-Big", strings.Repeat("b", 2000)}, 431, ""},
+		{"POST", "/v1/tools/missing:invoke", nil, 404, ""},
+	}
+	for _, tc := range tests {
+		resp, raw := do(t, srv, tc.method, tc.path, "", tc.hdr...)
+		if resp.StatusCode != tc.code || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: HTTP %d Allow %q, want %d %q (%s)", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.code, tc.allow, raw)
+		}
+		if tc.code >= 400 && (!json.Valid(raw) || resp.Header.Get("Content-Type") != "application/json") {
+			t.Errorf("%s %s: error body %q is not JSON", tc.method, tc.path, raw)
+		}
+	}
+	// / leads a person to the docs.
+	c := *srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/docs" {
+		t.Errorf("GET / = %d %q, want a redirect to /docs", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+func TestStreamFormatNegotiation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		accept  string
+		sse, ok bool
+	}{
+		{"", false, true},
+		{"*/*", false, true},
+		{"application/json", false, true},
+		{"application/x-ndjson", false, true},
+		{"text/event-stream", true, true},
+		{"text/event-stream;q=0.5, application/x-ndjson", false, true},
+		{"application/x-ndjson;q=0.1, text/event-stream", true, true},
+		{"text/*", true, true},
+		{"application/xml", false, false},
+		{"text/event-stream;q=0", false, false},
+	}
+	for _, tc := range tests {
+		sse, ok := streamFormat(tc.accept)
+		if sse != tc.sse || ok != tc.ok {
+			t.Errorf("streamFormat(%q) = %v, %v; want %v, %v", tc.accept, sse, ok, tc.sse, tc.ok)
+		}
+	}
+}
+
+// appendChunk must write exactly what the gateway's protojson marshaler
+// would, for any text.
+func FuzzAppendChunk(f *testing.F) {
+	for _, s := range []string{"", "plain", "quote\" backslash\\ tab\t nl\n", "\x00\x1f\u2028<>&", "caf\xc3\xa9 \xff"} {
+		f.Add(s, int64(3), true)
+	}
+	m := newMarshaler()
+	f.Fuzz(func(t *testing.T, out string, index int64, last bool) {
+		c := &toolgatev1.StreamToolResponse{Output: out, Index: index, Last: last}
+		got := appendChunk(nil, c)
+		if !utf8.ValidString(out) {
+			// protojson refuses such text; the chunk is still valid JSON,
+			// with U+FFFD for each bad byte, as encoding/json writes it.
+			var v struct{ Output string }
+			if err := json.Unmarshal(got, &v); err != nil || !utf8.ValidString(v.Output) {
+				t.Fatalf("%q: %v", got, err)
+			}
+			return
+		}
+		var back toolgatev1.StreamToolResponse
+		if err := protojson.Unmarshal(got, &back); err != nil {
+			t.Fatalf("%q does not decode: %v", got, err)
+		}
+		want, err := m.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w toolgatev1.StreamToolResponse
+		if err := protojson.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if back.GetOutput() != w.GetOutput() || back.GetIndex() != index || back.GetLast() != last {
+			t.Fatalf("appendChunk %q decodes to %v, protojson's to %v", got, &back, &w)
+		}
+	})
+}
+
+// Request bodies are untrusted: decoding never panics, and whatever it
+// accepts decodes to a request whose fields protojson would accept too.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range []string{`{}`, `{"arguments": {"a": 1}, "timeout": "200ms"}`, `{"timeout": "1.5s"}`, `{"arguments": []}`, `[`, `{"timeout": "9999999999h"}`, `{"name": "x"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req toolgatev1.InvokeToolRequest
+		if err := decodeRequest(data, &req); err != nil {
+			if err.Error() == "" {
+				t.Fatal("an error without a message")
+			}
+			return
+		}
+		b, err := protojson.Marshal(&req)
+		if err != nil {
+			t.Fatalf("accepted %q into a request protojson cannot write: %v", data, err)
+		}
+		var again toolgatev1.InvokeToolRequest
+		if err := protojson.Unmarshal(b, &again); err != nil {
+			t.Fatalf("round trip of %q: %v", data, err)
+		}
+	})
+}

@@ -58,6 +58,14 @@
     return Object.assign({ httpStatus: resp.status, httpText: resp.statusText }, st);
   }
 
+  // describeError puts a readError result on one line.
+  function describeError(err) {
+    const parts = [];
+    if (err.httpStatus) parts.push("HTTP " + err.httpStatus + (err.httpText ? " " + err.httpText : ""));
+    if (typeof err.code === "number") parts.push(grpcCodes[err.code] || "code " + err.code);
+    return parts.join(" · ") + ": " + (err.message || "(no message)");
+  }
+
   // ---------- tool list ----------
 
   async function loadTools() {
@@ -149,15 +157,16 @@
     if (openEnded) {
       const fid = id + "-extra";
       fields.push(el("div", { class: "field" },
-        el("label", { for: fid }, args.length ? "Other arguments " : "Arguments ",
-          el("span", { class: "hint" }, "(JSON object, optional)")),
+        el("label", { for: fid }, args.length ? "Other arguments " : "Any arguments ",
+          el("span", { class: "hint" }, "(a JSON object, optional)")),
         el("textarea", {
           id: fid, rows: 3, spellcheck: "false", "data-arg-extra": true,
           placeholder: args.length ? '{"name": "value"}' : '{"mode": "stream", "n": 5}',
           "aria-describedby": fid + "-help",
         }),
-        el("p", { id: fid + "-help", class: "hint" },
-          "Merged into the call's arguments; this tool passes undeclared arguments to its service.")));
+        el("p", { id: fid + "-help", class: "hint" }, args.length
+          ? "Merged into the call's arguments: this tool passes undeclared arguments on to its service."
+          : "This tool declares no arguments and passes what it gets on to its service.")));
     }
     if (fields.length === 0) fields.push(el("p", { class: "hint" }, "This tool takes no arguments."));
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -218,10 +219,13 @@ func TestDocsBrowserSSE(t *testing.T) {
 	var gotBody string
 	var mu sync.Mutex
 	mux.HandleFunc("POST /v1/tools/count:stream", func(w http.ResponseWriter, r *http.Request) {
-		body := make([]byte, 1024)
-		k, _ := r.Body.Read(body)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		mu.Lock()
-		gotBody = string(body[:k])
+		gotBody = string(body)
 		mu.Unlock()
 		if r.Header.Get("Accept") != "text/event-stream" {
 			http.Error(w, "want Accept: text/event-stream", http.StatusNotAcceptable)

@@ -233,13 +233,17 @@ func TestDocsBrowserSSE(t *testing.T) {
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		f := w.(http.Flusher)
+		end := "event: error\ndata: {\"code\":14,\"message\":\"broker went away\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.ErrorInfo\",\"reason\":\"UNAVAILABLE\",\"domain\":\"toolgate\"}]}\n\n"
+		if strings.Contains(string(body), `"n":3`) {
+			end = "event: done\ndata: {}\n\n"
+		}
 		for _, part := range []string{
 			": keep-alive\r\n\r\n",
 			"event: chunk\r\ndata: {\"output\":\"one\",\"index\":\"0\",\"last\":false}\r\n\r\n",
 			"event: chunk\r\nda",
 			"ta: {\"output\":\"two\",\"index\":\"1\",\"last\":false}\r",
 			"\n\r\n: keep-alive\n\n",
-			"event: error\ndata: {\"code\":14,\"message\":\"broker went away\",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.ErrorInfo\",\"reason\":\"UNAVAILABLE\",\"domain\":\"toolgate\"}]}\n\n",
+			end,
 		} {
 			fmt.Fprint(w, part)
 			f.Flush()
@@ -310,6 +314,23 @@ func TestDocsBrowserSSE(t *testing.T) {
 	}
 	if got := text(t, ctx, card+` [data-role="status"]`); !strings.HasPrefix(got, "Failed after 2 chunks") {
 		t.Errorf("status = %q", got)
+	}
+
+	// The same stream ending with a done event.
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS(card+` [data-arg="n"]`), "3"),
+		chromedp.Click(chromedp.CSS(card+` [data-action="stream"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitDone(t, ctx, "count"); st != "ok" {
+		t.Fatalf("stream state %q, want ok: %s", st, text(t, ctx, card+` [data-role="result"]`))
+	}
+	if got := text(t, ctx, card+` [data-role="status"]`); !strings.HasPrefix(got, "Done · 2 chunks") {
+		t.Errorf("status = %q, want Done · 2 chunks …", got)
+	}
+	if n := must(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll('article[data-tool="count"] [data-role="error"]:not([hidden])').length`)); n != 0 {
+		t.Error("the error of the previous call is still shown")
 	}
 
 	// The reference renders an OpenAPI 3.1 document.

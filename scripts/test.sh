@@ -31,6 +31,10 @@ echo "==> preparing the Python virtualenv (TrustGraph reference services, grpcio
 TOOLGATE_VENV="$(scripts/pyenv.sh)"
 export TOOLGATE_VENV
 
+echo "==> headless Chromium for the browser tests"
+TOOLGATE_CHROMIUM="$(scripts/chromium.sh)"
+export TOOLGATE_CHROMIUM
+
 echo "==> go vet"
 go vet ./...
 echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"

@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/docs"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/server"
@@ -169,6 +170,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	h, err := httpapi.New(context.Background(), httpapi.Options{Logger: log, Ready: g.ready,
 		Service:    newInProcess(srv, unary, stream),
 		MuxOptions: sec.muxOptions(), ResponseHeader: responseHeader, Metrics: g.metrics.Handler(),
+		Docs:        docs.New(docs.Options{Logger: log}),
 		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: maxHeaderBytes})
 	if err != nil {
 		g.closeEarly()

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -349,34 +347,19 @@ func TestDocsBrowserSSE(t *testing.T) {
 // tool is the CSS selector of a tool's card.
 func tool(name string) string { return `article[data-tool="` + name + `"]` }
 
-// docsBase is the origin the pages are loaded from: the gateway itself when
-// it serves /docs, else a server in front of it that serves /docs with this
-// package's handler and passes everything else on to the gateway.
+// docsBase is the origin the pages are loaded from: the gateway itself,
+// which must serve /docs.
 func docsBase(t *testing.T) string {
 	t.Helper()
 	resp, err := http.Get(env.httpBase + "/docs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusOK {
-		return env.httpBase
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the gateway answers GET /docs with %d, want 200", resp.StatusCode)
 	}
-	t.Logf("the gateway answers GET /docs with %d: serving /docs in front of it", resp.StatusCode)
-	target, err := url.Parse(env.httpBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	proxy.FlushInterval = -1 // stream chunks as they come
-	mux := http.NewServeMux()
-	h := docs.New(docs.Options{})
-	mux.Handle("/docs", h)
-	mux.Handle("/docs/", h)
-	mux.Handle("/", proxy)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return env.httpBase
 }
 
 // chromiumPath finds the browser: $TOOLGATE_CHROMIUM, else a Chromium or

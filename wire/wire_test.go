@@ -127,11 +127,34 @@ func FuzzDecodeResponse(f *testing.F) {
 	})
 }
 
+// FuzzDecodeRequest: whatever decodes, encodes again to an envelope that
+// decodes to the same request (empty config and arguments become "{}").
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"user": "a", "config": "{}", "arguments": "{}"}`))
 	f.Add([]byte(`{"config": {}}`))
+	f.Add([]byte(`{"user": "\u00e9\n", "arguments": "{\"q\": [1, 2]}"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = DecodeRequest(b)
+		r, err := DecodeRequest(b)
+		if err != nil {
+			return
+		}
+		enc, err := EncodeRequest(r)
+		if err != nil {
+			t.Fatalf("re-encode %+v: %v", r, err)
+		}
+		r2, err := DecodeRequest(enc)
+		if err != nil {
+			t.Fatalf("%q re-encoded as %q, which does not decode: %v", b, enc, err)
+		}
+		if r.Config == "" {
+			r.Config = "{}"
+		}
+		if r.Arguments == "" {
+			r.Arguments = "{}"
+		}
+		if r2 != r {
+			t.Fatalf("round trip changed %+v into %+v", r, r2)
+		}
 	})
 }
 

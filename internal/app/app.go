@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -50,6 +51,7 @@ type Gateway struct {
 	conn    *grpc.ClientConn
 	sec     *security
 	metrics *telemetry.Metrics
+	mcp     *mcp.Server // nil without --mcp
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
 	listened    atomic.Bool // every known response topic is subscribed
@@ -173,9 +175,18 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, fmt.Errorf("dial own gRPC server: %w", err)
 	}
+	inproc := newInProcess(srv, local)
+	var mcpHandler http.Handler
+	if cfg.MCP {
+		// StreamTool goes through the gateway's own gRPC connection (and so
+		// the stream interceptors) until it is served in process.
+		g.mcp = mcp.New(inproc, mcp.Options{Logger: log, Authenticate: mcp.StreamAuthenticator(sec.authn.StreamInterceptor()),
+			Streams: toolgatev1.NewToolServiceClient(g.conn)})
+		mcpHandler = g.mcp
+	}
 	h, err := httpapi.New(context.Background(), g.conn, httpapi.Options{Logger: log, Ready: g.ready,
-		Local:      newInProcess(srv, local),
-		MuxOptions: sec.muxOptions(), Metrics: g.metrics.Handler()})
+		Local:      inproc,
+		MuxOptions: sec.muxOptions(), Metrics: g.metrics.Handler(), MCP: mcpHandler})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -234,6 +245,9 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 // onRegistrySwap subscribes to the response topics of services a reload
 // added, so their first calls do not wait for it.
 func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
+	if g.mcp != nil {
+		g.mcp.ToolsChanged()
+	}
 	if g.bridge == nil {
 		return
 	}

@@ -38,6 +38,9 @@ type Options struct {
 	// through conn; it must apply the gRPC server's interceptors itself.
 	// Streaming methods always go through conn.
 	Local toolgatev1.ToolServiceServer
+	// MCP, when set, is served at /mcp (the Model Context Protocol
+	// endpoint).
+	MCP http.Handler
 }
 
 // New returns the HTTP handler. conn is a client connection to the gateway's
@@ -95,6 +98,9 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 	}
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.MCP != nil {
+		mux.Handle("/mcp", opts.MCP)
 	}
 	mux.HandleFunc("GET /openapi.json", spec)
 	mux.HandleFunc("GET /v1/openapi.json", spec)

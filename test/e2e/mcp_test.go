@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+const mcpKey = "mcp-test-key-0123456789"
+
+// mcpSecured is a gateway with API keys and a policy, in plain HTTP, in
+// front of the shared echo and joke services.
+type mcpSecured struct {
+	base    string
+	regPath string
+}
+
+func startMCPSecured(t *testing.T) *mcpSecured {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	s := &mcpSecured{regPath: write("registry.yaml", mcpRegistry(""))}
+	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: mia, roles: [user]}\n", auth.HashKey(mcpKey)))
+	policy := write("policy.yaml", `rules:
+  - {roles: [user], tools: ["echo", "tell-joke", "new-*"], actions: [list, invoke]}
+`)
+	cfg, err := config.Parse([]string{
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", testenv.PulsarURL(),
+		"--registry", s.regPath, "--api-keys", keys, "--policy", policy,
+	}, func(string) string { return "" }, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := app.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	})
+	s.base = "http://" + gw.HTTPAddr()
+	if err := waitReady(s.base, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// mcpRegistry is the secured gateway's registry, with extra appended.
+func mcpRegistry(extra string) string {
+	return fmt.Sprintf(`tool-service:
+  echo-service: {topic: %s}
+  joke-service: {topic: %s, config-params: [style]}
+tool:
+  echo: {type: tool-service, description: Echoes, service: echo-service}
+  secret-echo: {type: tool-service, description: Not for everyone, service: echo-service}
+  tell-joke:
+    type: tool-service
+    description: Tell a joke on a given topic
+    service: joke-service
+    style: pun
+    arguments: [{name: topic, type: string}]
+%s`, env.echoTopic, env.jokeTopic, extra)
+}
+
+// TestMCPPythonClient runs test/python/test_mcp_client.py, the official
+// Python MCP SDK over Streamable HTTP, against the shared gateway and a
+// secured one; then checks that the calls were counted as MCP calls.
+func TestMCPPythonClient(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	venv := pythonVenv(t, root)
+	sec := startMCPSecured(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-rfEs",
+		"-p", "no:cacheprovider", "test/python/test_mcp_client.py")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(),
+		"TOOLGATE_MCP_URL="+env.httpBase+"/mcp",
+		"TOOLGATE_MCP_SECURED_URL="+sec.base+"/mcp",
+		"TOOLGATE_MCP_KEY="+mcpKey,
+		// conftest.py's gRPC fixtures are unused here but read these.
+		"TOOLGATE_GRPC_ADDR="+env.gw.GRPCAddr(),
+		"TOOLGATE_HTTP_BASE="+env.httpBase,
+		"PYTHONDONTWRITEBYTECODE=1",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	t.Logf("%s:\n%s", strings.Join(cmd.Args, " "), out.String())
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && exit.ExitCode() == 5:
+		t.Fatal("pytest collected no tests")
+	default:
+		t.Fatalf("pytest: %v", err)
+	}
+	if strings.Contains(out.String(), " skipped") {
+		t.Fatal("pytest skipped tests; every MCP client test must run")
+	}
+
+	// The calls went through the interceptors, counted as MCP calls.
+	resp, err := http.Get(env.httpBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`toolgate_calls_total{code="OK",method="mcp/InvokeTool",tool="tell-joke"}`,
+		`toolgate_calls_total{code="OK",method="mcp/ListTools",tool=""}`,
+	} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}
+
+// TestMCPToolsChanged: a registry reload reaches an MCP client listening
+// for tool list changes (the Go SDK's client, protocol 2026-07-28's
+// subscriptions/listen), and the new tool is then listed.
+func TestMCPToolsChanged(t *testing.T) {
+	sec := startMCPSecured(t)
+	changed := make(chan struct{}, 8)
+	c := sdk.NewClient(&sdk.Implementation{Name: "e2e", Version: "1"}, &sdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	hc := &http.Client{Transport: bearer(mcpKey)}
+	cs, err := c.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: sec.base + "/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	// The client opens its listening stream in the background: give it
+	// time, then change the registry.
+	time.Sleep(500 * time.Millisecond)
+	if err := os.WriteFile(sec.regPath, []byte(mcpRegistry("  new-echo: {type: tool-service, service: echo-service}\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notifications/tools/list_changed within 10s of the registry change")
+	}
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	if !strings.Contains(strings.Join(names, ","), "new-echo") {
+		t.Fatalf("tools after the reload: %v", names)
+	}
+}
+
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
+}

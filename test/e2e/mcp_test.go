@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -192,4 +193,67 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+string(b))
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPInspector: the MCP Inspector's CLI (npm, pinned, installed by
+// scripts/mcp-inspector.sh into .cache/) lists the gateway's tools and
+// calls one over Streamable HTTP.
+func TestMCPInspector(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	inspect := func(args ...string) []byte {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "mcp-inspector.sh"),
+			append([]string{"--cli", env.httpBase + "/mcp", "--transport", "http"}, args...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "HOME="+home, "MCP_CATALOG_PATH="+filepath.Join(home, "mcp.json"), "NO_COLOR=1")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("mcp-inspector %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		}
+		t.Logf("mcp-inspector %s:\n%s", strings.Join(args, " "), stdout.String())
+		return stdout.Bytes()
+	}
+
+	var list struct {
+		Tools []struct {
+			Name        string         `json:"name"`
+			InputSchema map[string]any `json:"inputSchema"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(inspect("--method", "tools/list"), &list); err != nil {
+		t.Fatalf("tools/list output is not the JSON result: %v", err)
+	}
+	found := false
+	for _, tool := range list.Tools {
+		if tool.Name == "tell-joke" {
+			found = true
+			if props, _ := tool.InputSchema["properties"].(map[string]any); props["topic"] == nil {
+				t.Errorf("tell-joke's inputSchema has no topic: %v", tool.InputSchema)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("tell-joke not listed; tools: %+v", list.Tools)
+	}
+
+	var call struct {
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool `json:"isError"`
+	}
+	if err := json.Unmarshal(inspect("--method", "tools/call", "--tool-name", "tell-joke", "--tool-arg", "topic=cats"), &call); err != nil {
+		t.Fatalf("tools/call output is not the JSON result: %v", err)
+	}
+	if call.IsError || len(call.Content) != 1 || call.Content[0].Type != "text" || len(call.Content[0].Text) < 10 {
+		t.Fatalf("tools/call result: %+v", call)
+	}
 }

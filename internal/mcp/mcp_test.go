@@ -286,7 +286,9 @@ func TestCallToolErrors(t *testing.T) {
 		{"unknown argument", "greet", map[string]any{"msg": "x", "other": 1}, nil, `invalid-argument: tool "greet": unknown argument "other"`},
 		{"service error", "echo", map[string]any{"mode": "fail", "type": "not-found", "message": "no such thing"}, nil, "not-found: no such thing"},
 		{"service catch-all", "echo", map[string]any{"mode": "fail", "message": "boom"}, nil, "tool-service-error: boom"},
-		{"deadline from _meta", "echo", map[string]any{"mode": "sleep", "ms": 3000}, sdk.Meta{"timeout": "150ms"}, "DEADLINE_EXCEEDED: "},
+		// The gateway's deadline (DEADLINE_EXCEEDED) or the service's own
+		// "timeout" error, whichever arrives first: both DeadlineExceeded.
+		{"deadline from _meta", "echo", map[string]any{"mode": "sleep", "ms": 3000}, sdk.Meta{"timeout": "150ms"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -302,6 +304,9 @@ func TestCallToolErrors(t *testing.T) {
 			e, _ := res.StructuredContent.(map[string]any)["error"].(map[string]any)
 			if e == nil || e["type"] == "" || e["message"] == "" || e["code"] == "" {
 				t.Fatalf("structuredContent = %#v", res.StructuredContent)
+			}
+			if c.want == "" && e["code"] != "DeadlineExceeded" {
+				t.Fatalf("code = %v, want DeadlineExceeded", e["code"])
 			}
 			if c.meta != nil && time.Since(start) > 2*time.Second {
 				t.Fatalf("took %v: _meta.timeout not applied", time.Since(start))

@@ -257,3 +257,41 @@ func TestMCPInspector(t *testing.T) {
 		t.Fatalf("tools/call result: %+v", call)
 	}
 }
+
+// TestMCPClientCertificate: over HTTPS, the client certificate's identity
+// reaches the MCP calls as it reaches REST's (the policy lets carol list
+// every tool), and a call without any credential is refused with 401.
+func TestMCPClientCertificate(t *testing.T) {
+	s := startSecured(t)
+	post := func(client *http.Client, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, s.base+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const list = `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`
+	if code, body := post(s.http, list); code != http.StatusUnauthorized {
+		t.Fatalf("without credentials: %d %s", code, body)
+	}
+	code, body := post(s.certHTTP, list)
+	if code != http.StatusOK || !strings.Contains(body, `"name":"secret-echo"`) || !strings.Contains(body, `"name":"echo"`) {
+		t.Fatalf("with carol's certificate: %d %s", code, body)
+	}
+	code, body = post(s.certHTTP, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"mode":"user"}}}`)
+	if code != http.StatusOK || !strings.Contains(body, `"text":"carol"`) {
+		t.Fatalf("tools/call as carol: %d %s", code, body)
+	}
+	// A streamed call carries the identity too.
+	code, body = post(s.certHTTP, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo",`+
+		`"arguments":{"mode":"stream","n":3},"_meta":{"progressToken":"p"}}}`)
+	if code != http.StatusOK || strings.Count(body, "notifications/progress") != 3 || !strings.Contains(body, `"text":"0,1,2"`) {
+		t.Fatalf("streamed tools/call as carol: %d %s", code, body)
+	}
+}

@@ -116,8 +116,11 @@ func New(svc toolgatev1.ToolServiceServer, opts Options) *Server {
 	if s.pageSize <= 0 {
 		s.pageSize = DefaultPageSize
 	}
+	// The SDK logs every stateless request's session at Info: keep its
+	// warnings and errors only.
+	sdkLog := slog.New(&minLevel{Handler: opts.Logger.Handler(), min: slog.LevelWarn})
 	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "toolgate", Version: opts.Version}, &sdk.ServerOptions{
-		Logger:       opts.Logger,
+		Logger:       sdkLog,
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 		Instructions: "The tools of this toolgate gateway. tools/call accepts _meta.timeout (\"5s\") and streams " +
 			"chunks as progress notifications when a progressToken is given.",
@@ -125,8 +128,26 @@ func New(svc toolgatev1.ToolServiceServer, opts Options) *Server {
 	s.addChangedTool()
 	s.mcp.AddReceivingMiddleware(s.middleware)
 	s.handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
-		&sdk.StreamableHTTPOptions{Stateless: true, Logger: opts.Logger})
+		&sdk.StreamableHTTPOptions{Stateless: true, Logger: sdkLog})
 	return s
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h *minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h *minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return &minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h *minLevel) WithGroup(name string) slog.Handler {
+	return &minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
 }
 
 // ToolsChanged tells the clients listening on this replica that the tool

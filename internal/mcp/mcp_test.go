@@ -514,3 +514,34 @@ func TestToolsChangedReachesListeners(t *testing.T) {
 		}
 	}
 }
+
+// TestQuietLog: a stateless request leaves no line in the log at Info (the
+// SDK's per-session chatter is dropped), while warnings still pass.
+func TestQuietLog(t *testing.T) {
+	var buf syncBuffer
+	f := newFixture(t, mcp.Options{Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	cs := f.connect(t, nil, nil)
+	if _, err := cs.ListTools(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s := buf.String(); strings.Contains(s, "level=INFO") || strings.Contains(s, "level=DEBUG") {
+		t.Fatalf("log at Info or below:\n%s", s)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

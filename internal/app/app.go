@@ -25,6 +25,7 @@ import (
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/docs"
 	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -50,6 +51,7 @@ type Gateway struct {
 	health  *health.Server
 	sec     *security
 	metrics *telemetry.Metrics
+	mcp     *mcp.Server // nil without --mcp
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
 	listened    atomic.Bool // every known response topic is subscribed
@@ -167,10 +169,17 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
+	inproc := newInProcess(srv, unary, stream)
+	var mcpHandler http.Handler
+	if cfg.MCP {
+		g.mcp = mcp.New(inproc, mcp.Options{Logger: log, Authenticate: mcp.StreamAuthenticator(sec.authn.StreamInterceptor())})
+		mcpHandler = g.mcp
+	}
 	h, err := httpapi.New(context.Background(), httpapi.Options{Logger: log, Ready: g.ready,
-		Service:    newInProcess(srv, unary, stream),
+		Service:    inproc,
 		MuxOptions: sec.muxOptions(), ResponseHeader: responseHeader, Metrics: g.metrics.Handler(),
 		Docs:        docs.New(docs.Options{Logger: log}),
+		MCP:         mcpHandler,
 		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: maxHeaderBytes})
 	if err != nil {
 		g.closeEarly()
@@ -234,6 +243,9 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 // onRegistrySwap subscribes to the response topics of services a reload
 // added, so their first calls do not wait for it.
 func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
+	if g.mcp != nil {
+		g.mcp.ToolsChanged()
+	}
 	if g.bridge == nil {
 		return
 	}

@@ -24,8 +24,11 @@ func TestParse(t *testing.T) {
 	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
 		t.Fatalf("parsed %+v", c)
 	}
-	if !c.PulsarBatching || c.GRPCWorkers != 0 {
-		t.Fatalf("defaults: batching %v, gRPC workers %d; want true, 0", c.PulsarBatching, c.GRPCWorkers)
+	if !c.PulsarBatching || c.GRPCWorkers != 0 || !c.MCP {
+		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v; want true, 0, true", c.PulsarBatching, c.GRPCWorkers, c.MCP)
+	}
+	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP {
+		t.Fatal("--mcp=false left MCP on")
 	}
 	// Flags win over the environment.
 	if c, _ := Parse([]string{"--default-timeout", "7s"}, getenv, io.Discard); c.DefaultTimeout != 7*time.Second {

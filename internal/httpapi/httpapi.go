@@ -68,6 +68,9 @@ type Options struct {
 	Metrics http.Handler
 	// Docs, when set, is served at /docs and below; / redirects there.
 	Docs http.Handler
+	// MCP, when set, is served at /mcp (the Model Context Protocol
+	// endpoint); it checks its own methods.
+	MCP http.Handler
 }
 
 // api is the handler New returns.
@@ -164,6 +167,9 @@ func (a *api) route(path string) *route {
 		return nil
 	case "/v1/tools", "/v1/tool-services":
 		return &route{get, a.gw}
+	}
+	if path == "/mcp" && a.opts.MCP != nil {
+		return &route{[]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete}, a.opts.MCP}
 	}
 	if a.opts.Docs != nil && (path == "/docs" || strings.HasPrefix(path, "/docs/")) {
 		return &route{get, a.opts.Docs}

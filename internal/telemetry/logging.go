@@ -231,7 +231,7 @@ func (l *CallLog) isQuiet(method string) bool {
 func (l *CallLog) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		start := time.Now()
-		ctx, r := l.begin(ctx, info.FullMethod)
+		ctx, r := l.begin(ctx, methodLabel(ctx, info.FullMethod))
 		_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, r.id))
 		l.request(ctx, r, req)
 		defer func() { l.finish(ctx, r, err, time.Since(start)) }()
@@ -244,7 +244,7 @@ func (l *CallLog) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 func (l *CallLog) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		start := time.Now()
-		ctx, r := l.begin(ss.Context(), info.FullMethod)
+		ctx, r := l.begin(ss.Context(), methodLabel(ss.Context(), info.FullMethod))
 		_ = ss.SetHeader(metadata.Pairs(RequestIDHeader, r.id))
 		ws := &firstMessageStream{ServerStream: ss, ctx: ctx, onFirst: func(m any) { l.request(ctx, r, m) }}
 		defer func() { l.finish(ctx, r, err, time.Since(start)) }()

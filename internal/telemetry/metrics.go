@@ -205,13 +205,13 @@ func (m *Metrics) observeSeries(ctx context.Context, s *callSeries, method, tool
 // in flight. Place it before authentication so refused calls count too.
 func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		tool := m.toolLabel(toolOf(req))
-		s := m.seriesFor(info.FullMethod, tool)
+		tool, method := m.toolLabel(toolOf(req)), methodLabel(ctx, info.FullMethod)
+		s := m.seriesFor(method, tool)
 		s.inFlight.Inc()
 		start := time.Now()
 		defer func() {
 			s.inFlight.Dec()
-			m.observeSeries(ctx, s, info.FullMethod, tool, codeOf(err), time.Since(start))
+			m.observeSeries(ctx, s, method, tool, codeOf(err), time.Since(start))
 		}()
 		return handler(ctx, req)
 	}
@@ -222,7 +222,7 @@ func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // first message names the tool.
 func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		method := info.FullMethod
+		method := methodLabel(ss.Context(), info.FullMethod)
 		var (
 			mu   sync.Mutex
 			tool string

@@ -1,0 +1,372 @@
+// Package mcp serves the gateway's tools over the Model Context Protocol:
+// a Streamable HTTP endpoint, stateless (every POST stands alone, so
+// replicas behind a load balancer need no session affinity), built on the
+// official Go SDK.
+//
+// It adds a front door, not a second gateway: every MCP request becomes
+// calls of the ToolService it is given — in the gateway one that runs each
+// call through the gRPC interceptor chain in process — with the HTTP
+// request's credentials, request id and trace context as incoming gRPC
+// metadata, exactly as the REST side passes them. Authentication, the
+// access policy, rate limits, the call log, metrics and traces therefore
+// apply unchanged; metrics and the call log name MCP calls' methods
+// "mcp/InvokeTool", "mcp/ListTools", … (telemetry.ViaMCP).
+//
+//   - tools/list is ListTools: the tools the caller may list, a page of
+//     PageSize at a time (the cursor is ListTools' page token), each with
+//     its name, description and arguments_schema as inputSchema.
+//   - tools/call is InvokeTool, or StreamTool when the request carries a
+//     progress token: each chunk is sent as notifications/progress (message
+//     = the chunk, progress = its index + 1) and the result is the chunks
+//     joined. _meta.timeout ("5s", "200ms", or a number of seconds) sets
+//     the call's deadline. The answer is one text content, plus
+//     structuredContent when the output is a JSON object.
+//   - Failures of the tool call itself — bad arguments (the ToolService's
+//     own check, which names the argument; nothing is published), the tool
+//     service's error, a deadline, an unavailable service, a rate limit —
+//     are tool results with isError: true, text "<type>: <message>" and
+//     structuredContent {"error": {"type", "message", "code"}}, so that a
+//     model can read them and correct itself. The type is the tool
+//     service's Error.type, else the gateway's reason, else the gRPC code
+//     in kebab case ("invalid-argument"). Refusals of the request — an
+//     unknown tool, a tool the caller may not use, malformed arguments or
+//     _meta — are JSON-RPC errors (-32602), as the MCP specification asks.
+//   - notifications/cancelled, or the client going away, cancels the call.
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/telemetry"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultPageSize is the number of tools in one tools/list page.
+const DefaultPageSize = 100
+
+// changedTool is a tool of the SDK's own registry that nobody sees (tools/list
+// and tools/call are answered from the ToolService): adding it again is how
+// ToolsChanged makes the SDK send notifications/tools/list_changed.
+const changedTool = "toolgate.internal.tools-changed"
+
+// Options configure a Server.
+type Options struct {
+	// Logger receives the SDK's and the handler's own log lines (calls are
+	// logged by the ToolService's call log).
+	Logger *slog.Logger
+	// DefaultTimeout is the deadline of a tools/call without _meta.timeout;
+	// zero leaves it to the ToolService (the tool service's timeout, else
+	// the gateway's default).
+	DefaultTimeout time.Duration
+	// PageSize is the number of tools per tools/list page; zero means
+	// DefaultPageSize.
+	PageSize int32
+	// Authenticate, when set, runs on every HTTP request before the MCP
+	// layer sees it, with the request's metadata in ctx. A refusal is
+	// answered with HTTP 401 (Unauthenticated; with WWW-Authenticate:
+	// Bearer) or 403 (PermissionDenied), as the MCP authorization rules
+	// ask of HTTP transports. Without it, a caller without credentials
+	// learns of it from the first tools/list or tools/call instead.
+	// StreamAuthenticator builds one from an authenticating interceptor.
+	Authenticate func(ctx context.Context) error
+	// Version is the server version reported to clients.
+	Version string
+}
+
+// Server is the MCP endpoint, an http.Handler. It is safe for concurrent
+// use.
+type Server struct {
+	svc      toolgatev1.ToolServiceServer
+	opts     Options
+	log      *slog.Logger
+	mcp      *sdk.Server
+	handler  http.Handler
+	pageSize int32
+}
+
+// New returns the MCP endpoint serving svc's tools.
+func New(svc toolgatev1.ToolServiceServer, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	s := &Server{svc: svc, opts: opts, log: opts.Logger, pageSize: opts.PageSize}
+	if s.pageSize <= 0 {
+		s.pageSize = DefaultPageSize
+	}
+	// The SDK logs every stateless request's session at Info: keep its
+	// warnings and errors only.
+	sdkLog := slog.New(&minLevel{Handler: opts.Logger.Handler(), min: slog.LevelWarn})
+	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "toolgate", Version: opts.Version}, &sdk.ServerOptions{
+		Logger:       sdkLog,
+		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+		Instructions: "The tools of this toolgate gateway. tools/call accepts _meta.timeout (\"5s\") and streams " +
+			"chunks as progress notifications when a progressToken is given.",
+	})
+	s.addChangedTool()
+	s.mcp.AddReceivingMiddleware(s.middleware)
+	s.handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
+		&sdk.StreamableHTTPOptions{Stateless: true, Logger: sdkLog})
+	return s
+}
+
+// minLevel drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h *minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h *minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return &minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+}
+
+func (h *minLevel) WithGroup(name string) slog.Handler {
+	return &minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
+
+// ToolsChanged tells the clients listening on this replica that the tool
+// list changed: it sends notifications/tools/list_changed to every open
+// subscriptions/listen stream (protocol 2026-07-28 and later). The endpoint
+// is stateless, so there is no other channel to a client between its
+// requests: clients of older protocol versions, and clients of other
+// replicas, do not hear of it (each replica watches its own registry and
+// notifies its own listeners), and re-list when they next need to.
+func (s *Server) ToolsChanged() { s.addChangedTool() }
+
+func (s *Server) addChangedTool() {
+	s.mcp.AddTool(&sdk.Tool{Name: changedTool, InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return nil, errors.New("not a tool")
+		})
+}
+
+// httpCtxKey holds the HTTP request's own context in the contexts the SDK
+// gives handlers: they inherit its values (the connection of a stateless
+// request is made from it) but not its cancellation.
+type httpCtxKey struct{}
+
+// forwardedHeaders are the HTTP headers that become incoming gRPC metadata,
+// as on the REST side: the credentials, the request id and the W3C trace
+// context.
+var forwardedHeaders = [...]string{"authorization", "x-api-key", telemetry.RequestIDHeader, "traceparent", "tracestate"}
+
+// ServeHTTP serves the MCP endpoint.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	md := make(metadata.MD, 2)
+	for _, k := range forwardedHeaders {
+		if v := r.Header.Values(k); len(v) > 0 {
+			md[k] = v
+		}
+	}
+	ctx := telemetry.ViaMCP(metadata.NewIncomingContext(r.Context(), md))
+	if s.opts.Authenticate != nil {
+		if err := s.opts.Authenticate(ctx); err != nil {
+			s.refuse(w, err)
+			return
+		}
+	}
+	ctx = context.WithValue(ctx, httpCtxKey{}, r.Context())
+	s.handler.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// refuse answers a request that failed authentication.
+func (s *Server) refuse(w http.ResponseWriter, err error) {
+	st := status.Convert(err)
+	code := http.StatusInternalServerError
+	switch st.Code() {
+	case codes.Unauthenticated:
+		code = http.StatusUnauthorized
+		w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+	case codes.PermissionDenied:
+		code = http.StatusForbidden
+	case codes.ResourceExhausted:
+		code = http.StatusTooManyRequests
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
+		"error": map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// middleware answers tools/list and tools/call from the ToolService and
+// leaves everything else to the SDK.
+func (s *Server) middleware(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		switch method {
+		case "tools/list":
+			if r, ok := req.(*sdk.ListToolsRequest); ok {
+				return s.listTools(ctx, r)
+			}
+		case "tools/call":
+			if r, ok := req.(*sdk.CallToolRequest); ok {
+				return s.callTool(ctx, r)
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// callContext is the context of one call: the handler's (cancelled by
+// notifications/cancelled) that also ends when the HTTP request does.
+func callContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	hctx, ok := ctx.Value(httpCtxKey{}).(context.Context)
+	if !ok {
+		return nil, nil, rpcError(codeInternal, "internal error: the request context is missing", nil)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(hctx, cancel)
+	return ctx, func() { stop(); cancel() }, nil
+}
+
+func (s *Server) listTools(ctx context.Context, req *sdk.ListToolsRequest) (*sdk.ListToolsResult, error) {
+	ctx, done, err := callContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	in := &toolgatev1.ListToolsRequest{PageSize: s.pageSize}
+	if req.Params != nil {
+		in.PageToken = req.Params.Cursor
+	}
+	resp, err := s.svc.ListTools(ctx, in)
+	if err != nil {
+		return nil, requestError(err)
+	}
+	out := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, len(resp.GetTools())), NextCursor: resp.GetNextPageToken()}
+	for _, t := range resp.GetTools() {
+		out.Tools = append(out.Tools, toolOf(t))
+	}
+	return out, nil
+}
+
+// toolOf is a registry tool as MCP describes it.
+func toolOf(t *toolgatev1.Tool) *sdk.Tool {
+	schema := map[string]any{"type": "object"}
+	if t.GetArgumentsSchema() != nil {
+		schema = t.GetArgumentsSchema().AsMap()
+	}
+	return &sdk.Tool{Name: t.GetName(), Description: t.GetDescription(), InputSchema: schema}
+}
+
+// Codes of the JSON-RPC errors this endpoint answers with.
+const (
+	codeInvalidParams = -32602
+	codeInternal      = -32603
+	// codeRefused is a request without acceptable credentials, in the
+	// range JSON-RPC leaves to servers.
+	codeRefused = -32001
+)
+
+// rpcError is a JSON-RPC error with data (the gRPC status it came from).
+func rpcError(code int64, msg string, data map[string]any) error {
+	var raw json.RawMessage
+	if data != nil {
+		raw, _ = json.Marshal(data)
+	}
+	return &jsonrpc.Error{Code: code, Message: msg, Data: raw}
+}
+
+// requestError is the JSON-RPC error for a status that refuses the request
+// itself (tools/list, or a tools/call the gateway turned away).
+func requestError(err error) error {
+	st := status.Convert(err)
+	code := int64(codeInternal)
+	switch st.Code() {
+	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied:
+		code = codeInvalidParams
+	case codes.Unauthenticated:
+		code = codeRefused
+	}
+	data := map[string]any{"code": st.Code().String()}
+	if ei := errorInfo(st); ei != nil {
+		data["reason"] = ei.GetReason()
+	}
+	return rpcError(code, st.Message(), data)
+}
+
+func errorInfo(st *status.Status) *errdetails.ErrorInfo {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei
+		}
+	}
+	return nil
+}
+
+// kebab turns a gRPC code's name into an error type: InvalidArgument →
+// invalid-argument.
+func kebab(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// callError turns a failed call into the tools/call answer: a JSON-RPC
+// error when the gateway refused the request (unknown tool, a tool the
+// caller may not use, no credentials), else a tool result with isError.
+func callError(err error) (*sdk.CallToolResult, error) {
+	st := status.Convert(err)
+	ei := errorInfo(st)
+	switch st.Code() {
+	case codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
+		if ei == nil || ei.GetReason() == "TOOL_NOT_FOUND" {
+			return nil, requestError(err)
+		}
+	}
+	typ := kebab(st.Code())
+	if ei != nil && ei.GetReason() != "" {
+		typ = ei.GetReason()
+	}
+	return &sdk.CallToolResult{
+		IsError: true,
+		Content: []sdk.Content{&sdk.TextContent{Text: typ + ": " + st.Message()}},
+		StructuredContent: map[string]any{"error": map[string]any{
+			"type": typ, "message": st.Message(), "code": st.Code().String(),
+		}},
+	}, nil
+}
+
+// StreamAuthenticator makes an Options.Authenticate from an authenticating
+// stream interceptor (the gateway's auth.Authenticator.StreamInterceptor):
+// it opens a StreamTool stream that is never read, which authenticates the
+// caller without authorizing anything (streams are authorized on their
+// first message) and without reaching the ToolService.
+func StreamAuthenticator(ic grpc.StreamServerInterceptor) func(context.Context) error {
+	info := &grpc.StreamServerInfo{FullMethod: toolgatev1.ToolService_StreamTool_FullMethodName, IsServerStream: true}
+	ok := func(any, grpc.ServerStream) error { return nil }
+	return func(ctx context.Context) error {
+		return ic(nil, &chunkStream{ctx: ctx, send: func(*toolgatev1.StreamToolResponse) error {
+			return fmt.Errorf("mcp: authentication stream does not send")
+		}}, info, ok)
+	}
+}

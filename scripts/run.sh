@@ -2,57 +2,116 @@
 # `make run`: a Pulsar broker (fetched on first use), the joke and echo
 # services, and the gateway with examples/registry.yaml, on 127.0.0.1.
 # Ctrl-C stops everything this script started.
+#
+# The broker is chosen by the rule of scripts/lib/broker.sh
+# (TOOLGATE_PULSAR_URL + TOOLGATE_PULSAR_ADMIN_URL, else the local broker on
+# PULSAR_BROKER_PORT / PULSAR_WEB_PORT), and every process started here is
+# given that broker's URLs. Also: TOOLGATE_GRPC_ADDR, TOOLGATE_HTTP_ADDR,
+# TOOLGATE_REGISTRY, TOOLGATE_RUN_READY_TIMEOUT (seconds, default 60).
+# Each process's output is shown here and kept in .cache/run/<http port>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/broker.sh
+source scripts/lib/broker.sh
 
 GRPC_ADDR="${TOOLGATE_GRPC_ADDR:-127.0.0.1:9090}"
 HTTP_ADDR="${TOOLGATE_HTTP_ADDR:-127.0.0.1:8081}"
 REGISTRY="${TOOLGATE_REGISTRY:-examples/registry.yaml}"
+READY_TIMEOUT="${TOOLGATE_RUN_READY_TIMEOUT:-60}"
+broker_select
+PULSAR_URL="$TOOLGATE_PULSAR_URL"
+ADMIN_URL="$TOOLGATE_PULSAR_ADMIN_URL"
+LOGS="$PWD/.cache/run/${HTTP_ADDR##*:}"
+
 pids=()
-started=0
+names=()
 cleanup() {
 	trap - INT TERM EXIT
 	echo
 	echo "==> stopping"
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	if [[ $started == 1 ]]; then scripts/pulsar.sh down || true; fi
+	broker_down
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-if scripts/pulsar.sh status >/dev/null 2>&1; then
-	echo "==> using the Pulsar broker already running"
-	scripts/pulsar.sh ensure-ns
-else
-	started=1
-	scripts/pulsar.sh up
-fi
+broker_up
 
 echo "==> building"
-mkdir -p bin
+mkdir -p bin "$LOGS"
 go build -o bin/ ./cmd/gateway ./cmd/joke-service ./cmd/echo-service
 
-bin/joke-service & pids+=($!)
-bin/echo-service & pids+=($!)
-bin/gateway --registry "$REGISTRY" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" \
-	--pulsar-admin-url "http://127.0.0.1:${PULSAR_WEB_PORT:-8080}" --allow-anonymous & pids+=($!)
+# start NAME CMD...: runs CMD in the background, its output shown here and
+# kept in $LOGS/NAME.log (tee -i: Ctrl-C reaches the process, not its log).
+start() {
+	local name="$1"
+	shift
+	"$@" > >(tee -i "$LOGS/$name.log") 2>&1 &
+	pids+=($!)
+	names+=("$name")
+}
+start joke-service bin/joke-service --pulsar-url "$PULSAR_URL"
+start echo-service bin/echo-service --pulsar-url "$PULSAR_URL"
+start gateway bin/gateway --registry "$REGISTRY" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" \
+	--pulsar-url "$PULSAR_URL" --pulsar-admin-url "$ADMIN_URL" --allow-anonymous
 
-for _ in $(seq 1 150); do
-	if curl -fsS "http://$HTTP_ADDR/readyz" >/dev/null 2>&1 \
-		&& curl -fsS "http://127.0.0.1:${PULSAR_WEB_PORT:-8080}/admin/v2/non-persistent/tg/request/joke/stats" 2>/dev/null | grep -q joke-service-request; then
-		break
+# alive PID: the process has not exited (an exited child stays a zombie
+# until waited for, which kill -0 does not tell apart).
+alive() {
+	local st
+	st="$(ps -o stat= -p "$1" 2>/dev/null || true)"
+	[[ -n "$st" && "$st" != Z* ]]
+}
+
+# subscribed TOPIC SUBSCRIPTION: the broker reports a consumer on it.
+subscribed() {
+	curl -fsS --max-time 2 "$ADMIN_URL/admin/v2/non-persistent/tg/request/$1/stats" 2>/dev/null |
+		python3 -c 'import json, sys; s = json.load(sys.stdin).get("subscriptions", {}).get(sys.argv[1], {}); sys.exit(0 if s.get("consumers") else 1)' "$2" 2>/dev/null
+}
+
+not_ready() {
+	echo >&2
+	echo "toolgate did not come up: $1" >&2
+	echo "  last GET http://$HTTP_ADDR/readyz: ${ready_status:-no answer} ${ready_body:-}" >&2
+	echo "  broker: $PULSAR_URL (admin $ADMIN_URL)" >&2
+	echo "  logs: $LOGS/{gateway,joke-service,echo-service}.log" >&2
+	exit 1
+}
+
+deadline=$((SECONDS + READY_TIMEOUT))
+ready_status="" ready_body=""
+while :; do
+	for i in "${!pids[@]}"; do
+		alive "${pids[$i]}" || not_ready "${names[$i]} exited during start-up (see $LOGS/${names[$i]}.log)"
+	done
+	failed=()
+	ready_body="$(curl -sS --max-time 2 -w '\n%{http_code}' "http://$HTTP_ADDR/readyz" 2>&1 || true)"
+	ready_status="HTTP ${ready_body##*$'\n'}"
+	ready_body="${ready_body%$'\n'*}"
+	ready_body="${ready_body%$'\n'}"
+	[[ "$ready_status" == "HTTP 200" ]] || failed+=("the gateway's /readyz is not 200")
+	subscribed joke joke-service-request || failed+=("joke-service has no consumer on non-persistent://tg/request/joke at $ADMIN_URL")
+	subscribed echo echo-service-request || failed+=("echo-service has no consumer on non-persistent://tg/request/echo at $ADMIN_URL")
+	((${#failed[@]} == 0)) && break
+	if ((SECONDS >= deadline)); then
+		not_ready "after ${READY_TIMEOUT}s, $(IFS=';'; echo "${failed[*]}" | sed 's/;/; /g')"
 	fi
-	sleep 0.2
+	sleep 0.25
 done
-curl -fsS "http://$HTTP_ADDR/readyz" >/dev/null || { echo "the gateway did not become ready"; exit 1; }
 
 cat <<MSG
 
-toolgate is up: gRPC on $GRPC_ADDR, HTTP on $HTTP_ADDR. Try:
+toolgate is up: gRPC on $GRPC_ADDR, HTTP on $HTTP_ADDR, broker $PULSAR_URL (admin $ADMIN_URL). Try:
 
   curl -s -X POST http://$HTTP_ADDR/v1/tools/tell-joke:invoke -d '{"arguments": {"topic": "programming"}}'
 
-Ctrl-C stops everything.
+Logs: $LOGS/. Ctrl-C stops everything.
 MSG
-wait -n "${pids[@]}"
+set +e
+wait -n -p exited "${pids[@]}"
+code=$?
+for i in "${!pids[@]}"; do
+	[[ "${pids[$i]}" == "${exited:-}" ]] && echo "==> ${names[$i]} exited (status $code); see $LOGS/${names[$i]}.log" >&2
+done
+exit 1

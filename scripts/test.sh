@@ -2,30 +2,20 @@
 # `make test`: every test, against a real Pulsar broker. Starts the broker
 # when none is running (and stops what it started), prepares the Python
 # virtualenv with TrustGraph's reference services, then runs the Go tests
-# with the race detector.
+# with the race detector, and checks `make run` (scripts/run-check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/broker.sh
+source scripts/lib/broker.sh
 
-started=0
-cleanup() {
-	if [[ $started == 1 ]]; then
-		echo "==> stopping the Pulsar broker this run started"
-		scripts/pulsar.sh down || true
-	fi
-}
-trap cleanup EXIT
+# The broker every test uses, by the rule in scripts/lib/broker.sh:
+# TOOLGATE_PULSAR_URL + TOOLGATE_PULSAR_ADMIN_URL, else the local broker on
+# PULSAR_BROKER_PORT / PULSAR_WEB_PORT (started here when none runs).
+broker_select
+trap broker_down EXIT
 
 t0=$SECONDS
-if scripts/pulsar.sh status >/dev/null 2>&1; then
-	echo "==> using the Pulsar broker already running"
-	scripts/pulsar.sh ensure-ns
-else
-	echo "==> starting a Pulsar broker for the tests"
-	started=1
-	scripts/pulsar.sh up
-fi
-export TOOLGATE_PULSAR_URL="${TOOLGATE_PULSAR_URL:-pulsar://127.0.0.1:${PULSAR_BROKER_PORT:-6650}}"
-export TOOLGATE_PULSAR_ADMIN_URL="${TOOLGATE_PULSAR_ADMIN_URL:-http://127.0.0.1:${PULSAR_WEB_PORT:-8080}}"
+broker_up
 
 echo "==> preparing the Python virtualenv (TrustGraph reference services, grpcio)"
 TOOLGATE_VENV="$(scripts/pyenv.sh)"
@@ -45,4 +35,6 @@ echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"
 go test -race -count=1 -timeout 15m ${GOTEST_FLAGS:-} $(go list ./... | grep -v '/test/restart$')
 echo "==> go test ./test/restart (a broker of its own, stopped and restarted under load)"
 go test -count=1 -timeout 10m ${GOTEST_FLAGS:-} ./test/restart
+echo "==> scripts/run-check.sh (make run on ports of its own reaches only its own broker)"
+scripts/run-check.sh
 echo "==> all tests passed in $((SECONDS - t0)) s"

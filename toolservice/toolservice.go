@@ -13,6 +13,12 @@
 //	})
 //	if err != nil { ... }
 //	err = svc.Run(ctx) // until ctx ends; then finishes in-flight calls
+//
+// By default a Service creates its own Pulsar client from Config.PulsarURL.
+// Options add token authentication (WithToken, WithTokenFile, or any
+// pulsar.Authentication with WithAuthentication) and a CA for pulsar+ssl://
+// URLs (WithTLSTrustCerts), or hand the service a client the program
+// already has (WithPulsarClient).
 package toolservice
 
 import (
@@ -21,11 +27,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/sdkopts"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 	"go.opentelemetry.io/otel/propagation"
@@ -55,6 +64,10 @@ type Request struct {
 	send func(text string) error
 }
 
+// ErrNoCall is what Send returns on a Request that no Service delivered
+// (one a test built itself, say): there is no caller to stream to.
+var ErrNoCall = errors.New("toolservice: Send on a Request that no Service delivered")
+
 // Send streams one chunk of the reply to the caller before the handler
 // returns the final one. It does not wait for the broker's receipt: chunks
 // go out in order with up to 64 unconfirmed, and Send blocks only beyond
@@ -62,7 +75,12 @@ type Request struct {
 // returns that error, and the caller receives an error instead of the
 // final reply. Send is not meant to be called from several goroutines at
 // once.
-func (r *Request) Send(text string) error { return r.send(text) }
+func (r *Request) Send(text string) error {
+	if r == nil || r.send == nil {
+		return ErrNoCall
+	}
+	return r.send(text)
+}
 
 // Error is a failure with a type the caller can act on. The gateway maps
 // well-known types to gRPC codes: "invalid-argument", "not-found",
@@ -91,7 +109,8 @@ type Config struct {
 	// topic names (or TrustGraph's short form "request:tg:joke").
 	RequestTopic  string
 	ResponseTopic string
-	// PulsarURL of the broker, e.g. pulsar://127.0.0.1:6650.
+	// PulsarURL of the broker, e.g. pulsar://127.0.0.1:6650, or
+	// pulsar+ssl://… for TLS. Not used with WithPulsarClient.
 	PulsarURL string
 	// MaxConcurrency bounds the calls handled at once (default 64).
 	MaxConcurrency int
@@ -102,13 +121,117 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Option changes how a Service is built.
-type Option func(*Service)
+// Option changes how a Service connects to the broker. Options are made
+// by the With… functions of this package.
+type Option func(*options)
 
-// WithBroker makes the service use an existing broker connection instead of
-// dialling Config.PulsarURL. The service does not close it.
-func WithBroker(b transport.Broker) Option {
-	return func(s *Service) { s.broker = b; s.ownBroker = false }
+type options = sdkopts.Options
+
+// WithAuthentication authenticates the service's Pulsar client with a,
+// e.g. pulsar.NewAuthenticationOAuth2(…) or pulsar.NewAuthenticationTLS(…).
+func WithAuthentication(a pulsar.Authentication) Option {
+	return func(o *options) {
+		o.Set = append(o.Set, "WithAuthentication")
+		if a == nil {
+			o.Errs = append(o.Errs, errors.New("WithAuthentication: nil authentication"))
+		}
+		o.Authentication = a
+	}
+}
+
+// WithToken authenticates the service's Pulsar client with a token (a
+// JWT the broker's token authentication accepts).
+func WithToken(token string) Option {
+	return func(o *options) {
+		o.Set = append(o.Set, "WithToken")
+		if strings.TrimSpace(token) == "" {
+			o.Errs = append(o.Errs, errors.New("WithToken: empty token"))
+		}
+		o.Authentication = pulsar.NewAuthenticationToken(token)
+	}
+}
+
+// WithTokenFile authenticates the service's Pulsar client with the token
+// held in a file. The file is read again on every connection to the
+// broker, so a token rotated in place is picked up on reconnect. New fails
+// when the file cannot be read or is empty.
+func WithTokenFile(path string) Option {
+	return func(o *options) {
+		o.Set = append(o.Set, "WithTokenFile")
+		if err := readableFile(path, true); err != nil {
+			o.Errs = append(o.Errs, fmt.Errorf("WithTokenFile: %w", err))
+		}
+		o.Authentication = pulsar.NewAuthenticationTokenFromFile(path)
+	}
+}
+
+// WithTLSTrustCerts makes the service's Pulsar client trust the CA
+// certificates in a PEM file when it connects to a pulsar+ssl:// URL.
+func WithTLSTrustCerts(path string) Option {
+	return func(o *options) {
+		o.Set = append(o.Set, "WithTLSTrustCerts")
+		if err := readableFile(path, false); err != nil {
+			o.Errs = append(o.Errs, fmt.Errorf("WithTLSTrustCerts: %w", err))
+		}
+		o.TLSTrustCertsFile = path
+	}
+}
+
+// WithPulsarClient makes the service use a Pulsar client the program
+// already has (and configured: URL, authentication, TLS) instead of
+// creating one; Config.PulsarURL is then not used. The service creates its
+// own consumer and producers on it and closes them when Run returns, but
+// leaves the client open for its owner.
+func WithPulsarClient(c pulsar.Client) Option {
+	return func(o *options) {
+		o.Set = append(o.Set, "WithPulsarClient")
+		if c == nil {
+			o.Errs = append(o.Errs, errors.New("WithPulsarClient: nil client"))
+		}
+		o.Client = c
+	}
+}
+
+func readableFile(path string, nonEmpty bool) error {
+	if path == "" {
+		return errors.New("empty file name")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if nonEmpty && strings.TrimSpace(string(b)) == "" {
+		return fmt.Errorf("%s is empty", path)
+	}
+	return nil
+}
+
+// check reports options that cannot go together.
+func check(o *options) error {
+	if len(o.Errs) > 0 {
+		return errors.Join(o.Errs...)
+	}
+	var auth, client, other []string
+	for _, n := range o.Set {
+		switch n {
+		case "WithAuthentication", "WithToken", "WithTokenFile":
+			auth = append(auth, n)
+		case "WithPulsarClient", "WithBroker":
+			client = append(client, n)
+		default:
+			other = append(other, n)
+		}
+	}
+	switch {
+	case len(auth) > 1:
+		return fmt.Errorf("%s: give one way to authenticate", strings.Join(auth, " and "))
+	case len(client) > 1:
+		return fmt.Errorf("%s: give one client", strings.Join(client, " and "))
+	case len(client) == 1 && len(auth)+len(other) > 0:
+		return fmt.Errorf("%s cannot be combined with %s, which configure a client the service creates itself: configure the client you pass instead",
+			client[0], strings.Join(append(auth, other...), ", "))
+	}
+	return nil
 }
 
 // Service is a running tool service.
@@ -121,6 +244,7 @@ type Service struct {
 	reqTopic  string
 	respTopic string
 
+	ready    chan struct{} // closed once Run has subscribed
 	sem      chan struct{}
 	wg       sync.WaitGroup
 	handled  atomic.Int64
@@ -164,25 +288,43 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	default:
 		return nil, errors.New("toolservice: set Topic, or RequestTopic and ResponseTopic")
 	}
-	for _, o := range opts {
-		o(s)
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
 	}
-	if s.broker == nil {
-		if cfg.PulsarURL == "" {
+	if err := check(&o); err != nil {
+		return nil, fmt.Errorf("toolservice: %w", err)
+	}
+	if o.Broker != nil {
+		s.broker, s.ownBroker = o.Broker, false
+	} else {
+		if cfg.PulsarURL == "" && o.Client == nil {
 			return nil, errors.New("toolservice: empty PulsarURL")
 		}
 		// A deep prefetch queue: a non-persistent topic drops what a
 		// consumer without free queue slots cannot take, and a burst of
 		// requests arrives faster than MaxConcurrency handlers drain it.
-		b, err := transport.NewPulsar(transport.PulsarOptions{URL: cfg.PulsarURL, Logger: s.log, ReceiverQueueSize: max(10000, 4*cfg.MaxConcurrency)})
+		b, err := transport.NewPulsar(transport.PulsarOptions{
+			URL: cfg.PulsarURL, Client: o.Client, Logger: s.log, ReceiverQueueSize: max(10000, 4*cfg.MaxConcurrency),
+			Authentication: o.Authentication, TLSTrustCertsFilePath: o.TLSTrustCertsFile,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("toolservice: %w", err)
 		}
-		s.broker = b
+		s.broker = b // closed by Run; a client passed in stays open
 	}
 	s.sem = make(chan struct{}, cfg.MaxConcurrency)
+	s.ready = make(chan struct{})
 	return s, nil
 }
+
+// Ready is closed once Run has subscribed to the request topic: calls
+// published from then on reach the service. (Request topics are
+// non-persistent, so a call published before that is lost.) It stays open
+// when Run fails to subscribe; Run's error says why.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
 
 // RequestTopic is the topic the service listens on.
 func (s *Service) RequestTopic() string { return s.reqTopic }
@@ -203,6 +345,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("toolservice %s: %w", s.cfg.ID, err)
 	}
+	close(s.ready)
 	s.log.Info("tool service listening", "request_topic", s.reqTopic, "response_topic", s.respTopic,
 		"subscription", s.cfg.ID+"-request", "max_concurrency", s.cfg.MaxConcurrency)
 	<-ctx.Done()

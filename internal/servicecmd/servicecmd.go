@@ -23,6 +23,9 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 		def = v
 	}
 	fs.StringVar(&cfg.PulsarURL, "pulsar-url", def, "Pulsar broker URL (env TOOLGATE_PULSAR_URL)")
+	tokenFile := fs.String("pulsar-token-file", os.Getenv("TOOLGATE_PULSAR_TOKEN_FILE"),
+		"file holding a Pulsar authentication token, re-read on every connection (env TOOLGATE_PULSAR_TOKEN_FILE)")
+	tlsCA := fs.String("pulsar-tls-ca", os.Getenv("TOOLGATE_PULSAR_TLS_CA"), "CA to trust for pulsar+ssl:// URLs (env TOOLGATE_PULSAR_TLS_CA)")
 	fs.StringVar(&cfg.ID, "id", defaults.ID, "service id; the request subscription is <id>-request")
 	fs.StringVar(&cfg.Topic, "topic", defaults.Topic, "short topic name: non-persistent://tg/request/<topic>")
 	fs.IntVar(&cfg.MaxConcurrency, "concurrency", max(defaults.MaxConcurrency, 64), "calls handled at once")
@@ -32,7 +35,14 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	svc, err := toolservice.New(cfg, h)
+	var opts []toolservice.Option
+	if *tokenFile != "" {
+		opts = append(opts, toolservice.WithTokenFile(*tokenFile))
+	}
+	if *tlsCA != "" {
+		opts = append(opts, toolservice.WithTLSTrustCerts(*tlsCA))
+	}
+	svc, err := toolservice.New(cfg, h, opts...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 2

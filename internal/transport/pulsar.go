@@ -20,6 +20,9 @@ import (
 type PulsarOptions struct {
 	// URL of the broker, e.g. pulsar://127.0.0.1:6650.
 	URL string
+	// Client, when set, is used instead of creating one from URL and the
+	// connection settings below; Close leaves it open for its owner.
+	Client pulsar.Client
 	// ConnectionTimeout bounds dialling the broker (default 5 s).
 	ConnectionTimeout time.Duration
 	// OperationTimeout bounds producer and consumer creation (default 10 s).
@@ -63,6 +66,7 @@ const maxBatch = 500
 // on first use per topic and reused.
 type Pulsar struct {
 	client pulsar.Client
+	shared bool // client is the caller's: Close leaves it open
 	opts   PulsarOptions
 	log    *slog.Logger
 
@@ -98,7 +102,7 @@ type outgoing struct {
 // NewPulsar creates the client. It does not dial yet: the first Publish or
 // Subscribe does.
 func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
-	if opts.URL == "" {
+	if opts.URL == "" && opts.Client == nil {
 		return nil, errors.New("pulsar: empty broker URL")
 	}
 	if opts.ConnectionTimeout <= 0 {
@@ -123,19 +127,23 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	c, err := pulsar.NewClient(pulsar.ClientOptions{
-		URL:                        opts.URL,
-		ConnectionTimeout:          opts.ConnectionTimeout,
-		OperationTimeout:           opts.OperationTimeout,
-		Authentication:             opts.Authentication,
-		TLSTrustCertsFilePath:      opts.TLSTrustCertsFilePath,
-		TLSAllowInsecureConnection: opts.TLSAllowInsecureConnection,
-		Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{lg.Handler()}).With("component", "pulsar-client")),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pulsar: %w: %v", ErrUnavailable, err)
+	c := opts.Client
+	if c == nil {
+		var err error
+		c, err = pulsar.NewClient(pulsar.ClientOptions{
+			URL:                        opts.URL,
+			ConnectionTimeout:          opts.ConnectionTimeout,
+			OperationTimeout:           opts.OperationTimeout,
+			Authentication:             opts.Authentication,
+			TLSTrustCertsFilePath:      opts.TLSTrustCertsFilePath,
+			TLSAllowInsecureConnection: opts.TLSAllowInsecureConnection,
+			Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{lg.Handler()}).With("component", "pulsar-client")),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("pulsar: %w: %v", ErrUnavailable, err)
+		}
 	}
-	b := &Pulsar{client: c, opts: opts, log: lg, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
+	b := &Pulsar{client: c, shared: opts.Client != nil, opts: opts, log: lg, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
 	b.janitor.Add(1)
 	go b.closeIdleProducers()
 	return b, nil
@@ -496,5 +504,7 @@ func (b *Pulsar) Close() {
 			e.close()
 		}
 	}
-	b.client.Close()
+	if !b.shared {
+		b.client.Close()
+	}
 }

@@ -1,16 +1,21 @@
 // Package restart stops and restarts a real Pulsar broker under a running
-// gateway. It uses a broker of its own (ports 16650/18080) so that the other
-// test packages, which share the main broker, are not disturbed.
+// gateway. It uses a broker of its own, on ports chosen when it starts, so
+// that the other test packages, which share the main broker, are not
+// disturbed and concurrent runs do not meet.
 package restart
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,12 +35,48 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-const (
-	brokerPort = "16650"
-	webPort    = "18080"
-	pulsarURL  = "pulsar://127.0.0.1:" + brokerPort
-	adminURL   = "http://127.0.0.1:" + webPort
-)
+// The broker's ports and URLs, chosen by pickPorts.
+var brokerPort, webPort, pulsarURL, adminURL string
+
+// pickPorts chooses two free ports below the ephemeral range (so that no
+// outgoing connection takes one while the broker is down for the restart).
+func pickPorts(t *testing.T) {
+	t.Helper()
+	var ports []string
+	for i := 0; len(ports) < 2; i++ {
+		if i == 1000 {
+			t.Fatal("no two free ports found between 20000 and 32000")
+		}
+		p := strconv.Itoa(20000 + mrand.IntN(12000))
+		l, err := net.Listen("tcp", "127.0.0.1:"+p)
+		if err != nil || slices.Contains(ports, p) {
+			continue
+		}
+		l.Close()
+		ports = append(ports, p)
+	}
+	brokerPort, webPort = ports[0], ports[1]
+	pulsarURL, adminURL = "pulsar://127.0.0.1:"+brokerPort, "http://127.0.0.1:"+webPort
+}
+
+// removeBrokerFiles deletes what scripts/pulsar.sh keeps per port in the
+// cache (log, lock), once the test passed: every run has new ports.
+func removeBrokerFiles(t *testing.T) {
+	if t.Failed() {
+		t.Logf("broker log: pulsar-%s.log in the cache's pulsar/ directory", webPort)
+		return
+	}
+	cache := os.Getenv("TOOLGATE_CACHE") // as scripts/pulsar.sh sees it, from the repository's root
+	if cache == "" {
+		cache = ".cache"
+	}
+	if !filepath.IsAbs(cache) {
+		cache = filepath.Join("..", "..", cache)
+	}
+	for _, f := range []string{"pulsar-" + webPort + ".log", "pulsar-" + webPort + ".log.prev", ".lock-" + webPort} {
+		_ = os.Remove(filepath.Join(cache, "pulsar", f))
+	}
+}
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
@@ -95,12 +136,14 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 func TestBrokerRestartUnderLoad(t *testing.T) {
 	dataDir = t.TempDir()
+	pickPorts(t)
 	pulsarScript(t, "up")
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
 			pulsarScript(t, "down")
 		}
+		removeBrokerFiles(t)
 	})
 
 	topic := testenv.UniqueTopic("restart")

@@ -38,6 +38,6 @@ go run ./internal/openapi31/cmd/openapi31 \
 
 echo "==> oapi-codegen: test/e2e/oapiclient/client.gen.go"
 go tool -modfile=tools/go.mod oapi-codegen -config test/e2e/oapiclient/oapi-codegen.yaml \
-	api/openapi/toolgate.openapi.json
+	-o test/e2e/oapiclient/client.gen.go api/openapi/toolgate.openapi.json
 
 echo "==> done: gen/, api/openapi/ and test/e2e/oapiclient/ are up to date"

@@ -138,14 +138,14 @@ type Status struct {
 	Code int32 `json:"code"`
 
 	// Details Typed details, told apart by their `@type`: `type.googleapis.com/google.rpc.ErrorInfo` (ErrorInfo) and `type.googleapis.com/google.rpc.RetryInfo` (RetryInfo); other types may follow.
-	Details *[]Status_Details_Item `json:"details,omitempty"`
+	Details *[]StatusDetail `json:"details,omitempty"`
 
 	// Message What went wrong, safe to show to a person.
 	Message string `json:"message"`
 }
 
-// Status_Details_Item defines model for Status.details.Item.
-type Status_Details_Item struct {
+// StatusDetail One detail of a Status: a google.protobuf.Any, whose `@type` says which message it is.
+type StatusDetail struct {
 	union json.RawMessage
 }
 
@@ -362,22 +362,22 @@ func (a OtherDetail) MarshalJSON() ([]byte, error) {
 	return json.Marshal(object)
 }
 
-// AsErrorInfo returns the union data inside the Status_Details_Item as a ErrorInfo
-func (t Status_Details_Item) AsErrorInfo() (ErrorInfo, error) {
+// AsErrorInfo returns the union data inside the StatusDetail as a ErrorInfo
+func (t StatusDetail) AsErrorInfo() (ErrorInfo, error) {
 	var body ErrorInfo
 	err := json.Unmarshal(t.union, &body)
 	return body, err
 }
 
-// FromErrorInfo overwrites any union data inside the Status_Details_Item as the provided ErrorInfo
-func (t *Status_Details_Item) FromErrorInfo(v ErrorInfo) error {
+// FromErrorInfo overwrites any union data inside the StatusDetail as the provided ErrorInfo
+func (t *StatusDetail) FromErrorInfo(v ErrorInfo) error {
 	b, err := json.Marshal(v)
 	t.union = b
 	return err
 }
 
-// MergeErrorInfo performs a merge with any union data inside the Status_Details_Item, using the provided ErrorInfo
-func (t *Status_Details_Item) MergeErrorInfo(v ErrorInfo) error {
+// MergeErrorInfo performs a merge with any union data inside the StatusDetail, using the provided ErrorInfo
+func (t *StatusDetail) MergeErrorInfo(v ErrorInfo) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -388,22 +388,22 @@ func (t *Status_Details_Item) MergeErrorInfo(v ErrorInfo) error {
 	return err
 }
 
-// AsRetryInfo returns the union data inside the Status_Details_Item as a RetryInfo
-func (t Status_Details_Item) AsRetryInfo() (RetryInfo, error) {
+// AsRetryInfo returns the union data inside the StatusDetail as a RetryInfo
+func (t StatusDetail) AsRetryInfo() (RetryInfo, error) {
 	var body RetryInfo
 	err := json.Unmarshal(t.union, &body)
 	return body, err
 }
 
-// FromRetryInfo overwrites any union data inside the Status_Details_Item as the provided RetryInfo
-func (t *Status_Details_Item) FromRetryInfo(v RetryInfo) error {
+// FromRetryInfo overwrites any union data inside the StatusDetail as the provided RetryInfo
+func (t *StatusDetail) FromRetryInfo(v RetryInfo) error {
 	b, err := json.Marshal(v)
 	t.union = b
 	return err
 }
 
-// MergeRetryInfo performs a merge with any union data inside the Status_Details_Item, using the provided RetryInfo
-func (t *Status_Details_Item) MergeRetryInfo(v RetryInfo) error {
+// MergeRetryInfo performs a merge with any union data inside the StatusDetail, using the provided RetryInfo
+func (t *StatusDetail) MergeRetryInfo(v RetryInfo) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -414,22 +414,22 @@ func (t *Status_Details_Item) MergeRetryInfo(v RetryInfo) error {
 	return err
 }
 
-// AsOtherDetail returns the union data inside the Status_Details_Item as a OtherDetail
-func (t Status_Details_Item) AsOtherDetail() (OtherDetail, error) {
+// AsOtherDetail returns the union data inside the StatusDetail as a OtherDetail
+func (t StatusDetail) AsOtherDetail() (OtherDetail, error) {
 	var body OtherDetail
 	err := json.Unmarshal(t.union, &body)
 	return body, err
 }
 
-// FromOtherDetail overwrites any union data inside the Status_Details_Item as the provided OtherDetail
-func (t *Status_Details_Item) FromOtherDetail(v OtherDetail) error {
+// FromOtherDetail overwrites any union data inside the StatusDetail as the provided OtherDetail
+func (t *StatusDetail) FromOtherDetail(v OtherDetail) error {
 	b, err := json.Marshal(v)
 	t.union = b
 	return err
 }
 
-// MergeOtherDetail performs a merge with any union data inside the Status_Details_Item, using the provided OtherDetail
-func (t *Status_Details_Item) MergeOtherDetail(v OtherDetail) error {
+// MergeOtherDetail performs a merge with any union data inside the StatusDetail, using the provided OtherDetail
+func (t *StatusDetail) MergeOtherDetail(v OtherDetail) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -440,12 +440,12 @@ func (t *Status_Details_Item) MergeOtherDetail(v OtherDetail) error {
 	return err
 }
 
-func (t Status_Details_Item) MarshalJSON() ([]byte, error) {
+func (t StatusDetail) MarshalJSON() ([]byte, error) {
 	b, err := t.union.MarshalJSON()
 	return b, err
 }
 
-func (t *Status_Details_Item) UnmarshalJSON(b []byte) error {
+func (t *StatusDetail) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }

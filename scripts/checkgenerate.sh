@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Fails when the committed generated code is stale: regenerates gen/ and
-# api/openapi/ with scripts/generate.sh, then checks that git sees no change
+# Fails when the committed generated code is stale: regenerates gen/,
+# api/openapi/ and test/e2e/oapiclient/ with scripts/generate.sh, then checks that git sees no change
 # there — no modified, deleted or new (untracked) file. Meant for CI and
-# pre-commit, on a checkout where gen/ and api/openapi/ are committed.
+# pre-commit, on a checkout where the generated files are committed.
 #
 # Leaves the regenerated files in place (so a failure can be fixed by
 # committing them) and does not touch the git index.
@@ -10,7 +10,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-paths=(gen api/openapi)
+paths=(gen api/openapi test/e2e/oapiclient)
 
 scripts/generate.sh
 
@@ -24,4 +24,4 @@ if [[ -n "$changes" ]]; then
 	git --no-pager diff --stat -- "${paths[@]}" >&2 || true
 	exit 1
 fi
-echo "checkgenerate: gen/ and api/openapi/ match proto/"
+echo "checkgenerate: gen/, api/openapi/ and test/e2e/oapiclient/ match proto/"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates gen/ (Go code: messages, gRPC, grpc-gateway) and api/openapi/
-# (OpenAPI spec) from proto/, reproducibly: buf and every generator are Go
-# tools pinned in tools/buf/go.mod and tools/go.mod.
+# Regenerates gen/ (Go code: messages, gRPC, grpc-gateway), api/openapi/
+# (the OpenAPI 2 document from protoc-gen-openapiv2 and the OpenAPI 3.1 one
+# that internal/openapi31 makes of it) and test/e2e/oapiclient/ (a Go client
+# of the 3.1 document, by oapi-codegen) from proto/, reproducibly: buf and
+# every generator are Go tools pinned in tools/buf/go.mod and tools/go.mod.
 #
 #   scripts/generate.sh
 set -euo pipefail
@@ -17,7 +19,7 @@ echo "==> building code generators (first run takes minutes)…"
 # Build (or find in the Go build cache) every tool up front, so a slow first
 # build shows here and not as a long silence inside buf.
 go tool -modfile=tools/buf/go.mod -n buf >/dev/null
-for gen in protoc-gen-go protoc-gen-go-grpc protoc-gen-grpc-gateway protoc-gen-openapiv2; do
+for gen in protoc-gen-go protoc-gen-go-grpc protoc-gen-grpc-gateway protoc-gen-openapiv2 oapi-codegen; do
 	go tool -modfile=tools/go.mod -n "$gen" >/dev/null
 done
 
@@ -30,4 +32,12 @@ buf lint
 echo "==> buf generate proto"
 buf generate proto
 
-echo "==> done: gen/ and api/openapi/ are up to date"
+echo "==> OpenAPI 3.1: api/openapi/toolgate.openapi.json"
+go run ./internal/openapi31/cmd/openapi31 \
+	-in api/openapi/toolgate.swagger.json -out api/openapi/toolgate.openapi.json
+
+echo "==> oapi-codegen: test/e2e/oapiclient/client.gen.go"
+go tool -modfile=tools/go.mod oapi-codegen -config test/e2e/oapiclient/oapi-codegen.yaml \
+	-o test/e2e/oapiclient/client.gen.go api/openapi/toolgate.openapi.json
+
+echo "==> done: gen/, api/openapi/ and test/e2e/oapiclient/ are up to date"

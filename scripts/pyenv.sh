@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Project-local Python virtualenv holding the TrustGraph reference peer
 # (trustgraph-base / trustgraph-flow from PyPI, giving `joke-service`) and the
-# Python test helpers (pytest, grpcio-tools, requests).
+# Python test helpers (pytest, grpcio-tools, requests, openapi-python-client).
 #
 # Usage:
 #   scripts/pyenv.sh            ensure the venv is installed and current; print its path
@@ -62,11 +62,12 @@ install() {
 	"$VENV/bin/python" -m pip install -q -r "$REQ" >&2
 	"$VENV/bin/python" -m pip install -q --no-deps -r "$REQ_NODEPS" >&2
 	# Fail now, not in a test, if the reference peer cannot be imported.
-	"$VENV/bin/python" -c 'import pulsar, grpc, grpc_tools, pytest, requests
+	"$VENV/bin/python" -c 'import pulsar, grpc, grpc_tools, pytest, requests, httpx, attrs
 from trustgraph.schema import ToolServiceRequest, ToolServiceResponse
 from trustgraph.base import DynamicToolService
 import trustgraph.tool_service.joke.service' >&2
 	[[ -x "$VENV/bin/joke-service" ]] || { log "joke-service console script missing"; exit 1; }
+	[[ -x "$VENV/bin/openapi-python-client" ]] || { log "openapi-python-client console script missing"; exit 1; }
 
 	echo "$want" >"$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
 	log "venv ready in $((SECONDS - t0))s: $VENV"

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -517,11 +516,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	png := must(t, ctx, chromedp.FullScreenshot(100))
 	dir := os.Getenv("TOOLGATE_ARTIFACTS")
 	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir = filepath.Join(root, ".cache", "artifacts")
+		dir = filepath.Join(repoRoot(t), ".cache", "artifacts")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -532,21 +527,4 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	}
 	abs, _ := filepath.Abs(path)
 	t.Logf("screenshot: %s (%d bytes)", abs, len(png))
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -1,10 +1,11 @@
 """An OpenAPI-driven REST client of the gateway.
 
-The client knows no URL: it fetches the gateway's OpenAPI (v2) document,
+The client knows no URL: it fetches the gateway's OpenAPI 3.1 document,
 finds each operation by its operationId, and builds the request from the
-operation's method, basePath + path template, and parameters (path, query,
-body). Request bodies and every answer are validated against the schemas
-the document declares. Run by test/e2e/clients_test.go; see conftest.py.
+operation's method, path template, parameters (path, query) and request
+body. Request bodies and every answer are validated (JSON Schema 2020-12)
+against the schemas the document declares for their status and media type.
+Run by test/e2e/clients_test.go; see conftest.py.
 """
 
 import json
@@ -20,38 +21,21 @@ from google.protobuf import struct_pb2
 from toolgate.v1 import toolgate_pb2 as pb
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC_FILE = REPO / "api" / "openapi" / "toolgate.swagger.json"
+SPEC_FILE = REPO / "api" / "openapi" / "toolgate.openapi.json"
 TIMEOUT = 30  # seconds, per request
+NDJSON = "application/x-ndjson"
 
 
 class SpecError(Exception):
     """The call does not fit the operation the document describes."""
 
 
-def drop_nulls(value):
-    """The value with every null-valued object member removed.
-
-    The gateway writes unset message fields as null (protojson with
-    EmitUnpopulated), e.g. "default_timeout": null, "output_json": null.
-    Proto3 JSON reads null as "unset", the same as an absent member, but
-    Swagger 2.0 cannot declare a property nullable, so a null fails its
-    "type": "string" / "object". Validation therefore sees such members as
-    absent. (A google.protobuf.Value member's JSON null would be dropped too;
-    none of the schemas constrain those.)
-    """
-    if isinstance(value, dict):
-        return {k: drop_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [drop_nulls(v) for v in value]
-    return value
-
-
 class OpenAPIClient:
-    """Calls the operations of a Swagger 2.0 document by operationId."""
+    """Calls the operations of an OpenAPI 3.1 document by operationId."""
 
     def __init__(self, base_url, spec):
-        if spec.get("swagger") != "2.0":
-            raise SpecError(f"not a Swagger 2.0 document: {spec.get('swagger')!r}")
+        if not str(spec.get("openapi", "")).startswith("3.1."):
+            raise SpecError(f"not an OpenAPI 3.1 document: {spec.get('openapi')!r}")
         self.base_url = base_url.rstrip("/")
         self.spec = spec
         self.session = requests.Session()
@@ -65,21 +49,28 @@ class OpenAPIClient:
 
     def schema(self, schema):
         """A schema of the document, made standalone (its $refs resolve)."""
-        return {**schema, "definitions": self.spec.get("definitions", {})}
+        return {**schema, "components": self.spec.get("components", {})}
 
     def validate(self, instance, schema):
-        jsonschema.Draft4Validator(self.schema(schema)).validate(drop_nulls(instance))
+        jsonschema.Draft202012Validator(self.schema(schema)).validate(instance)
 
-    def response_schema(self, operation_id, status):
+    def response_schema(self, operation_id, status, media_type="application/json"):
         responses = self.ops[operation_id][3]["responses"]
         r = responses.get(str(status)) or responses.get("default")
         if r is None:
             raise SpecError(f"{operation_id}: status {status} not in the document")
-        return r.get("schema")
+        ref = r.get("$ref", "")
+        if ref:
+            r = self.spec["components"]["responses"][ref.rsplit("/", 1)[1]]
+        content = r.get("content", {})
+        if media_type not in content:
+            raise SpecError(f"{operation_id}: status {status} has no {media_type} answer")
+        return content[media_type]["schema"]
 
-    def request(self, operation_id, stream=False, **params):
-        """Sends the operation; returns the requests.Response (not checked)."""
-        method, path, declared, _ = self.ops[operation_id]
+    def request(self, operation_id, stream=False, headers=None, **params):
+        """Sends the operation; returns the requests.Response (not checked).
+        The request body, when the operation takes one, is params["body"]."""
+        method, path, declared, op = self.ops[operation_id]
         query, body, have_body = {}, None, False
         url_path = path
         names = set()
@@ -95,20 +86,25 @@ class OpenAPIClient:
                 url_path = url_path.replace("{" + name + "}", quote(str(value), safe=""))
             elif where == "query":
                 query[name] = value
-            elif where == "body":
-                self.validate(value, p["schema"])
-                body, have_body = value, True
             else:
                 raise SpecError(f"{operation_id}: parameters in {where} not supported")
+        rb = op.get("requestBody")
+        if rb is not None:
+            names.add("body")
+            if "body" in params:
+                self.validate(params["body"], rb["content"]["application/json"]["schema"])
+                body, have_body = params["body"], True
+            elif rb.get("required"):
+                raise SpecError(f"{operation_id}: request body missing")
         unknown = set(params) - names
         if unknown:
             raise SpecError(f"{operation_id}: no parameters {sorted(unknown)} in the document")
         if re.search(r"\{[^}]*\}", url_path):
             raise SpecError(f"{operation_id}: path {url_path} not filled in")
-        url = self.base_url + self.spec.get("basePath", "").rstrip("/") + url_path
+        url = self.base_url + url_path
         return self.session.request(
             method, url, params=query, json=body if have_body else None,
-            stream=stream, timeout=TIMEOUT,
+            stream=stream, timeout=TIMEOUT, headers=headers,
         )
 
     def call(self, operation_id, **params):
@@ -117,22 +113,30 @@ class OpenAPIClient:
         resp = self.request(operation_id, **params)
         assert resp.headers.get("Content-Type", "").startswith("application/json"), resp.headers
         answer = resp.json()
-        schema = self.response_schema(operation_id, resp.status_code)
-        if schema is not None:
-            self.validate(answer, schema)
+        self.validate(answer, self.response_schema(operation_id, resp.status_code))
         return resp.status_code, answer
 
     def stream(self, operation_id, **params):
-        """Sends a server-streaming operation and reads its newline-delimited
-        JSON objects (chunks, or a Status as the last line); returns (status,
-        objects). When the stream fails before its first chunk, the status is
-        the error's and the body the bare Status, as for unary calls."""
-        with self.request(operation_id, stream=True, **params) as resp:
+        """Sends a server-streaming operation asking for NDJSON. A 200 answer
+        is read line by line, each line validated against the document's
+        NDJSON schema; an error status has one Status JSON body, validated
+        against that status's schema. Returns (status, objects)."""
+        with self.request(operation_id, stream=True, headers={"Accept": NDJSON}, **params) as resp:
+            ctype = resp.headers.get("Content-Type", "")
+            if resp.status_code != 200:
+                assert ctype.startswith("application/json"), resp.headers
+                answer = resp.json()
+                self.validate(answer, self.response_schema(operation_id, resp.status_code))
+                return resp.status_code, [answer]
+            assert ctype.startswith(NDJSON), resp.headers
+            schema = self.response_schema(operation_id, 200, NDJSON)
             objects = []
             for line in resp.iter_lines():
                 if not line.strip():
                     continue
-                objects.append(json.loads(line))
+                obj = json.loads(line)
+                self.validate(obj, schema)
+                objects.append(obj)
             return resp.status_code, objects
 
 
@@ -153,14 +157,14 @@ def test_served_spec_is_the_checked_in_one(spec):
     assert spec == json.loads(SPEC_FILE.read_text())
     ops = {op["operationId"] for item in spec["paths"].values() for op in item.values()}
     assert ops == {
-        "ToolService_ListTools", "ToolService_GetTool", "ToolService_InvokeTool",
-        "ToolService_StreamTool", "ToolService_ListToolServices", "ToolService_GetToolService",
+        "ListTools", "GetTool", "InvokeTool",
+        "StreamTool", "ListToolServices", "GetToolService",
     }
 
 
 def test_invoke_same_answer_as_grpc(api, stub):
     status, answer = api.call(
-        "ToolService_InvokeTool", name="echo", body={"arguments": {"msg": "same answer"}}
+        "InvokeTool", name="echo", body={"arguments": {"msg": "same answer"}}
     )
     assert status == 200, answer
     args = struct_pb2.Struct()
@@ -173,7 +177,7 @@ def test_invoke_same_answer_as_grpc(api, stub):
 
 def test_invoke_json_answer(api):
     args = {"a": 1, "b": ["x", True], "c": {"d": "é"}}
-    status, answer = api.call("ToolService_InvokeTool", name="echo", body={"arguments": args})
+    status, answer = api.call("InvokeTool", name="echo", body={"arguments": args})
     assert status == 200, answer
     assert answer["output_json"] == args
     assert json.loads(answer["output"]) == args
@@ -181,13 +185,13 @@ def test_invoke_json_answer(api):
 
 def test_invoke_timeout_is_a_duration_string(api):
     body = {"arguments": {"mode": "sleep", "ms": 5000}, "timeout": "0.2s"}
-    status, answer = api.call("ToolService_InvokeTool", name="echo", body=body)
+    status, answer = api.call("InvokeTool", name="echo", body=body)
     assert status == 504, answer  # DEADLINE_EXCEEDED
     assert answer["code"] == 4, answer
 
 
 def test_list_and_get_tools(api):
-    status, page = api.call("ToolService_ListTools")
+    status, page = api.call("ListTools")
     assert status == 200, page
     names = [t["name"] for t in page["tools"]]
     assert {"tell-joke", "tell-dad-joke", "echo"} <= set(names), names
@@ -196,7 +200,7 @@ def test_list_and_get_tools(api):
     joined, token = [], None
     for _ in range(200):
         params = {"page_size": 2} if token is None else {"page_size": 2, "page_token": token}
-        status, p = api.call("ToolService_ListTools", **params)
+        status, p = api.call("ListTools", **params)
         assert status == 200, p
         assert 1 <= len(p["tools"]) <= 2, p
         joined += [t["name"] for t in p["tools"]]
@@ -205,7 +209,7 @@ def test_list_and_get_tools(api):
             break
     assert joined == names
 
-    status, tool = api.call("ToolService_GetTool", name="tell-dad-joke")
+    status, tool = api.call("GetTool", name="tell-dad-joke")
     assert status == 200, tool
     # response_body: "tool" — the Tool itself, not {"tool": {...}}.
     assert tool["name"] == "tell-dad-joke"
@@ -218,23 +222,23 @@ def test_list_and_get_tools(api):
 
 
 def test_list_and_get_tool_services(api):
-    status, page = api.call("ToolService_ListToolServices", page_size=1000)
+    status, page = api.call("ListToolServices", page_size=1000)
     assert status == 200, page
     ids = [s["id"] for s in page["tool_services"]]
     assert {"echo-service", "joke-service"} <= set(ids), ids
-    status, svc = api.call("ToolService_GetToolService", id="echo-service")
+    status, svc = api.call("GetToolService", id="echo-service")
     assert status == 200, svc
     assert svc["id"] == "echo-service"
     assert [c["name"] for c in svc["config_params"]] == ["mode-hint"]
 
 
 def test_errors_are_statuses(api):
-    status, answer = api.call("ToolService_GetTool", name="no-such-tool")
+    status, answer = api.call("GetTool", name="no-such-tool")
     assert status == 404 and answer["code"] == 5, answer
-    status, answer = api.call("ToolService_InvokeTool", name="tell-dad-joke", body={"arguments": {}})
+    status, answer = api.call("InvokeTool", name="tell-dad-joke", body={"arguments": {}})
     assert status == 400 and answer["code"] == 3, answer
     status, answer = api.call(
-        "ToolService_InvokeTool", name="echo",
+        "InvokeTool", name="echo",
         body={"arguments": {"mode": "fail", "type": "not-found", "message": "gone"}},
     )
     assert status == 404 and answer["code"] == 5 and answer["message"] == "gone", answer
@@ -245,54 +249,55 @@ def test_errors_are_statuses(api):
 
 
 def test_stream(api):
-    status, objects = api.stream(
-        "ToolService_StreamTool", name="echo", body={"arguments": {"mode": "stream", "n": 50}}
+    status, chunks = api.stream(
+        "StreamTool", name="echo", body={"arguments": {"mode": "stream", "n": 50}}
     )
-    assert status == 200, objects
-    assert all(set(o) == {"output", "index", "last"} for o in objects), objects
-    chunks = objects
+    assert status == 200, chunks
+    # Each line is a StreamToolResponse itself, not wrapped.
+    assert all(set(c) == {"output", "index", "last"} for c in chunks), chunks
     assert [c["output"] for c in chunks] == [f"{i}," for i in range(49)] + ["49"]
     # int64 is a JSON string in proto3 JSON, as the document declares.
     assert [c["index"] for c in chunks] == [str(i) for i in range(50)]
     assert [c["last"] for c in chunks] == [False] * 49 + [True]
 
 
-def test_stream_error_is_an_error_object(api):
+def test_stream_error_is_a_status(api):
     status, objects = api.stream(
-        "ToolService_StreamTool", name="echo",
+        "StreamTool", name="echo",
         body={"arguments": {"mode": "fail", "type": "not-found", "message": "gone"}},
     )
     # Failed before the first chunk: the HTTP status is the error's, the body
-    # the bare Status, as for unary calls.
+    # one Status, as for unary calls.
     assert status == 404, objects
-    assert len(objects) == 1 and set(objects[0]) == {"code", "message", "details"}, objects
-    assert objects[0]["code"] == 5 and objects[0]["message"] == "gone"
-    assert objects[0]["details"][0]["reason"] == "not-found"
+    (st,) = objects
+    assert st["code"] == 5 and st["message"] == "gone", st
+    assert st["details"][0]["reason"] == "not-found"
 
 
 def test_stream_error_after_chunks(api):
     # 50 chunks 50ms apart cannot finish within the 1s timeout: some chunks,
-    # then the deadline's error as the last object of a 200 answer.
+    # then the deadline's error as the last line of a 200 answer.
     body = {"arguments": {"mode": "stream", "n": 50, "gap_ms": 50}, "timeout": "1s"}
-    status, objects = api.stream("ToolService_StreamTool", name="echo", body=body)
+    status, objects = api.stream("StreamTool", name="echo", body=body)
     assert status == 200, objects
     *chunks, last = objects
-    assert chunks and all(set(o) == {"output", "index", "last"} for o in chunks), objects
+    assert chunks and all("code" not in o for o in chunks), objects
     assert [c["output"] for c in chunks] == [f"{i}," for i in range(len(chunks))]
-    assert set(last) == {"code", "message", "details"}, objects
+    assert "code" in last and "output" not in last, objects
     # DEADLINE_EXCEEDED (4) when the gateway's deadline fires first. The
     # tool service gets the same deadline, and when its own reply wins the
     # race the echo service's context error arrives as an untyped service
     # error: UNKNOWN (2), "context deadline exceeded", reason
-    # tool-service-error. Both are accepted here (a rough edge, reported).
-    err = last
-    assert err["code"] == 4 or (err["code"] == 2 and "deadline" in err["message"]), last
+    # tool-service-error. Both are accepted here.
+    assert last["code"] == 4 or (last["code"] == 2 and "deadline" in last["message"]), last
 
 
 def test_client_follows_the_document(api):
     with pytest.raises(SpecError):
-        api.request("ToolService_InvokeTool", body={"arguments": {}})  # name missing
+        api.request("InvokeTool", body={"arguments": {}})  # name missing
     with pytest.raises(SpecError):
-        api.request("ToolService_GetTool", name="echo", verbose=True)  # not a parameter
+        api.request("GetTool", name="echo", verbose=True)  # not a parameter
     with pytest.raises(jsonschema.ValidationError):
-        api.request("ToolService_InvokeTool", name="echo", body={"arguments": "not an object"})
+        api.request("InvokeTool", name="echo", body={"arguments": "not an object"})
+    with pytest.raises(jsonschema.ValidationError):
+        api.request("InvokeTool", name="echo", body={"arguments": {}, "user": "x"})  # unknown member

@@ -1,0 +1,674 @@
+// Package openapi31 turns the OpenAPI 2.0 (Swagger) document that
+// protoc-gen-openapiv2 writes for toolgate's REST API into an OpenAPI 3.1
+// document, and adds what that generator cannot express: the two streaming
+// media types of StreamTool, a typed error response per HTTP status (with
+// google.rpc.Status, ErrorInfo and RetryInfo schemas), the formats of
+// `timeout` and `arguments`, the security schemes, and operationIds that read
+// well as method names in generated clients (InvokeTool, not
+// ToolService_InvokeTool).
+//
+// The input keeps proto field names (the gateway marshals with
+// UseProtoNames) and int64 as strings, so the output does too.
+package openapi31
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Version is the OpenAPI version of Convert's output.
+const Version = "3.1.0"
+
+// Media types of StreamTool's successful responses.
+const (
+	MediaNDJSON = "application/x-ndjson"
+	MediaSSE    = "text/event-stream"
+	mediaJSON   = "application/json"
+)
+
+// operationPrefix is what protoc-gen-openapiv2 puts before each RPC name.
+const operationPrefix = "ToolService_"
+
+// opErrors lists, per operation, the HTTP error statuses it can answer with.
+// Every operation of the input must have an entry, so a new RPC cannot reach
+// the document without its errors.
+var opErrors = map[string][]int{
+	"ListTools":        {400, 401, 403, 405, 429, 500, 503},
+	"GetTool":          {401, 403, 404, 405, 429, 500, 503},
+	"InvokeTool":       {400, 401, 403, 404, 405, 413, 429, 500, 503, 504},
+	"StreamTool":       {400, 401, 403, 404, 405, 413, 429, 500, 503, 504},
+	"ListToolServices": {400, 401, 403, 405, 429, 500, 503},
+	"GetToolService":   {401, 403, 404, 405, 429, 500, 503},
+}
+
+// streamOps are the server-streaming operations.
+var streamOps = map[string]bool{"StreamTool": true}
+
+// Convert returns the OpenAPI 3.1 document (indented JSON, ending in a
+// newline) for the Swagger 2.0 document v2. The same input always gives the
+// same bytes.
+func Convert(v2 []byte) ([]byte, error) {
+	root, err := decode(v2)
+	if err != nil {
+		return nil, fmt.Errorf("openapi31: reading the Swagger document: %w", err)
+	}
+	src, ok := root.(*Object)
+	if !ok {
+		return nil, errors.New("openapi31: the Swagger document is not a JSON object")
+	}
+	if v := src.Str("swagger"); v != "2.0" {
+		return nil, fmt.Errorf("openapi31: not a Swagger 2.0 document (swagger: %q)", v)
+	}
+	paths, defs := src.Obj("paths"), src.Obj("definitions")
+	if paths == nil || defs == nil {
+		return nil, errors.New("openapi31: the Swagger document has no paths or no definitions")
+	}
+
+	out := obj("openapi", Version)
+	out.Set("info", convertInfo(src.Obj("info")))
+	if tags, ok := src.Get("tags"); ok {
+		out.Set("tags", tags)
+	}
+	// Anonymous calls are allowed when the gateway runs with
+	// --allow-anonymous, hence the empty requirement first.
+	out.Set("security", []any{obj(), obj("bearerAuth", []any{}), obj("apiKeyAuth", []any{})})
+	outPaths, err := convertPaths(paths)
+	if err != nil {
+		return nil, err
+	}
+	out.Set("paths", outPaths)
+
+	schemas := obj()
+	for _, k := range defs.Keys() {
+		v, _ := defs.Get(k)
+		schemas.Set(k, convertSchema(v))
+	}
+	if err := patchSchemas(schemas); err != nil {
+		return nil, err
+	}
+	out.Set("components", obj(
+		"schemas", schemas,
+		"responses", errorResponses(),
+		"securitySchemes", securitySchemes(),
+	))
+	prune(out)
+	if err := checkRefs(out); err != nil {
+		return nil, err
+	}
+
+	b, err := marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("openapi31: %w", err)
+	}
+	var ind bytes.Buffer
+	if err := json.Indent(&ind, b, "", "  "); err != nil {
+		return nil, fmt.Errorf("openapi31: %w", err)
+	}
+	ind.WriteByte('\n')
+	return ind.Bytes(), nil
+}
+
+func convertInfo(in *Object) *Object {
+	info := obj("title", in.Str("title"), "version", in.Str("version"))
+	if d := in.Str("description"); d != "" {
+		info.Set("description", d+"\n\n"+infoNotes)
+	} else {
+		info.Set("description", infoNotes)
+	}
+	return info
+}
+
+const infoNotes = `JSON members use the proto field names (snake_case, e.g. ` + "`arguments_schema`" + `), ` +
+	`64-bit integers are JSON strings, and durations are strings such as "5s". ` +
+	`Every error answer is a google.rpc.Status (schema Status) whose HTTP status follows its gRPC code.`
+
+func convertPaths(paths *Object) (*Object, error) {
+	out := obj()
+	seen := map[string]bool{}
+	for _, p := range paths.Keys() {
+		item := paths.Obj(p)
+		if item == nil {
+			return nil, fmt.Errorf("openapi31: path %s is not an object", p)
+		}
+		outItem := obj()
+		for _, method := range item.Keys() {
+			op := item.Obj(method)
+			if op == nil {
+				return nil, fmt.Errorf("openapi31: %s %s is not an operation", method, p)
+			}
+			o, id, err := convertOperation(method, p, op)
+			if err != nil {
+				return nil, err
+			}
+			if seen[id] {
+				return nil, fmt.Errorf("openapi31: operationId %s is used twice", id)
+			}
+			seen[id] = true
+			outItem.Set(method, o)
+		}
+		out.Set(p, outItem)
+	}
+	var missing []string
+	for id := range opErrors {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return nil, fmt.Errorf("openapi31: operations %v have an error table but are not in the document", missing)
+	}
+	return out, nil
+}
+
+func convertOperation(method, path string, op *Object) (*Object, string, error) {
+	id := strings.TrimPrefix(op.Str("operationId"), operationPrefix)
+	errs, known := opErrors[id]
+	if !known {
+		return nil, "", fmt.Errorf("openapi31: %s %s: operation %q has no error table in internal/openapi31", method, path, op.Str("operationId"))
+	}
+	out := obj()
+	if tags, ok := op.Get("tags"); ok {
+		out.Set("tags", tags)
+	}
+	text := op.Str("summary")
+	if d := op.Str("description"); d != "" {
+		text += "\n\n" + d
+	}
+	if streamOps[id] {
+		text = streamDescription
+	}
+	out.Set("summary", firstSentence(text))
+	out.Set("description", unwrap(text))
+	out.Set("operationId", id)
+
+	params, _ := op.Get("parameters")
+	list, _ := params.([]any)
+	var outParams []any
+	for _, pv := range list {
+		p, ok := pv.(*Object)
+		if !ok {
+			return nil, "", fmt.Errorf("openapi31: %s: a parameter is not an object", id)
+		}
+		switch in := p.Str("in"); in {
+		case "path", "query":
+			schema := obj()
+			for _, k := range []string{"type", "format", "enum", "default", "items"} {
+				if v, ok := p.Get(k); ok {
+					schema.Set(k, convertSchema(v))
+				}
+			}
+			np := obj("name", p.Str("name"), "in", in)
+			if d := p.Str("description"); d != "" {
+				np.Set("description", unwrap(d))
+			}
+			req, _ := p.Get("required")
+			np.Set("required", in == "path" || req == true)
+			np.Set("schema", schema)
+			outParams = append(outParams, np)
+		case "body":
+			schema, _ := p.Get("schema")
+			out.Set("requestBody", obj(
+				"required", true,
+				"content", obj(mediaJSON, obj("schema", convertSchema(schema))),
+			))
+		default:
+			return nil, "", fmt.Errorf("openapi31: %s: parameters in %q are not supported", id, in)
+		}
+	}
+	if len(outParams) > 0 {
+		// Parameters before the request body, as OpenAPI documents usually
+		// list them.
+		body, hasBody := out.Get("requestBody")
+		if hasBody {
+			out.Delete("requestBody")
+		}
+		out.Set("parameters", outParams)
+		if hasBody {
+			out.Set("requestBody", body)
+		}
+	}
+
+	responses := obj()
+	ok200 := op.Obj("responses").Obj("200")
+	if ok200 == nil {
+		return nil, "", fmt.Errorf("openapi31: %s has no 200 response", id)
+	}
+	if streamOps[id] {
+		responses.Set("200", streamResponse())
+	} else {
+		schema, _ := ok200.Get("schema")
+		responses.Set("200", obj(
+			"description", ok200.Str("description"),
+			"content", obj(mediaJSON, obj("schema", convertSchema(schema))),
+		))
+	}
+	for _, code := range errs {
+		responses.Set(strconv.Itoa(code), obj("$ref", "#/components/responses/"+errorKinds[code].name))
+	}
+	responses.Set("default", obj("$ref", "#/components/responses/Error"))
+	out.Set("responses", responses)
+	return out, id, nil
+}
+
+const streamDescription = `StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives.
+The Accept header chooses the format of a successful answer:
+
+- ` + "`application/x-ndjson`" + ` (the default, also for ` + "`*/*`" + ` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a ` + "`code`" + ` member; a chunk never does).
+- ` + "`text/event-stream`" + ` (server-sent events): every chunk is an event ` + "`chunk`" + ` whose data is a StreamToolResponse; the stream ends with an event ` + "`done`" + ` (data ` + "`{}`" + `) or with an event ` + "`error`" + ` whose data is a Status. Idle streams get comment lines ` + "`: keep-alive`" + `.
+
+An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.`
+
+func streamResponse() *Object {
+	return obj(
+		"description", "The answer, chunk by chunk, in the format the Accept header asks for.",
+		"content", obj(
+			MediaNDJSON, obj(
+				"schema", obj("$ref", "#/components/schemas/StreamLine"),
+				"example", `{"output":"0,","index":"0","last":false}`+"\n"+`{"output":"1","index":"1","last":true}`+"\n",
+			),
+			MediaSSE, obj(
+				"schema", obj(
+					"type", "string",
+					"description", "Server-sent events: `event: chunk` with a StreamToolResponse as data, per chunk; "+
+						"then `event: done` with data `{}`, or `event: error` with a Status as data. "+
+						"Lines starting with `:` (`: keep-alive`) are comments.",
+				),
+				"example", "event: chunk\ndata: {\"output\":\"0,\",\"index\":\"0\",\"last\":false}\n\n"+
+					"event: chunk\ndata: {\"output\":\"1\",\"index\":\"1\",\"last\":true}\n\n"+
+					"event: done\ndata: {}\n\n",
+			),
+		),
+	)
+}
+
+// errorKind describes the error answer of one HTTP status.
+type errorKind struct {
+	name, description string
+	example           *Object
+	headers           *Object
+}
+
+var errorKinds = map[int]errorKind{
+	400: {name: "BadRequest", description: "INVALID_ARGUMENT (or FAILED_PRECONDITION, OUT_OF_RANGE): malformed JSON, an unknown member, " +
+		"arguments that do not fit the tool's arguments_schema, a bad duration, or a tool service's `invalid-argument` error.",
+		example: statusExample(3, `tool "tell-dad-joke": argument "topic" is required`, nil)},
+	401: {name: "Unauthenticated", description: "UNAUTHENTICATED: no credential, or one the gateway does not accept. " +
+		"Send `Authorization: Bearer <API key or JWT>` or `X-Api-Key: <API key>`.",
+		example: statusExample(16, "missing credentials", nil)},
+	403: {name: "PermissionDenied", description: "PERMISSION_DENIED: the policy does not let the caller do this to this tool.",
+		example: statusExample(7, `not allowed to invoke tool "tell-joke"`, nil)},
+	404: {name: "NotFound", description: "NOT_FOUND: no such tool or tool service (ErrorInfo reason `TOOL_NOT_FOUND`, domain `toolgate`), " +
+		"or the tool service's own `not-found` error (reason `not-found`).",
+		example: statusExample(5, `tool "no-such-tool" not found`, obj(
+			"@type", typeErrorInfo, "reason", "TOOL_NOT_FOUND", "domain", "toolgate", "metadata", obj("tool", "no-such-tool")))},
+	405: {name: "MethodNotAllowed", description: "The path exists but not with this HTTP method; `Allow` lists the methods it takes.",
+		example: statusExample(12, "Method Not Allowed", nil),
+		headers: obj("Allow", obj("description", "The methods the path takes.", "schema", obj("type", "string"), "example", "POST"))},
+	413: {name: "ContentTooLarge", description: "RESOURCE_EXHAUSTED: the request body is larger than the gateway's --max-body-bytes.",
+		example: statusExample(8, "request body larger than 1048576 bytes", nil)},
+	429: {name: "TooManyRequests", description: "RESOURCE_EXHAUSTED: the caller's rate limit, or the gateway's bound on calls in flight. " +
+		"Retry after `Retry-After` seconds; the RetryInfo detail has the same delay.",
+		example: statusExample(8, "rate limit exceeded", obj("@type", typeRetryInfo, "retry_delay", "1s")),
+		headers: obj("Retry-After", obj("description", "Seconds to wait before retrying (whole seconds, rounded up).",
+			"schema", obj("type", "integer", "minimum", 0), "example", 1))},
+	500: {name: "InternalError", description: "UNKNOWN or INTERNAL: the tool service failed (ErrorInfo reason is its error type, " +
+		"e.g. `tool-service-error`, with metadata `tool` and `service`), or its reply was not understood.",
+		example: statusExample(2, "the service failed", obj(
+			"@type", typeErrorInfo, "reason", "tool-service-error", "domain", "toolgate",
+			"metadata", obj("tool", "tell-joke", "service", "joke-service")))},
+	503: {name: "Unavailable", description: "UNAVAILABLE: the broker is unreachable, no tool service listens on the tool's topic, " +
+		"or the gateway is shutting down.",
+		example: statusExample(14, "no tool service is subscribed to non-persistent://tg/request/joke", nil)},
+	504: {name: "DeadlineExceeded", description: "DEADLINE_EXCEEDED: no complete answer before the call's deadline (`timeout`).",
+		example: statusExample(4, "deadline exceeded", nil)},
+}
+
+const (
+	typeErrorInfo = "type.googleapis.com/google.rpc.ErrorInfo"
+	typeRetryInfo = "type.googleapis.com/google.rpc.RetryInfo"
+)
+
+func statusExample(code int, msg string, detail *Object) *Object {
+	details := []any{}
+	if detail != nil {
+		details = append(details, detail)
+	}
+	return obj("code", code, "message", msg, "details", details)
+}
+
+func errorResponses() *Object {
+	codes := make([]int, 0, len(errorKinds))
+	for c := range errorKinds {
+		codes = append(codes, c)
+	}
+	sort.Ints(codes)
+	out := obj()
+	for _, c := range codes {
+		k := errorKinds[c]
+		r := obj("description", k.description)
+		if k.headers != nil {
+			r.Set("headers", k.headers)
+		}
+		r.Set("content", obj(mediaJSON, obj("schema", obj("$ref", "#/components/schemas/Status"), "example", k.example)))
+		out.Set(k.name, r)
+	}
+	out.Set("Error", obj(
+		"description", "Any other error, e.g. ALREADY_EXISTS (409) or UNIMPLEMENTED (501), as a Status.",
+		"content", obj(mediaJSON, obj("schema", obj("$ref", "#/components/schemas/Status"))),
+	))
+	return out
+}
+
+func securitySchemes() *Object {
+	return obj(
+		"bearerAuth", obj("type", "http", "scheme", "bearer",
+			"description", "An API key or a JWT: `Authorization: Bearer <token>`."),
+		"apiKeyAuth", obj("type", "apiKey", "in", "header", "name", "X-Api-Key",
+			"description", "An API key in the X-Api-Key header."),
+	)
+}
+
+// convertSchema copies a Swagger schema, pointing its references at
+// components/schemas. A $ref's sibling "type" (protoc-gen-openapiv2 writes
+// "type": "object" next to references in arrays) is dropped.
+func convertSchema(v any) any {
+	switch t := v.(type) {
+	case *Object:
+		out := obj()
+		ref := t.Str("$ref")
+		for _, k := range t.Keys() {
+			if ref != "" && k == "type" {
+				continue
+			}
+			val, _ := t.Get(k)
+			if k == "$ref" {
+				out.Set(k, strings.Replace(ref, "#/definitions/", "#/components/schemas/", 1))
+				continue
+			}
+			out.Set(k, convertSchema(val))
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = convertSchema(e)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+// patchSchemas adds to the generated schemas what the proto cannot say.
+func patchSchemas(s *Object) error {
+	need := func(name string) (*Object, error) {
+		o := s.Obj(name)
+		if o == nil {
+			return nil, fmt.Errorf("openapi31: schema %s is missing from the Swagger document", name)
+		}
+		return o, nil
+	}
+	prop := func(schema *Object, schemaName, p string) (*Object, error) {
+		o := schema.Obj("properties").Obj(p)
+		if o == nil {
+			return nil, fmt.Errorf("openapi31: schema %s has no property %s", schemaName, p)
+		}
+		return o, nil
+	}
+
+	for _, name := range []string{"InvokeToolBody", "StreamToolBody"} {
+		body, err := need(name)
+		if err != nil {
+			return err
+		}
+		args, err := prop(body, name, "arguments")
+		if err != nil {
+			return err
+		}
+		args.Set("additionalProperties", true)
+		args.Set("examples", []any{obj("topic", "programming")})
+		timeout, err := prop(body, name, "timeout")
+		if err != nil {
+			return err
+		}
+		timeout.Set("description", unwrap(timeout.Str("description"))+" "+durationText)
+		timeout.Set("examples", []any{"5s", "200ms", "1m30s", "0.25s"})
+		// The gateway rejects unknown members (400).
+		body.Set("additionalProperties", false)
+	}
+
+	tool, err := need("Tool")
+	if err != nil {
+		return err
+	}
+	as, err := prop(tool, "Tool", "arguments_schema")
+	if err != nil {
+		return err
+	}
+	as.Set("additionalProperties", true)
+
+	svc, err := need("ToolServiceDescriptor")
+	if err != nil {
+		return err
+	}
+	dt, err := prop(svc, "ToolServiceDescriptor", "default_timeout")
+	if err != nil {
+		return err
+	}
+	dt.Set("examples", []any{"30s"})
+
+	inv, err := need("InvokeToolResponse")
+	if err != nil {
+		return err
+	}
+	oj, err := prop(inv, "InvokeToolResponse", "output_json")
+	if err != nil {
+		return err
+	}
+	oj.Set("description", unwrap(oj.Str("description"))+" Any JSON value; null or absent when the output is not JSON.")
+	inv.Set("required", []any{"output"})
+
+	chunk, err := need("StreamToolResponse")
+	if err != nil {
+		return err
+	}
+	idx, err := prop(chunk, "StreamToolResponse", "index")
+	if err != nil {
+		return err
+	}
+	idx.Set("description", unwrap(idx.Str("description"))+" An int64, so a JSON string.")
+	idx.Set("pattern", "^[0-9]+$")
+	idx.Set("examples", []any{"0"})
+	chunk.Set("required", []any{"output", "index", "last"})
+
+	if _, err := need("Status"); err != nil {
+		return err
+	}
+	s.Set("Status", statusSchema())
+	s.Set("ErrorInfo", errorInfoSchema())
+	s.Set("RetryInfo", retryInfoSchema())
+	s.Set("StatusDetail", obj(
+		"description", "One detail of a Status: a google.protobuf.Any, whose `@type` says which message it is.",
+		"anyOf", []any{
+			obj("$ref", "#/components/schemas/ErrorInfo"),
+			obj("$ref", "#/components/schemas/RetryInfo"),
+			obj("$ref", "#/components/schemas/OtherDetail"),
+		},
+	))
+	s.Set("OtherDetail", obj(
+		"type", "object",
+		"description", "A google.protobuf.Any of another type: `@type` names it, the other members are its fields.",
+		"properties", obj("@type", obj("type", "string")),
+		"required", []any{"@type"},
+		"additionalProperties", true,
+	))
+	s.Set("StreamLine", obj(
+		"description", "One line of an `application/x-ndjson` StreamTool answer: a StreamToolResponse, "+
+			"or, as the last line of a stream that failed after its first chunk, a Status.",
+		"anyOf", []any{obj("$ref", "#/components/schemas/StreamToolResponse"), obj("$ref", "#/components/schemas/Status")},
+	))
+	return nil
+}
+
+const durationText = `A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").`
+
+func statusSchema() *Object {
+	return obj(
+		"type", "object",
+		"description", "google.rpc.Status: the body of every error answer.",
+		"properties", obj(
+			"code", obj("type", "integer", "format", "int32",
+				"description", "The gRPC status code (5 NOT_FOUND, 3 INVALID_ARGUMENT, ...); the HTTP status is derived from it."),
+			"message", obj("type", "string", "description", "What went wrong, safe to show to a person."),
+			"details", obj("type", "array",
+				"description", "Typed details, told apart by their `@type`: "+
+					"`"+typeErrorInfo+"` (ErrorInfo) and `"+typeRetryInfo+"` (RetryInfo); other types may follow.",
+				"items", obj("$ref", "#/components/schemas/StatusDetail")),
+		),
+		"required", []any{"code", "message"},
+	)
+}
+
+func errorInfoSchema() *Object {
+	return obj(
+		"type", "object",
+		"description", "google.rpc.ErrorInfo: why a call failed, for programs. `reason` is `TOOL_NOT_FOUND` for an unknown tool "+
+			"and a tool service's own error type (`not-found`, `tool-service-error`, ...) for its errors.",
+		"properties", obj(
+			"@type", obj("type", "string", "enum", []any{typeErrorInfo}),
+			"reason", obj("type", "string", "description", "The cause, UPPER_SNAKE_CASE for the gateway's own, the error type for a tool service's."),
+			"domain", obj("type", "string", "description", "Who defines the reason: `toolgate`."),
+			"metadata", obj("type", "object", "additionalProperties", obj("type", "string"),
+				"description", "Context, e.g. `tool` and `service`."),
+		),
+		"required", []any{"@type", "reason"},
+	)
+}
+
+func retryInfoSchema() *Object {
+	return obj(
+		"type", "object",
+		"description", "google.rpc.RetryInfo: how long to wait before trying again.",
+		"properties", obj(
+			"@type", obj("type", "string", "enum", []any{typeRetryInfo}),
+			"retry_delay", obj("type", "string", "description", "A protobuf Duration, e.g. \"1s\".", "examples", []any{"1s"}),
+		),
+		"required", []any{"@type", "retry_delay"},
+	)
+}
+
+// prune removes the schemas nothing refers to (request messages and
+// wrappers the REST mapping does not use, google.protobuf.Any, ...).
+func prune(doc *Object) {
+	schemas := doc.Obj("components").Obj("schemas")
+	used := map[string]bool{}
+	var queue []string
+	var walk func(v any, skipSchemas bool)
+	walk = func(v any, skipSchemas bool) {
+		switch t := v.(type) {
+		case *Object:
+			if ref := t.Str("$ref"); strings.HasPrefix(ref, "#/components/schemas/") {
+				name := strings.TrimPrefix(ref, "#/components/schemas/")
+				if !used[name] {
+					used[name] = true
+					queue = append(queue, name)
+				}
+			}
+			for _, k := range t.Keys() {
+				if skipSchemas && t == doc.Obj("components") && k == "schemas" {
+					continue
+				}
+				val, _ := t.Get(k)
+				walk(val, skipSchemas)
+			}
+		case []any:
+			for _, e := range t {
+				walk(e, skipSchemas)
+			}
+		}
+	}
+	walk(doc, true)
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		if s, ok := schemas.Get(name); ok {
+			walk(s, false)
+		}
+	}
+	for _, k := range schemas.Keys() {
+		if !used[k] {
+			schemas.Delete(k)
+		}
+	}
+}
+
+// checkRefs fails when a $ref does not point at a component of doc.
+func checkRefs(doc *Object) error {
+	var bad []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case *Object:
+			if ref := t.Str("$ref"); ref != "" {
+				parts := strings.Split(strings.TrimPrefix(ref, "#/"), "/")
+				if len(parts) != 3 || parts[0] != "components" || doc.Obj("components").Obj(parts[1]).Obj(parts[2]) == nil {
+					bad = append(bad, ref)
+				}
+			}
+			for _, k := range t.Keys() {
+				val, _ := t.Get(k)
+				walk(val)
+			}
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	if len(bad) > 0 {
+		return fmt.Errorf("openapi31: unresolved references %v", bad)
+	}
+	return nil
+}
+
+// firstSentence returns text up to its first full stop, on one line.
+func firstSentence(text string) string {
+	u := unwrap(text)
+	if i := strings.Index(u, ". "); i >= 0 {
+		u = u[:i+1]
+	}
+	if i := strings.Index(u, "\n"); i >= 0 {
+		u = u[:i]
+	}
+	return strings.TrimSpace(u)
+}
+
+// unwrap joins the lines of each paragraph of a proto comment; blank lines
+// and list items ("- ", "  - ") keep their line breaks.
+func unwrap(text string) string {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	var b strings.Builder
+	for i, l := range lines {
+		if i > 0 {
+			prev := lines[i-1]
+			trimmed := strings.TrimSpace(l)
+			switch {
+			case trimmed == "" || strings.TrimSpace(prev) == "" ||
+				strings.HasPrefix(trimmed, "- ") || strings.HasPrefix(trimmed, "* "):
+				b.WriteByte('\n')
+			default:
+				b.WriteByte(' ')
+				l = trimmed
+			}
+		}
+		b.WriteString(strings.TrimRight(l, " "))
+	}
+	return b.String()
+}

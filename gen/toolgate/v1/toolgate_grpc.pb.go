@@ -57,8 +57,11 @@ type ToolServiceClient interface {
 	// service streams its answer, the chunks are joined in order.
 	InvokeTool(ctx context.Context, in *InvokeToolRequest, opts ...grpc.CallOption) (*InvokeToolResponse, error)
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the
-	// tool service sends them. Over REST the chunks arrive as newline-delimited
-	// JSON objects of the form {"result": {...}} or {"error": {...}}.
+	// tool service sends them. Over REST the answer is newline-delimited JSON
+	// (application/x-ndjson), one StreamToolResponse per line and a
+	// google.rpc.Status as the last line if the stream fails after its first
+	// chunk, or Server-Sent Events when the request asks for
+	// text/event-stream.
 	StreamTool(ctx context.Context, in *StreamToolRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamToolResponse], error)
 	// ListToolServices returns the tool service descriptors, ordered by id.
 	ListToolServices(ctx context.Context, in *ListToolServicesRequest, opts ...grpc.CallOption) (*ListToolServicesResponse, error)
@@ -162,8 +165,11 @@ type ToolServiceServer interface {
 	// service streams its answer, the chunks are joined in order.
 	InvokeTool(context.Context, *InvokeToolRequest) (*InvokeToolResponse, error)
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the
-	// tool service sends them. Over REST the chunks arrive as newline-delimited
-	// JSON objects of the form {"result": {...}} or {"error": {...}}.
+	// tool service sends them. Over REST the answer is newline-delimited JSON
+	// (application/x-ndjson), one StreamToolResponse per line and a
+	// google.rpc.Status as the last line if the stream fails after its first
+	// chunk, or Server-Sent Events when the request asks for
+	// text/event-stream.
 	StreamTool(*StreamToolRequest, grpc.ServerStreamingServer[StreamToolResponse]) error
 	// ListToolServices returns the tool service descriptors, ordered by id.
 	ListToolServices(context.Context, *ListToolServicesRequest) (*ListToolServicesResponse, error)

@@ -120,15 +120,15 @@ type Report struct {
 	InflightError        string             `json:"inflight_error,omitempty"`
 	// The floor (bench/cmd/floorgw): side by side with the gateway per
 	// protocol and concurrency, and its memory per parked call.
-	Floor                     []FloorRow `json:"floor,omitempty"`
-	FloorInflightBytesPerCall int64      `json:"floor_inflight_bytes_per_call,omitempty"`
-	FloorInflight             *Sample    `json:"floor_inflight,omitempty"`
-	FloorInflightError        string     `json:"floor_inflight_error,omitempty"`
-	Profiles             []*ProfileSummary  `json:"profiles,omitempty"`
-	Config               Config             `json:"config"`
-	ElapsedS             float64            `json:"elapsed_s"`
-	LoadEnd              string             `json:"load_average_end"`
-	Samples              []*Sample          `json:"samples"`
+	Floor                     []FloorRow        `json:"floor,omitempty"`
+	FloorInflightBytesPerCall int64             `json:"floor_inflight_bytes_per_call,omitempty"`
+	FloorInflight             *Sample           `json:"floor_inflight,omitempty"`
+	FloorInflightError        string            `json:"floor_inflight_error,omitempty"`
+	Profiles                  []*ProfileSummary `json:"profiles,omitempty"`
+	Config                    Config            `json:"config"`
+	ElapsedS                  float64           `json:"elapsed_s"`
+	LoadEnd                   string            `json:"load_average_end"`
+	Samples                   []*Sample         `json:"samples"`
 
 	analysis      bool      // ANALYSIS.md exists next to latest.md: link it
 	StreamSamples []*Sample `json:"stream_samples"`

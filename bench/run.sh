@@ -3,7 +3,7 @@
 # round trip and TrustGraph's Python client, side by side, on this machine.
 #
 #   bench/run.sh            full run → docs/benchmarks/latest.{json,md,png} (+ pprof listings)
-#   bench/run.sh --quick    development run, under 2 minutes → .cache/bench/quick/
+#   bench/run.sh --quick    development run, about 2 minutes → .cache/bench/quick/
 #   bench/run.sh [--quick] [benchrun flags...]   e.g. -reps 5 -duration 20s -note "quiet machine"
 #
 # It uses the Pulsar broker already running on 127.0.0.1 (scripts/pulsar.sh

@@ -111,7 +111,7 @@ func main() {
 	var duration, warmup time.Duration
 	var concs, modes, profile string
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
-	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (< 2 min)")
+	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (about 2 min)")
 	fs.IntVar(&reps, "reps", 0, "repetitions per point (default 3; quick 1)")
 	fs.DurationVar(&duration, "duration", 0, "measured window per point (default 10s; quick 2s)")
 	fs.DurationVar(&warmup, "warmup", 0, "warm-up per point (default 2s; quick 0.5s)")
@@ -328,6 +328,7 @@ func (e *env) run(ctx context.Context) error {
 	rep.LoadEnd = loadAvg()
 	rep.ElapsedS = round(time.Since(t0).Seconds(), 1)
 	rep.summarize()
+	rep.logFloor()
 	if err := rep.write(e.out); err != nil {
 		return err
 	}
@@ -352,6 +353,7 @@ func rewriteReport(dir string) error {
 		}
 	}
 	r.summarize()
+	r.logFloor()
 	if err := r.write(dir); err != nil {
 		return err
 	}

@@ -578,7 +578,7 @@ func (r *Report) markdown() string {
 		p.markdown(&b)
 	}
 
-	w("## Reproduce\n\n```sh\nmake bench        # this report (docs/benchmarks/latest.*), about %d minutes\nmake bench-quick  # under 2 minutes, written to .cache/bench/quick/\n```\n\nGo microbenchmarks of the hot-path pieces: `go test -run '^$' -bench . -benchmem ./wire ./internal/bridge ./internal/server`.\n", int(math.Ceil(r.ElapsedS/60)))
+	w("## Reproduce\n\n```sh\nmake bench        # this report (docs/benchmarks/latest.*), about %d minutes\nmake bench-quick  # about 2 minutes, written to .cache/bench/quick/\n```\n\nGo microbenchmarks of the hot-path pieces: `go test -run '^$' -bench . -benchmem ./wire ./internal/bridge ./internal/server`.\n", int(math.Ceil(r.ElapsedS/60)))
 	return b.String()
 }
 
@@ -713,4 +713,30 @@ func authText(a string) string {
 		return "authentication as configured"
 	}
 	return a
+}
+
+// logFloor prints the gateway beside the floor, and the headline ratios.
+func (r *Report) logFloor() {
+	f := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", *v)
+	}
+	for _, row := range r.Floor {
+		logf("floor %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s)  allocs/call %.0f vs %.0f (%s)  p50 added %.2f vs %.2f ms  p99 added %.2f vs %.2f ms",
+			row.Protocol, row.Concurrency, row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, f(row.CPURatio),
+			row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, f(row.MallocsRatio),
+			row.Toolgate.P50AddedMS, row.Floor.P50AddedMS, row.Toolgate.P99AddedMS, row.Floor.P99AddedMS)
+	}
+	var parts []string
+	for _, k := range []string{"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "mallocs_vs_floor_grpc", "mallocs_vs_floor_rest",
+		"p50_added_vs_floor_c1", "p50_added_vs_floor_c1_rest", "mem_per_parked_call_vs_floor"} {
+		if v, ok := r.Ratios[k].(float64); ok {
+			parts = append(parts, fmt.Sprintf("%s %s", k, trimFloat(v)))
+		}
+	}
+	if len(parts) > 0 {
+		logf("gateway ÷ floor: %s", strings.Join(parts, ", "))
+	}
 }

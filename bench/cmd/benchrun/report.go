@@ -158,8 +158,11 @@ type FloorSide struct {
 	RPS            float64 `json:"rps"`
 	CPUMSPerCall   float64 `json:"cpu_ms_per_call"`
 	MallocsPerCall float64 `json:"mallocs_per_call"`
-	P50AddedMS     float64 `json:"p50_added_ms"`
-	P99AddedMS     float64 `json:"p99_added_ms"`
+	P50MS          float64 `json:"p50_ms"`
+	P99MS          float64 `json:"p99_ms"`
+	// Over direct at the same concurrency (absent without a direct point).
+	P50AddedMS *float64 `json:"p50_added_ms,omitempty"`
+	P99AddedMS *float64 `json:"p99_added_ms,omitempty"`
 }
 
 func aggregate(samples []*Sample) []Point {
@@ -376,7 +379,7 @@ func (r *Report) summarizeFloor() {
 				continue
 			}
 			side := func(p *Point) FloorSide {
-				fs := FloorSide{RPS: p.RPS}
+				fs := FloorSide{RPS: p.RPS, P50MS: p.P50, P99MS: p.P99}
 				if p.GatewayCPUPer1k != nil {
 					fs.CPUMSPerCall = *p.GatewayCPUPer1k
 				}
@@ -384,7 +387,8 @@ func (r *Report) summarizeFloor() {
 					fs.MallocsPerCall = *p.GatewayMallocsPerCall
 				}
 				if d != nil {
-					fs.P50AddedMS, fs.P99AddedMS = round(p.P50-d.P50, 3), round(p.P99-d.P99, 3)
+					a50, a99 := round(p.P50-d.P50, 3), round(p.P99-d.P99, 3)
+					fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
 				}
 				return fs
 			}
@@ -392,8 +396,8 @@ func (r *Report) summarizeFloor() {
 			row.CPURatio = ratioOf(row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, 1e-9)
 			row.MallocsRatio = ratioOf(row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, 1e-9)
 			if d != nil {
-				row.P50AddedRatio = ratioOf(row.Toolgate.P50AddedMS, row.Floor.P50AddedMS, 0.05)
-				row.P99AddedRatio = ratioOf(row.Toolgate.P99AddedMS, row.Floor.P99AddedMS, 0.05)
+				row.P50AddedRatio = ratioOf(*row.Toolgate.P50AddedMS, *row.Floor.P50AddedMS, 0.05)
+				row.P99AddedRatio = ratioOf(*row.Toolgate.P99AddedMS, *row.Floor.P99AddedMS, 0.05)
 			}
 			r.Floor = append(r.Floor, row)
 			if row.CPURatio != nil {
@@ -408,8 +412,8 @@ func (r *Report) summarizeFloor() {
 			put(proto+"_p50_over_floor_ms", c, row.P50OverFloorMS)
 			if d != nil && d.RPS > 0 {
 				put("floor_"+proto+"_over_direct_rps", c, round(fl.RPS/d.RPS, 3))
-				put("floor_"+proto+"_added_p50_ms", c, row.Floor.P50AddedMS)
-				put("floor_"+proto+"_added_p99_ms", c, row.Floor.P99AddedMS)
+				put("floor_"+proto+"_added_p50_ms", c, *row.Floor.P50AddedMS)
+				put("floor_"+proto+"_added_p99_ms", c, *row.Floor.P99AddedMS)
 			}
 			// The headline ratios: CPU and allocations at c=64, where the
 			// per-call figures are steadiest; latency at c=1, where nothing
@@ -698,9 +702,9 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, f := range r.Floor {
-		w("| %s | %d | %.3f | %.3f | %s | %.0f | %.0f | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f |\n", f.Protocol, f.Concurrency,
+		w("| %s | %d | %.3f | %.3f | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %.0f | %.0f |\n", f.Protocol, f.Concurrency,
 			f.Toolgate.CPUMSPerCall, f.Floor.CPUMSPerCall, x(f.CPURatio), f.Toolgate.MallocsPerCall, f.Floor.MallocsPerCall, x(f.MallocsRatio),
-			f.Toolgate.P50AddedMS, f.Floor.P50AddedMS, f.Toolgate.P99AddedMS, f.Floor.P99AddedMS, f.Toolgate.RPS, f.Floor.RPS)
+			x(f.Toolgate.P50AddedMS), x(f.Floor.P50AddedMS), x(f.Toolgate.P99AddedMS), x(f.Floor.P99AddedMS), f.Toolgate.RPS, f.Floor.RPS)
 	}
 	w("\n")
 }
@@ -723,11 +727,17 @@ func (r *Report) logFloor() {
 		}
 		return fmt.Sprintf("%.2f×", *v)
 	}
+	x := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
 	for _, row := range r.Floor {
-		logf("floor %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s)  allocs/call %.0f vs %.0f (%s)  p50 added %.2f vs %.2f ms  p99 added %.2f vs %.2f ms",
+		logf("floor %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s)  allocs/call %.0f vs %.0f (%s)  p50 added %s vs %s ms  p99 added %s vs %s ms",
 			row.Protocol, row.Concurrency, row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, f(row.CPURatio),
 			row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, f(row.MallocsRatio),
-			row.Toolgate.P50AddedMS, row.Floor.P50AddedMS, row.Toolgate.P99AddedMS, row.Floor.P99AddedMS)
+			x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), x(row.Toolgate.P99AddedMS), x(row.Floor.P99AddedMS))
 	}
 	var parts []string
 	for _, k := range []string{"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "mallocs_vs_floor_grpc", "mallocs_vs_floor_rest",

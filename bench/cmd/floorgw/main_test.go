@@ -20,8 +20,17 @@ import (
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/structpb"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pulsar-client-go v0.19: a closed producer's send-timeout goroutine
+		// only notices the close when its timer (SendTimeout) next fires.
+		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).failTimeoutMessages"),
+	)
+}
 
 func TestAppendStruct(t *testing.T) {
 	t.Parallel()

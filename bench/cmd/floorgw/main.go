@@ -156,6 +156,7 @@ type forwarder struct {
 	producer pulsar.Producer
 	consumer pulsar.Consumer
 	queue    chan outgoing
+	stop     chan struct{} // closed when the forwarder stops
 	sent     chan struct{}
 	recvDone chan struct{}
 
@@ -208,6 +209,8 @@ func (w *waiter) next(ctx context.Context) (wire.Response, error) {
 	}
 }
 
+var errStopping = errors.New("floorgw is stopping")
+
 // maxBatch bounds one batch of requests.
 const maxBatch = 1000
 
@@ -241,7 +244,7 @@ func newForwarder(client pulsar.Client, o options) (*forwarder, error) {
 	}
 	f := &forwarder{
 		user: o.user, producer: producer, consumer: consumer,
-		queue: make(chan outgoing, 100000), sent: make(chan struct{}), recvDone: make(chan struct{}),
+		queue: make(chan outgoing, 100000), stop: make(chan struct{}), sent: make(chan struct{}), recvDone: make(chan struct{}),
 		pending: map[string]*waiter{},
 	}
 	go f.send()
@@ -254,18 +257,19 @@ func newForwarder(client pulsar.Client, o options) (*forwarder, error) {
 // broker's receipt.
 func (f *forwarder) send() {
 	defer close(f.sent)
-	for m := range f.queue {
-		n := 1
+	for {
+		var m outgoing
+		select {
+		case m = <-f.queue:
+		case <-f.stop:
+			return
+		}
 		f.producer.SendAsync(context.Background(), m.msg, m.done)
 	fill:
-		for n < maxBatch {
+		for n := 1; n < maxBatch; n++ {
 			select {
-			case m, ok := <-f.queue:
-				if !ok {
-					break fill
-				}
+			case m = <-f.queue:
 				f.producer.SendAsync(context.Background(), m.msg, m.done)
-				n++
 			default:
 				break fill
 			}
@@ -300,8 +304,10 @@ func (f *forwarder) deliver(id string, r wire.Response) {
 	}
 }
 
+// close stops the sender (calls still arriving fail), then closes the
+// producer and the consumer.
 func (f *forwarder) close() {
-	close(f.queue)
+	close(f.stop)
 	<-f.sent
 	f.producer.Close()
 	f.consumer.Close()
@@ -340,6 +346,9 @@ func (f *forwarder) call(ctx context.Context, arguments string) (*waiter, func()
 	case <-ctx.Done():
 		done()
 		return nil, nil, ctx.Err()
+	case <-f.stop:
+		done()
+		return nil, nil, errStopping
 	}
 	return w, done, nil
 }

@@ -126,8 +126,10 @@ func main() {
 	fs.StringVar(&e.python, "python", ".cache/venv/bin/python", "Python of the venv with trustgraph-base")
 	fs.StringVar(&e.pyLoad, "pyload", "bench/python/tg_load.py", "the python-mode load client")
 	fs.StringVar(&e.out, "out", "", "output directory (default docs/benchmarks; quick: .cache/bench/quick)")
-	fs.StringVar(&e.pulsarURL, "pulsar-url", envOr("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:6650"), "broker URL")
-	fs.StringVar(&e.adminURL, "admin-url", envOr("TOOLGATE_PULSAR_ADMIN_URL", "http://127.0.0.1:8080"), "broker admin URL")
+	fs.StringVar(&e.pulsarURL, "pulsar-url", envOr("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:"+envOr("PULSAR_BROKER_PORT", "6650")),
+		"broker URL (default $TOOLGATE_PULSAR_URL, else port $PULSAR_BROKER_PORT on 127.0.0.1)")
+	fs.StringVar(&e.adminURL, "admin-url", envOr("TOOLGATE_PULSAR_ADMIN_URL", "http://127.0.0.1:"+envOr("PULSAR_WEB_PORT", "8080")),
+		"broker admin URL (default $TOOLGATE_PULSAR_ADMIN_URL, else port $PULSAR_WEB_PORT on 127.0.0.1)")
 	fs.StringVar(&e.gwArgs, "gateway-args", "", "more gateway flags, space-separated (it always gets --api-keys <generated file> and --log-level warn)")
 	fs.StringVar(&e.note, "note", "", "free text about the machine, stored with the results")
 	fs.BoolVar(&e.verbose, "v", false, "print each result line")

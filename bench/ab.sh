@@ -9,8 +9,9 @@
 #   e.g. bench/ab.sh -rounds 2 before=HEAD~3 after=HEAD
 #
 # Output: .cache/bench/ab/<name>-<round>/latest.json and the table on stdout.
-# It needs the broker running (scripts/pulsar.sh up) and takes about 1.5 min
-# per build and round.
+# It needs the broker running (scripts/pulsar.sh up; PULSAR_BROKER_PORT and
+# PULSAR_WEB_PORT name it, as for that script) and takes about 1.5 min per
+# build and round.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -41,6 +42,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		echo "ab: round $r/$ROUNDS: $name" >&2
 		rm -rf "$OUT/$name-$r"
 		"$WORK/tools/benchrun" -quick -reps 3 -duration 3s -modes direct,grpc,rest -concurrency 16,64 \
+			-pulsar-url "pulsar://127.0.0.1:${PULSAR_BROKER_PORT:-6650}" -admin-url "http://127.0.0.1:${PULSAR_WEB_PORT:-8080}" \
 			-repo "$ROOT" -bin "$WORK/$name" -out "$OUT/$name-$r" >"$OUT/$name-$r.log" 2>&1 ||
 			{ echo "ab: $name round $r failed; see $OUT/$name-$r.log" >&2; exit 1; }
 	done

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draw the benchmark plot from latest.json: throughput and p99 latency
-against concurrency, one line per mode.
+against concurrency, one line per mode, and the gateway's CPU per call beside
+the floor's (bench/cmd/floorgw, the smallest forwarder over the same path).
 
     python bench/plot.py docs/benchmarks/latest.json docs/benchmarks/latest.png
 
@@ -21,6 +22,8 @@ STYLE = {
     "direct": {"color": "#444444", "marker": "o", "linestyle": "--", "label": "direct (Go over Pulsar)"},
     "grpc": {"color": "#1f77b4", "marker": "s", "label": "gateway, gRPC"},
     "rest": {"color": "#ff7f0e", "marker": "^", "label": "gateway, REST"},
+    "floor-grpc": {"color": "#1f77b4", "marker": "s", "linestyle": ":", "mfc": "none", "label": "floor, gRPC"},
+    "floor-rest": {"color": "#ff7f0e", "marker": "^", "linestyle": ":", "mfc": "none", "label": "floor, REST"},
     "python": {"color": "#2ca02c", "marker": "D", "label": "python (TrustGraph client)"},
 }
 
@@ -31,7 +34,7 @@ def main(src: str, dst: str) -> int:
     runs = [r for r in data["runs"] if r.get("rps_samples")]
     modes = [m for m in STYLE if any(r["mode"] == m for r in runs)]
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8))
     for m in modes:
         pts = sorted((r for r in runs if r["mode"] == m), key=lambda r: r["concurrency"])
         xs = [r["concurrency"] for r in pts]
@@ -39,9 +42,12 @@ def main(src: str, dst: str) -> int:
         label = st.pop("label")
         ax1.plot(xs, [r["rps"] for r in pts], label=label, **st)
         ax2.plot(xs, [r["p99_ms"] for r in pts], label=label, **st)
+        cpu = [(r["concurrency"], r["gateway_cpu_s_per_1k_calls"]) for r in pts if r.get("gateway_cpu_s_per_1k_calls")]
+        if cpu:
+            ax3.plot([c for c, _ in cpu], [v for _, v in cpu], label=label, **st)
 
     concs = sorted({r["concurrency"] for r in runs})
-    for ax in (ax1, ax2):
+    for ax in (ax1, ax2, ax3):
         ax.set_xscale("log", base=2)
         ax.set_xticks(concs)
         ax.set_xticklabels([str(c) for c in concs])
@@ -53,6 +59,17 @@ def main(src: str, dst: str) -> int:
     ax2.set_ylabel("p99 latency (ms)")
     ax2.set_yscale("log")
     ax2.set_title("p99 latency")
+    ax3.set_ylabel("CPU ms per call")
+    ax3.set_title("Gateway vs floor: the server's CPU per call")
+    ax3.set_ylim(bottom=0)
+    ratios = data.get("ratios", {})
+    notes = [
+        f"{name} {ratios[key]:.2f}×"
+        for name, key in (("gRPC", "cpu_vs_floor_grpc"), ("REST", "cpu_vs_floor_rest"))
+        if isinstance(ratios.get(key), (int, float))
+    ]
+    if notes:
+        ax3.text(0.02, 0.03, "gateway ÷ floor at c=64: " + ", ".join(notes), transform=ax3.transAxes, fontsize=8)
     ax1.legend(loc="best", fontsize=9)
 
     machine = data.get("machine", {})

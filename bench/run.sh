@@ -3,17 +3,22 @@
 # round trip and TrustGraph's Python client, side by side, on this machine.
 #
 #   bench/run.sh            full run → docs/benchmarks/latest.{json,md,png} (+ pprof listings)
-#   bench/run.sh --quick    development run, under 2 minutes → .cache/bench/quick/
+#   bench/run.sh --quick    development run, about 2 minutes → .cache/bench/quick/
 #   bench/run.sh [--quick] [benchrun flags...]   e.g. -reps 5 -duration 20s -note "quiet machine"
 #
 # It uses the Pulsar broker already running on 127.0.0.1 (scripts/pulsar.sh
 # status), or starts one and stops it again at the end; prepares the venv
 # (scripts/pyenv.sh) plus bench/requirements.txt (matplotlib) in it; builds
-# bin/gateway, bin/echo-service and bin/loadgen; then runs bench/cmd/benchrun,
-# which starts the gateway and two echo services as separate processes on
-# topics of their own (bench-echo-<random>-…), and draws the plot.
+# bin/gateway, bin/echo-service and bin/loadgen (and bench/cmd/floorgw, the
+# floor); then runs bench/cmd/benchrun, which starts the gateway, the floor
+# and two echo services as separate processes on topics of their own
+# (bench-echo-<random>-…) and ports free at the time, and draws the plot.
 #
-# Environment: GO (go binary), TOOLGATE_PULSAR_URL, TOOLGATE_PULSAR_ADMIN_URL.
+# Environment: GO (go binary); the broker is PULSAR_BROKER_PORT and
+# PULSAR_WEB_PORT on 127.0.0.1 (defaults 6650 and 8080), the same variables
+# scripts/pulsar.sh starts it with, and benchrun is given the URLs made from
+# them. TOOLGATE_PULSAR_URL and TOOLGATE_PULSAR_ADMIN_URL, if set, must name
+# the same broker (or, alone, give the ports).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +46,28 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
+
+# 0. one broker, named by the same variables for scripts/pulsar.sh and benchrun
+port_of() { # port of a URL like scheme://host:port[/...]
+	local rest="${1#*://}"
+	rest="${rest%%/*}"
+	if [[ "$rest" == *:* ]]; then echo "${rest##*:}"; fi
+}
+export PULSAR_BROKER_PORT="${PULSAR_BROKER_PORT:-$(port_of "${TOOLGATE_PULSAR_URL:-}")}"
+export PULSAR_WEB_PORT="${PULSAR_WEB_PORT:-$(port_of "${TOOLGATE_PULSAR_ADMIN_URL:-}")}"
+export PULSAR_BROKER_PORT="${PULSAR_BROKER_PORT:-6650}" PULSAR_WEB_PORT="${PULSAR_WEB_PORT:-8080}"
+want_url="pulsar://127.0.0.1:$PULSAR_BROKER_PORT"
+want_admin="http://127.0.0.1:$PULSAR_WEB_PORT"
+for pair in "TOOLGATE_PULSAR_URL=$want_url" "TOOLGATE_PULSAR_ADMIN_URL=$want_admin"; do
+	var="${pair%%=*}" want="${pair#*=}"
+	have="${!var:-}"
+	if [[ -n "$have" && "$(port_of "$have")" != "$(port_of "$want")" ]]; then
+		log "ERROR: $var=$have is not the broker of PULSAR_BROKER_PORT/PULSAR_WEB_PORT ($want): set one or make them agree"
+		exit 2
+	fi
+done
+export TOOLGATE_PULSAR_URL="$want_url" TOOLGATE_PULSAR_ADMIN_URL="$want_admin"
+log "broker $TOOLGATE_PULSAR_URL, admin $TOOLGATE_PULSAR_ADMIN_URL"
 
 # 1. the broker
 if scripts/pulsar.sh status 2>/dev/null; then
@@ -71,11 +98,11 @@ fi
 # 3. binaries
 mkdir -p bin
 "$GO" build -o bin/ ./cmd/gateway ./cmd/echo-service ./cmd/loadgen
-"$GO" build -o "$WORK/" ./bench/cmd/benchrun ./bench/cmd/gatewayprof
+"$GO" build -o "$WORK/" ./bench/cmd/benchrun ./bench/cmd/gatewayprof ./bench/cmd/floorgw
 
 # 4. the matrix, then the plot
 mkdir -p "$OUT"
-"$WORK/benchrun" "${QUICK[@]}" -repo "$ROOT" -bin "$ROOT/bin" -gatewayprof "$WORK/gatewayprof" \
-	-python "$PY" -pyload "$ROOT/bench/python/tg_load.py" -out "$OUT" "$@"
+"$WORK/benchrun" "${QUICK[@]}" -repo "$ROOT" -bin "$ROOT/bin" -gatewayprof "$WORK/gatewayprof" -floor "$WORK/floorgw" \
+	-pulsar-url "$TOOLGATE_PULSAR_URL" -admin-url "$TOOLGATE_PULSAR_ADMIN_URL" -python "$PY" -pyload "$ROOT/bench/python/tg_load.py" -out "$OUT" "$@"
 "$PY" bench/plot.py "$OUT/latest.json" "$OUT/latest.png"
 log "done in $((SECONDS - T0)) s: $OUT/latest.md"

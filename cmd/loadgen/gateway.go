@@ -30,10 +30,14 @@ type grpcCaller struct {
 	streamN int
 }
 
-func dialGRPC(addr string, n int) ([]*grpc.ClientConn, error) {
+func dialGRPC(addr string, n int, apiKey string) ([]*grpc.ClientConn, error) {
 	conns := make([]*grpc.ClientConn, 0, n)
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if apiKey != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{"Bearer " + apiKey}))
+	}
 	for range n {
-		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient("passthrough:///"+addr, opts...)
 		if err != nil {
 			for _, c := range conns {
 				_ = c.Close()
@@ -46,8 +50,18 @@ func dialGRPC(addr string, n int) ([]*grpc.ClientConn, error) {
 	return conns, nil
 }
 
+// bearer sends an API key with every call. The benchmark talks to the
+// gateway over plain loopback connections, hence no transport security.
+type bearer struct{ header string }
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": b.header}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
 func newGRPC(o Options, msg string, stream bool) (*grpcCaller, error) {
-	conns, err := dialGRPC(o.GRPCAddr, o.Conns)
+	conns, err := dialGRPC(o.GRPCAddr, o.Conns, o.APIKey)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +125,7 @@ func (g *grpcCaller) Close() {
 type restCaller struct {
 	client  *http.Client
 	url     string
+	auth    string
 	body    []byte
 	want    string
 	stream  bool
@@ -126,6 +141,9 @@ func newREST(o Options, msg string, stream bool) *restCaller {
 		DisableCompression:  true,
 	}
 	r := &restCaller{client: &http.Client{Transport: tr}, want: msg, stream: stream, streamN: o.StreamN}
+	if o.APIKey != "" {
+		r.auth = "Bearer " + o.APIKey
+	}
 	if stream {
 		r.url = "http://" + o.HTTPAddr + "/v1/tools/" + o.Tool + ":stream"
 		r.body = fmt.Appendf(nil, `{"arguments":{"mode":"stream","n":%d}}`, o.StreamN)
@@ -142,6 +160,9 @@ func (r *restCaller) Call(ctx context.Context, _ int) (int, error) {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.auth != "" {
+		req.Header.Set("Authorization", r.auth)
+	}
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return 0, err

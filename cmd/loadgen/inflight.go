@@ -26,7 +26,7 @@ func runInflight(ctx context.Context, o Options) (*Result, error) {
 		return nil, errors.New("inflight needs -watch-pid (the gateway)")
 	}
 	n := o.Concurrency
-	conns, err := dialGRPC(o.GRPCAddr, o.Conns)
+	conns, err := dialGRPC(o.GRPCAddr, o.Conns, o.APIKey)
 	if err != nil {
 		return nil, err
 	}

@@ -63,6 +63,9 @@ type Options struct {
 	Settle      time.Duration
 	PprofURL    string
 	HeapOut     string
+	APIKeyFile  string
+	APIKey      string
+	MetricsURL  string
 }
 
 // The result format, shared with the benchmark orchestrator.
@@ -97,7 +100,18 @@ func main() {
 	fs.DurationVar(&o.Settle, "settle", 1500*time.Millisecond, "inflight: wait after the last call reached the broker before sampling RSS")
 	fs.StringVar(&o.PprofURL, "pprof-url", "", "inflight: the gateway's net/http/pprof base URL (bench/cmd/gatewayprof), to split its memory into stacks and heap")
 	fs.StringVar(&o.HeapOut, "heap-out", "", "inflight with -pprof-url: save the gateway's heap profile (live objects) with all calls parked here")
+	fs.StringVar(&o.APIKeyFile, "api-key-file", "", "file holding an API key, sent with every gRPC and REST call as Authorization: Bearer <key>")
+	fs.StringVar(&o.MetricsURL, "metrics-url", "", "the gateway's Prometheus /metrics URL: report its heap allocations per call (go_memstats_mallocs_total over the window)")
 	_ = fs.Parse(os.Args[1:])
+	if o.APIKeyFile != "" {
+		b, err := os.ReadFile(o.APIKeyFile)
+		if err != nil {
+			fatalf("-api-key-file: %v", err)
+		}
+		if o.APIKey = strings.TrimSpace(string(b)); o.APIKey == "" {
+			fatalf("-api-key-file %s is empty", o.APIKeyFile)
+		}
+	}
 	if o.Concurrency < 1 || o.Duration <= 0 || o.Warmup < 0 || o.MsgSize < 1 || o.Conns < 1 || o.StreamN < 1 {
 		fatalf("bad flags: concurrency, duration, msg-size, conns and stream-n must be positive")
 	}
@@ -179,7 +193,14 @@ func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
 	winEnd := winStart.Add(o.Duration)
 	stats := make([]workerStats, o.Concurrency)
 
-	watch := startWatch(o.watch, winStart, winEnd)
+	var allocs *allocProbe
+	if o.MetricsURL != "" {
+		var err error
+		if allocs, err = newAllocProbe(ctx, o.MetricsURL); err != nil {
+			return nil, err
+		}
+	}
+	watch := startWatch(o.watch, allocs, winStart, winEnd)
 	var wg sync.WaitGroup
 	// Workers start spread over the first half of the warm-up (1 s at
 	// most): a burst of hundreds of simultaneous first calls is not what
@@ -244,7 +265,10 @@ func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
 		}
 	}
 	summarize(res, all, o.Duration)
-	procs, clientCPU := watch.result(res.Calls)
+	procs, clientCPU, err := watch.result(res.Calls)
+	if err != nil {
+		return nil, err
+	}
 	res.ClientCPUS = clientCPU
 	if len(procs) > 0 {
 		res.Procs = procs
@@ -303,19 +327,30 @@ func round(f float64, digits int) float64 {
 // watcher samples the CPU time of named processes at the window's edges,
 // their RSS during the window, and loadgen's own CPU time.
 type watcher struct {
-	procs map[string]int
-	done  chan struct{}
-	self0 float64
-	self1 float64
-	cpu0  map[string]float64
-	out   map[string]*ProcResult
+	procs  map[string]int
+	allocs *allocProbe
+	err    error
+	done   chan struct{}
+	self0  float64
+	self1  float64
+	cpu0   map[string]float64
+	out    map[string]*ProcResult
+	// mallocs: the gateway's heap allocations over the window, less what
+	// one scrape of its /metrics allocates.
+	mallocs int64
 }
 
-func startWatch(procs map[string]int, winStart, winEnd time.Time) *watcher {
-	w := &watcher{procs: procs, done: make(chan struct{}), cpu0: map[string]float64{}, out: map[string]*ProcResult{}}
+func startWatch(procs map[string]int, allocs *allocProbe, winStart, winEnd time.Time) *watcher {
+	w := &watcher{procs: procs, allocs: allocs, done: make(chan struct{}), cpu0: map[string]float64{}, out: map[string]*ProcResult{}}
 	go func() {
 		defer close(w.done)
 		time.Sleep(time.Until(winStart))
+		var m0 int64
+		if allocs != nil {
+			if m0, w.err = allocs.read(); w.err != nil {
+				return
+			}
+		}
 		w.self0, _ = procCPU(os.Getpid())
 		for name, pid := range procs {
 			cpu, err := procCPU(pid)
@@ -340,6 +375,14 @@ func startWatch(procs map[string]int, winStart, winEnd time.Time) *watcher {
 			<-tick.C
 		}
 		w.self1, _ = procCPU(os.Getpid())
+		if allocs != nil {
+			m1, err := allocs.read()
+			if err != nil {
+				w.err = err
+				return
+			}
+			w.mallocs = m1 - m0 - allocs.scrapeCost
+		}
 		for name, p := range w.out {
 			cpu, err := procCPU(p.PID)
 			if err != nil {
@@ -356,14 +399,23 @@ func startWatch(procs map[string]int, winStart, winEnd time.Time) *watcher {
 
 // result waits for the window to end; calls completed in it give the
 // per-call CPU cost.
-func (w *watcher) result(calls int) (map[string]*ProcResult, float64) {
+func (w *watcher) result(calls int) (map[string]*ProcResult, float64, error) {
 	<-w.done
+	if w.err != nil {
+		return nil, 0, fmt.Errorf("allocations: %w", w.err)
+	}
 	for _, p := range w.out {
 		if calls > 0 {
 			p.CPUSPer1kCall = round(p.CPUS*1000/float64(calls), 4)
 		}
 	}
-	return w.out, round(w.self1-w.self0, 3)
+	if g := w.out["gateway"]; g != nil && w.allocs != nil {
+		g.Mallocs, g.MallocsScrape = w.mallocs, w.allocs.scrapeCost
+		if calls > 0 {
+			g.MallocsPerCall = round(float64(w.mallocs)/float64(calls), 1)
+		}
+	}
+	return w.out, round(w.self1-w.self0, 3), nil
 }
 
 // parseWatch reads "name=pid,name=pid".

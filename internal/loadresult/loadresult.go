@@ -42,6 +42,13 @@ type ProcResult struct {
 	CPUSPer1kCall float64 `json:"cpu_s_per_1k_calls"`
 	PeakRSSBytes  int64   `json:"peak_rss_bytes,omitempty"` // largest VmRSS sampled in the window
 	HWMBytes      int64   `json:"hwm_bytes,omitempty"`      // VmHWM at the end: peak since the process started
+	// With loadgen -metrics-url (the gateway only): heap allocations over
+	// the window from its go_memstats_mallocs_total, less MallocsScrape
+	// (what one scrape of /metrics allocates, measured before the load),
+	// and per call completed in the window.
+	Mallocs        int64   `json:"mallocs,omitempty"`
+	MallocsScrape  int64   `json:"mallocs_scrape,omitempty"`
+	MallocsPerCall float64 `json:"mallocs_per_call,omitempty"`
 }
 
 // Inflight is the memory-per-parked-call measurement.

@@ -6,10 +6,19 @@
 // Modes (each a separate load-generator process, the gateway and the echo
 // services separate processes too):
 //
-//	direct  cmd/loadgen doing request/reply over Pulsar itself
-//	grpc    cmd/loadgen → gateway (gRPC) → Pulsar → echo-service
-//	rest    cmd/loadgen → gateway (HTTP/JSON) → Pulsar → echo-service
-//	python  bench/python/tg_load.py (TrustGraph's RequestResponseClient) → Pulsar → echo-service
+//	direct      cmd/loadgen doing request/reply over Pulsar itself
+//	grpc        cmd/loadgen → gateway (gRPC) → Pulsar → echo-service
+//	rest        cmd/loadgen → gateway (HTTP/JSON) → Pulsar → echo-service
+//	floor-grpc  cmd/loadgen → floorgw (gRPC) → Pulsar → echo-service
+//	floor-rest  cmd/loadgen → floorgw (HTTP/JSON) → Pulsar → echo-service
+//	python      bench/python/tg_load.py (TrustGraph's RequestResponseClient) → Pulsar → echo-service
+//
+// The gateway runs as production would: API keys required (a key file
+// generated for the run; loadgen sends the key), metrics and argument
+// validation on. floorgw (bench/cmd/floorgw) is the floor: the smallest
+// forwarder over the same path, with nothing else, fed by the same load
+// generator (which sends it the same key, ignored) against the same echo
+// service; what the gateway costs is read against it.
 //
 // For each repetition and concurrency the modes run back to back, their
 // order rotated between points, so that machine drift hits them alike; each
@@ -17,6 +26,10 @@
 // afresh for each of its points, so CPU time and peak RSS belong to that
 // point alone. direct and python use their own echo service and topics, so
 // the idle gateway is not sent their replies.
+//
+// Every server gets ports free at the time it starts, and is benchmarked
+// only once the process listening on them is found to be the one benchrun
+// started.
 package main
 
 import (
@@ -26,10 +39,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/loadresult"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +70,7 @@ type Config struct {
 	InflightSleep  int      `json:"inflight_sleep_ms"`
 	EchoConc       int      `json:"echo_concurrency"`
 	FreshGateway   bool     `json:"fresh_gateway_per_point"`
+	GatewayAuth    string   `json:"gateway_auth"`
 	ProfileSeconds int      `json:"profile_seconds,omitempty"`
 }
 
@@ -64,22 +80,23 @@ type env struct {
 	bin       string
 	gwBin     string // gateway binary for the matrix
 	profBin   string // gatewayprof binary ("" = no profiling)
+	floorBin  string // floorgw binary
 	python    string
 	pyLoad    string
 	out       string
 	pulsarURL string
 	adminURL  string
-	grpcAddr  string
-	httpAddr  string
-	pprofAddr string
 	tmp       string
 	topicGW   string
 	topicD    string
 	registry  string
+	keysFile  string // the gateway's --api-keys
+	keyFile   string // the key loadgen sends
 	brokerPID int
 	echoGW    *child
 	echoD     *child
-	gateway   *child
+	gateway   *child // the server of the current point: gateway or floorgw
+	gwKind    string
 	gwSeq     int
 	note      string
 	verbose   bool
@@ -94,26 +111,26 @@ func main() {
 	var duration, warmup time.Duration
 	var concs, modes, profile string
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
-	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (< 2 min)")
+	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (about 2 min)")
 	fs.IntVar(&reps, "reps", 0, "repetitions per point (default 3; quick 1)")
 	fs.DurationVar(&duration, "duration", 0, "measured window per point (default 10s; quick 2s)")
 	fs.DurationVar(&warmup, "warmup", 0, "warm-up per point (default 2s; quick 0.5s)")
 	fs.StringVar(&concs, "concurrency", "1,16,64,256", "concurrencies")
-	fs.StringVar(&modes, "modes", "direct,grpc,rest,python", "modes (direct, grpc, rest, python)")
+	fs.StringVar(&modes, "modes", "direct,grpc,rest,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, floor-grpc, floor-rest, python)")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
 	fs.StringVar(&e.bin, "bin", "bin", "directory with gateway, echo-service and loadgen")
 	fs.StringVar(&e.profBin, "gatewayprof", "", "gatewayprof binary (bench/cmd/gatewayprof), for profiling")
+	fs.StringVar(&e.floorBin, "floor", "", "floorgw binary (bench/cmd/floorgw), for the floor modes (default: floorgw in -bin)")
 	fs.StringVar(&e.python, "python", ".cache/venv/bin/python", "Python of the venv with trustgraph-base")
 	fs.StringVar(&e.pyLoad, "pyload", "bench/python/tg_load.py", "the python-mode load client")
 	fs.StringVar(&e.out, "out", "", "output directory (default docs/benchmarks; quick: .cache/bench/quick)")
-	fs.StringVar(&e.pulsarURL, "pulsar-url", envOr("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:6650"), "broker URL")
-	fs.StringVar(&e.adminURL, "admin-url", envOr("TOOLGATE_PULSAR_ADMIN_URL", "http://127.0.0.1:8080"), "broker admin URL")
-	fs.StringVar(&e.grpcAddr, "grpc-addr", "127.0.0.1:19090", "gateway gRPC address")
-	fs.StringVar(&e.httpAddr, "http-addr", "127.0.0.1:18081", "gateway HTTP address")
-	fs.StringVar(&e.pprofAddr, "pprof-addr", "127.0.0.1:16060", "gatewayprof's pprof address")
-	fs.StringVar(&e.gwArgs, "gateway-args", "", "more gateway flags, space-separated (it always gets --allow-anonymous and --log-level warn)")
+	fs.StringVar(&e.pulsarURL, "pulsar-url", envOr("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:"+envOr("PULSAR_BROKER_PORT", "6650")),
+		"broker URL (default $TOOLGATE_PULSAR_URL, else port $PULSAR_BROKER_PORT on 127.0.0.1)")
+	fs.StringVar(&e.adminURL, "admin-url", envOr("TOOLGATE_PULSAR_ADMIN_URL", "http://127.0.0.1:"+envOr("PULSAR_WEB_PORT", "8080")),
+		"broker admin URL (default $TOOLGATE_PULSAR_ADMIN_URL, else port $PULSAR_WEB_PORT on 127.0.0.1)")
+	fs.StringVar(&e.gwArgs, "gateway-args", "", "more gateway flags, space-separated (it always gets --api-keys <generated file> and --log-level warn)")
 	fs.StringVar(&e.note, "note", "", "free text about the machine, stored with the results")
 	fs.BoolVar(&e.verbose, "v", false, "print each result line")
 	var reportOnly bool
@@ -124,6 +141,7 @@ func main() {
 		Quick: quick, Repetitions: 3, WarmupS: 2, DurationS: 10, MsgSize: msgSize, GRPCConns: 2,
 		StreamN: 1000, StreamReps: 3, StreamWarmupS: 1, StreamDurS: 6,
 		InflightCalls: 10000, InflightConns: 4, InflightSleep: 9000, EchoConc: 20000, FreshGateway: true,
+		GatewayAuth: "api-key",
 	}
 	if quick {
 		c.Repetitions, c.WarmupS, c.DurationS = 1, 0.5, 2
@@ -144,7 +162,7 @@ func main() {
 	}
 	c.Modes = splitList(modes)
 	for _, m := range c.Modes {
-		if m != "direct" && m != "grpc" && m != "rest" && m != "python" {
+		if m != "direct" && m != "grpc" && m != "rest" && m != "floor-grpc" && m != "floor-rest" && m != "python" {
 			fatalf("-modes: unknown mode %q", m)
 		}
 	}
@@ -170,6 +188,9 @@ func main() {
 		}
 	}
 	e.gwBin = filepath.Join(e.bin, "gateway")
+	if e.floorBin == "" {
+		e.floorBin = filepath.Join(e.bin, "floorgw")
+	}
 
 	if reportOnly {
 		if err := rewriteReport(e.out); err != nil {
@@ -206,9 +227,19 @@ func (e *env) run(ctx context.Context) error {
 	if err := e.writeRegistry(); err != nil {
 		return err
 	}
-	e.brokerPID = brokerPID(e.repo)
+	if err := e.writeAPIKey(); err != nil {
+		return err
+	}
+	e.brokerPID = brokerPID(e.repo, e.pulsarURL, e.adminURL)
 	if e.brokerPID == 0 {
-		logf("broker process not found: its CPU time is not reported")
+		logf("broker process for %s not found: its CPU time is not reported", e.pulsarURL)
+	} else {
+		logf("broker %s: pid %d", e.pulsarURL, e.brokerPID)
+	}
+	if e.floorWanted() {
+		if _, err := os.Stat(e.floorBin); err != nil {
+			return fmt.Errorf("the floor modes need floorgw (-floor): %w", err)
+		}
 	}
 	machine := machineInfo(e.adminURL, e.note)
 
@@ -239,6 +270,9 @@ func (e *env) run(ctx context.Context) error {
 	}
 
 	smodes := []string{"direct-stream", "grpc-stream", "rest-stream"}
+	if e.floorWanted() {
+		smodes = append(smodes, "floor-grpc-stream")
+	}
 	for r := range e.cfg.StreamReps {
 		for _, mode := range rotate(smodes, r) {
 			s := e.point(ctx, mode, 1, e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN)
@@ -260,6 +294,18 @@ func (e *env) run(ctx context.Context) error {
 		rep.Inflight = in
 		logf("inflight: %d calls parked, RSS %s → %s: %d bytes per call (errors %d)", in.Inflight.Calls,
 			mib(in.Inflight.IdleRSSBytes), mib(in.Inflight.ParkedRSSBytes), in.Inflight.BytesPerCall, in.Errors)
+	}
+	if e.floorWanted() {
+		in, err := e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startFloor(ctx) }, nil)
+		if err != nil {
+			e.failures++
+			logf("inflight on the floor: %v", err)
+			rep.FloorInflightError = err.Error()
+		} else {
+			rep.FloorInflight = in
+			logf("inflight on the floor: %d calls parked, RSS %s → %s: %d bytes per call (errors %d)", in.Inflight.Calls,
+				mib(in.Inflight.IdleRSSBytes), mib(in.Inflight.ParkedRSSBytes), in.Inflight.BytesPerCall, in.Errors)
+		}
 	}
 
 	if e.profBin != "" {
@@ -284,6 +330,7 @@ func (e *env) run(ctx context.Context) error {
 	rep.LoadEnd = loadAvg()
 	rep.ElapsedS = round(time.Since(t0).Seconds(), 1)
 	rep.summarize()
+	rep.logFloor()
 	if err := rep.write(e.out); err != nil {
 		return err
 	}
@@ -308,6 +355,7 @@ func rewriteReport(dir string) error {
 		}
 	}
 	r.summarize()
+	r.logFloor()
 	if err := r.write(dir); err != nil {
 		return err
 	}
@@ -350,34 +398,101 @@ func (e *env) startEcho(name, topic string) (*child, error) {
 	return c, nil
 }
 
-// startGateway starts bin (gateway or gatewayprof) and waits until ready.
-func (e *env) startGateway(ctx context.Context, bin string, extra ...string) (*child, error) {
+// writeAPIKey makes the run's API key: a random key for loadgen, and the
+// gateway's keys file holding its hash.
+func (e *env) writeAPIKey() error {
+	key := randHex(32)
+	e.keyFile = filepath.Join(e.tmp, "api-key")
+	e.keysFile = filepath.Join(e.tmp, "api-keys.yaml")
+	if err := os.WriteFile(e.keyFile, []byte(key+"\n"), 0o600); err != nil {
+		return err
+	}
+	keys := fmt.Sprintf("# generated by bench/cmd/benchrun\nkeys:\n  - {hash: %q, user: bench, roles: [bench]}\n", auth.HashKey(key))
+	return os.WriteFile(e.keysFile, []byte(keys), 0o600)
+}
+
+func (e *env) floorWanted() bool {
+	return slices.Contains(e.cfg.Modes, "floor-grpc") || slices.Contains(e.cfg.Modes, "floor-rest")
+}
+
+// startGateway starts bin (gateway or gatewayprof, with pprof) on free
+// ports and waits until it is ready.
+func (e *env) startGateway(ctx context.Context, bin string, pprof bool) (*child, error) {
 	e.gwSeq++
-	args := []string{"--grpc-addr", e.grpcAddr, "--http-addr", e.httpAddr, "--pulsar-url", e.pulsarURL,
-		"--registry", e.registry, "--log-level", "warn", "--allow-anonymous"}
-	args = append(append(args, strings.Fields(e.gwArgs)...), extra...)
-	c, err := startChild(e.tmp, fmt.Sprintf("gateway-%03d", e.gwSeq), bin, args...)
+	ga, ha, pa, err := freeAddrs(pprof)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.waitReady(ctx, e.httpAddr, 60*time.Second); err != nil {
+	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL,
+		"--registry", e.registry, "--log-level", "warn", "--api-keys", e.keysFile}
+	if pprof {
+		args = append(args, "--pprof-addr", pa)
+	}
+	args = append(args, strings.Fields(e.gwArgs)...)
+	return e.startServer(ctx, fmt.Sprintf("gateway-%03d", e.gwSeq), bin, ga, ha, pa, args)
+}
+
+// startFloor starts floorgw on free ports, forwarding to the gateway's
+// echo service.
+func (e *env) startFloor(ctx context.Context) (*child, error) {
+	e.gwSeq++
+	ga, ha, _, err := freeAddrs(false)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL, "--topic", e.topicGW}
+	return e.startServer(ctx, fmt.Sprintf("floorgw-%03d", e.gwSeq), e.floorBin, ga, ha, "", args)
+}
+
+func freeAddrs(pprof bool) (grpcAddr, httpAddr, pprofAddr string, err error) {
+	if grpcAddr, err = freeAddr(); err != nil {
+		return
+	}
+	if httpAddr, err = freeAddr(); err != nil {
+		return
+	}
+	if pprof {
+		pprofAddr, err = freeAddr()
+	}
+	return
+}
+
+func (e *env) startServer(ctx context.Context, name, bin, grpcAddr, httpAddr, pprofAddr string, args []string) (*child, error) {
+	c, err := startChild(e.tmp, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.grpcAddr, c.httpAddr, c.pprofAddr = grpcAddr, httpAddr, pprofAddr
+	if err := c.waitReady(ctx, 60*time.Second); err != nil {
 		c.stop(5 * time.Second)
 		return nil, err
 	}
 	return c, nil
 }
 
-// ensureGateway returns a ready gateway for a point: a fresh one, or the
-// one already running when -fresh-gateway is off.
-func (e *env) ensureGateway(ctx context.Context) (*child, error) {
-	if e.gateway != nil && !e.gateway.exited() {
+// ensureServer returns a ready server of kind ("gateway" or "floor") for a
+// point: a fresh one, or the one already running when -fresh-gateway is
+// off. Only one runs at a time, so the echo service's replies have one
+// subscriber.
+func (e *env) ensureServer(ctx context.Context, kind string) (*child, error) {
+	if e.gateway != nil && !e.gateway.exited() && e.gwKind == kind {
 		return e.gateway, nil
 	}
-	g, err := e.startGateway(ctx, e.gwBin)
+	if e.gateway != nil {
+		e.gateway.stop(15 * time.Second)
+		e.gateway = nil
+	}
+	var g *child
+	var err error
+	if kind == "floor" {
+		g, err = e.startFloor(ctx)
+	} else {
+		g, err = e.startGateway(ctx, e.gwBin, false)
+	}
 	if err != nil {
 		return nil, err
 	}
-	e.gateway = g
+	e.gateway, e.gwKind = g, kind
 	return g, nil
 }
 
@@ -409,9 +524,12 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 			"--concurrency", strconv.Itoa(conc), "--duration", ftoa(durS), "--warmup", ftoa(warmupS),
 			"--msg-size", strconv.Itoa(e.cfg.MsgSize), "--watch", w)
 	default:
-		args := []string{"-mode", mode, "-concurrency", strconv.Itoa(conc),
-			"-duration", ftoa(durS) + "s", "-warmup", ftoa(warmupS) + "s",
-			"-grpc-addr", e.grpcAddr, "-http-addr", e.httpAddr, "-pulsar-url", e.pulsarURL,
+		lgMode, kind := mode, "gateway"
+		if m, ok := strings.CutPrefix(mode, "floor-"); ok {
+			lgMode, kind = m, "floor"
+		}
+		args := []string{"-mode", lgMode, "-concurrency", strconv.Itoa(conc),
+			"-duration", ftoa(durS) + "s", "-warmup", ftoa(warmupS) + "s", "-pulsar-url", e.pulsarURL,
 			"-msg-size", strconv.Itoa(e.cfg.MsgSize), "-conns", strconv.Itoa(e.cfg.GRPCConns)}
 		if streamN > 0 {
 			args = append(args, "-stream-n", strconv.Itoa(streamN))
@@ -420,14 +538,18 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 			args = append(args, "-topic", e.topicD)
 			watch = append(watch, "echo="+strconv.Itoa(e.echoD.pid()))
 		} else {
-			g, gerr := e.ensureGateway(ctx)
+			g, gerr := e.ensureServer(ctx, kind)
 			if gerr != nil {
 				s.Failed = gerr.Error()
 				e.failures++
 				return s
 			}
 			defer e.releaseGateway()
-			args = append(args, "-watch-pid", strconv.Itoa(g.pid()))
+			args = append(args, "-grpc-addr", g.grpcAddr, "-http-addr", g.httpAddr, "-api-key-file", e.keyFile,
+				"-watch-pid", strconv.Itoa(g.pid()))
+			if streamN == 0 {
+				args = append(args, "-metrics-url", "http://"+g.httpAddr+"/metrics")
+			}
 			watch = append(watch, "echo="+strconv.Itoa(e.echoGW.pid()))
 		}
 		if e.brokerPID != 0 {
@@ -440,6 +562,7 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 		}
 		req0, resp0 := snapTopic(e.adminURL, "request", reqTopic), snapTopic(e.adminURL, "response", reqTopic)
 		err = runJSON(ctx, timeout, s, filepath.Join(e.bin, "loadgen"), args...)
+		s.Mode = mode
 		s.LostRequests = lostBetween(req0, snapTopic(e.adminURL, "request", reqTopic))
 		s.LostReplies = -1
 		if !strings.HasPrefix(mode, "direct") { // the gateway's subscription is still there
@@ -461,15 +584,15 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 
 // inflight parks InflightCalls calls on a fresh gateway.
 func (e *env) inflight(ctx context.Context) (*Sample, error) {
-	return e.inflightOn(ctx, e.gwBin, nil)
+	return e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startGateway(ctx, e.gwBin, false) }, nil)
 }
 
 // inflightBreakdown repeats the in-flight test on gatewayprof, reading the
 // Go runtime's memory statistics and a live-heap profile while parked.
 func (e *env) inflightBreakdown(ctx context.Context) (*InflightBreakdown, error) {
 	heap := filepath.Join(e.out, "profile-inflight.heap.pb.gz")
-	s, err := e.inflightOn(ctx, e.profBin, []string{"--pprof-addr", e.pprofAddr},
-		"-pprof-url", "http://"+e.pprofAddr, "-heap-out", heap)
+	s, err := e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startGateway(ctx, e.profBin, true) },
+		func(g *child) []string { return []string{"-pprof-url", "http://" + g.pprofAddr, "-heap-out", heap} })
 	if err != nil {
 		return nil, err
 	}
@@ -502,8 +625,8 @@ func (e *env) inflightBreakdown(ctx context.Context) (*InflightBreakdown, error)
 	return bd, nil
 }
 
-func (e *env) inflightOn(ctx context.Context, bin string, gwExtra []string, lgExtra ...string) (*Sample, error) {
-	g, err := e.startGateway(ctx, bin, gwExtra...)
+func (e *env) inflightOn(ctx context.Context, start func(context.Context) (*child, error), lgExtra func(*child) []string) (*Sample, error) {
+	g, err := start(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -515,10 +638,13 @@ func (e *env) inflightOn(ctx context.Context, bin string, gwExtra []string, lgEx
 		s.LostRequests = lostBetween(req0, snapTopic(e.adminURL, "request", e.topicGW))
 		s.LostReplies = lostBetween(resp0, snapTopic(e.adminURL, "response", e.topicGW))
 	}()
-	args := append([]string{"-mode", "inflight",
+	args := []string{"-mode", "inflight",
 		"-concurrency", strconv.Itoa(e.cfg.InflightCalls), "-conns", strconv.Itoa(e.cfg.InflightConns),
-		"-sleep-ms", strconv.Itoa(e.cfg.InflightSleep), "-grpc-addr", e.grpcAddr, "-topic", e.topicGW,
-		"-admin-url", e.adminURL, "-watch-pid", strconv.Itoa(g.pid())}, lgExtra...)
+		"-sleep-ms", strconv.Itoa(e.cfg.InflightSleep), "-grpc-addr", g.grpcAddr, "-api-key-file", e.keyFile, "-topic", e.topicGW,
+		"-admin-url", e.adminURL, "-watch-pid", strconv.Itoa(g.pid())}
+	if lgExtra != nil {
+		args = append(args, lgExtra(g)...)
+	}
 	err = runJSON(ctx, timeout, s, filepath.Join(e.bin, "loadgen"), args...)
 	if err != nil {
 		return nil, err

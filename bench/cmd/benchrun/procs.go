@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,8 @@ type child struct {
 	log  string
 	done chan struct{}
 	err  error
+	// Servers (gateway, gatewayprof, floorgw): where they listen.
+	grpcAddr, httpAddr, pprofAddr string
 }
 
 var (
@@ -128,16 +132,20 @@ func (c *child) waitLog(ctx context.Context, substr string, timeout time.Duratio
 	}
 }
 
-// waitReady polls the gateway's /readyz.
-func (c *child) waitReady(ctx context.Context, httpAddr string, timeout time.Duration) error {
+// waitReady polls the server's /readyz until it answers 200 and then
+// checks that the process answering is this child: every address it was
+// given must be a socket listening in this child (by the socket's inode in
+// /proc/net/tcp and the child's /proc/<pid>/fd), so that another process
+// that happens to hold the port is never benchmarked in its place.
+func (c *child) waitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	hc := http.Client{Timeout: time.Second}
 	for {
-		resp, err := hc.Get("http://" + httpAddr + "/readyz")
+		resp, err := hc.Get("http://" + c.httpAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				break
 			}
 		}
 		if c.exited() {
@@ -152,6 +160,120 @@ func (c *child) waitReady(ctx context.Context, httpAddr string, timeout time.Dur
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	for _, addr := range []string{c.httpAddr, c.grpcAddr, c.pprofAddr} {
+		if addr == "" {
+			continue
+		}
+		owner, err := listenerPID(addr, c.pid())
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		if owner != c.pid() {
+			return fmt.Errorf("%s (pid %d) is not the process listening on %s: pid %d (%s) is; refusing to benchmark it", c.name, c.pid(), addr, owner, cmdline(owner))
+		}
+	}
+	return nil
+}
+
+// freeAddr returns 127.0.0.1:<a port free right now>. Another process may
+// take it before the server does; waitReady then notices.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// listenerPID returns the process holding the socket that listens on addr
+// (127.0.0.1:port or [::]:port alike: any local address with that port).
+// It looks in the process "first" before all others. 0 when the socket
+// is found but no process we may inspect owns it.
+func listenerPID(addr string, first int) (int, error) {
+	_, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("port of %s: %w", addr, err)
+	}
+	inodes := listeningInodes(port)
+	if len(inodes) == 0 {
+		return 0, fmt.Errorf("nothing listens on %s (per /proc/net/tcp)", addr)
+	}
+	if first > 0 && ownsSocket(first, inodes) {
+		return first, nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == first {
+			continue
+		}
+		if ownsSocket(pid, inodes) {
+			return pid, nil
+		}
+	}
+	return 0, nil
+}
+
+// listeningInodes are the inodes of the TCP sockets in state LISTEN on
+// port, from /proc/net/tcp and /proc/net/tcp6.
+func listeningInodes(port uint64) map[string]bool {
+	out := map[string]bool{}
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+			fs := strings.Fields(line)
+			if len(fs) < 10 || fs[3] != "0A" || !strings.HasSuffix(fs[1], want) {
+				continue
+			}
+			out[fs[9]] = true
+		}
+	}
+	return out
+}
+
+// ownsSocket reports whether one of pid's file descriptors is a socket
+// with one of inodes.
+func ownsSocket(pid int, inodes map[string]bool) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil {
+			continue
+		}
+		if ino, ok := strings.CutPrefix(target, "socket:["); ok && inodes[strings.TrimSuffix(ino, "]")] {
+			return true
+		}
+	}
+	return false
+}
+
+func cmdline(pid int) string {
+	if pid == 0 {
+		return "not visible to this user"
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return "?"
+	}
+	s := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
 }
 
 // runJSON runs a load client to completion and decodes the last line of its
@@ -190,36 +312,43 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// brokerPID finds the local Pulsar standalone broker's process: the pid
-// file scripts/pulsar.sh writes, else the only PulsarStandaloneStarter
-// process. 0 when unknown (its CPU is then not reported).
-func brokerPID(repo string) int {
+// brokerPID finds the Pulsar broker's process: the one holding the socket
+// that listens on the broker URL's port, when it is a local broker, else
+// the pid file scripts/pulsar.sh writes for the admin URL's web port
+// (pulsar.pid on 8080, pulsar-<port>.pid on others). 0 when unknown (its
+// CPU is then not reported).
+func brokerPID(repo, pulsarURL, adminURL string) int {
 	isBroker := func(pid int) bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		return err == nil && bytes.Contains(b, []byte("PulsarStandaloneStarter"))
+	}
+	if u, err := url.Parse(pulsarURL); err == nil && isLocal(u.Hostname()) && u.Port() != "" {
+		if pid, err := listenerPID(net.JoinHostPort(u.Hostname(), u.Port()), 0); err == nil && pid != 0 && isBroker(pid) {
+			return pid
+		}
 	}
 	cache := os.Getenv("TOOLGATE_CACHE")
 	if cache == "" {
 		cache = filepath.Join(repo, ".cache")
 	}
-	if b, err := os.ReadFile(filepath.Join(cache, "pulsar", "pulsar.pid")); err == nil {
+	name := "pulsar.pid"
+	if u, err := url.Parse(adminURL); err == nil && u.Port() != "" && u.Port() != "8080" {
+		name = "pulsar-" + u.Port() + ".pid"
+	}
+	if b, err := os.ReadFile(filepath.Join(cache, "pulsar", name)); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isBroker(pid) {
 			return pid
 		}
 	}
-	ents, _ := os.ReadDir("/proc")
-	found := 0
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !isBroker(pid) {
-			continue
-		}
-		if found != 0 {
-			return 0 // several brokers: cannot tell which one
-		}
-		found = pid
+	return 0
+}
+
+func isLocal(host string) bool {
+	if host == "localhost" {
+		return true
 	}
-	return found
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // topicSnap is a non-persistent topic's message counters.

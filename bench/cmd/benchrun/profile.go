@@ -62,7 +62,7 @@ type FnAlloc struct {
 // profile runs mode at conc against gatewayprof and pulls a CPU and an
 // allocation profile over ProfileSeconds of the load.
 func (e *env) profile(ctx context.Context, mode string, conc int) (*ProfileSummary, error) {
-	g, err := e.startGateway(ctx, e.profBin, "--pprof-addr", e.pprofAddr)
+	g, err := e.startGateway(ctx, e.profBin, true)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (e *env) profile(ctx context.Context, mode string, conc int) (*ProfileSumma
 		loadDone <- runJSON(ctx, time.Duration(secs)*time.Second+2*time.Minute, s, filepath.Join(e.bin, "loadgen"),
 			"-mode", mode, "-concurrency", strconv.Itoa(conc), "-warmup", warm.String(),
 			"-duration", (time.Duration(secs+2) * time.Second).String(),
-			"-grpc-addr", e.grpcAddr, "-http-addr", e.httpAddr, "-conns", strconv.Itoa(e.cfg.GRPCConns),
+			"-grpc-addr", g.grpcAddr, "-http-addr", g.httpAddr, "-api-key-file", e.keyFile, "-conns", strconv.Itoa(e.cfg.GRPCConns),
 			"-msg-size", strconv.Itoa(e.cfg.MsgSize), "-watch-pid", strconv.Itoa(g.pid()))
 	}()
 	time.Sleep(warm + 500*time.Millisecond)
@@ -83,8 +83,8 @@ func (e *env) profile(ctx context.Context, mode string, conc int) (*ProfileSumma
 	cpuFile, allocFile := base+".cpu.pb.gz", base+".allocs.pb.gz"
 	fetched := make(chan error, 2)
 	for url, file := range map[string]string{
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", e.pprofAddr, secs): cpuFile,
-		fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", e.pprofAddr, secs):  allocFile,
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", g.pprofAddr, secs): cpuFile,
+		fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", g.pprofAddr, secs):  allocFile,
 	} {
 		go func() { fetched <- fetch(ctx, url, file, time.Duration(secs)*time.Second+30*time.Second) }()
 	}

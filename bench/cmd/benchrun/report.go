@@ -88,6 +88,9 @@ type Point struct {
 	// GatewayPeakRSS its largest RSS during the window (max over reps).
 	GatewayCPUPer1k *float64 `json:"gateway_cpu_s_per_1k_calls,omitempty"`
 	GatewayPeakRSS  *int64   `json:"gateway_peak_rss_bytes,omitempty"`
+	// GatewayMallocsPerCall: the gateway's (or floorgw's) heap allocations
+	// per call over the window, from its go_memstats_mallocs_total, median.
+	GatewayMallocsPerCall *float64 `json:"gateway_mallocs_per_call,omitempty"`
 	// CPUPer1k: CPU seconds per 1,000 calls of each process on the path
 	// (client = the load generator), medians.
 	CPUPer1k   map[string]float64 `json:"cpu_s_per_1k_calls,omitempty"`
@@ -115,17 +118,52 @@ type Report struct {
 	Inflight             *Sample            `json:"inflight,omitempty"`
 	InflightBreakdown    *InflightBreakdown `json:"inflight_breakdown,omitempty"`
 	InflightError        string             `json:"inflight_error,omitempty"`
-	Profiles             []*ProfileSummary  `json:"profiles,omitempty"`
-	Config               Config             `json:"config"`
-	ElapsedS             float64            `json:"elapsed_s"`
-	LoadEnd              string             `json:"load_average_end"`
-	Samples              []*Sample          `json:"samples"`
+	// The floor (bench/cmd/floorgw): side by side with the gateway per
+	// protocol and concurrency, and its memory per parked call.
+	Floor                     []FloorRow        `json:"floor,omitempty"`
+	FloorInflightBytesPerCall int64             `json:"floor_inflight_bytes_per_call,omitempty"`
+	FloorInflight             *Sample           `json:"floor_inflight,omitempty"`
+	FloorInflightError        string            `json:"floor_inflight_error,omitempty"`
+	Profiles                  []*ProfileSummary `json:"profiles,omitempty"`
+	Config                    Config            `json:"config"`
+	ElapsedS                  float64           `json:"elapsed_s"`
+	LoadEnd                   string            `json:"load_average_end"`
+	Samples                   []*Sample         `json:"samples"`
 
 	analysis      bool      // ANALYSIS.md exists next to latest.md: link it
 	StreamSamples []*Sample `json:"stream_samples"`
 }
 
-var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "python": 3, "direct-stream": 4, "grpc-stream": 5, "rest-stream": 6}
+var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
+	"direct-stream": 6, "grpc-stream": 7, "rest-stream": 8, "floor-grpc-stream": 9}
+
+// FloorRow is the gateway and the floor on one protocol at one
+// concurrency: what each costs per call and adds over direct.
+type FloorRow struct {
+	Protocol    string    `json:"protocol"`
+	Concurrency int       `json:"concurrency"`
+	Toolgate    FloorSide `json:"toolgate"`
+	Floor       FloorSide `json:"floor"`
+	// Toolgate ÷ floor (absent when the floor's figure is too small to
+	// divide by: an added latency under 0.05 ms).
+	CPURatio       *float64 `json:"cpu_vs_floor,omitempty"`
+	MallocsRatio   *float64 `json:"mallocs_vs_floor,omitempty"`
+	P50AddedRatio  *float64 `json:"p50_added_vs_floor,omitempty"`
+	P99AddedRatio  *float64 `json:"p99_added_vs_floor,omitempty"`
+	P50OverFloorMS float64  `json:"p50_over_floor_ms"`
+}
+
+// FloorSide is one server's figures at a point.
+type FloorSide struct {
+	RPS            float64 `json:"rps"`
+	CPUMSPerCall   float64 `json:"cpu_ms_per_call"`
+	MallocsPerCall float64 `json:"mallocs_per_call"`
+	P50MS          float64 `json:"p50_ms"`
+	P99MS          float64 `json:"p99_ms"`
+	// Over direct at the same concurrency (absent without a direct point).
+	P50AddedMS *float64 `json:"p50_added_ms,omitempty"`
+	P99AddedMS *float64 `json:"p99_added_ms,omitempty"`
+}
 
 func aggregate(samples []*Sample) []Point {
 	type key struct {
@@ -176,17 +214,24 @@ func aggregate(samples []*Sample) []Point {
 		p.P99 = median(p.P99Samples)
 		p.P999 = median(col(func(s *Sample) float64 { return s.P999 }))
 		p.ChunksPerS = median(col(func(s *Sample) float64 { return s.ChunksPerS }))
-		var gwCPU []float64
+		var gwCPU, gwMallocs []float64
 		var peak int64
 		for _, s := range ok {
 			if s.Gateway != nil {
 				gwCPU = append(gwCPU, s.Gateway.CPUSPer1kCall)
 				peak = max(peak, s.Gateway.PeakRSSBytes)
+				if s.Gateway.MallocsPerCall > 0 {
+					gwMallocs = append(gwMallocs, s.Gateway.MallocsPerCall)
+				}
 			}
 		}
 		if len(gwCPU) > 0 {
 			v := round(median(gwCPU), 4)
 			p.GatewayCPUPer1k, p.GatewayPeakRSS = &v, &peak
+		}
+		if len(gwMallocs) > 0 {
+			v := round(median(gwMallocs), 1)
+			p.GatewayMallocsPerCall = &v
 		}
 		if len(ok) > 0 {
 			p.CPUPer1k["client"] = round(median(col(func(s *Sample) float64 {
@@ -282,11 +327,13 @@ func (r *Report) summarize() {
 			r.Targets = append(r.Targets, Target{Name: name, Goal: goal, Measured: v, Unit: unit, Met: met})
 		}
 	}
-	v, ok := ratio("grpc_over_direct_rps_c64", g64, d64, rps)
-	add("gRPC throughput / direct, c=64", "≥ 0.90", "×", v, ok, v >= 0.90)
-	v, ok = ratio("rest_over_direct_rps_c64", r64, d64, rps)
-	add("REST throughput / direct, c=64", "≥ 0.75", "×", v, ok, v >= 0.75)
-	v, ok = diff("grpc_added_p99_ms_c16", g16, d16, p99)
+	// Throughput as a share of direct at c=64 stays in the ratios but is no
+	// longer a target: on one shared machine it mostly measures the load
+	// generator and the shared CPU (ANALYSIS.md); the floor ratios below
+	// are the yardstick.
+	_, _ = ratio("grpc_over_direct_rps_c64", g64, d64, rps)
+	_, _ = ratio("rest_over_direct_rps_c64", r64, d64, rps)
+	v, ok := diff("grpc_added_p99_ms_c16", g16, d16, p99)
 	add("gRPC added p99 over direct, c=16", "≤ 1 ms", "ms", v, ok, v <= 1)
 	v, ok = diff("rest_added_p99_ms_c16", r16, d16, p99)
 	add("REST added p99 over direct, c=16 (gRPC's goal, for comparison)", "≤ 1 ms", "ms", v, ok, v <= 1)
@@ -304,6 +351,96 @@ func (r *Report) summarize() {
 		r.InflightBytesPerCall = r.Inflight.Inflight.BytesPerCall
 		b := float64(r.InflightBytesPerCall)
 		add("gateway memory per in-flight call", "≤ 4096 B", "B", b, true, b <= 4096)
+	}
+	r.summarizeFloor()
+}
+
+// summarizeFloor sets the floor rows and the gateway-versus-floor ratios.
+func (r *Report) summarizeFloor() {
+	r.Floor, r.FloorInflightBytesPerCall = nil, 0
+	byConc, _ := r.Ratios["by_concurrency"].(map[string]map[string]float64)
+	put := func(name string, c int, v float64) {
+		if byConc[name] == nil {
+			byConc[name] = map[string]float64{}
+		}
+		byConc[name][fmt.Sprint(c)] = v
+	}
+	ratioOf := func(a, b, minB float64) *float64 {
+		if b < minB || a <= 0 {
+			return nil
+		}
+		v := round(a/b, 3)
+		return &v
+	}
+	for _, proto := range []string{"grpc", "rest"} {
+		for _, c := range r.Config.Concurrencies {
+			tg, fl, d := find(r.Runs, proto, c), find(r.Runs, "floor-"+proto, c), find(r.Runs, "direct", c)
+			if tg == nil || fl == nil {
+				continue
+			}
+			side := func(p *Point) FloorSide {
+				fs := FloorSide{RPS: p.RPS, P50MS: p.P50, P99MS: p.P99}
+				if p.GatewayCPUPer1k != nil {
+					fs.CPUMSPerCall = *p.GatewayCPUPer1k
+				}
+				if p.GatewayMallocsPerCall != nil {
+					fs.MallocsPerCall = *p.GatewayMallocsPerCall
+				}
+				if d != nil {
+					a50, a99 := round(p.P50-d.P50, 3), round(p.P99-d.P99, 3)
+					fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
+				}
+				return fs
+			}
+			row := FloorRow{Protocol: proto, Concurrency: c, Toolgate: side(tg), Floor: side(fl), P50OverFloorMS: round(tg.P50-fl.P50, 3)}
+			row.CPURatio = ratioOf(row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, 1e-9)
+			row.MallocsRatio = ratioOf(row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, 1e-9)
+			if d != nil {
+				row.P50AddedRatio = ratioOf(*row.Toolgate.P50AddedMS, *row.Floor.P50AddedMS, 0.05)
+				row.P99AddedRatio = ratioOf(*row.Toolgate.P99AddedMS, *row.Floor.P99AddedMS, 0.05)
+			}
+			r.Floor = append(r.Floor, row)
+			if row.CPURatio != nil {
+				put(proto+"_cpu_vs_floor", c, *row.CPURatio)
+			}
+			if row.MallocsRatio != nil {
+				put(proto+"_mallocs_vs_floor", c, *row.MallocsRatio)
+			}
+			if row.P50AddedRatio != nil {
+				put(proto+"_p50_added_vs_floor", c, *row.P50AddedRatio)
+			}
+			put(proto+"_p50_over_floor_ms", c, row.P50OverFloorMS)
+			if d != nil && d.RPS > 0 {
+				put("floor_"+proto+"_over_direct_rps", c, round(fl.RPS/d.RPS, 3))
+				put("floor_"+proto+"_added_p50_ms", c, *row.Floor.P50AddedMS)
+				put("floor_"+proto+"_added_p99_ms", c, *row.Floor.P99AddedMS)
+			}
+			// The headline ratios: CPU and allocations at c=64, where the
+			// per-call figures are steadiest; latency at c=1, where nothing
+			// queues.
+			suffix := map[string]string{"grpc": "", "rest": "_rest"}[proto]
+			if c == 64 {
+				if row.CPURatio != nil {
+					r.Ratios["cpu_vs_floor_"+proto] = *row.CPURatio
+				}
+				if row.MallocsRatio != nil {
+					r.Ratios["mallocs_vs_floor_"+proto] = *row.MallocsRatio
+				}
+				r.Ratios[proto+"_over_floor_rps_c64"] = round(tg.RPS/max(fl.RPS, 1e-9), 3)
+			}
+			if c == 1 {
+				if row.P50AddedRatio != nil {
+					r.Ratios["p50_added_vs_floor_c1"+suffix] = *row.P50AddedRatio
+				}
+				r.Ratios[proto+"_p50_over_floor_ms_c1"] = row.P50OverFloorMS
+			}
+		}
+	}
+	if r.FloorInflight != nil && r.FloorInflight.Inflight != nil {
+		r.FloorInflightBytesPerCall = r.FloorInflight.Inflight.BytesPerCall
+		if r.InflightBytesPerCall > 0 && r.FloorInflightBytesPerCall > 0 {
+			r.Ratios["mem_per_parked_call_vs_floor"] = round(float64(r.InflightBytesPerCall)/float64(r.FloorInflightBytesPerCall), 3)
+		}
 	}
 }
 
@@ -349,24 +486,29 @@ func (r *Report) markdown() string {
 			}
 			w("| %s | %s | %s %s | %s |\n", t.Name, t.Goal, trimFloat(t.Measured), t.Unit, met)
 		}
-		w("\n")
+		w("\nThroughput as a share of direct at c=64 (gRPC ≥ 0.90, REST ≥ 0.75) is no longer a target: on one shared machine it mostly measures the load generator and the shared CPU (ANALYSIS.md, section 0). It stays in latest.json (gRPC %s, REST %s here); the gateway is measured against the floor instead (\"Against the floor\" below).\n\n",
+			ratioText(r.Ratios["grpc_over_direct_rps_c64"]), ratioText(r.Ratios["rest_over_direct_rps_c64"]))
 	}
 
 	w("## Unary calls\n\n")
-	w("| mode | c | calls/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | msgs dropped by broker | gateway CPU s / 1k calls | gateway peak RSS |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| mode | c | calls/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | msgs dropped by broker | gateway CPU s / 1k calls | gateway allocs / call | gateway peak RSS |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Runs {
-		gcpu, grss := "–", "–"
+		gcpu, gmal, grss := "–", "–", "–"
 		if p.GatewayCPUPer1k != nil {
 			gcpu = fmt.Sprintf("%.3f", *p.GatewayCPUPer1k)
 			grss = mib(*p.GatewayPeakRSS)
+		}
+		if p.GatewayMallocsPerCall != nil {
+			gmal = fmt.Sprintf("%.0f", *p.GatewayMallocsPerCall)
 		}
 		errs := fmt.Sprint(p.Errors)
 		if p.Failed > 0 {
 			errs += fmt.Sprintf(" (%d run(s) failed)", p.Failed)
 		}
-		w("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %s | %d | %s | %s |\n", p.Mode, p.Concurrency, p.RPS, p.P50, p.P90, p.P99, p.P999, errs, p.LostMessages, gcpu, grss)
+		w("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2f | %s | %d | %s | %s | %s |\n", p.Mode, p.Concurrency, p.RPS, p.P50, p.P90, p.P99, p.P999, errs, p.LostMessages, gcpu, gmal, grss)
 	}
+	w("\nIn the *floor-* rows the \"gateway\" is `bench/cmd/floorgw`. *gateway allocs / call*: heap allocations over the window from the server's `go_memstats_mallocs_total` (its `/metrics`), less what one scrape of it allocates, per call completed.\n")
 	w("\n*errors* are failed calls in the measured windows (total over repetitions); *msgs dropped by broker* counts requests (all modes) and replies (gateway modes) that Pulsar accepted but did not deliver over the whole point, warm-up included: non-persistent topics drop when a consumer falls behind, and each such call then waits for its deadline (5 s).\n\n")
 
 	w("### Where a call's CPU goes (CPU ms per call, medians)\n\n")
@@ -391,6 +533,8 @@ func (r *Report) markdown() string {
 	}
 	w("\n")
 
+	r.floorMarkdown(&b)
+
 	if len(r.Streaming) > 0 {
 		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)
 		w("| mode | chunks/s | call p50 ms | call p99 ms | errors | gateway CPU s / 1k chunks |\n|---|---:|---:|---:|---:|---:|\n")
@@ -413,6 +557,13 @@ func (r *Report) markdown() string {
 	} else {
 		w("Not measured: %s\n\n", r.InflightError)
 	}
+	if r.FloorInflight != nil && r.FloorInflight.Inflight != nil {
+		in := r.FloorInflight.Inflight
+		w("The same test on the floor (`bench/cmd/floorgw`, a fresh process): RSS %s → %s, **%d bytes per call** (errors %d); the gateway holds %.2f× the floor's memory per parked call.\n\n",
+			mib(in.IdleRSSBytes), mib(in.ParkedRSSBytes), in.BytesPerCall, r.FloorInflight.Errors, r.Ratios["mem_per_parked_call_vs_floor"])
+	} else if r.FloorInflightError != "" {
+		w("On the floor: not measured: %s\n\n", r.FloorInflightError)
+	}
 	if bd := r.InflightBreakdown; bd != nil {
 		w("Where it goes, from the Go runtime of `bench/cmd/gatewayprof` in a second run of the same test (%d calls; RSS growth there %d bytes per call):\n\n", bd.Calls, bd.RSSBytesPerCall)
 		w("| per parked call | bytes |\n|---|---:|\n")
@@ -432,7 +583,7 @@ func (r *Report) markdown() string {
 		p.markdown(&b)
 	}
 
-	w("## Reproduce\n\n```sh\nmake bench        # this report (docs/benchmarks/latest.*), about %d minutes\nmake bench-quick  # under 2 minutes, written to .cache/bench/quick/\n```\n\nGo microbenchmarks of the hot-path pieces: `go test -run '^$' -bench . -benchmem ./wire ./internal/bridge ./internal/server`.\n", int(math.Ceil(r.ElapsedS/60)))
+	w("## Reproduce\n\n```sh\nmake bench        # this report (docs/benchmarks/latest.*), about %d minutes\nmake bench-quick  # about 2 minutes, written to .cache/bench/quick/\n```\n\nGo microbenchmarks of the hot-path pieces: `go test -run '^$' -bench . -benchmem ./wire ./internal/bridge ./internal/server`.\n", int(math.Ceil(r.ElapsedS/60)))
 	return b.String()
 }
 
@@ -523,4 +674,88 @@ func machineInfo(adminURL, note string) map[string]any {
 		m["pulsar"] = "?"
 	}
 	return m
+}
+
+// floorMarkdown is the gateway beside the floor.
+func (r *Report) floorMarkdown(b *strings.Builder) {
+	if len(r.Floor) == 0 {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Against the floor\n\n")
+	w("`bench/cmd/floorgw` is the smallest forwarder over the same path: gRPC or HTTP/JSON in, one Pulsar producer (the same adaptive batching) and one consumer, a map of waiting calls; no authentication, registry, argument validation, metrics, tracing or call log. It runs in the same session, fed by the same load generator against the same echo service; the gateway runs as in production, %s on every call, metrics and argument validation on. The gateway's cost is read against this floor, not against direct (see ANALYSIS.md).\n\n", authText(r.Config.GatewayAuth))
+	h := func(k string) string {
+		v, ok := r.Ratios[k].(float64)
+		if !ok {
+			return "–"
+		}
+		return trimFloat(v) + "×"
+	}
+	w("Headline: gateway ÷ floor, CPU per call at c=64: gRPC %s, REST %s; allocations per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; memory per parked call: %s.\n\n",
+		h("cpu_vs_floor_grpc"), h("cpu_vs_floor_rest"), h("mallocs_vs_floor_grpc"), h("mallocs_vs_floor_rest"),
+		h("p50_added_vs_floor_c1"), h("p50_added_vs_floor_c1_rest"), h("mem_per_parked_call_vs_floor"))
+	w("| protocol | c | CPU ms / call: gateway | floor | × | allocs / call: gateway | floor | × | p50 added over direct, ms: gateway | floor | p99 added, ms: gateway | floor | calls/s: gateway | floor |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	x := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
+	for _, f := range r.Floor {
+		w("| %s | %d | %.3f | %.3f | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %.0f | %.0f |\n", f.Protocol, f.Concurrency,
+			f.Toolgate.CPUMSPerCall, f.Floor.CPUMSPerCall, x(f.CPURatio), f.Toolgate.MallocsPerCall, f.Floor.MallocsPerCall, x(f.MallocsRatio),
+			x(f.Toolgate.P50AddedMS), x(f.Floor.P50AddedMS), x(f.Toolgate.P99AddedMS), x(f.Floor.P99AddedMS), f.Toolgate.RPS, f.Floor.RPS)
+	}
+	w("\n")
+}
+
+func authText(a string) string {
+	if a == "api-key" {
+		return "an API key checked"
+	}
+	if a == "" {
+		return "authentication as configured"
+	}
+	return a
+}
+
+// logFloor prints the gateway beside the floor, and the headline ratios.
+func (r *Report) logFloor() {
+	f := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", *v)
+	}
+	x := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
+	for _, row := range r.Floor {
+		logf("floor %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s)  allocs/call %.0f vs %.0f (%s)  p50 added %s vs %s ms  p99 added %s vs %s ms",
+			row.Protocol, row.Concurrency, row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, f(row.CPURatio),
+			row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, f(row.MallocsRatio),
+			x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), x(row.Toolgate.P99AddedMS), x(row.Floor.P99AddedMS))
+	}
+	var parts []string
+	for _, k := range []string{"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "mallocs_vs_floor_grpc", "mallocs_vs_floor_rest",
+		"p50_added_vs_floor_c1", "p50_added_vs_floor_c1_rest", "mem_per_parked_call_vs_floor"} {
+		if v, ok := r.Ratios[k].(float64); ok {
+			parts = append(parts, fmt.Sprintf("%s %s", k, trimFloat(v)))
+		}
+	}
+	if len(parts) > 0 {
+		logf("gateway ÷ floor: %s", strings.Join(parts, ", "))
+	}
+}
+
+func ratioText(v any) string {
+	f, ok := v.(float64)
+	if !ok {
+		return "not measured"
+	}
+	return trimFloat(f) + "×"
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/loadresult"
+)
+
+func sample(mode string, c int, rps, p50, p99, cpu1k, mallocs float64) *Sample {
+	s := &Sample{Result: loadresult.Result{Mode: mode, Concurrency: c, RPS: rps, P50: p50, P99: p99, Calls: 1000}}
+	if cpu1k > 0 {
+		s.Gateway = &loadresult.ProcResult{CPUSPer1kCall: cpu1k, MallocsPerCall: mallocs}
+	}
+	return s
+}
+
+func TestSummarizeFloor(t *testing.T) {
+	r := &Report{Config: Config{Concurrencies: []int{1, 64}}}
+	r.Samples = []*Sample{
+		sample("direct", 1, 1500, 0.6, 2, 0, 0),
+		sample("grpc", 1, 800, 1.2, 3.5, 0.6, 240),
+		sample("floor-grpc", 1, 900, 0.9, 3, 0.4, 200),
+		sample("rest", 1, 700, 1.1, 3, 0.5, 300),
+		sample("floor-rest", 1, 900, 0.62, 2.5, 0.4, 150), // added 0.02 ms: too small to divide by
+		sample("direct", 64, 12000, 5, 13, 0, 0),
+		sample("grpc", 64, 4600, 13, 28, 0.15, 170),
+		sample("floor-grpc", 64, 6000, 10, 20, 0.1, 136),
+		sample("rest", 64, 3800, 15, 35, 0.22, 250),
+		sample("floor-rest", 64, 6500, 9, 18, 0.1, 100),
+	}
+	r.Inflight = &Sample{Result: loadresult.Result{Inflight: &loadresult.Inflight{BytesPerCall: 16000}}}
+	r.FloorInflight = &Sample{Result: loadresult.Result{Inflight: &loadresult.Inflight{BytesPerCall: 12800}}}
+	r.summarize()
+
+	want := map[string]float64{
+		"cpu_vs_floor_grpc":            1.5,
+		"cpu_vs_floor_rest":            2.2,
+		"mallocs_vs_floor_grpc":        1.25,
+		"mallocs_vs_floor_rest":        2.5,
+		"p50_added_vs_floor_c1":        2, // (1.2-0.6) / (0.9-0.6)
+		"grpc_p50_over_floor_ms_c1":    0.3,
+		"rest_p50_over_floor_ms_c1":    0.48,
+		"mem_per_parked_call_vs_floor": 1.25,
+		"grpc_over_direct_rps_c64":     0.383, // kept as a ratio
+	}
+	for k, v := range want {
+		got, ok := r.Ratios[k].(float64)
+		if !ok || got != v {
+			t.Errorf("ratios[%s] = %v, want %v", k, r.Ratios[k], v)
+		}
+	}
+	if _, ok := r.Ratios["p50_added_vs_floor_c1_rest"]; ok {
+		t.Errorf("p50_added_vs_floor_c1_rest set although the floor added only 0.02 ms: %v", r.Ratios["p50_added_vs_floor_c1_rest"])
+	}
+	if len(r.Floor) != 4 {
+		t.Fatalf("%d floor rows, want 4 (2 protocols × 2 concurrencies)", len(r.Floor))
+	}
+	for _, tg := range r.Targets {
+		if strings.Contains(tg.Name, "/ direct") {
+			t.Errorf("retired target still listed: %s", tg.Name)
+		}
+	}
+	md := r.markdown()
+	for _, s := range []string{"## Against the floor", "| grpc | 64 | 0.150 | 0.100 | 1.50 | 170 | 136 | 1.25 |", "1.25× the floor's memory"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("latest.md lacks %q", s)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/toolgate/toolgate/internal/transport"
@@ -27,6 +28,8 @@ type chunkSender struct {
 	topic string
 	id    string
 	slots chan struct{} // one token per unconfirmed chunk
+
+	seq int // of the next reply message (send is not called concurrently)
 
 	mu  sync.Mutex
 	err error // the first failure; every later send returns it
@@ -65,7 +68,8 @@ func (c *chunkSender) send(ctx context.Context, text string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	msg := transport.Message{Payload: b, Properties: map[string]string{wire.PropID: c.id}}
+	msg := transport.Message{Payload: b, Properties: map[string]string{wire.PropID: c.id, wire.PropSeq: strconv.Itoa(c.seq)}}
+	c.seq++
 	for {
 		err = c.pub.PublishAsync(context.WithoutCancel(ctx), c.topic, msg, func(err error) {
 			if err != nil {

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,6 +397,7 @@ func (s *Service) serve(m transport.Message) {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
+	var chunks *chunkSender // created by the first Send
 	reply := func(r wire.Response) error {
 		b, err := wire.EncodeResponse(r)
 		if err != nil {
@@ -403,7 +405,11 @@ func (s *Service) serve(m transport.Message) {
 		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		return s.broker.Publish(pctx, s.respTopic, transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id}})
+		seq := 0
+		if chunks != nil {
+			seq = chunks.seq
+		}
+		return s.broker.Publish(pctx, s.respTopic, transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}})
 	}
 	fail := func(typ, msg string) {
 		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {
@@ -425,7 +431,6 @@ func (s *Service) serve(m transport.Message) {
 		fail("invalid-argument", "arguments: "+err.Error())
 		return
 	}
-	var chunks *chunkSender // created by the first Send
 	r.send = func(text string) error {
 		if chunks == nil {
 			chunks = newChunkSender(s.broker, s.respTopic, id)

@@ -27,6 +27,12 @@ const (
 	PropDeadline = "toolgate-deadline-ms"
 	// PropTraceparent carries the W3C trace context of the call.
 	PropTraceparent = "traceparent"
+	// PropSeq numbers the reply messages of one call, from 0, on replies
+	// of services that set it (the Go SDK does; TrustGraph's Python
+	// services send one message and do not). Non-persistent topics drop
+	// messages silently when a consumer falls behind; the numbers let the
+	// caller tell a whole reply from one with a hole in it.
+	PropSeq = "toolgate-seq"
 )
 
 // ErrorTypeToolService is the error type TrustGraph's Python base service

@@ -27,6 +27,7 @@ type grpcCaller struct {
 	want    string
 	args    *structpb.Struct
 	stream  bool
+	sse     bool // streams as Server-Sent Events instead of NDJSON
 	streamN int
 }
 
@@ -129,10 +130,11 @@ type restCaller struct {
 	body    []byte
 	want    string
 	stream  bool
+	sse     bool // streams as Server-Sent Events instead of NDJSON
 	streamN int
 }
 
-func newREST(o Options, msg string, stream bool) *restCaller {
+func newREST(o Options, msg string, stream, sse bool) *restCaller {
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        o.Concurrency + 16,
@@ -140,7 +142,7 @@ func newREST(o Options, msg string, stream bool) *restCaller {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
-	r := &restCaller{client: &http.Client{Transport: tr}, want: msg, stream: stream, streamN: o.StreamN}
+	r := &restCaller{client: &http.Client{Transport: tr}, want: msg, stream: stream, sse: sse, streamN: o.StreamN}
 	if o.APIKey != "" {
 		r.auth = "Bearer " + o.APIKey
 	}
@@ -160,6 +162,9 @@ func (r *restCaller) Call(ctx context.Context, _ int) (int, error) {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if r.sse {
+		req.Header.Set("Accept", "text/event-stream")
+	}
 	if r.auth != "" {
 		req.Header.Set("Authorization", r.auth)
 	}
@@ -185,22 +190,31 @@ func (r *restCaller) Call(ctx context.Context, _ int) (int, error) {
 		}
 		return 1, nil
 	}
-	// newline-delimited {"result": {...}} or {"error": {...}}
+	// NDJSON: one chunk per line ({"output": …}), a Status line on failure.
+	// SSE: "event: chunk" per chunk, then "event: done" or "event: error".
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	n := 0
+	n, done := 0, false
 	for sc.Scan() {
 		line := sc.Bytes()
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
+		switch {
+		case len(bytes.TrimSpace(line)) == 0:
+		case r.sse && bytes.Equal(line, []byte("event: chunk")):
+			n++
+		case r.sse && bytes.Equal(line, []byte("event: done")):
+			done = true
+		case r.sse && (bytes.HasPrefix(line, []byte("data: ")) || bytes.HasPrefix(line, []byte(":"))):
+		case !r.sse && bytes.HasPrefix(line, []byte(`{"output"`)):
+			n++
+		default:
+			return n, fmt.Errorf("stream line after %d chunks: %.200s", n, line)
 		}
-		if !bytes.HasPrefix(line, []byte(`{"result"`)) {
-			return n, fmt.Errorf("stream line %d: %.200s", n, line)
-		}
-		n++
 	}
 	if err := sc.Err(); err != nil {
 		return n, err
+	}
+	if r.sse && !done {
+		return n, fmt.Errorf("SSE stream ended after %d chunks without a done event", n)
 	}
 	if n != r.streamN {
 		return n, fmt.Errorf("got %d chunks, want %d", n, r.streamN)

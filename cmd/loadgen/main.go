@@ -9,7 +9,7 @@
 //	               same envelope and properties the gateway sends): the limit
 //	               for this architecture
 //	grpc, rest     InvokeTool through the gateway, over gRPC or HTTP/JSON
-//	direct-stream, grpc-stream, rest-stream
+//	direct-stream, grpc-stream, rest-stream (NDJSON), rest-sse (Server-Sent Events)
 //	               one streamed reply of -stream-n chunks per call
 //	inflight       -concurrency calls parked on a slow echo at once, over a
 //	               few gRPC connections; reports the gateway's RSS growth per
@@ -79,7 +79,7 @@ type (
 func main() {
 	var o Options
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
-	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | direct-stream | grpc-stream | rest-stream | inflight")
+	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | direct-stream | grpc-stream | rest-stream (NDJSON) | rest-sse | mcp | inflight")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "calls in flight at once (workers); for inflight: calls to park")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "load before the window, not counted")
@@ -161,9 +161,13 @@ func newCaller(ctx context.Context, o Options) (Caller, error) {
 	case "grpc-stream":
 		return newGRPC(o, msg, true)
 	case "rest":
-		return newREST(o, msg, false), nil
+		return newREST(o, msg, false, false), nil
 	case "rest-stream":
-		return newREST(o, msg, true), nil
+		return newREST(o, msg, true, false), nil
+	case "rest-sse":
+		return newREST(o, msg, true, true), nil
+	case "mcp":
+		return newMCP(o, msg), nil
 	}
 	return nil, fmt.Errorf("unknown mode %q", o.Mode)
 }
@@ -274,7 +278,7 @@ func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
 		res.Procs = procs
 		res.Gateway = procs["gateway"]
 	}
-	if strings.HasSuffix(o.Mode, "-stream") {
+	if strings.HasSuffix(o.Mode, "-stream") || o.Mode == "rest-sse" {
 		res.WindowChunksPerS = round(float64(res.Chunks)/o.Duration.Seconds(), 1)
 		if res.P50 > 0 {
 			res.ChunksPerS = round(float64(o.StreamN)/(res.P50/1000), 1)

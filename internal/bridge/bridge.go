@@ -33,6 +33,9 @@ var (
 	// ErrSlowReader: the caller read the reply chunks too slowly and the
 	// buffer for them filled up.
 	ErrSlowReader = errors.New("reply chunks not read fast enough")
+	// ErrLostReplies: reply messages of a call never arrived (see
+	// LostRepliesError).
+	ErrLostReplies = errors.New("reply messages lost in transit")
 	// ErrClosed: the bridge is shutting down.
 	ErrClosed = errors.New("bridge closed")
 	// ErrNoListener: no tool service is subscribed to the request topic,
@@ -293,8 +296,23 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		return
 	}
 	b.replies.Add(1)
-	c.deliver(resp)
+	c.deliver(resp, m.Properties[wire.PropSeq])
 }
+
+// LostRepliesError ends a call whose reply has a hole in it: a later reply
+// message arrived, numbered past the ones missing. The broker drops
+// messages on non-persistent topics when a consumer falls behind; a reply
+// with a hole is never passed on as if it were whole.
+type LostRepliesError struct {
+	Lost int // reply messages missing
+}
+
+func (e *LostRepliesError) Error() string {
+	return fmt.Sprintf("%d reply message(s) of this call were lost in transit (dropped by the broker)", e.Lost)
+}
+
+// Unwrap makes errors.Is(err, ErrLostReplies) true.
+func (e *LostRepliesError) Unwrap() error { return ErrLostReplies }
 
 // Close stops listening. Calls still waiting end with ErrClosed.
 func (b *Bridge) Close() {

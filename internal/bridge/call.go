@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -26,6 +27,7 @@ type Call struct {
 	err     error // terminal error, reported after the queued chunks
 	ended   bool  // no more chunks will arrive
 	removed bool  // taken out of the pending map
+	nextSeq int   // the reply message number expected next (wire.PropSeq)
 }
 
 // ID is the call's correlation id.
@@ -40,13 +42,27 @@ func (c *Call) signal() {
 
 // deliver queues one decoded reply message. It never blocks: a reader that
 // falls too far behind ends its own call with ErrSlowReader.
-func (c *Call) deliver(r wire.Response) {
+func (c *Call) deliver(r wire.Response, seq string) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
 		return
 	}
+	lost := 0
+	if seq != "" {
+		// Replies of one call come in order; a number past the one
+		// expected means the broker dropped the ones between.
+		if n, err := strconv.Atoi(seq); err == nil {
+			if n > c.nextSeq {
+				lost = n - c.nextSeq
+			}
+			c.nextSeq = n + 1
+		}
+	}
 	switch {
+	case lost > 0:
+		c.err = &LostRepliesError{Lost: lost}
+		c.ended = true
 	case r.Error != nil:
 		c.err = r.Error
 		c.ended = true

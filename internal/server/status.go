@@ -86,6 +86,9 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	case errors.Is(err, bridge.ErrSlowReader):
 		return with(codes.ResourceExhausted, "the reply stream was not read fast enough", "SLOW_READER")
+	case errors.Is(err, bridge.ErrLostReplies):
+		return with(codes.Unavailable, "tool "+quote(toolName)+": "+err.Error()+"; the reply is incomplete, retry the call", "REPLY_LOST",
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	case errors.Is(err, bridge.ErrBadReply):
 		return with(codes.Internal, "tool "+quote(toolName)+" sent a malformed reply", "BAD_REPLY")
 	case errors.Is(err, bridge.ErrNoListener):

@@ -39,6 +39,7 @@ func TestToStatus(t *testing.T) {
 		{"cancelled", context.Canceled, codes.Canceled, "CANCELLED", "call cancelled"},
 		{"overloaded", fmt.Errorf("%w: 5 calls", bridge.ErrOverloaded), codes.ResourceExhausted, "OVERLOADED", "the gateway is overloaded; retry shortly"},
 		{"slow reader", bridge.ErrSlowReader, codes.ResourceExhausted, "SLOW_READER", "the reply stream was not read fast enough"},
+		{"lost replies", &bridge.LostRepliesError{Lost: 2}, codes.Unavailable, "REPLY_LOST", `tool "t": 2 reply message(s) of this call were lost in transit (dropped by the broker); the reply is incomplete, retry the call`},
 		{"bad reply", fmt.Errorf("%w: x", bridge.ErrBadReply), codes.Internal, "BAD_REPLY", `tool "t" sent a malformed reply`},
 		{"no listener", fmt.Errorf("%w on topic-x", bridge.ErrNoListener), codes.Unavailable, "NO_LISTENER", `tool "t" is unavailable: no tool service is listening on topic-x`},
 		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down"},
@@ -65,8 +66,8 @@ func TestToStatus(t *testing.T) {
 			if info == nil || info.Reason != c.reason || info.Domain != ErrorDomain || info.Metadata["tool"] != "t" || info.Metadata["service"] != "svc" {
 				t.Fatalf("ErrorInfo %v, want reason %s with tool and service", info, c.reason)
 			}
-			if (c.reason == "OVERLOADED") != (retry != nil) {
-				t.Fatalf("RetryInfo %v only on overload", retry)
+			if (c.reason == "OVERLOADED" || c.reason == "REPLY_LOST") != (retry != nil) {
+				t.Fatalf("RetryInfo %v only on overload and lost replies", retry)
 			}
 		})
 	}

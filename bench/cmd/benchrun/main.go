@@ -116,7 +116,7 @@ func main() {
 	fs.DurationVar(&duration, "duration", 0, "measured window per point (default 10s; quick 2s)")
 	fs.DurationVar(&warmup, "warmup", 0, "warm-up per point (default 2s; quick 0.5s)")
 	fs.StringVar(&concs, "concurrency", "1,16,64,256", "concurrencies")
-	fs.StringVar(&modes, "modes", "direct,grpc,rest,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, floor-grpc, floor-rest, python)")
+	fs.StringVar(&modes, "modes", "direct,grpc,rest,mcp,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, floor-grpc, floor-rest, python)")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
@@ -162,7 +162,7 @@ func main() {
 	}
 	c.Modes = splitList(modes)
 	for _, m := range c.Modes {
-		if m != "direct" && m != "grpc" && m != "rest" && m != "floor-grpc" && m != "floor-rest" && m != "python" {
+		if m != "direct" && m != "grpc" && m != "rest" && m != "mcp" && m != "floor-grpc" && m != "floor-rest" && m != "python" {
 			fatalf("-modes: unknown mode %q", m)
 		}
 	}
@@ -269,7 +269,7 @@ func (e *env) run(ctx context.Context) error {
 		}
 	}
 
-	smodes := []string{"direct-stream", "grpc-stream", "rest-stream"}
+	smodes := []string{"direct-stream", "grpc-stream", "rest-stream", "rest-sse"}
 	if e.floorWanted() {
 		smodes = append(smodes, "floor-grpc-stream")
 	}

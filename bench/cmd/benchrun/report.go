@@ -134,8 +134,8 @@ type Report struct {
 	StreamSamples []*Sample `json:"stream_samples"`
 }
 
-var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
-	"direct-stream": 6, "grpc-stream": 7, "rest-stream": 8, "floor-grpc-stream": 9}
+var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "mcp": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
+	"direct-stream": 6, "grpc-stream": 7, "rest-stream": 8, "rest-sse": 9, "floor-grpc-stream": 10}
 
 // FloorRow is the gateway and the floor on one protocol at one
 // concurrency: what each costs per call and adds over direct.
@@ -297,7 +297,7 @@ func (r *Report) summarize() {
 	for _, c := range r.Config.Concurrencies {
 		d := find(r.Runs, "direct", c)
 		py := find(r.Runs, "python", c)
-		for _, m := range []string{"grpc", "rest"} {
+		for _, m := range []string{"grpc", "rest", "mcp"} {
 			p := find(r.Runs, m, c)
 			if p == nil {
 				continue
@@ -347,6 +347,7 @@ func (r *Report) summarize() {
 	ds, gs, rs := find(r.Streaming, "direct-stream", 1), find(r.Streaming, "grpc-stream", 1), find(r.Streaming, "rest-stream", 1)
 	_, _ = ratio("grpc_stream_over_direct_stream_chunks", gs, ds, chunks)
 	_, _ = ratio("rest_stream_over_direct_stream_chunks", rs, ds, chunks)
+	_, _ = ratio("rest_sse_over_direct_stream_chunks", find(r.Streaming, "rest-sse", 1), ds, chunks)
 	if r.Inflight != nil && r.Inflight.Inflight != nil {
 		r.InflightBytesPerCall = r.Inflight.Inflight.BytesPerCall
 		b := float64(r.InflightBytesPerCall)
@@ -536,7 +537,7 @@ func (r *Report) markdown() string {
 	r.floorMarkdown(&b)
 
 	if len(r.Streaming) > 0 {
-		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)
+		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); `rest-stream` reads NDJSON, `rest-sse` Server-Sent Events; chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)
 		w("| mode | chunks/s | call p50 ms | call p99 ms | errors | gateway CPU s / 1k chunks |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, p := range r.Streaming {
 			g := "–"

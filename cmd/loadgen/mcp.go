@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// mcpCaller calls the gateway's MCP endpoint: one stateless JSON-RPC
+// tools/call per call, the answer read from the response's SSE "message"
+// event (or a JSON body), as an MCP client over Streamable HTTP does.
+type mcpCaller struct {
+	client *http.Client
+	url    string
+	auth   string
+	body   []byte
+	want   string
+}
+
+func newMCP(o Options, msg string) *mcpCaller {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        o.Concurrency + 16,
+		MaxIdleConnsPerHost: o.Concurrency + 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	m := &mcpCaller{client: &http.Client{Transport: tr}, url: "http://" + o.HTTPAddr + "/mcp", want: msg}
+	if o.APIKey != "" {
+		m.auth = "Bearer " + o.APIKey
+	}
+	m.body, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": o.Tool, "arguments": map[string]any{"msg": msg}}})
+	return m
+}
+
+type mcpAnswer struct {
+	Result *struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+		IsError bool `json:"isError"`
+	} `json:"result"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (m *mcpCaller) Call(ctx context.Context, _ int) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(m.body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if m.auth != "" {
+		req.Header.Set("Authorization", m.auth)
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	var payload []byte
+	if bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream")) {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: ")); ok {
+				payload = append(payload[:0], d...)
+				break
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return 0, err
+		}
+	} else if payload, err = io.ReadAll(resp.Body); err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body) // keep the connection reusable
+	var a mcpAnswer
+	if err := json.Unmarshal(payload, &a); err != nil {
+		return 0, fmt.Errorf("MCP answer %.200q: %v", payload, err)
+	}
+	switch {
+	case a.Error != nil:
+		return 0, fmt.Errorf("MCP error: %s", a.Error.Message)
+	case a.Result == nil || len(a.Result.Content) == 0:
+		return 0, fmt.Errorf("MCP answer without content: %.200s", payload)
+	case a.Result.IsError:
+		return 0, fmt.Errorf("MCP tool error: %s", a.Result.Content[0].Text)
+	case a.Result.Content[0].Text != m.want:
+		return 1, errors.New("reply differs from the message sent")
+	}
+	return 1, nil
+}
+
+func (m *mcpCaller) Close() { m.client.CloseIdleConnections() }

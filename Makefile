@@ -1,6 +1,11 @@
 # toolgate — see README.md.
 SHELL := bash
 GO    ?= go
+# Build with the toolchain go.mod names (downloaded through the Go module
+# proxy when the installed one is older): it carries the standard library's
+# security fixes. A machine-wide GOTOOLCHAIN=local would otherwise pin the
+# installed release.
+export GOTOOLCHAIN := auto
 
 .PHONY: all build test run pulsar-up pulsar-down generate checkgenerate breaking bench bench-quick lint fmt clean
 
@@ -46,11 +51,18 @@ bench:
 bench-quick:
 	bench/run.sh --quick
 
-## lint: gofmt, go vet
+## lint: gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), go.mod tidiness, govulncheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 		if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run ./...
+	$(GO) mod tidy -diff
+	cd tools && $(GO) mod tidy -diff
+	cd tools/buf && $(GO) mod tidy -diff
+	cd tools/lint && $(GO) mod tidy -diff
+	cd tools/vuln && $(GO) mod tidy -diff
+	scripts/vulncheck.sh
 
 clean:
 	rm -rf bin

@@ -2,6 +2,8 @@ module github.com/toolgate/toolgate
 
 go 1.26.8
 
+toolchain go1.26.10
+
 require (
 	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/apache/pulsar-client-go v0.19.0
@@ -54,7 +56,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hamba/avro/v2 v2.29.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/klauspost/compress v1.20.1 // indirect
+	github.com/klauspost/compress v1.20.2 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect

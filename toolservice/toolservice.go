@@ -488,7 +488,7 @@ func decodeObject(s string) (map[string]any, error) {
 	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %v", err)
+		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if m == nil {
 		m = map[string]any{}

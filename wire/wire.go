@@ -143,7 +143,7 @@ func DecodeResponse(b []byte) (Response, error) {
 		return r, fmt.Errorf("response: %w", err)
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("response: %w: %v", ErrMalformed, err)
+		return r, fmt.Errorf("response: %w: %w", ErrMalformed, err)
 	}
 	if r.Error != nil && r.Error.Type == "" && r.Error.Message == "" {
 		// {"error": {}} carries no failure; treat it like null.

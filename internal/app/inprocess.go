@@ -58,7 +58,7 @@ func chainStream(ics []grpc.StreamServerInterceptor) grpc.StreamServerIntercepto
 }
 
 // call runs one unary method through the chain.
-func call[Req, Resp any](p *inProcess, ctx context.Context, method string, req Req, h func(context.Context, Req) (Resp, error)) (Resp, error) {
+func call[Req, Resp any](ctx context.Context, p *inProcess, method string, req Req, h func(context.Context, Req) (Resp, error)) (Resp, error) {
 	out, err := p.unary(ctx, req, &grpc.UnaryServerInfo{Server: p.srv, FullMethod: method},
 		func(ctx context.Context, r any) (any, error) { return h(ctx, r.(Req)) })
 	if err != nil {
@@ -74,23 +74,23 @@ func call[Req, Resp any](p *inProcess, ctx context.Context, method string, req R
 }
 
 func (p *inProcess) InvokeTool(ctx context.Context, r *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	return call(p, ctx, toolgatev1.ToolService_InvokeTool_FullMethodName, r, p.srv.InvokeTool)
+	return call(ctx, p, toolgatev1.ToolService_InvokeTool_FullMethodName, r, p.srv.InvokeTool)
 }
 
 func (p *inProcess) ListTools(ctx context.Context, r *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	return call(p, ctx, toolgatev1.ToolService_ListTools_FullMethodName, r, p.srv.ListTools)
+	return call(ctx, p, toolgatev1.ToolService_ListTools_FullMethodName, r, p.srv.ListTools)
 }
 
 func (p *inProcess) GetTool(ctx context.Context, r *toolgatev1.GetToolRequest) (*toolgatev1.GetToolResponse, error) {
-	return call(p, ctx, toolgatev1.ToolService_GetTool_FullMethodName, r, p.srv.GetTool)
+	return call(ctx, p, toolgatev1.ToolService_GetTool_FullMethodName, r, p.srv.GetTool)
 }
 
 func (p *inProcess) ListToolServices(ctx context.Context, r *toolgatev1.ListToolServicesRequest) (*toolgatev1.ListToolServicesResponse, error) {
-	return call(p, ctx, toolgatev1.ToolService_ListToolServices_FullMethodName, r, p.srv.ListToolServices)
+	return call(ctx, p, toolgatev1.ToolService_ListToolServices_FullMethodName, r, p.srv.ListToolServices)
 }
 
 func (p *inProcess) GetToolService(ctx context.Context, r *toolgatev1.GetToolServiceRequest) (*toolgatev1.GetToolServiceResponse, error) {
-	return call(p, ctx, toolgatev1.ToolService_GetToolService_FullMethodName, r, p.srv.GetToolService)
+	return call(ctx, p, toolgatev1.ToolService_GetToolService_FullMethodName, r, p.srv.GetToolService)
 }
 
 var streamInfo = &grpc.StreamServerInfo{FullMethod: toolgatev1.ToolService_StreamTool_FullMethodName, IsServerStream: true}

@@ -3,7 +3,6 @@ package auth_test
 import (
 	"context"
 	"log/slog"
-	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/toolgate/toolgate/internal/auth"
@@ -55,6 +54,6 @@ func Example_wiring() {
 		runtime.WithErrorHandler(limits.ErrorHandler),
 		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
 	)
-	var h http.Handler = limits.MaxBody(limits.DefaultMaxBody, gw)
+	h := limits.MaxBody(limits.DefaultMaxBody, gw)
 	_ = h
 }

@@ -118,7 +118,7 @@ func (v *JWTVerifier) Verify(token string) (Identity, error) {
 	if v.cfg.RolesClaim != "" {
 		roles, err := rolesClaim(claims, v.cfg.RolesClaim)
 		if err != nil {
-			return Identity{}, fmt.Errorf("%w: %v", jwt.ErrTokenInvalidClaims, err)
+			return Identity{}, fmt.Errorf("%w: %w", jwt.ErrTokenInvalidClaims, err)
 		}
 		id.Roles = roles
 	}

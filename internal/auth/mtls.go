@@ -6,8 +6,8 @@ import (
 	"errors"
 )
 
-// Metadata keys starting with ReservedPrefix belong to the gateway. A call
-// from outside that carries one is refused, and HeaderMatcher never
+// ReservedPrefix starts the metadata keys that belong to the gateway. A
+// call from outside that carries one is refused, and HeaderMatcher never
 // forwards an HTTP header into one.
 const ReservedPrefix = "x-toolgate-"
 

@@ -292,7 +292,7 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	if err != nil {
 		b.badReplies.Add(1)
 		b.log.Warn("malformed reply", "topic", topic, "id", id, "err", err, "bytes", len(m.Payload))
-		c.finish(fmt.Errorf("%w: %v", ErrBadReply, err))
+		c.finish(fmt.Errorf("%w: %w", ErrBadReply, err))
 		return
 	}
 	b.replies.Add(1)

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strconv"
 	"strings"
@@ -140,7 +141,7 @@ func (c *Call) Wait(ctx context.Context) (string, error) {
 	var sb strings.Builder
 	for {
 		ch, err := c.Recv(ctx)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return sb.String(), nil
 		}
 		if err != nil {

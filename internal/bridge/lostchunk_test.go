@@ -49,7 +49,7 @@ func TestLostChunkEndsTheStreamWithAnError(t *testing.T) {
 	var got []string
 	for {
 		ch, err := c.Recv(ctx)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			t.Fatalf("the stream ended as a success after losing a chunk; got %q", got)
 		}
 		if err != nil {
@@ -120,7 +120,7 @@ func TestDroppedReplyIsReported(t *testing.T) {
 			var got []string
 			for {
 				ch, err := c.Recv(ctx)
-				if err == io.EOF && tc.drop == "" {
+				if errors.Is(err, io.EOF) && tc.drop == "" {
 					break
 				}
 				if err != nil {

@@ -201,7 +201,7 @@ func (c Config) validate() error {
 	if c.Registry == "" {
 		errs = append(errs, errors.New("--registry is required: a JSON or YAML file with tool-service and tool sections"))
 	} else if _, err := os.Stat(c.Registry); err != nil {
-		errs = append(errs, fmt.Errorf("--registry: %v", err))
+		errs = append(errs, fmt.Errorf("--registry: %w", err))
 	}
 	for _, d := range []struct {
 		name string
@@ -255,7 +255,7 @@ func loadFile(path string) (map[string]string, error) {
 	}
 	var m map[string]any
 	if err := yaml.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("--config %s: not a YAML or JSON mapping: %v", path, err)
+		return nil, fmt.Errorf("--config %s: not a YAML or JSON mapping: %w", path, err)
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {

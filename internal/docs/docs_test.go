@@ -73,7 +73,7 @@ func TestOptions(t *testing.T) {
 	t.Parallel()
 	h := docs.New(docs.Options{Path: "/help/", SpecURL: "/api/spec.json", Title: "Acme tools"})
 	resp, body := get(t, h, "GET", "/help")
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /help: status %d", resp.StatusCode)
 	}
 	for _, want := range []string{`href="/help/assets/try.css"`, `href="/help/reference"`, `href="/api/spec.json"`, "<title>Acme tools: try the tools</title>"} {
@@ -81,10 +81,10 @@ func TestOptions(t *testing.T) {
 			t.Errorf("GET /help: no %q in\n%s", want, body)
 		}
 	}
-	if resp, body = get(t, h, "GET", "/help/reference/"); resp.StatusCode != 200 || !strings.Contains(body, `"swaggerJsonUrl":"/api/spec.json"`) {
+	if resp, body = get(t, h, "GET", "/help/reference/"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"swaggerJsonUrl":"/api/spec.json"`) {
 		t.Errorf("GET /help/reference/: status %d, body %.300s", resp.StatusCode, body)
 	}
-	if resp, _ = get(t, h, "GET", "/docs"); resp.StatusCode != 404 {
+	if resp, _ = get(t, h, "GET", "/docs"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /docs on a handler mounted at /help: status %d, want 404", resp.StatusCode)
 	}
 }

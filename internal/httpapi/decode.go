@@ -45,7 +45,7 @@ func (m *marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		msg, ok := v.(proto.Message)
 		if !ok {
-			return m.JSONPb.Unmarshal(data, v)
+			return m.Unmarshal(data, v)
 		}
 		return decodeRequest(data, msg)
 	})
@@ -84,7 +84,7 @@ func diagnose(data []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
 		if errors.As(err, &se) {
 			return nil, fmt.Errorf("the request body is not valid JSON: %s (at byte %d)", se.Error(), se.Offset)
 		}
-		return nil, fmt.Errorf("the request body is not valid JSON: %v", err)
+		return nil, fmt.Errorf("the request body is not valid JSON: %w", err)
 	}
 	obj, ok := top.(map[string]any)
 	if !ok {

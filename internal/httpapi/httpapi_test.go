@@ -115,7 +115,7 @@ func TestStreamFormats(t *testing.T) {
 	f := &fakeService{chunks: 3}
 	srv := newServer(t, f, nil)
 	resp, raw := do(t, srv, "POST", "/v1/tools/x:stream", `{"arguments": {"a": 1}}`)
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != ContentTypeNDJSON || resp.Header.Get("X-Request-Id") != "rid-1" {
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != ContentTypeNDJSON || resp.Header.Get("X-Request-Id") != "rid-1" {
 		t.Fatalf("HTTP %d %v", resp.StatusCode, resp.Header)
 	}
 	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
@@ -161,7 +161,7 @@ func TestStreamHeartbeatAndDisconnect(t *testing.T) {
 	t.Parallel()
 	f := &fakeService{chunks: 100, gap: 100 * time.Millisecond, ended: make(chan error, 1)}
 	srv := newServer(t, f, func(o *Options) { o.SSEHeartbeat = 30 * time.Millisecond })
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/tools/x:stream", strings.NewReader(`{}`))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/tools/x:stream", strings.NewReader(`{}`))
 	req.Header.Set("Accept", ContentTypeSSE)
 	resp, err := srv.Client().Do(req)
 	if err != nil {

@@ -160,18 +160,18 @@ func decodeDocument(data []byte) (map[string]any, error) {
 		dec := json.NewDecoder(bytes.NewReader(trimmed))
 		dec.UseNumber()
 		if err := dec.Decode(&doc); err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
+			return nil, fmt.Errorf("not valid JSON: %w", err)
 		}
 		return doc, nil
 	}
 	var y any
 	if err := yaml.Unmarshal(trimmed, &y); err != nil {
-		return nil, fmt.Errorf("not valid YAML or JSON: %v", err)
+		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
 	}
 	// Round-trip through JSON so YAML and JSON documents look alike.
 	jb, err := json.Marshal(y)
 	if err != nil {
-		return nil, fmt.Errorf("YAML holds something JSON cannot: %v", err)
+		return nil, fmt.Errorf("YAML holds something JSON cannot: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(jb))
 	dec.UseNumber()
@@ -336,10 +336,6 @@ func parseTimeout(v any) (time.Duration, error) {
 	}
 	return d, nil
 }
-
-// reserved are the tool descriptor's own fields; every other field is a
-// candidate configuration value.
-var reserved = map[string]bool{"type": true, "name": true, "description": true, "service": true, "arguments": true, "strict": true}
 
 func parseTool(key string, d map[string]any, services map[string]*Service) (*Tool, []string) {
 	var errs []string

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -171,7 +172,7 @@ func (s *Server) StreamTool(req *toolgatev1.StreamToolRequest, stream toolgatev1
 	defer call.Close()
 	for i := int64(0); ; i++ {
 		ch, err := s.recv(cctx, call)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

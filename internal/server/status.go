@@ -107,7 +107,7 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 // reply about running out of time won the race.
 func (s *Server) status(ctx context.Context, err error, toolName string, tool *registry.Tool) error {
 	if cerr := context.Cause(ctx); cerr != nil && errors.Is(cerr, context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w (the tool service answered: %v)", cerr, err)
+		err = fmt.Errorf("%w (the tool service answered: %v)", cerr, err) //nolint:errorlint // only the deadline may decide the status
 	}
 	st := toStatus(err, toolName, tool)
 	// The per-call log line reports the code; this one keeps the cause,

@@ -216,7 +216,7 @@ func TestStartPublishSpan(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range s.Attributes {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["messaging.system"] != "pulsar" || attrs["messaging.destination.name"] != "persistent://tg/request/x" {
 		t.Errorf("attributes %v", attrs)

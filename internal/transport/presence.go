@@ -99,7 +99,7 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) (int, error
 		} `json:"subscriptions"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return 0, fmt.Errorf("topic stats of %s: %v", topic, err)
+		return 0, fmt.Errorf("topic stats of %s: %w", topic, err)
 	}
 	n := 0
 	for _, s := range st.Subscriptions {

@@ -140,7 +140,7 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 			Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{lg.Handler()}).With("component", "pulsar-client")),
 		})
 		if err != nil {
-			return nil, fmt.Errorf("pulsar: %w: %v", ErrUnavailable, err)
+			return nil, fmt.Errorf("pulsar: %w: %w", ErrUnavailable, err)
 		}
 	}
 	b := &Pulsar{client: c, shared: opts.Client != nil, opts: opts, log: lg, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
@@ -220,7 +220,7 @@ func (b *Pulsar) entry(ctx context.Context, topic string) (*producerEntry, error
 			BackOffPolicyFunc:       b.backoff,
 		})
 		if e.err != nil {
-			e.err = fmt.Errorf("%w: create producer for %s: %v", ErrUnavailable, topic, e.err)
+			e.err = fmt.Errorf("%w: create producer for %s: %w", ErrUnavailable, topic, e.err)
 			b.mu.Lock()
 			delete(b.producers, topic) // let the next call try again
 			b.mu.Unlock()
@@ -372,11 +372,11 @@ func classify(topic string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, pulsar.ErrSendQueueIsFull), errors.Is(err, pulsar.ErrMemoryBufferIsFull):
-		return fmt.Errorf("%w: %s: %v", ErrQueueFull, topic, err)
+		return fmt.Errorf("%w: %s: %w", ErrQueueFull, topic, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	default:
-		return fmt.Errorf("%w: publish to %s: %v", ErrUnavailable, topic, err)
+		return fmt.Errorf("%w: publish to %s: %w", ErrUnavailable, topic, err)
 	}
 }
 
@@ -421,7 +421,7 @@ func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ 
 		return nil, ctx.Err()
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("%w: subscribe %s to %s: %v", ErrUnavailable, subscription, topic, r.err)
+		return nil, fmt.Errorf("%w: subscribe %s to %s: %w", ErrUnavailable, subscription, topic, r.err)
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s := &pulsarSub{c: r.c, cancel: cancel, done: make(chan struct{})}

@@ -20,9 +20,9 @@ type Message struct {
 type SubscriptionType int
 
 const (
-	// Exclusive: one consumer receives every message of the topic.
+	// Exclusive means one consumer receives every message of the topic.
 	Exclusive SubscriptionType = iota
-	// Shared: consumers with the same subscription name take turns.
+	// Shared means consumers with the same subscription name take turns.
 	Shared
 )
 

@@ -74,12 +74,12 @@ var interopVenvOnce = sync.OnceValues(func() (string, error) {
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("scripts/pyenv.sh failed: %v\n%s", err, interopTail(stderr.String(), 40))
+			return "", fmt.Errorf("scripts/pyenv.sh failed: %w\n%s", err, interopTail(stderr.String(), 40))
 		}
 		venv = strings.TrimSpace(stdout.String())
 	}
 	if _, err := os.Stat(filepath.Join(venv, "bin", "python")); err != nil {
-		return "", fmt.Errorf("venv %q has no bin/python (TOOLGATE_VENV=%q): %v", venv, os.Getenv("TOOLGATE_VENV"), err)
+		return "", fmt.Errorf("venv %q has no bin/python (TOOLGATE_VENV=%q): %w", venv, os.Getenv("TOOLGATE_VENV"), err)
 	}
 	return venv, nil
 })

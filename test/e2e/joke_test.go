@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -72,7 +73,7 @@ func TestStreamOverGRPCAndHTTP(t *testing.T) {
 	n := 0
 	for {
 		m, err := st.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,7 +93,7 @@ func TestThousandChunkStream(t *testing.T) {
 	}
 	for i := 0; ; i++ {
 		m, err := st.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			if i != n {
 				t.Fatalf("gRPC stream ended after %d chunks, want %d", i, n)
 			}

@@ -217,7 +217,7 @@ func waitReady(base string, d time.Duration) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("/readyz not 200 after %s (last error: %v)", d, err)
+			return fmt.Errorf("/readyz not 200 after %s (last error: %w)", d, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

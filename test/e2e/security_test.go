@@ -138,7 +138,7 @@ tool:
 		resp, err := s.http.Get(s.base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			if resp.StatusCode == http.StatusOK {
 				break
 			}
 		}
@@ -280,7 +280,7 @@ func TestAuthMatrix(t *testing.T) {
 			} `json:"tools"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&list)
-		if resp.StatusCode != 200 || len(list.Tools) != 1 || list.Tools[0].Name != "echo" {
+		if resp.StatusCode != http.StatusOK || len(list.Tools) != 1 || list.Tools[0].Name != "echo" {
 			t.Fatalf("alice's list: %d %+v, want only echo", resp.StatusCode, list.Tools)
 		}
 		// A reader may list but not invoke.

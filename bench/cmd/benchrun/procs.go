@@ -119,7 +119,7 @@ func (c *child) waitLog(ctx context.Context, substr string, timeout time.Duratio
 			return nil
 		}
 		if c.exited() {
-			return fmt.Errorf("%s exited (%v):\n%s", c.name, c.err, c.tail())
+			return fmt.Errorf("%s exited (%w):\n%s", c.name, c.err, c.tail())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: no %q in its log after %s:\n%s", c.name, substr, timeout, c.tail())
@@ -149,7 +149,7 @@ func (c *child) waitReady(ctx context.Context, timeout time.Duration) error {
 			}
 		}
 		if c.exited() {
-			return fmt.Errorf("%s exited (%v):\n%s", c.name, c.err, c.tail())
+			return fmt.Errorf("%s exited (%w):\n%s", c.name, c.err, c.tail())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready after %s:\n%s", c.name, timeout, c.tail())
@@ -292,7 +292,7 @@ func runJSON(ctx context.Context, timeout time.Duration, v any, bin string, args
 		if runErr == nil {
 			runErr = errors.New("no JSON result on stdout")
 		}
-		return fmt.Errorf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), runErr, lastLines(stderr.String(), 15))
+		return fmt.Errorf("%s %s: %w\n%s", filepath.Base(bin), strings.Join(args, " "), runErr, lastLines(stderr.String(), 15))
 	}
 	if err := json.Unmarshal([]byte(last), v); err != nil {
 		return fmt.Errorf("%s: result: %w", filepath.Base(bin), err)

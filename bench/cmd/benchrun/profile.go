@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -90,8 +91,7 @@ func (e *env) profile(ctx context.Context, mode string, conc int) (*ProfileSumma
 	}
 	for range 2 {
 		if err := <-fetched; err != nil {
-			<-loadDone
-			return nil, err
+			return nil, errors.Join(err, <-loadDone)
 		}
 	}
 	if err := <-loadDone; err != nil {
@@ -150,7 +150,7 @@ func pprofTop(bin, file string, args ...string) (string, error) {
 	a = append(a, file)
 	out, err := exec.Command(goTool(), a...).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(a, " "), err, lastLines(string(out), 10))
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(a, " "), err, lastLines(string(out), 10))
 	}
 	return string(out), nil
 }

@@ -655,8 +655,9 @@ func machineInfo(adminURL, note string) map[string]any {
 		for line := range strings.SplitSeq(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
 				var kb int64
-				fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
-				m["memory"] = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+				if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb); err == nil {
+					m["memory"] = fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+				}
 			}
 		}
 	}

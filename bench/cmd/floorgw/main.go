@@ -274,7 +274,7 @@ func (f *forwarder) send() {
 				break fill
 			}
 		}
-		_ = f.producer.Flush()
+		_ = f.producer.FlushWithCtx(context.Background())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -81,7 +82,12 @@ func TestForwarder(t *testing.T) {
 	svcDone := make(chan error, 1)
 	sctx, stopSvc := context.WithCancel(ctx)
 	go func() { svcDone <- svc.Run(sctx) }()
-	defer func() { stopSvc(); <-svcDone }()
+	defer func() {
+		stopSvc()
+		if err := <-svcDone; err != nil {
+			t.Errorf("echo service: %v", err)
+		}
+	}()
 	for testenv.Subscriptions(wire.RequestTopic(topic)) == 0 {
 		select {
 		case <-ctx.Done():
@@ -148,7 +154,7 @@ func TestForwarder(t *testing.T) {
 	n := 0
 	for {
 		m, err := st.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -62,6 +62,13 @@ type Gateway struct {
 // known before Run. A registry with problems stops it here, with the list.
 func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: log}
+	// Security first: it only reads files, so a bad one stops the gateway
+	// before anything is started that would need stopping.
+	sec, err := newSecurity(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	g.sec = sec
 	src, err := registry.NewFileSource(cfg.Registry, log, g.onRegistrySwap)
 	if err != nil {
 		return nil, err
@@ -70,19 +77,15 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	snap := g.reg.Snapshot()
 	log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
 
-	if g.broker == nil {
-		// Every reply for this instance arrives on its response subscriptions:
-		// a deep prefetch queue keeps bursts from being dropped by the broker.
-		popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA, ReceiverQueueSize: 10000,
-			DisableBatching: !cfg.PulsarBatching}
-		if cfg.PulsarTokenFile != "" {
-			popts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
-		}
-		b, err := transport.NewPulsar(popts)
-		if err != nil {
-			return nil, err
-		}
-		g.broker = b
+	// Every reply for this instance arrives on its response subscriptions:
+	// a deep prefetch queue keeps bursts from being dropped by the broker.
+	popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA, ReceiverQueueSize: 10000,
+		DisableBatching: !cfg.PulsarBatching}
+	if cfg.PulsarTokenFile != "" {
+		popts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
+	}
+	if g.broker, err = transport.NewPulsar(popts); err != nil {
+		return nil, err
 	}
 	g.stopTracing, err = telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
 		OTLPEndpoint: cfg.OTLPEndpoint, OTLPInsecure: cfg.OTLPInsecure, Logger: log})
@@ -102,17 +105,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		DefaultUser:       cfg.DefaultUser,
 		StreamIdleTimeout: cfg.StreamIdle,
 		Logger:            log,
-		Allowed: func(ctx context.Context, action, tool string) bool {
-			return g.sec.allowed(ctx, action, tool)
-		},
+		Allowed:           sec.authn.Allowed,
 	})
-	sec, err := newSecurity(cfg, log)
-	if err != nil {
-		g.bridge.Close()
-		g.broker.Close()
-		return nil, err
-	}
-	g.sec = sec
 	g.metrics = telemetry.NewMetrics(
 		telemetry.WithKnownTools(func(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }),
 		telemetry.WithBridgeStats(func() telemetry.BridgeStats {

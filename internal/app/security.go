@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -26,7 +25,6 @@ import (
 // process.
 type security struct {
 	authn  *auth.Authenticator
-	policy *auth.Policy
 	lim    *limits.Limiter
 	tls    *tls.Config // nil: plain text
 	body   int64
@@ -34,12 +32,6 @@ type security struct {
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 	s := &security{body: int64(cfg.MaxBodyBytes)}
-	opts := []auth.Option{
-		auth.WithLogger(log),
-		auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
-			return server.WithUser(ctx, id.User)
-		}),
-	}
 	if cfg.TLSCert != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
@@ -58,51 +50,14 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 			s.tls.ClientCAs = pool
 			// Certificates are one way to authenticate among others.
 			s.tls.ClientAuth = tls.VerifyClientCertIfGiven
-			opts = append(opts, auth.WithClientCerts())
 		}
-	}
-	if cfg.APIKeys != "" {
-		keys, err := auth.LoadAPIKeys(cfg.APIKeys)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, auth.WithAPIKeys(keys))
-	}
-	if cfg.JWTSecretFile != "" || cfg.JWTJWKSFile != "" {
-		jc := auth.JWTConfig{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, UserClaim: cfg.JWTUserClaim, RolesClaim: cfg.JWTRolesClaim}
-		if cfg.JWTSecretFile != "" {
-			b, err := os.ReadFile(cfg.JWTSecretFile)
-			if err != nil {
-				return nil, fmt.Errorf("--jwt-hs256-secret-file: %w", err)
-			}
-			jc.HS256Secret = bytes.TrimSpace(b)
-		}
-		if cfg.JWTJWKSFile != "" {
-			b, err := os.ReadFile(cfg.JWTJWKSFile)
-			if err != nil {
-				return nil, fmt.Errorf("--jwt-jwks-file: %w", err)
-			}
-			jc.JWKS = b
-		}
-		v, err := auth.NewJWTVerifier(jc)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, auth.WithJWT(v))
-	}
-	if cfg.Policy != "" {
-		p, err := auth.LoadPolicy(cfg.Policy)
-		if err != nil {
-			return nil, err
-		}
-		s.policy = p
-		opts = append(opts, auth.WithPolicy(p))
-	}
-	if cfg.AllowAnonymous {
-		opts = append(opts, auth.WithAnonymous(cfg.DefaultUser))
 	}
 	var err error
-	if s.authn, err = auth.New(opts...); err != nil {
+	s.authn, err = auth.FromConfig(cfg.Auth, auth.WithLogger(log),
+		auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
+			return server.WithUser(ctx, id.User)
+		}))
+	if err != nil {
 		return nil, err
 	}
 	if cfg.RateLimit > 0 {
@@ -149,13 +104,4 @@ func responseHeader(k string) (string, bool) {
 		return "X-Request-Id", true
 	}
 	return runtime.MetadataHeaderPrefix + k, true
-}
-
-// allowed is the server's view of the policy: may the caller see tool?
-func (s *security) allowed(ctx context.Context, action, tool string) bool {
-	if s.policy == nil {
-		return true
-	}
-	id, ok := auth.FromContext(ctx)
-	return ok && s.policy.Allowed(id, action, tool)
 }

@@ -41,16 +41,8 @@ type Config struct {
 	TLSKey   string
 	ClientCA string
 	// Authentication and authorization.
-	APIKeys        string
-	JWTSecretFile  string
-	JWTJWKSFile    string
-	JWTIssuer      string
-	JWTAudience    string
-	JWTUserClaim   string
-	JWTRolesClaim  string
-	Policy         string
-	AllowAnonymous bool
-	RateLimit      float64
+	Auth         Auth
+	RateLimit    float64
 	RateBurst      int
 	MaxBodyBytes   int
 	// HTTP.
@@ -62,6 +54,22 @@ type Config struct {
 	// Telemetry.
 	OTLPEndpoint string
 	OTLPInsecure bool
+}
+
+// Auth is who may call: the credential files, JWT checks, the policy and
+// anonymous access. auth.FromConfig turns it into an Authenticator.
+type Auth struct {
+	APIKeys        string // file of hashed API keys
+	JWTSecretFile  string // HS256 secret
+	JWTJWKSFile    string // public keys of asymmetric tokens
+	JWTIssuer      string
+	JWTAudience    string
+	JWTUserClaim   string
+	JWTRolesClaim  string
+	Policy         string // authorization policy file
+	AllowAnonymous bool
+	DefaultUser    string // the user of anonymous calls
+	ClientCerts    bool   // client certificates identify callers (--client-ca)
 }
 
 // Parse reads args (without the program name) and the environment.
@@ -120,15 +128,15 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.TLSCert, "tls-cert", "", "PEM certificate for TLS on the gRPC and HTTP listeners")
 	str(&c.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	str(&c.ClientCA, "client-ca", "", "PEM CA bundle: verify client certificates (mTLS) and accept them as identities; needs --tls-cert")
-	str(&c.APIKeys, "api-keys", "", "file of hashed API keys (key hash → user, roles)")
-	str(&c.JWTSecretFile, "jwt-hs256-secret-file", "", "file holding the HS256 secret of JWT bearer tokens")
-	str(&c.JWTJWKSFile, "jwt-jwks-file", "", "JWKS file with the public keys of RS/ES/PS/EdDSA JWT bearer tokens")
-	str(&c.JWTIssuer, "jwt-issuer", "", "required JWT issuer (iss)")
-	str(&c.JWTAudience, "jwt-audience", "", "required JWT audience (aud)")
-	str(&c.JWTUserClaim, "jwt-user-claim", "sub", "JWT claim holding the user")
-	str(&c.JWTRolesClaim, "jwt-roles-claim", "", "JWT claim holding the roles (dots reach into objects)")
-	str(&c.Policy, "policy", "", "authorization policy file: which users/roles may list and invoke which tools; none = every authenticated caller may do everything")
-	fs.BoolVar(&c.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
+	str(&c.Auth.APIKeys, "api-keys", "", "file of hashed API keys (key hash → user, roles)")
+	str(&c.Auth.JWTSecretFile, "jwt-hs256-secret-file", "", "file holding the HS256 secret of JWT bearer tokens")
+	str(&c.Auth.JWTJWKSFile, "jwt-jwks-file", "", "JWKS file with the public keys of RS/ES/PS/EdDSA JWT bearer tokens")
+	str(&c.Auth.JWTIssuer, "jwt-issuer", "", "required JWT issuer (iss)")
+	str(&c.Auth.JWTAudience, "jwt-audience", "", "required JWT audience (aud)")
+	str(&c.Auth.JWTUserClaim, "jwt-user-claim", "sub", "JWT claim holding the user")
+	str(&c.Auth.JWTRolesClaim, "jwt-roles-claim", "", "JWT claim holding the roles (dots reach into objects)")
+	str(&c.Auth.Policy, "policy", "", "authorization policy file: which users/roles may list and invoke which tools; none = every authenticated caller may do everything")
+	fs.BoolVar(&c.Auth.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", 20, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", 1<<20, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
@@ -147,6 +155,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 			c.CORSOrigins = append(c.CORSOrigins, o)
 		}
 	}
+	c.Auth.DefaultUser, c.Auth.ClientCerts = c.DefaultUser, c.ClientCA != ""
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -195,7 +204,7 @@ func (c Config) validate() error {
 	if c.MaxBodyBytes < 1 {
 		errs = append(errs, errors.New("--max-body-bytes must be positive"))
 	}
-	if c.APIKeys == "" && c.JWTSecretFile == "" && c.JWTJWKSFile == "" && c.ClientCA == "" && !c.AllowAnonymous {
+	if c.Auth.APIKeys == "" && c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" && c.ClientCA == "" && !c.Auth.AllowAnonymous {
 		errs = append(errs, errors.New("no way to authenticate callers: give --api-keys, --jwt-hs256-secret-file, --jwt-jwks-file or --client-ca, or --allow-anonymous to serve everyone as --default-user"))
 	}
 	if c.Registry == "" {

@@ -21,7 +21,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
+	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.Auth.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
 		t.Fatalf("parsed %+v", c)
 	}
 	if !c.PulsarBatching || c.GRPCWorkers != 0 || !c.MCP {
@@ -80,7 +80,7 @@ func TestConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Registry != reg || !c.AllowAnonymous || c.DefaultTimeout != 9*time.Second {
+	if c.Registry != reg || !c.Auth.AllowAnonymous || c.DefaultTimeout != 9*time.Second {
 		t.Fatalf("file values not applied: %+v", c)
 	}
 	if c.RateBurst != 8 || c.HTTPAddr != "127.0.0.1:2" {

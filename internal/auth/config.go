@@ -1,0 +1,70 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/toolgate/toolgate/internal/config"
+)
+
+// FromConfig builds the Authenticator the gateway's flags describe: it
+// reads the API key, JWT secret or JWKS and policy files, and adds opts
+// (logger, context hook) after what the files give.
+func FromConfig(c config.Auth, opts ...Option) (*Authenticator, error) {
+	var base []Option
+	if c.ClientCerts {
+		base = append(base, WithClientCerts())
+	}
+	if c.APIKeys != "" {
+		keys, err := LoadAPIKeys(c.APIKeys)
+		if err != nil {
+			return nil, err
+		}
+		base = append(base, WithAPIKeys(keys))
+	}
+	if c.JWTSecretFile != "" || c.JWTJWKSFile != "" {
+		jc := JWTConfig{Issuer: c.JWTIssuer, Audience: c.JWTAudience, UserClaim: c.JWTUserClaim, RolesClaim: c.JWTRolesClaim}
+		if c.JWTSecretFile != "" {
+			b, err := os.ReadFile(c.JWTSecretFile)
+			if err != nil {
+				return nil, fmt.Errorf("--jwt-hs256-secret-file: %w", err)
+			}
+			jc.HS256Secret = bytes.TrimSpace(b)
+		}
+		if c.JWTJWKSFile != "" {
+			b, err := os.ReadFile(c.JWTJWKSFile)
+			if err != nil {
+				return nil, fmt.Errorf("--jwt-jwks-file: %w", err)
+			}
+			jc.JWKS = b
+		}
+		v, err := NewJWTVerifier(jc)
+		if err != nil {
+			return nil, err
+		}
+		base = append(base, WithJWT(v))
+	}
+	if c.Policy != "" {
+		p, err := LoadPolicy(c.Policy)
+		if err != nil {
+			return nil, err
+		}
+		base = append(base, WithPolicy(p))
+	}
+	if c.AllowAnonymous {
+		base = append(base, WithAnonymous(c.DefaultUser))
+	}
+	return New(append(base, opts...)...)
+}
+
+// Allowed reports whether the caller of ctx may do action ("list",
+// "invoke") to tool. Without a policy every authenticated caller may.
+func (a *Authenticator) Allowed(ctx context.Context, action, tool string) bool {
+	if a.policy == nil {
+		return true
+	}
+	id, ok := FromContext(ctx)
+	return ok && a.policy.Allowed(id, action, tool)
+}

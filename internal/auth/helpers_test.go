@@ -16,12 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/grpctest"
+
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/test/bufconn"
 )
 
@@ -75,7 +75,6 @@ func serve(t *testing.T, a *Authenticator) *grpc.ClientConn {
 // puts TLS on it.
 func listen(t *testing.T, a *Authenticator, serverCreds credentials.TransportCredentials) *bufconn.Listener {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(a.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(a.StreamInterceptor()),
@@ -83,28 +82,13 @@ func listen(t *testing.T, a *Authenticator, serverCreds credentials.TransportCre
 	if serverCreds != nil {
 		opts = append(opts, grpc.Creds(serverCreds))
 	}
-	srv := grpc.NewServer(opts...)
-	toolgatev1.RegisterToolServiceServer(srv, echoServer{})
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return lis
+	return grpctest.Listen(t, echoServer{}, opts...)
 }
 
 // dial connects to lis; opts must include transport credentials.
 func dial(t *testing.T, lis *bufconn.Listener, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-	conn, err := grpc.NewClient("passthrough:///bufnet", opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
+	return grpctest.Dial(t, lis, opts...)
 }
 
 // pki is a test certificate authority.

@@ -2,20 +2,18 @@ package limits
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/grpctest"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 )
 
 type okServer struct {
@@ -44,24 +42,7 @@ func userKey(ctx context.Context) string {
 // listener and returns a connection to it.
 func serve(t *testing.T, l *Limiter) *grpc.ClientConn {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(l.UnaryInterceptor()), grpc.ChainStreamInterceptor(l.StreamInterceptor()))
-	toolgatev1.RegisterToolServiceServer(srv, okServer{})
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		srv.Stop()
-		<-done
-	})
-	return conn
+	return grpctest.Start(t, okServer{}, grpc.ChainUnaryInterceptor(l.UnaryInterceptor()), grpc.ChainStreamInterceptor(l.StreamInterceptor()))
 }
 
 func TestInterceptors(t *testing.T) {

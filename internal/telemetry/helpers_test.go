@@ -6,22 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/toolgate/toolgate/internal/grpctest"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -107,25 +104,7 @@ func (s *stubService) StreamTool(req *toolgatev1.StreamToolRequest, stream grpc.
 // returns a connection to it.
 func startServer(t *testing.T, stub *stubService, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(opts...)
-	toolgatev1.RegisterToolServiceServer(srv, stub)
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(srv, hs)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		srv.Stop()
-		<-done
-	})
-	return conn
+	return grpctest.Start(t, stub, opts...)
 }
 
 // invoke calls InvokeTool and returns the call's error.

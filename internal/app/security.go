@@ -24,10 +24,10 @@ import (
 // the HTTP side share it: HTTP calls run the gRPC server's interceptors in
 // process.
 type security struct {
-	authn  *auth.Authenticator
-	lim    *limits.Limiter
-	tls    *tls.Config // nil: plain text
-	body   int64
+	authn *auth.Authenticator
+	lim   *limits.Limiter
+	tls   *tls.Config // nil: plain text
+	body  int64
 }
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {

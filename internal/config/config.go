@@ -43,8 +43,8 @@ type Config struct {
 	// Authentication and authorization.
 	Auth         Auth
 	RateLimit    float64
-	RateBurst      int
-	MaxBodyBytes   int
+	RateBurst    int
+	MaxBodyBytes int
 	// HTTP.
 	CORSOrigins  []string
 	SSEHeartbeat time.Duration

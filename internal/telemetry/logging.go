@@ -110,15 +110,6 @@ func recordFrom(ctx context.Context) *callRecord {
 	return r
 }
 
-// RequestID returns the request id the logging interceptor gave a call,
-// "" outside one.
-func RequestID(ctx context.Context) string {
-	if r := recordFrom(ctx); r != nil {
-		return r.id
-	}
-	return ""
-}
-
 // begin starts the record of a call: its request id comes from the
 // caller's x-request-id when that is sane, else it is new.
 func (l *CallLog) begin(ctx context.Context, method string) (context.Context, *callRecord) {

@@ -230,24 +230,6 @@ func TestCallLogLevels(t *testing.T) {
 	}
 }
 
-func TestRequestIDInContext(t *testing.T) {
-	t.Parallel()
-	cl := NewCallLog(nil)
-	var seen string
-	ic := cl.UnaryServerInterceptor()
-	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(RequestIDHeader, "abc"))
-	_, _ = ic(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"}, func(ctx context.Context, _ any) (any, error) {
-		seen = RequestID(ctx)
-		return nil, nil
-	})
-	if seen != "abc" {
-		t.Errorf("RequestID = %q, want abc", seen)
-	}
-	if RequestID(t.Context()) != "" {
-		t.Error("RequestID outside a call is not empty")
-	}
-}
-
 func TestSaneRequestID(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

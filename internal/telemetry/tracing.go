@@ -132,20 +132,6 @@ func InjectTraceparent(ctx context.Context, props map[string]string) {
 	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(props))
 }
 
-// ExtractContext returns ctx carrying the remote trace context that a
-// request message's traceparent property names, so that spans a tool
-// service starts from it are children of the gateway's publish span.
-// Without a valid traceparent it returns ctx unchanged.
-func ExtractContext(ctx context.Context, props map[string]string) context.Context {
-	if props[propTraceparent] == "" {
-		return ctx
-	}
-	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(props))
-}
-
-// propTraceparent is wire.PropTraceparent, the W3C header name.
-const propTraceparent = "traceparent"
-
 // StartPublishSpan starts a producer span for publishing one request on a
 // Pulsar topic, a child of ctx's span, from the tracer provider that made
 // that span (no parent span: no span). Inject the returned context's trace

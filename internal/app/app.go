@@ -171,7 +171,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	h, err := httpapi.New(context.Background(), httpapi.Options{Logger: log, Ready: g.ready,
 		Service:    inproc,
-		MuxOptions: sec.muxOptions(), ResponseHeader: responseHeader, Metrics: g.metrics.Handler(),
+		MuxOptions: sec.muxOptions(), IncomingHeader: incomingHeader, ResponseHeader: responseHeader, Metrics: g.metrics.Handler(),
 		Docs:        docs.New(docs.Options{Logger: log}),
 		MCP:         mcpHandler,
 		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: maxHeaderBytes})

@@ -80,13 +80,7 @@ func (s *security) creds() credentials.TransportCredentials {
 // answer X-Request-Id, set Retry-After and map oversized bodies.
 func (s *security) muxOptions() []runtime.ServeMuxOption {
 	return []runtime.ServeMuxOption{
-		runtime.WithIncomingHeaderMatcher(func(k string) (string, bool) {
-			switch l := strings.ToLower(k); l {
-			case "x-request-id", "traceparent", "tracestate":
-				return l, true
-			}
-			return auth.HeaderMatcher(k)
-		}),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(responseHeader),
 		runtime.WithErrorHandler(limits.ErrorHandler),
 		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
@@ -96,6 +90,16 @@ func (s *security) muxOptions() []runtime.ServeMuxOption {
 // wrapHTTP adds the body limit.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
 	return limits.MaxBody(s.body, h)
+}
+
+// incomingHeader names the metadata key of a request header: the request
+// id and trace context pass, credentials as auth.HeaderMatcher says.
+func incomingHeader(k string) (string, bool) {
+	switch l := strings.ToLower(k); l {
+	case "x-request-id", "traceparent", "tracestate":
+		return l, true
+	}
+	return auth.HeaderMatcher(k)
 }
 
 // responseHeader names the HTTP header of a response metadata key.

@@ -50,6 +50,11 @@ type Options struct {
 	// MuxOptions add to grpc-gateway's mux (header matching, error
 	// handlers).
 	MuxOptions []runtime.ServeMuxOption
+	// IncomingHeader maps request headers to incoming metadata keys for the
+	// calls this package serves itself (invoke, stream), as
+	// runtime.WithIncomingHeaderMatcher does for the others (default:
+	// runtime.DefaultHeaderMatcher). Authorization always passes.
+	IncomingHeader func(key string) (string, bool)
 	// ResponseHeader maps response metadata keys to HTTP header names for
 	// streams, as runtime.WithOutgoingHeaderMatcher does for unary calls
 	// (default: Grpc-Metadata-<key>).
@@ -105,9 +110,13 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := toolgatev1.RegisterToolServiceHandlerServer(ctx, a.gw, opts.Service); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	// Registered after the generated handlers, so it wins over the one
-	// grpc-gateway has for StreamTool (which cannot stream in process).
+	// Registered after the generated handlers, so they win: grpc-gateway
+	// cannot stream in process, and invoke, the busiest route, is cheaper
+	// served directly (invoke.go).
 	if err := a.gw.HandlePath(http.MethodPost, streamPattern, a.serveStream); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
+	if err := a.gw.HandlePath(http.MethodPost, invokePattern, a.serveInvoke); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	a.spec = specHandler(specs.Spec)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // fakeService answers from its fields; StreamTool sends chunks, then
@@ -40,6 +42,8 @@ func (f *fakeService) InvokeTool(ctx context.Context, r *toolgatev1.InvokeToolRe
 	if r.GetName() == "missing" {
 		return nil, status.Error(codes.NotFound, `tool "missing" not found`)
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", "rid-"+strings.Join(md.Get("x-api-key"), ",")))
 	return &toolgatev1.InvokeToolResponse{Output: "ok"}, nil
 }
 
@@ -372,4 +376,45 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("round trip of %q: %v", data, err)
 		}
 	})
+}
+
+// The invoke route answers what protojson would, reads the headers the
+// interceptors need as metadata, and passes response headers on.
+func TestInvokeResponse(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &fakeService{}, func(o *Options) {
+		o.IncomingHeader = func(k string) (string, bool) {
+			if strings.EqualFold(k, "X-Api-Key") {
+				return "x-api-key", true
+			}
+			return "", false
+		}
+	})
+	resp, raw := do(t, srv, http.MethodPost, "/v1/tools/x:invoke", `{}`, "X-Api-Key", "k1")
+	if resp.StatusCode != http.StatusOK || string(raw) != `{"output":"ok"}` || resp.Header.Get("X-Request-Id") != "rid-k1" ||
+		resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("HTTP %d %q %v", resp.StatusCode, raw, resp.Header)
+	}
+	for _, out := range []string{`{"a": [1, 2.5, "x"], "b": null}`, ` [true, {"c": {}}] `, `42`, `"text"`, "plain text", ""} {
+		r := &toolgatev1.InvokeToolResponse{Output: out}
+		var v structpb.Value
+		if protojson.Unmarshal([]byte(out), &v) == nil {
+			r.OutputJson = &v
+		}
+		got := appendInvokeResponse(nil, r)
+		want, err := newMarshaler().Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%q: %q is not JSON: %v", out, got, err)
+		}
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%q: wrote %s, protojson writes %s", out, got, want)
+		}
+	}
 }

@@ -75,12 +75,7 @@ func streamFormat(accept string) (sse bool, ok bool) {
 // and each chunk is written and flushed as it arrives.
 func (a *api) serveStream(w http.ResponseWriter, r *http.Request, params map[string]string) {
 	sse, ok := streamFormat(r.Header.Get("Accept"))
-	ctx, err := runtime.AnnotateIncomingContext(r.Context(), a.gw, r, toolgatev1.ToolService_StreamTool_FullMethodName,
-		runtime.WithHTTPPathPattern(streamPattern))
-	if err != nil {
-		runtime.HTTPError(r.Context(), a.gw, a.m, w, r, err)
-		return
-	}
+	ctx := a.callContext(r)
 	if !ok {
 		a.httpError(ctx, w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusNotAcceptable,
 			Err: status.Errorf(codes.InvalidArgument, "this endpoint answers %s (the default) or %s; the Accept header asks for neither", ContentTypeNDJSON, ContentTypeSSE)})
@@ -94,7 +89,7 @@ func (a *api) serveStream(w http.ResponseWriter, r *http.Request, params map[str
 	req.Name = params["name"]
 	s := &httpStream{ctx: ctx, w: w, rc: http.NewResponseController(w), sse: sse, header: a.opts.ResponseHeader,
 		heartbeat: a.opts.SSEHeartbeat, log: a.opts.Logger}
-	err = a.opts.Service.StreamTool(req, s)
+	err := a.opts.Service.StreamTool(req, s)
 	s.finish(err, func(err error) { a.httpError(ctx, w, r, err) }, a.m)
 }
 

@@ -1,0 +1,119 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// invokePattern is InvokeTool's REST route.
+const invokePattern = "/v1/tools/{name}:invoke"
+
+// serveInvoke serves POST /v1/tools/{name}:invoke in process. It is the
+// busiest route, so it does itself what grpc-gateway's generated handler
+// would, with less: the call's metadata holds only the headers the
+// interceptors read, and the answer is written without reflection.
+func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, params map[string]string) {
+	ctx := a.callContext(r)
+	ctx = grpc.NewContextWithServerTransportStream(ctx, &headerStream{method: toolgatev1.ToolService_InvokeTool_FullMethodName, w: w, header: a.opts.ResponseHeader})
+	req := &toolgatev1.InvokeToolRequest{}
+	if err := a.m.NewDecoder(r.Body).Decode(req); err != nil && !errors.Is(err, io.EOF) {
+		a.httpError(ctx, w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	req.Name = params["name"]
+	resp, err := a.opts.Service.InvokeTool(ctx, req)
+	if err != nil {
+		a.httpError(ctx, w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(appendInvokeResponse(make([]byte, 0, len(resp.GetOutput())*2+32), resp))
+}
+
+// callContext is the context of a call served in process: r's, with the
+// request headers the interceptors read (credentials, request id, trace
+// context) as incoming gRPC metadata, mapped by the same matcher the
+// grpc-gateway mux uses. grpc-gateway's "grpcgateway-" copies of the
+// standard HTTP headers are left out: nothing on the call path reads them.
+func (a *api) callContext(r *http.Request) context.Context {
+	match := a.opts.IncomingHeader
+	if match == nil {
+		match = runtime.DefaultHeaderMatcher
+	}
+	md := make(metadata.MD, 4)
+	for k, vs := range r.Header {
+		if k == "Authorization" {
+			md["authorization"] = append(md["authorization"], vs...)
+			continue
+		}
+		key, ok := match(k)
+		if !ok || strings.HasPrefix(key, runtime.MetadataPrefix) {
+			continue
+		}
+		key = strings.ToLower(key)
+		md[key] = append(md[key], vs...)
+	}
+	return metadata.NewIncomingContext(r.Context(), md)
+}
+
+// headerStream lets a unary call served in process set response headers
+// (grpc.SetHeader), as a gRPC server transport would.
+type headerStream struct {
+	method string
+	w      http.ResponseWriter
+	header func(string) (string, bool)
+}
+
+func (s *headerStream) Method() string { return s.method }
+
+func (s *headerStream) SetHeader(md metadata.MD) error {
+	for k, vs := range md {
+		name, ok := runtime.MetadataHeaderPrefix+k, true
+		if s.header != nil {
+			name, ok = s.header(k)
+		}
+		if !ok {
+			continue
+		}
+		for _, v := range vs {
+			s.w.Header().Add(name, v)
+		}
+	}
+	return nil
+}
+
+func (s *headerStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *headerStream) SetTrailer(metadata.MD) error    { return nil }
+
+// appendInvokeResponse writes r as the gateway's marshaler would: output
+// always, output_json only when set. output_json is output parsed as JSON,
+// so the output text itself is written (exactly the value, without a
+// round trip through google.protobuf.Value).
+func appendInvokeResponse(b []byte, r *toolgatev1.InvokeToolResponse) []byte {
+	b = append(b, `{"output":`...)
+	b = wire.AppendJSONString(b, r.GetOutput())
+	if r.GetOutputJson() != nil {
+		b = append(b, `,"output_json":`...)
+		if raw := strings.TrimSpace(r.GetOutput()); json.Valid([]byte(raw)) {
+			b = append(b, raw...)
+		} else if v, err := protojson.Marshal(r.GetOutputJson()); err == nil {
+			b = append(b, v...)
+		} else {
+			b = append(b, "null"...)
+		}
+	}
+	return append(b, '}')
+}

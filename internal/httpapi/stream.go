@@ -108,13 +108,15 @@ type httpStream struct {
 	heartbeat time.Duration
 	log       *slog.Logger
 
-	mu      sync.Mutex // guards the writer: SendMsg and the heartbeat
+	mu      sync.Mutex // guards the writer: Send, the pump and finish
 	started bool       // the status line and the first chunk are written
 	failed  error      // a write failed: the client is gone
+	dirty   bool       // written but not yet flushed
 	buf     []byte
-	last    time.Time // of the last write, for the heartbeat
-	stopHB  chan struct{}
-	hbDone  chan struct{}
+	last    time.Time     // of the last write, for the heartbeat
+	kick    chan struct{} // a chunk waits to be flushed
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 var _ grpc.ServerStreamingServer[toolgatev1.StreamToolResponse] = (*httpStream)(nil)
@@ -175,11 +177,20 @@ func (s *httpStream) Send(c *toolgatev1.StreamToolResponse) error {
 		b = append(b, '\n')
 	}
 	s.buf = b
-	return s.write(b)
+	if err := s.write(b, false); err != nil {
+		return err
+	}
+	// The pump flushes: chunks that arrive while it waits for the lock
+	// leave in one write instead of one each.
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // start writes the status line once, before the first chunk, and starts
-// the SSE heartbeat. Callers hold mu.
+// the pump that flushes chunks and sends SSE keep-alives. Callers hold mu.
 func (s *httpStream) start() {
 	if s.started {
 		return
@@ -195,42 +206,61 @@ func (s *httpStream) start() {
 	h.Set("X-Accel-Buffering", "no") // reverse proxies: do not buffer
 	h.Del("Content-Length")
 	s.w.WriteHeader(http.StatusOK)
-	if s.sse && s.heartbeat > 0 {
-		s.stopHB, s.hbDone = make(chan struct{}), make(chan struct{})
-		go s.beat()
-	}
+	s.kick, s.stop, s.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go s.pump()
 }
 
-// write writes b and flushes it. Callers hold mu.
-func (s *httpStream) write(b []byte) error {
+// write writes b, and flushes it when flush is set. Callers hold mu.
+func (s *httpStream) write(b []byte, flush bool) error {
 	if _, err := s.w.Write(b); err != nil {
 		s.failed = status.Error(codes.Canceled, "the HTTP client went away")
 		return s.failed
 	}
-	if err := s.rc.Flush(); err != nil {
-		s.failed = status.Error(codes.Canceled, "the HTTP client went away")
-		return s.failed
-	}
+	s.dirty = true
 	s.last = time.Now()
+	if flush {
+		return s.flush()
+	}
 	return nil
 }
 
-// beat writes an SSE comment when the stream has been quiet for a
-// heartbeat interval, so proxies keep the connection open.
-func (s *httpStream) beat() {
-	defer close(s.hbDone)
-	t := time.NewTicker(s.heartbeat / 2)
-	defer t.Stop()
+// flush sends what was written. Callers hold mu.
+func (s *httpStream) flush() error {
+	if !s.dirty || s.failed != nil {
+		return s.failed
+	}
+	s.dirty = false
+	if err := s.rc.Flush(); err != nil {
+		s.failed = status.Error(codes.Canceled, "the HTTP client went away")
+	}
+	return s.failed
+}
+
+// pump flushes written chunks as soon as it runs — a chunk never waits for
+// another — and, on SSE streams, writes a comment when the stream has been
+// quiet for a heartbeat interval, so proxies keep the connection open.
+func (s *httpStream) pump() {
+	defer close(s.done)
+	var tick <-chan time.Time
+	if s.sse && s.heartbeat > 0 {
+		t := time.NewTicker(s.heartbeat / 2)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
-		case <-s.stopHB:
+		case <-s.stop:
 			return
 		case <-s.ctx.Done():
 			return
-		case now := <-t.C:
+		case <-s.kick:
+			s.mu.Lock()
+			_ = s.flush()
+			s.mu.Unlock()
+		case now := <-tick:
 			s.mu.Lock()
 			if s.failed == nil && now.Sub(s.last) >= s.heartbeat {
-				_ = s.write([]byte(": keep-alive\n\n"))
+				_ = s.write([]byte(": keep-alive\n\n"), true)
 			}
 			s.mu.Unlock()
 		}
@@ -267,10 +297,11 @@ func (s *httpStream) finish(err error, httpErr func(error), m runtime.Marshaler)
 			b = []byte("event: done\ndata: {}\n\n")
 		}
 		if len(b) > 0 {
-			_ = s.write(b)
+			_ = s.write(b, false)
 		}
+		_ = s.flush()
 	}
-	stop, done := s.stopHB, s.hbDone
+	stop, done := s.stop, s.done
 	s.mu.Unlock()
 	if stop != nil {
 		close(stop)

@@ -33,6 +33,13 @@ const (
 	// messages silently when a consumer falls behind; the numbers let the
 	// caller tell a whole reply from one with a hole in it.
 	PropSeq = "toolgate-seq"
+	// PropReplyTo names the topic a caller wants the replies of this
+	// request on: its own reply topic (ReplyTopic), so that replicas of a
+	// gateway do not each receive every reply. Services that honour it
+	// (the Go SDK does) answer there, and only there, when ReplyToAllowed
+	// accepts it; otherwise, and on services that ignore it (TrustGraph's
+	// Python services), the replies go to the service's response topic.
+	PropReplyTo = "reply-to"
 )
 
 // ErrorTypeToolService is the error type TrustGraph's Python base service

@@ -30,7 +30,10 @@ import (
 
 // ScalePoint is one (replicas, reply-to) measurement.
 type ScalePoint struct {
-	Replicas    int     `json:"replicas"`
+	Replicas int `json:"replicas"`
+	// Loaded is how many of the replicas take the load; the others only
+	// receive what the broker sends them.
+	Loaded      int     `json:"loaded"`
 	ReplyTo     bool    `json:"reply_to"`
 	Concurrency int     `json:"concurrency"`
 	Calls       int64   `json:"calls"`
@@ -39,6 +42,13 @@ type ScalePoint struct {
 	// GatewayCPUMsPerCall is the CPU time of all replicas over the window
 	// divided by the calls completed in it.
 	GatewayCPUMsPerCall float64 `json:"gateway_cpu_ms_per_call"`
+	// BrokerCPUMsPerCall is the broker's CPU time per call (0 when its
+	// process was not found).
+	BrokerCPUMsPerCall float64 `json:"broker_cpu_ms_per_call"`
+	// BystanderCPUMsPerCall is, when Loaded < Replicas, the CPU time of
+	// one replica that takes no load, per call of the others: what
+	// receiving (and dropping) their replies costs it.
+	BystanderCPUMsPerCall float64 `json:"bystander_cpu_ms_per_call,omitempty"`
 	// ReplyDeliveriesPerCall is the messages the broker delivered from
 	// the service's response topic and the replicas' reply topics, per
 	// call; ReplyBytesPerCall the same in bytes.
@@ -70,16 +80,19 @@ func (e *env) scaleRun(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range []int{1, 2, 4} {
+	// R replicas sharing the load, then 4 replicas of which only one is
+	// loaded: the other three show what another replica's replies cost.
+	plan := [][2]int{{1, 1}, {2, 2}, {4, 4}, {4, 1}}
+	for _, rl := range plan {
 		for _, on := range []bool{false, true} {
-			p := e.scalePoint(ctx, r, on, strings.TrimSpace(string(key)), rep.WarmupS, rep.DurationS)
+			p := e.scalePoint(ctx, rl[0], rl[1], on, strings.TrimSpace(string(key)), rep.WarmupS, rep.DurationS)
 			rep.Points = append(rep.Points, p)
 			if p.Failed != "" {
 				e.failures++
-				logf("scale R=%d reply-to=%v: %s", r, on, p.Failed)
+				logf("scale R=%d (%d loaded) reply-to=%v: %s", rl[0], rl[1], on, p.Failed)
 			} else {
-				logf("scale R=%d reply-to=%-5v rps %8.1f  gateway %.3f CPU-ms/call  reply deliveries %.3f/call (%.0f B/call)  errors %d",
-					r, on, p.RPS, p.GatewayCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
+				logf("scale R=%d (%d loaded) reply-to=%-5v rps %7.1f  gateways %.3f, one bystander %.4f, broker %.3f CPU-ms/call  reply deliveries %.3f/call (%.0f B/call)  errors %d",
+					rl[0], rl[1], on, p.RPS, p.GatewayCPUMsPerCall, p.BystanderCPUMsPerCall, p.BrokerCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -104,21 +117,25 @@ func (e *env) scaleRun(ctx context.Context) error {
 func (r ScaleReport) markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# Gateway replicas and reply-to (%s)\n\n", r.Date)
-	fmt.Fprintf(&sb, "Closed-loop gRPC load, concurrency %d spread evenly over R gateway processes, all calling one Go echo service (%d-byte messages); %.0f s window after %.0f s warm-up. Gateway CPU is the sum over the replicas; reply deliveries are the broker's msgOutCounter on the service's response topic and the replicas' reply topics.\n\n",
+	fmt.Fprintf(&sb, "Closed-loop gRPC load, concurrency %d spread evenly over the loaded ones of R gateway processes, all calling one Go echo service (%d-byte messages); %.0f s window after %.0f s warm-up. Gateway CPU is the sum over the replicas; a bystander is a replica that takes no load, its CPU per call of the others what their replies cost it; reply deliveries are the broker's msgOutCounter on the service's response topic and the replicas' reply topics.\n\n",
 		scaleConcurrency, r.MsgSize, r.DurationS, r.WarmupS)
-	sb.WriteString("| R | reply-to | calls/s | gateway CPU ms/call | reply deliveries/call | reply bytes/call | errors |\n|---:|---|---:|---:|---:|---:|---:|\n")
+	sb.WriteString("| R | loaded | reply-to | calls/s | gateway CPU ms/call | one bystander CPU ms/call | broker CPU ms/call | reply deliveries/call | reply bytes/call | errors |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Points {
 		if p.Failed != "" {
-			fmt.Fprintf(&sb, "| %d | %v | failed: %s | | | | |\n", p.Replicas, p.ReplyTo, p.Failed)
+			fmt.Fprintf(&sb, "| %d | %d | %v | failed: %s | | | | | | |\n", p.Replicas, p.Loaded, p.ReplyTo, p.Failed)
 			continue
 		}
-		fmt.Fprintf(&sb, "| %d | %v | %.0f | %.3f | %.3f | %.0f | %d |\n", p.Replicas, p.ReplyTo, p.RPS, p.GatewayCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
+		by := "–"
+		if p.Loaded < p.Replicas {
+			by = fmt.Sprintf("%.4f", p.BystanderCPUMsPerCall)
+		}
+		fmt.Fprintf(&sb, "| %d | %d | %v | %.0f | %.3f | %s | %.3f | %.3f | %.0f | %d |\n", p.Replicas, p.Loaded, p.ReplyTo, p.RPS, p.GatewayCPUMsPerCall, by, p.BrokerCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
 	}
 	return sb.String()
 }
 
-func (e *env) scalePoint(ctx context.Context, replicas int, replyTo bool, key string, warmupS, durS float64) ScalePoint {
-	p := ScalePoint{Replicas: replicas, ReplyTo: replyTo, Concurrency: scaleConcurrency}
+func (e *env) scalePoint(ctx context.Context, replicas, loaded int, replyTo bool, key string, warmupS, durS float64) ScalePoint {
+	p := ScalePoint{Replicas: replicas, Loaded: loaded, ReplyTo: replyTo, Concurrency: scaleConcurrency}
 	var gws []*child
 	var ids []string
 	defer func() {
@@ -171,7 +188,7 @@ func (e *env) scalePoint(ctx context.Context, replicas int, replyTo bool, key st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := clients[w%len(clients)]
+			c := clients[w%loaded]
 			for lctx.Err() == nil {
 				cctx, cancel := context.WithTimeout(lctx, 10*time.Second)
 				_, err := c.InvokeTool(cctx, &toolgatev1.InvokeToolRequest{Name: "echo", Arguments: args})
@@ -189,6 +206,8 @@ func (e *env) scalePoint(ctx context.Context, replicas int, replyTo bool, key st
 	}
 	time.Sleep(time.Duration(warmupS * float64(time.Second)))
 	cpu0, err := cpuOf(gws)
+	by0, _ := cpuOf(gws[loaded:])
+	broker0 := e.brokerCPU()
 	msgs0, bytes0, err2 := e.deliveredFrom(topics)
 	t0 := time.Now()
 	counting.Store(true)
@@ -196,6 +215,8 @@ func (e *env) scalePoint(ctx context.Context, replicas int, replyTo bool, key st
 	counting.Store(false)
 	elapsed := time.Since(t0)
 	cpu1, err3 := cpuOf(gws)
+	by1, _ := cpuOf(gws[loaded:])
+	broker1 := e.brokerCPU()
 	msgs1, bytes1, err4 := e.deliveredFrom(topics)
 	stop()
 	wg.Wait()
@@ -211,6 +232,10 @@ func (e *env) scalePoint(ctx context.Context, replicas int, replyTo bool, key st
 	n := float64(p.Calls)
 	p.RPS = round(n/elapsed.Seconds(), 1)
 	p.GatewayCPUMsPerCall = round((cpu1-cpu0)*1000/n, 4)
+	p.BrokerCPUMsPerCall = round((broker1-broker0)*1000/n, 4)
+	if bystanders := replicas - loaded; bystanders > 0 {
+		p.BystanderCPUMsPerCall = round((by1-by0)*1000/n/float64(bystanders), 5)
+	}
 	p.ReplyDeliveriesPerCall = round(float64(msgs1-msgs0)/n, 3)
 	p.ReplyBytesPerCall = round(float64(bytes1-bytes0)/n, 1)
 	time.Sleep(300 * time.Millisecond) // let the last replies drain
@@ -221,23 +246,41 @@ func (e *env) scalePoint(ctx context.Context, replicas int, replyTo bool, key st
 func cpuOf(cs []*child) (float64, error) {
 	var sum float64
 	for _, c := range cs {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid()))
+		s, err := pidCPU(c.pid())
 		if err != nil {
 			return 0, err
 		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 13 {
-			return 0, fmt.Errorf("/proc/%d/stat: unexpected format", c.pid())
-		}
-		ut, err1 := strconv.ParseInt(f[11], 10, 64)
-		st, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return 0, err
-		}
-		sum += float64(ut+st) / 100 // USER_HZ
+		sum += s
 	}
 	return sum, nil
+}
+
+// brokerCPU is the broker process's CPU seconds (0 when unknown).
+func (e *env) brokerCPU() float64 {
+	if e.brokerPID == 0 {
+		return 0
+	}
+	s, _ := pidCPU(e.brokerPID)
+	return s
+}
+
+// pidCPU is utime+stime of pid in seconds.
+func pidCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return float64(ut+st) / 100, nil // USER_HZ
 }
 
 // deliveredFrom sums msgOutCounter and bytesOutCounter over the

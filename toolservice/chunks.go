@@ -59,10 +59,7 @@ func (c *chunkSender) send(ctx context.Context, text string) error {
 	if err := c.failed(); err != nil {
 		return err
 	}
-	b, err := wire.EncodeResponse(wire.Response{Response: text})
-	if err != nil {
-		return err
-	}
+	b := wire.EncodeResponse(wire.Response{Response: text})
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -70,6 +67,7 @@ func (c *chunkSender) send(ctx context.Context, text string) error {
 	}
 	msg := transport.Message{Payload: b, Properties: map[string]string{wire.PropID: c.id, wire.PropSeq: strconv.Itoa(c.seq)}}
 	c.seq++
+	var err error
 	for {
 		err = c.pub.PublishAsync(context.WithoutCancel(ctx), c.topic, msg, func(err error) {
 			if err != nil {

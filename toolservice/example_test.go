@@ -184,7 +184,7 @@ func call(svc *toolservice.Service, args map[string]any) {
 	defer b.Close()
 	a, _ := json.Marshal(args)
 	c, err := b.Call(ctx, bridge.Target{RequestTopic: svc.RequestTopic(), ResponseTopic: svc.ResponseTopic()},
-		wire.Request{User: "example", Config: "{}", Arguments: string(a)}, nil)
+		wire.Request{User: "example", Config: "{}", Arguments: string(a)})
 	if err != nil {
 		fmt.Println("call:", err)
 		return

@@ -330,7 +330,12 @@ func (s *Service) Ready() <-chan struct{} { return s.ready }
 // RequestTopic is the topic the service listens on.
 func (s *Service) RequestTopic() string { return s.reqTopic }
 
-// ResponseTopic is the topic the service answers on.
+// ResponseTopic is the topic the service answers on, unless a request
+// names a reply topic of its own in the wire.PropReplyTo property (as the
+// gateway does, one topic per gateway instance): then its replies go there,
+// and only there, provided the topic is in the response topic's
+// namespace (wire.ReplyToAllowed); a reply-to anywhere else is ignored, so
+// a caller cannot have replies sent to an arbitrary topic.
 func (s *Service) ResponseTopic() string { return s.respTopic }
 
 // Run subscribes and handles calls until ctx ends, then stops taking new
@@ -397,19 +402,28 @@ func (s *Service) serve(m transport.Message) {
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
 	}
+	// Replies go where the request asks (wire.PropReplyTo: the calling
+	// gateway's own topic) when that is in the response namespace, and
+	// only there; else to the service's response topic.
+	replyTopic := s.respTopic
+	if rt := m.Properties[wire.PropReplyTo]; rt != "" {
+		if wire.ReplyToAllowed(rt, s.respTopic) {
+			replyTopic = rt
+		} else {
+			s.log.Warn("ignoring a reply-to outside the response namespace; answering on the response topic",
+				"id", id, "reply_to", rt, "response_topic", s.respTopic)
+		}
+	}
 	var chunks *chunkSender // created by the first Send
 	reply := func(r wire.Response) error {
-		b, err := wire.EncodeResponse(r)
-		if err != nil {
-			return err
-		}
+		b := wire.EncodeResponse(r)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		seq := 0
 		if chunks != nil {
 			seq = chunks.seq
 		}
-		return s.broker.Publish(pctx, s.respTopic, transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}})
+		return s.broker.Publish(pctx, replyTopic, transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}})
 	}
 	fail := func(typ, msg string) {
 		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {
@@ -433,7 +447,7 @@ func (s *Service) serve(m transport.Message) {
 	}
 	r.send = func(text string) error {
 		if chunks == nil {
-			chunks = newChunkSender(s.broker, s.respTopic, id)
+			chunks = newChunkSender(s.broker, replyTopic, id)
 		}
 		return chunks.send(ctx, text)
 	}

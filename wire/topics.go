@@ -74,3 +74,38 @@ func ValidateTopic(name string) error {
 	}
 	return nil
 }
+
+// ReplyTopic is the reply topic of one gateway instance: every service
+// that honours PropReplyTo answers that instance's calls there. It lives in
+// the response namespace, as ReplyToAllowed requires.
+func ReplyTopic(instance string) string {
+	return ResponseTopic("toolgate." + instance)
+}
+
+// ValidateInstanceID reports whether id can name a gateway instance, that
+// is, can be the end of a topic name (ReplyTopic).
+func ValidateInstanceID(id string) error {
+	if id == "" {
+		return fmt.Errorf("instance id is empty")
+	}
+	if len(id) > 200 || !entityRE.MatchString(id) {
+		return fmt.Errorf("instance id %q: want at most 200 letters, digits and . _ - = (it names the topic %s)", id, ReplyTopic(id))
+	}
+	return nil
+}
+
+// ReplyToAllowed reports whether a service whose response topic is
+// responseTopic may answer on replyTo (a PropReplyTo value): only a valid
+// topic of the same kind (non-persistent or persistent), tenant and
+// namespace, so that a caller cannot have replies sent anywhere else.
+func ReplyToAllowed(replyTo, responseTopic string) bool {
+	if replyTo == responseTopic {
+		return true
+	}
+	i := strings.LastIndexByte(responseTopic, '/')
+	if i < 0 || !strings.HasPrefix(replyTo, responseTopic[:i+1]) {
+		return false
+	}
+	local := replyTo[i+1:]
+	return local != "" && !strings.Contains(local, "/") && ValidateTopic(replyTo) == nil
+}

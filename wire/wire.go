@@ -33,6 +33,13 @@ const (
 	// messages silently when a consumer falls behind; the numbers let the
 	// caller tell a whole reply from one with a hole in it.
 	PropSeq = "toolgate-seq"
+	// PropReplyTo names the topic a caller wants the replies of this
+	// request on: its own reply topic (ReplyTopic), so that replicas of a
+	// gateway do not each receive every reply. Services that honour it
+	// (the Go SDK does) answer there, and only there, when ReplyToAllowed
+	// accepts it; otherwise, and on services that ignore it (TrustGraph's
+	// Python services), the replies go to the service's response topic.
+	PropReplyTo = "reply-to"
 )
 
 // ErrorTypeToolService is the error type TrustGraph's Python base service
@@ -76,7 +83,7 @@ type Response struct {
 
 // EncodeRequest returns the JSON payload of r. Empty Config or Arguments are
 // written as "{}", as the Python peers expect.
-func EncodeRequest(r Request) ([]byte, error) {
+func EncodeRequest(r Request) []byte {
 	if r.Config == "" {
 		r.Config = "{}"
 	}
@@ -90,7 +97,7 @@ func EncodeRequest(r Request) ([]byte, error) {
 	b = appendString(b, r.Config)
 	b = append(b, `,"arguments":`...)
 	b = appendString(b, r.Arguments)
-	return append(b, '}'), nil
+	return append(b, '}')
 }
 
 // DecodeRequest parses a request payload.
@@ -106,7 +113,7 @@ func DecodeRequest(b []byte) (Request, error) {
 }
 
 // EncodeResponse returns the JSON payload of r.
-func EncodeResponse(r Response) ([]byte, error) {
+func EncodeResponse(r Response) []byte {
 	n := len(`{"error":{"type":"","message":""},"response":"","end_of_stream":false}`) + len(r.Response) + 16
 	if r.Error != nil {
 		n += len(r.Error.Type) + len(r.Error.Message)
@@ -128,7 +135,7 @@ func EncodeResponse(r Response) ([]byte, error) {
 	} else {
 		b = append(b, `,"end_of_stream":false}`...)
 	}
-	return b, nil
+	return b
 }
 
 // ErrMalformed reports a payload that is not a JSON object of the expected

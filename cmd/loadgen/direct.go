@@ -41,10 +41,7 @@ func newDirect(ctx context.Context, o Options, msg string, stream bool) (*direct
 	if stream {
 		args = fmt.Sprintf(`{"mode":"stream","n":%d}`, o.StreamN)
 	}
-	if d.payload, err = wire.EncodeRequest(wire.Request{User: "anonymous", Config: "{}", Arguments: args}); err != nil {
-		br.Close()
-		return nil, err
-	}
+	d.payload = wire.EncodeRequest(wire.Request{User: "anonymous", Config: "{}", Arguments: args})
 	sub := "loadgen-" + newID()[:12]
 	d.sub, err = br.Subscribe(ctx, wire.ResponseTopic(o.Topic), sub, transport.Exclusive, d.route)
 	if err != nil {

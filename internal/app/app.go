@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -61,6 +62,7 @@ type Gateway struct {
 // New builds the gateway and opens its listeners, so that its addresses are
 // known before Run. A registry with problems stops it here, with the list.
 func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
+	log = log.With("instance", cfg.InstanceID)
 	g := &Gateway{cfg: cfg, log: log}
 	// Security first: it only reads files, so a bad one stops the gateway
 	// before anything is started that would need stopping.
@@ -94,6 +96,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: publishSpan}
+	if cfg.ReplyTo {
+		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
+	}
 	if cfg.PulsarAdminURL != "" {
 		bopts.Presence = transport.NewAdminPresence(cfg.PulsarAdminURL, log)
 	}
@@ -107,7 +112,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Logger:            log,
 		Allowed:           sec.authn.Allowed,
 	})
-	g.metrics = telemetry.NewMetrics(
+	g.metrics = telemetry.NewMetrics(telemetry.WithInstance(cfg.InstanceID),
 		telemetry.WithKnownTools(func(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }),
 		telemetry.WithBridgeStats(func() telemetry.BridgeStats {
 			s := g.bridge.Stats()
@@ -230,6 +235,9 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 		"tools":                    len(snap.Tools()),
 		"broker_connected":         g.listened.Load(),
 		"shutting_down":            g.stopping.Load(),
+		"instance":                 g.cfg.InstanceID,
+		"reply_topic":              g.bridge.ReplyTopic(),
+		"reply_to_services":        g.bridge.Honouring(),
 	}
 	return g.listened.Load() && !g.stopping.Load(), d
 }
@@ -283,6 +291,11 @@ func (g *Gateway) listen(ctx context.Context) {
 	backoff := 200 * time.Millisecond
 	for {
 		var errs []error
+		if rt := g.bridge.ReplyTopic(); rt != "" {
+			if err := g.bridge.Listen(ctx, rt); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		for _, sv := range g.reg.Snapshot().Services() {
 			if err := g.bridge.Listen(ctx, sv.ResponseTopic); err != nil {
 				errs = append(errs, err)
@@ -333,7 +346,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	lctx, stopListen := context.WithCancel(ctx)
 	go func() { defer wg.Done(); g.listen(lctx) }()
 	go func() { defer wg.Done(); g.watchRegistry(lctx) }()
-	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.PulsarURL)
+	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.PulsarURL, "reply_topic", g.bridge.ReplyTopic())
 
 	var runErr error
 	select {

@@ -33,7 +33,7 @@ func TestAsyncPublishFailureEndsTheCall(t *testing.T) {
 		{transport.ErrQueueFull, bridge.ErrOverloaded},
 	} {
 		b := bridge.New(&laterBroker{outcome: c.outcome}, bridge.Options{})
-		call, err := b.Call(t.Context(), bridge.Target{RequestTopic: "req", ResponseTopic: "resp"}, wire.Request{}, nil)
+		call, err := b.Call(t.Context(), bridge.Target{RequestTopic: "req", ResponseTopic: "resp"}, wire.Request{})
 		if err != nil {
 			t.Fatalf("Call: %v", err)
 		}

@@ -1,8 +1,9 @@
 // Package bridge turns calls into request/reply exchanges over a message
 // broker: it publishes a tool-service envelope on the request topic with a
-// fresh correlation id, listens once per response topic, and routes every
-// reply chunk to the call waiting for that id. It knows nothing of tools,
-// gRPC or HTTP.
+// fresh correlation id, listens once per response topic (and on the
+// instance's own reply topic, which requests name in their reply-to
+// property), and routes every reply chunk to the call waiting for that id,
+// whichever topic it came on. It knows nothing of tools, gRPC or HTTP.
 package bridge
 
 import (
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +78,13 @@ type Options struct {
 	// topic has a subscriber; calls to a topic without one fail with
 	// ErrNoListener.
 	Presence Presence
+	// ReplyTopic, when set, is this instance's own reply topic: every
+	// request names it (wire.PropReplyTo), and the bridge listens on it as
+	// well as on each response topic. Services that honour reply-to answer
+	// there, so a reply reaches this instance only; those that do not keep
+	// answering on the response topic, which every instance receives.
+	// Replies are routed by id whichever topic they come on.
+	ReplyTopic string
 }
 
 // Stats are counters for metrics.
@@ -86,6 +95,9 @@ type Stats struct {
 	Replies       int64 // reply chunks delivered to a waiting call
 	OrphanReplies int64 // replies for no waiting call (late, cancelled, or another instance's)
 	BadReplies    int64 // replies that could not be decoded
+	// RepliesViaReplyTo counts the replies (of Replies and OrphanReplies)
+	// that came on the instance's own reply topic.
+	RepliesViaReplyTo int64
 }
 
 // Bridge correlates requests and replies. It is safe for concurrent use.
@@ -100,6 +112,9 @@ type Bridge struct {
 	closed bool
 
 	pending pendingMap
+	// honouring holds the response topics whose services have answered on
+	// ReplyTopic (response topic → struct{}).
+	honouring sync.Map
 
 	inFlight      atomic.Int64
 	published     atomic.Int64
@@ -107,6 +122,7 @@ type Bridge struct {
 	replies       atomic.Int64
 	orphans       atomic.Int64
 	badReplies    atomic.Int64
+	viaReplyTo    atomic.Int64
 }
 
 type listener struct {
@@ -149,7 +165,23 @@ func (b *Bridge) Stats() Stats {
 		Replies:       b.replies.Load(),
 		OrphanReplies: b.orphans.Load(),
 		BadReplies:    b.badReplies.Load(),
+
+		RepliesViaReplyTo: b.viaReplyTo.Load(),
 	}
+}
+
+// ReplyTopic is the instance's own reply topic ("" without one).
+func (b *Bridge) ReplyTopic() string { return b.opts.ReplyTopic }
+
+// Honouring lists, sorted, the response topics whose services have been
+// seen answering on the instance's reply topic: they honour reply-to. It
+// is what this instance observed, not a promise: a service with replicas
+// of both kinds answers on both topics, and either way the reply arrives.
+func (b *Bridge) Honouring() []string {
+	out := []string{}
+	b.honouring.Range(func(k, _ any) bool { out = append(out, k.(string)); return true })
+	slices.Sort(out)
+	return out
 }
 
 // Listen makes sure this instance is subscribed to a response topic. Call
@@ -213,9 +245,15 @@ func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
 // message so the service can drop stale work. Call returns once the request
 // is queued; a publish that fails later ends the call with the error Call
 // would have returned.
-func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map[string]string) (*Call, error) {
+func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request) (*Call, error) {
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
+	}
+	if b.opts.ReplyTopic != "" {
+		// Subscribed before the request is out, so no reply can be missed.
+		if err := b.Listen(ctx, b.opts.ReplyTopic); err != nil {
+			return nil, err
+		}
 	}
 	if p := b.opts.Presence; p != nil {
 		ok, err := p.Subscribed(ctx, t.RequestTopic)
@@ -229,16 +267,13 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map
 		b.inFlight.Add(-1)
 		return nil, fmt.Errorf("%w: %d calls in flight", ErrOverloaded, n-1)
 	}
-	payload, err := wire.EncodeRequest(req)
-	if err != nil {
-		b.inFlight.Add(-1)
-		return nil, fmt.Errorf("encode request: %w", err)
-	}
-	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1)}
-	if props == nil {
-		props = make(map[string]string, 2)
-	}
+	payload := wire.EncodeRequest(req)
+	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic}
+	props := make(map[string]string, 4)
 	props[wire.PropID] = c.id
+	if b.opts.ReplyTopic != "" {
+		props[wire.PropReplyTo] = b.opts.ReplyTopic
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		props[wire.PropDeadline] = wire.FormatDeadline(dl)
 	}
@@ -250,7 +285,7 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, props map
 	// The caller does not wait for the broker's receipt (one wake-up less
 	// per call): a failure that arrives later ends the call, and its
 	// reader sees it from Recv.
-	err = b.broker.PublishAsync(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
+	err := b.broker.PublishAsync(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
 		done(err)
 		if err != nil {
 			b.publishErrors.Add(1)
@@ -283,10 +318,20 @@ func publishError(err error) error {
 // route hands one reply message to the call waiting for its id.
 func (b *Bridge) route(topic string, m transport.Message) {
 	id := m.Properties[wire.PropID]
+	viaReplyTo := topic == b.opts.ReplyTopic && topic != ""
+	if viaReplyTo {
+		b.viaReplyTo.Add(1)
+	}
 	c := b.pending.load(id)
 	if c == nil {
 		b.orphans.Add(1)
 		return
+	}
+	if viaReplyTo {
+		if _, ok := b.honouring.Load(c.respTopic); !ok {
+			b.honouring.Store(c.respTopic, struct{}{})
+			b.log.Info("tool service answers on this instance's reply topic", "response_topic", c.respTopic, "reply_topic", topic)
+		}
 	}
 	resp, err := wire.DecodeResponse(m.Payload)
 	if err != nil {

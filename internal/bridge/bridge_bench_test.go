@@ -59,10 +59,7 @@ var (
 )
 
 func benchReplyPayload(b *testing.B, text string, last bool) []byte {
-	p, err := wire.EncodeResponse(wire.Response{Response: text, EndOfStream: last})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := wire.EncodeResponse(wire.Response{Response: text, EndOfStream: last})
 	return p
 }
 
@@ -89,7 +86,7 @@ func BenchmarkCallUnary(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := br.Call(ctx, benchTarget, benchReq, nil)
+		c, err := br.Call(ctx, benchTarget, benchReq)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -108,7 +105,7 @@ func BenchmarkCallUnaryParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			c, err := br.Call(ctx, benchTarget, benchReq, nil)
+			c, err := br.Call(ctx, benchTarget, benchReq)
 			if err != nil {
 				b.Error(err)
 				return
@@ -136,7 +133,7 @@ func BenchmarkRouteChunk(b *testing.B) {
 			ctx := context.Background()
 			var calls []*bridge.Call
 			for range pending {
-				c, err := br.Call(ctx, benchTarget, benchReq, nil)
+				c, err := br.Call(ctx, benchTarget, benchReq)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -94,7 +94,7 @@ func start(t *testing.T, br transport.Broker, h toolservice.Handler) fixture {
 
 func call(t *testing.T, f fixture, ctx context.Context, args string) (*bridge.Call, error) {
 	t.Helper()
-	return f.b.Call(ctx, f.target, wire.Request{User: "alice", Config: `{"k":"v"}`, Arguments: args}, nil)
+	return f.b.Call(ctx, f.target, wire.Request{User: "alice", Config: `{"k":"v"}`, Arguments: args})
 }
 
 func TestContract(t *testing.T) {
@@ -234,7 +234,7 @@ func TestContract(t *testing.T) {
 				silent := bridge.Target{RequestTopic: wire.RequestTopic(testenv.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
 				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 				defer cancel()
-				c, err := f.b.Call(ctx, silent, wire.Request{}, nil)
+				c, err := f.b.Call(ctx, silent, wire.Request{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -276,7 +276,7 @@ func TestMalformedReplies(t *testing.T) {
 					mu.Lock()
 					next = payload
 					mu.Unlock()
-					c, err := f.b.Call(t.Context(), f.target, wire.Request{}, nil)
+					c, err := f.b.Call(t.Context(), f.target, wire.Request{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -296,7 +296,7 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 	f := start(t, m, echo.Handle)
 	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10})
 	defer b.Close()
-	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`}, nil)
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,19 +321,19 @@ func TestOverload(t *testing.T) {
 	defer b.Close()
 	var calls []*bridge.Call
 	for range 2 {
-		c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"sleep","ms":200}`}, nil)
+		c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"sleep","ms":200}`})
 		if err != nil {
 			t.Fatal(err)
 		}
 		calls = append(calls, c)
 	}
-	if _, err := b.Call(t.Context(), f.target, wire.Request{}, nil); !errors.Is(err, bridge.ErrOverloaded) {
+	if _, err := b.Call(t.Context(), f.target, wire.Request{}); !errors.Is(err, bridge.ErrOverloaded) {
 		t.Fatalf("third call: %v, want ErrOverloaded", err)
 	}
 	for _, c := range calls {
 		c.Close()
 	}
-	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"ok"}`}, nil)
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"ok"}`})
 	if err != nil {
 		t.Fatalf("after the others closed: %v", err)
 	}

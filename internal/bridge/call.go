@@ -19,9 +19,10 @@ type Chunk struct {
 
 // Call is one request waiting for its reply chunks.
 type Call struct {
-	b      *Bridge
-	id     string
-	notify chan struct{} // signalled when chunks or the end arrive
+	b         *Bridge
+	id        string
+	respTopic string        // the response topic of the service called
+	notify    chan struct{} // signalled when chunks or the end arrive
 
 	mu      sync.Mutex
 	queue   []Chunk

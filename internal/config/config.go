@@ -3,12 +3,15 @@
 package config
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +29,13 @@ type Config struct {
 	GRPCWorkers    int
 	PulsarBatching bool
 	// MCP serves the tools over the Model Context Protocol at /mcp.
-	MCP            bool
+	MCP bool
+	// InstanceID names this gateway replica: in its logs, metrics,
+	// /readyz, and its reply topic.
+	InstanceID string
+	// ReplyTo has tool services answer this instance's calls on its own
+	// reply topic (the reply-to property) where they can.
+	ReplyTo        bool
 	StreamIdle     time.Duration
 	Registry       string
 	DefaultTimeout time.Duration
@@ -116,6 +125,8 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", 0, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown); 0, the default, starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
 	fs.BoolVar(&c.PulsarBatching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
 	fs.BoolVar(&c.MCP, "mcp", envBool(getenv, "mcp", true, &envErrs), "serve the tools over the Model Context Protocol (Streamable HTTP, stateless) at /mcp on the HTTP listener (env "+envName("mcp")+")")
+	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")
+	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", 100000, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
 	dur(&c.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
 	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); required")
@@ -175,6 +186,9 @@ func (c Config) validate() error {
 	if c.PulsarAdminURL != "" && !strings.HasPrefix(c.PulsarAdminURL, "http://") && !strings.HasPrefix(c.PulsarAdminURL, "https://") {
 		errs = append(errs, fmt.Errorf("--pulsar-admin-url %q: want http://host:port", c.PulsarAdminURL))
 	}
+	if !instanceIDRE.MatchString(c.InstanceID) {
+		errs = append(errs, fmt.Errorf("--instance-id %q: want 1 to 200 letters, digits and . _ - = (it ends the name of the instance's reply topic)", c.InstanceID))
+	}
 	if c.GRPCWorkers < 0 {
 		errs = append(errs, errors.New("--grpc-workers must not be negative"))
 	}
@@ -232,6 +246,34 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// instanceIDRE is what may end a Pulsar topic name.
+var instanceIDRE = regexp.MustCompile(`^[A-Za-z0-9_.\-=]{1,200}$`)
+
+// defaultInstanceID is the host name, cut to the characters a topic name
+// may hold, and 6 random hex digits: replicas on one host, or restarts of
+// one replica, never share a reply topic.
+func defaultInstanceID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		case r == '.':
+			return '-'
+		}
+		return -1
+	}, host)
+	if len(host) > 60 {
+		host = host[:60]
+	}
+	if host == "" {
+		host = "toolgate"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + hex.EncodeToString(b[:])
 }
 
 func envName(flagName string) string {

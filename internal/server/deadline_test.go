@@ -50,7 +50,7 @@ tool:
 	if err != nil {
 		t.Fatal(err)
 	}
-	reply, _ := wire.EncodeResponse(wire.Response{Response: "ok", EndOfStream: true})
+	reply := wire.EncodeResponse(wire.Response{Response: "ok", EndOfStream: true})
 	br := &deadlineBroker{benchServerBroker: benchServerBroker{reply: reply}}
 	b := bridge.New(br, bridge.Options{})
 	defer b.Close()

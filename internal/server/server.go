@@ -26,7 +26,7 @@ import (
 
 // Bridge sends envelopes and returns the call to read replies from.
 type Bridge interface {
-	Call(ctx context.Context, t bridge.Target, req wire.Request, props map[string]string) (*bridge.Call, error)
+	Call(ctx context.Context, t bridge.Target, req wire.Request) (*bridge.Call, error)
 }
 
 // Snapshots gives the current registry snapshot.
@@ -130,7 +130,7 @@ func (s *Server) start(ctx context.Context, name string, args argsSource, timeou
 		}
 	}
 	env := wire.Request{User: s.user(ctx), Config: tool.ConfigJSON, Arguments: argJSON}
-	call, err := s.bridge.Call(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, nil)
+	call, err := s.bridge.Call(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env)
 	if err != nil {
 		cancel()
 		return nil, nil, tool, nil, err

@@ -139,10 +139,7 @@ tool:
 	if err != nil {
 		b.Fatal(err)
 	}
-	reply, err := wire.EncodeResponse(wire.Response{Response: "abcdefghijklmnopqrstuvwxyz012345", EndOfStream: true})
-	if err != nil {
-		b.Fatal(err)
-	}
+	reply := wire.EncodeResponse(wire.Response{Response: "abcdefghijklmnopqrstuvwxyz012345", EndOfStream: true})
 	br := bridge.New(&benchServerBroker{reply: reply}, bridge.Options{})
 	defer br.Close()
 	srv := New(registry.New(snap), br, Options{})

@@ -96,6 +96,7 @@ type metricsConfig struct {
 	registry func() RegistryStats
 	buckets  []float64
 	runtime  bool
+	instance string
 }
 
 // MetricsOption configures NewMetrics.
@@ -119,6 +120,12 @@ func WithBridgeStats(f func() BridgeStats) MetricsOption {
 // failures, read from f at each scrape.
 func WithRegistryStats(f func() RegistryStats) MetricsOption {
 	return func(c *metricsConfig) { c.registry = f }
+}
+
+// WithInstance exports toolgate_instance_info{instance=id} 1, which names
+// the gateway replica the metrics come from (join on it to label others).
+func WithInstance(id string) MetricsOption {
+	return func(c *metricsConfig) { c.instance = id }
 }
 
 // WithoutRuntimeMetrics leaves out the Go runtime and process collectors
@@ -157,6 +164,15 @@ func NewMetrics(opts ...MetricsOption) *Metrics {
 	}
 	if c.registry != nil {
 		m.reg.MustRegister(newRegistryCollector(c.registry))
+	}
+	if c.instance != "" {
+		info := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "toolgate_instance_info",
+			Help:        "Always 1; its instance label names this gateway replica (--instance-id).",
+			ConstLabels: prometheus.Labels{"instance": c.instance},
+		})
+		info.Set(1)
+		m.reg.MustRegister(info)
 	}
 	if c.runtime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -102,6 +102,7 @@ type env struct {
 	verbose   bool
 	gwArgs    string
 	failures  int
+	scale     string // the scaling points (scale.go): on, off, only
 }
 
 func main() {
@@ -133,6 +134,7 @@ func main() {
 	fs.StringVar(&e.gwArgs, "gateway-args", "", "more gateway flags, space-separated (it always gets --api-keys <generated file> and --log-level warn)")
 	fs.StringVar(&e.note, "note", "", "free text about the machine, stored with the results")
 	fs.BoolVar(&e.verbose, "v", false, "print each result line")
+	fs.StringVar(&e.scale, "scale", "on", "gateway replicas R = 1, 2, 4 with reply-to off and on, to scale.json/scale.md: on, off, only (nothing else)")
 	var reportOnly bool
 	fs.BoolVar(&reportOnly, "report-only", false, "run nothing: rebuild latest.json's summaries and latest.md from latest.json and the profile files in -out")
 	_ = fs.Parse(os.Args[1:])
@@ -251,6 +253,9 @@ func (e *env) run(ctx context.Context) error {
 		return err
 	}
 
+	if e.scale == "only" {
+		return e.scaleRun(ctx)
+	}
 	rep := &Report{Config: e.cfg, Machine: machine, Date: time.Now().UTC().Format(time.RFC3339)}
 	total := e.cfg.Repetitions * len(e.cfg.Concurrencies) * len(e.cfg.Modes)
 	n := 0
@@ -325,6 +330,12 @@ func (e *env) run(ctx context.Context) error {
 				continue
 			}
 			rep.Profiles = append(rep.Profiles, p)
+		}
+	}
+	if e.scale == "on" {
+		if err := e.scaleRun(ctx); err != nil {
+			e.failures++
+			logf("scale: %v", err)
 		}
 	}
 	rep.LoadEnd = loadAvg()

@@ -320,10 +320,7 @@ func (f *forwarder) call(ctx context.Context, arguments string) (*waiter, func()
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	payload, err := wire.EncodeRequest(wire.Request{User: f.user, Arguments: arguments})
-	if err != nil {
-		return nil, nil, err
-	}
+	payload := wire.EncodeRequest(wire.Request{User: f.user, Arguments: arguments})
 	w := &waiter{ready: make(chan struct{}, 1)}
 	f.mu.Lock()
 	f.pending[id] = w

@@ -1,26 +1,14 @@
 package bridge_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/wire"
 )
-
-// laterBroker takes every message and reports its outcome afterwards,
-// from another goroutine, as the Pulsar transport does.
-type laterBroker struct {
-	benchBroker
-	outcome error
-}
-
-func (l *laterBroker) PublishAsync(_ context.Context, _ string, _ transport.Message, done func(error)) error {
-	go done(l.outcome)
-	return nil
-}
 
 // A publish that fails after Call returned ends the call with the error
 // Call would have returned, and counts it.
@@ -32,7 +20,7 @@ func TestAsyncPublishFailureEndsTheCall(t *testing.T) {
 		{errors.New("connection reset"), bridge.ErrUnavailable},
 		{transport.ErrQueueFull, bridge.ErrOverloaded},
 	} {
-		b := bridge.New(&laterBroker{outcome: c.outcome}, bridge.Options{})
+		b := bridge.New(&transporttest.Fake{Later: true, OnPublish: func(string, transport.Message) error { return c.outcome }}, bridge.Options{})
 		call, err := b.Call(t.Context(), bridge.Target{RequestTopic: "req", ResponseTopic: "resp"}, wire.Request{})
 		if err != nil {
 			t.Fatalf("Call: %v", err)

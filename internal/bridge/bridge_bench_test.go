@@ -3,55 +3,13 @@ package bridge_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/wire"
 )
-
-// benchBroker is a transport.Broker without a broker: Subscribe keeps the
-// handler, Publish hands the message to onPublish (which may answer by
-// calling the handler, as a reply arriving would). The benchmarks below
-// thus measure the bridge alone: ids, envelope, pending map, routing,
-// decoding, delivery to the waiting call.
-type benchBroker struct {
-	mu        sync.Mutex
-	h         transport.Handler
-	onPublish func(m transport.Message)
-}
-
-func (f *benchBroker) Publish(_ context.Context, _ string, m transport.Message) error {
-	if f.onPublish != nil {
-		f.onPublish(m)
-	}
-	return nil
-}
-
-func (f *benchBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
-	done(f.Publish(ctx, topic, m))
-	return nil
-}
-
-func (f *benchBroker) Subscribe(_ context.Context, _, _ string, _ transport.SubscriptionType, h transport.Handler) (transport.Subscription, error) {
-	f.mu.Lock()
-	f.h = h
-	f.mu.Unlock()
-	return benchSub{}, nil
-}
-
-func (f *benchBroker) Close() {}
-
-func (f *benchBroker) handler() transport.Handler {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.h
-}
-
-type benchSub struct{}
-
-func (benchSub) Close() error { return nil }
 
 var (
 	benchTarget = bridge.Target{RequestTopic: "non-persistent://tg/request/bench", ResponseTopic: "non-persistent://tg/response/bench"}
@@ -65,10 +23,11 @@ func benchReplyPayload(b *testing.B, text string, last bool) []byte {
 
 // newEchoBridge answers every request at once, inside Publish.
 func newEchoBridge(b *testing.B) *bridge.Bridge {
-	fb := &benchBroker{}
+	fb := &transporttest.Fake{}
 	reply := benchReplyPayload(b, "abcdefghijklmnopqrstuvwxyz012345", true)
-	fb.onPublish = func(m transport.Message) {
-		fb.handler()(transport.Message{Payload: reply, Properties: map[string]string{wire.PropID: m.Properties[wire.PropID]}})
+	fb.OnPublish = func(_ string, m transport.Message) error {
+		fb.Deliver(transport.Message{Payload: reply, Properties: map[string]string{wire.PropID: m.Properties[wire.PropID]}})
+		return nil
 	}
 	br := bridge.New(fb, bridge.Options{})
 	if err := br.Listen(context.Background(), benchTarget.ResponseTopic); err != nil {
@@ -125,9 +84,11 @@ func BenchmarkCallUnaryParallel(b *testing.B) {
 func BenchmarkRouteChunk(b *testing.B) {
 	for _, pending := range []int{1, 10000} {
 		b.Run(fmt.Sprintf("pending=%d", pending), func(b *testing.B) {
-			fb := &benchBroker{}
 			var ids []string
-			fb.onPublish = func(m transport.Message) { ids = append(ids, m.Properties[wire.PropID]) }
+			fb := &transporttest.Fake{OnPublish: func(_ string, m transport.Message) error {
+				ids = append(ids, m.Properties[wire.PropID])
+				return nil
+			}}
 			br := bridge.New(fb, bridge.Options{MaxInFlight: pending + 1})
 			defer br.Close()
 			ctx := context.Background()
@@ -141,7 +102,7 @@ func BenchmarkRouteChunk(b *testing.B) {
 			}
 			c := calls[len(calls)/2]
 			msg := transport.Message{Payload: benchReplyPayload(b, "0,", false), Properties: map[string]string{wire.PropID: ids[len(ids)/2]}}
-			h := fb.handler()
+			h := fb.Handler()
 			b.ReportAllocs()
 			for b.Loop() {
 				h(msg)
@@ -160,13 +121,13 @@ func BenchmarkRouteChunk(b *testing.B) {
 // BenchmarkRouteOrphan is a reply nobody waits for (another gateway
 // instance's, or a late one): looked up and dropped.
 func BenchmarkRouteOrphan(b *testing.B) {
-	fb := &benchBroker{}
+	fb := &transporttest.Fake{}
 	br := bridge.New(fb, bridge.Options{})
 	defer br.Close()
 	if err := br.Listen(context.Background(), benchTarget.ResponseTopic); err != nil {
 		b.Fatal(err)
 	}
-	h := fb.handler()
+	h := fb.Handler()
 	msg := transport.Message{Payload: benchReplyPayload(b, "late", true), Properties: map[string]string{wire.PropID: "0123456789abcdef0123456789abcdef"}}
 	b.ReportAllocs()
 	for b.Loop() {

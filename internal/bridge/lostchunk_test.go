@@ -12,24 +12,22 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/wire"
 )
 
-// lossyBroker loses the third stream chunk a service publishes: the broker
+// lossy loses the third stream chunk a service publishes: the broker
 // takes it, then reports a failure, as a connection that drops would.
-type lossyBroker struct {
-	*transport.Mem
-	chunks atomic.Int64
-}
-
-func (l *lossyBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
-	if strings.Contains(topic, "/response/") {
-		if r, err := wire.DecodeResponse(m.Payload); err == nil && !r.EndOfStream && l.chunks.Add(1) == 3 {
-			go done(errors.New("connection reset"))
-			return nil
+func lossy(m *transport.Mem) *transporttest.Hooked {
+	var chunks atomic.Int64
+	return &transporttest.Hooked{Mem: m, Hook: func(topic string, msg transport.Message) (bool, error) {
+		if strings.Contains(topic, "/response/") {
+			if r, err := wire.DecodeResponse(msg.Payload); err == nil && !r.EndOfStream && chunks.Add(1) == 3 {
+				return true, errors.New("connection reset")
+			}
 		}
-	}
-	return l.Mem.PublishAsync(ctx, topic, m, done)
+		return false, nil
+	}}
 }
 
 // A stream that lost a chunk must not end as a success: the service
@@ -37,7 +35,7 @@ func (l *lossyBroker) PublishAsync(ctx context.Context, topic string, m transpor
 func TestLostChunkEndsTheStreamWithAnError(t *testing.T) {
 	m := transport.NewMem()
 	t.Cleanup(m.Close)
-	br := &lossyBroker{Mem: m}
+	br := lossy(m)
 	f := start(t, br, echo.Handle)
 	c, err := call(t, f, t.Context(), `{"mode":"stream","n":10}`)
 	if err != nil {
@@ -71,27 +69,13 @@ func TestLostChunkEndsTheStreamWithAnError(t *testing.T) {
 	}
 }
 
-// droppingBroker delivers every reply message but the one numbered drop,
-// as the broker does on a non-persistent topic when a consumer falls
-// behind: the service sees its publish succeed.
-type droppingBroker struct {
-	*transport.Mem
-	drop string
-}
-
-func (d *droppingBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
-	if strings.Contains(topic, "/response/") && m.Properties[wire.PropSeq] == d.drop {
-		go done(nil)
-		return nil
-	}
-	return d.Mem.PublishAsync(ctx, topic, m, done)
-}
-
-func (d *droppingBroker) Publish(ctx context.Context, topic string, m transport.Message) error {
-	if strings.Contains(topic, "/response/") && m.Properties[wire.PropSeq] == d.drop {
-		return nil
-	}
-	return d.Mem.Publish(ctx, topic, m)
+// dropping delivers every reply message but the one numbered drop, as the
+// broker does on a non-persistent topic when a consumer falls behind: the
+// service sees its publish succeed.
+func dropping(m *transport.Mem, drop string) *transporttest.Hooked {
+	return &transporttest.Hooked{Mem: m, Hook: func(topic string, msg transport.Message) (bool, error) {
+		return strings.Contains(topic, "/response/") && msg.Properties[wire.PropSeq] == drop, nil
+	}}
 }
 
 // A reply message the broker dropped on the way to the gateway ends the
@@ -109,7 +93,7 @@ func TestDroppedReplyIsReported(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := transport.NewMem()
 			t.Cleanup(m.Close)
-			f := start(t, &droppingBroker{Mem: m, drop: tc.drop}, echo.Handle)
+			f := start(t, dropping(m, tc.drop), echo.Handle)
 			c, err := call(t, f, t.Context(), `{"mode":"stream","n":5}`)
 			if err != nil {
 				t.Fatal(err)

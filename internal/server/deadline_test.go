@@ -15,26 +15,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// deadlineBroker answers at once and records the deadline property of
-// each request.
-type deadlineBroker struct {
-	benchServerBroker
-	mu        sync.Mutex
-	deadlines []time.Time
-}
-
-func (d *deadlineBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
-	ms, err := strconv.ParseInt(m.Properties[wire.PropDeadline], 10, 64)
-	d.mu.Lock()
-	if err == nil {
-		d.deadlines = append(d.deadlines, time.UnixMilli(ms))
-	} else {
-		d.deadlines = append(d.deadlines, time.Time{})
-	}
-	d.mu.Unlock()
-	return d.benchServerBroker.PublishAsync(ctx, topic, m, done)
-}
-
 // The deadline a call gets: the caller's when within --max-timeout, capped
 // by it otherwise; the body's timeout capped the same way; the service's
 // timeout or the default when the caller sets none.
@@ -51,7 +31,22 @@ tool:
 		t.Fatal(err)
 	}
 	reply := wire.EncodeResponse(wire.Response{Response: "ok", EndOfStream: true})
-	br := &deadlineBroker{benchServerBroker: benchServerBroker{reply: reply}}
+	// Answers at once and records each request's deadline property.
+	var mu sync.Mutex
+	var deadlines []time.Time
+	br := answering(reply)
+	answer := br.OnPublish
+	br.OnPublish = func(topic string, m transport.Message) error {
+		ms, err := strconv.ParseInt(m.Properties[wire.PropDeadline], 10, 64)
+		mu.Lock()
+		if err == nil {
+			deadlines = append(deadlines, time.UnixMilli(ms))
+		} else {
+			deadlines = append(deadlines, time.Time{})
+		}
+		mu.Unlock()
+		return answer(topic, m)
+	}
 	b := bridge.New(br, bridge.Options{})
 	defer b.Close()
 	srv := New(registry.New(snap), b, Options{DefaultTimeout: 7 * time.Second, MaxTimeout: 60 * time.Second})
@@ -85,9 +80,9 @@ tool:
 		if _, err := srv.InvokeTool(ctx, req); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		br.mu.Lock()
-		got := br.deadlines[i].Sub(start)
-		br.mu.Unlock()
+		mu.Lock()
+		got := deadlines[i].Sub(start)
+		mu.Unlock()
 		if got < c.want-time.Second || got > c.want+time.Second {
 			t.Errorf("%s: deadline %v after the call, want about %v", c.name, got.Round(time.Millisecond), c.want)
 		}

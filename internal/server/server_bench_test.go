@@ -3,13 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -87,38 +87,16 @@ func BenchmarkParseOutput(b *testing.B) {
 	}
 }
 
-// benchServerBroker answers every request at once from inside Publish.
-type benchServerBroker struct {
-	mu    sync.Mutex
-	h     transport.Handler
-	reply []byte
+// answering is a broker that answers every request at once, inside
+// Publish, with reply.
+func answering(reply []byte) *transporttest.Fake {
+	f := &transporttest.Fake{}
+	f.OnPublish = func(_ string, m transport.Message) error {
+		f.Deliver(transport.Message{Payload: reply, Properties: map[string]string{wire.PropID: m.Properties[wire.PropID]}})
+		return nil
+	}
+	return f
 }
-
-func (f *benchServerBroker) Publish(_ context.Context, _ string, m transport.Message) error {
-	f.mu.Lock()
-	h := f.h
-	f.mu.Unlock()
-	h(transport.Message{Payload: f.reply, Properties: map[string]string{wire.PropID: m.Properties[wire.PropID]}})
-	return nil
-}
-
-func (f *benchServerBroker) PublishAsync(ctx context.Context, topic string, m transport.Message, done func(error)) error {
-	done(f.Publish(ctx, topic, m))
-	return nil
-}
-
-func (f *benchServerBroker) Subscribe(_ context.Context, _, _ string, _ transport.SubscriptionType, h transport.Handler) (transport.Subscription, error) {
-	f.mu.Lock()
-	f.h = h
-	f.mu.Unlock()
-	return benchServerSub{}, nil
-}
-
-func (f *benchServerBroker) Close() {}
-
-type benchServerSub struct{}
-
-func (benchServerSub) Close() error { return nil }
 
 // BenchmarkInvokeTool is the gateway's whole in-process hot path for one
 // unary call, without gRPC's transport and without Pulsar: registry
@@ -140,7 +118,7 @@ tool:
 		b.Fatal(err)
 	}
 	reply := wire.EncodeResponse(wire.Response{Response: "abcdefghijklmnopqrstuvwxyz012345", EndOfStream: true})
-	br := bridge.New(&benchServerBroker{reply: reply}, bridge.Options{})
+	br := bridge.New(answering(reply), bridge.Options{})
 	defer br.Close()
 	srv := New(registry.New(snap), br, Options{})
 	args, _ := structpb.NewStruct(map[string]any{"msg": "abcdefghijklmnopqrstuvwxyz012345"})

@@ -35,9 +35,25 @@ func run(ctx context.Context) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
+	go reloadOnHUP(ctx, g)
 	if err := g.Run(ctx); err != nil {
 		log.Error("stopped with an error", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// reloadOnHUP reloads the registry on every SIGHUP until ctx ends.
+func reloadOnHUP(ctx context.Context, g *app.Gateway) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = g.ReloadRegistry() // logged and shown in /readyz by the gateway
+		}
+	}
 }

@@ -11,11 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -260,64 +257,40 @@ func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
 	}
 }
 
-// watchRegistry reloads the registry when its file changes or on SIGHUP.
+// watchRegistry reloads the registry when its file changes.
 func (g *Gateway) watchRegistry(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := g.source.Watch(ctx, 100*time.Millisecond); err != nil {
-			g.log.Warn("registry file watching stopped; SIGHUP still reloads", "err", err)
-		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			<-done
-			return
-		case <-hup:
-			g.log.Info("SIGHUP: reloading the registry")
-			_ = g.source.Reload()
-		}
+	if err := g.source.Watch(ctx, 100*time.Millisecond); err != nil {
+		g.log.Warn("registry file watching stopped; ReloadRegistry (SIGHUP) still reloads", "err", err)
 	}
+}
+
+// ReloadRegistry reads the registry file again now (the gateway command
+// calls it on SIGHUP). A file with problems changes nothing: the last
+// good registry keeps serving, and the error is logged, counted and shown
+// in /readyz.
+func (g *Gateway) ReloadRegistry() error {
+	g.log.Info("reloading the registry")
+	return g.source.Reload()
 }
 
 // listen subscribes to every response topic of the registry, retrying until
 // it succeeds or ctx ends, so that the first calls do not pay for it and
 // readiness reflects a working broker connection.
 func (g *Gateway) listen(ctx context.Context) {
-	backoff := 200 * time.Millisecond
-	for {
-		var errs []error
-		if rt := g.bridge.ReplyTopic(); rt != "" {
-			if err := g.bridge.Listen(ctx, rt); err != nil {
-				errs = append(errs, err)
-			}
-		}
+	topics := func() []string {
+		var ts []string
 		for _, sv := range g.reg.Snapshot().Services() {
-			if err := g.bridge.Listen(ctx, sv.ResponseTopic); err != nil {
-				errs = append(errs, err)
-			}
+			ts = append(ts, sv.ResponseTopic)
 		}
-		if len(errs) == 0 {
-			g.listened.Store(true)
-			g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-			g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-			g.log.Info("broker connected; ready")
-			return
-		}
-		g.log.Warn("broker not reachable yet; retrying", "err", errors.Join(errs...), "retry_in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 5*time.Second)
+		return ts
 	}
+	if err := g.bridge.ListenAll(ctx, topics); err != nil {
+		return // ctx ended first
+	}
+	g.listened.Store(true)
+	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	g.log.Info("broker connected; ready")
 }
 
 // Run serves until ctx ends, then shuts down: readiness turns off, new

@@ -344,6 +344,38 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	c.deliver(resp, m.Properties[wire.PropSeq])
 }
 
+// ListenAll subscribes to the reply topic and to every response topic
+// topics gives (asked again on each try, so it may change), retrying with a
+// capped backoff until all are subscribed — then it returns nil — or ctx
+// ends, whose error it returns. Each failed round is logged.
+func (b *Bridge) ListenAll(ctx context.Context, topics func() []string) error {
+	backoff := 200 * time.Millisecond
+	for {
+		var errs []error
+		all := topics()
+		if rt := b.ReplyTopic(); rt != "" {
+			all = append([]string{rt}, all...)
+		}
+		for _, t := range all {
+			if err := b.Listen(ctx, t); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) == 0 {
+			return nil
+		}
+		b.log.Warn("broker not reachable yet; retrying", "err", errors.Join(errs...), "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
 // LostRepliesError ends a call whose reply has a hole in it: a later reply
 // message arrived, numbered past the ones missing. The broker drops
 // messages on non-persistent topics when a consumer falls behind; a reply

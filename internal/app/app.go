@@ -41,7 +41,7 @@ type Gateway struct {
 	cfg     config.Config
 	log     *slog.Logger
 	reg     *registry.Registry
-	source  *registry.FileSource
+	sources *registrySources
 	broker  transport.Broker
 	bridge  *bridge.Bridge
 	grpcLis net.Listener
@@ -62,13 +62,15 @@ type Gateway struct {
 // known before Run. A registry with problems stops it here, with the list.
 func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: log}
-	src, err := registry.NewFileSource(cfg.Registry, log, g.onRegistrySwap)
+	rs, err := newRegistrySources(g)
 	if err != nil {
 		return nil, err
 	}
-	g.source, g.reg = src, src.Registry()
-	snap := g.reg.Snapshot()
-	log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+	g.sources, g.reg = rs, rs.merger.Registry()
+	if cfg.Registry != "" {
+		snap := g.reg.Snapshot()
+		log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+	}
 
 	if g.broker == nil {
 		// Every reply for this instance arrives on its response subscriptions:
@@ -80,6 +82,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		}
 		b, err := transport.NewPulsar(popts)
 		if err != nil {
+			g.sources.stop()
 			return nil, err
 		}
 		g.broker = b
@@ -88,6 +91,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		OTLPEndpoint: cfg.OTLPEndpoint, OTLPInsecure: cfg.OTLPInsecure, Logger: log})
 	if err != nil {
 		g.broker.Close()
+		g.sources.stop()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: publishSpan}
@@ -110,6 +114,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	if err != nil {
 		g.bridge.Close()
 		g.broker.Close()
+		g.sources.stop()
 		return nil, err
 	}
 	g.sec = sec
@@ -122,8 +127,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		}),
 		telemetry.WithRegistryStats(func() telemetry.RegistryStats {
 			snap := g.reg.Snapshot()
-			return telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: g.source.Failures()}
+			return telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: g.sources.reloadFailures()}
 		}))
+	g.metrics.Registry().MustRegister(g.sources.collector())
 	calls := telemetry.NewCallLog(log, telemetry.WithUser(auth.User))
 	// Order: the call log and metrics see every call, refused ones too;
 	// then authentication, the user for the log, and the rate limit.
@@ -194,6 +200,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// Last: the broker sources may swap snapshots from now on.
+	g.sources.start(log)
 	return g, nil
 }
 
@@ -205,6 +213,7 @@ func (g *Gateway) closeEarly() {
 	}
 	g.bridge.Close()
 	g.broker.Close()
+	g.sources.stop()
 	if g.stopTracing != nil {
 		_ = g.stopTracing(context.Background())
 	}
@@ -230,13 +239,12 @@ func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
 func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	snap := g.reg.Snapshot()
 	d := map[string]any{
-		"registry_version":         snap.Version,
-		"registry_reload_failures": g.source.Failures(),
-		"registry_last_error":      g.source.LastError(),
-		"tools":                    len(snap.Tools()),
-		"broker_connected":         g.listened.Load(),
-		"shutting_down":            g.stopping.Load(),
+		"registry_version": snap.Version,
+		"tools":            len(snap.Tools()),
+		"broker_connected": g.listened.Load(),
+		"shutting_down":    g.stopping.Load(),
 	}
+	g.sources.details(d)
 	return g.listened.Load() && !g.stopping.Load(), d
 }
 
@@ -264,20 +272,29 @@ func (g *Gateway) watchRegistry(ctx context.Context) {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := g.source.Watch(ctx, 100*time.Millisecond); err != nil {
-			g.log.Warn("registry file watching stopped; SIGHUP still reloads", "err", err)
-		}
-	}()
+	src := g.sources.file
+	if src == nil {
+		close(done)
+	} else {
+		go func() {
+			defer close(done)
+			if err := src.Watch(ctx, 100*time.Millisecond); err != nil {
+				g.log.Warn("registry file watching stopped; SIGHUP still reloads", "err", err)
+			}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			<-done
 			return
 		case <-hup:
+			if src == nil {
+				g.log.Info("SIGHUP: no registry file to reload")
+				continue
+			}
 			g.log.Info("SIGHUP: reloading the registry")
-			_ = g.source.Reload()
+			_ = src.Reload()
 		}
 	}
 }
@@ -384,6 +401,7 @@ func (g *Gateway) shutdown() {
 		}
 	}()
 	wg.Wait()
+	g.sources.stop()
 	g.bridge.Close()
 	g.broker.Close()
 	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)

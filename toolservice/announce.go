@@ -137,6 +137,9 @@ func (s *Service) Announce(ctx context.Context, a *Announcement) error {
 	s.announceMu.Lock()
 	defer s.announceMu.Unlock()
 	if a == nil {
+		a = s.current
+	}
+	if a == nil {
 		a = s.cfg.Announce
 	}
 	if a == nil {
@@ -150,7 +153,7 @@ func (s *Service) Announce(ctx context.Context, a *Announcement) error {
 	if err := s.broker.Publish(ctx, topic, transport.Message{Key: s.cfg.ID, Payload: b}); err != nil {
 		return fmt.Errorf("toolservice %s: announce on %s: %w", s.cfg.ID, topic, err)
 	}
-	s.cfg.Announce = a
+	s.current = a
 	s.announced = true
 	s.log.Info("announced", "topic", topic, "tools", len(a.Tools))
 	return nil
@@ -162,7 +165,11 @@ func (s *Service) Announce(ctx context.Context, a *Announcement) error {
 func (s *Service) Withdraw(ctx context.Context) error {
 	s.announceMu.Lock()
 	defer s.announceMu.Unlock()
-	topic := s.announceTopic(s.cfg.Announce)
+	a := s.current
+	if a == nil {
+		a = s.cfg.Announce
+	}
+	topic := s.announceTopic(a)
 	if err := s.broker.Publish(ctx, topic, transport.Message{Key: s.cfg.ID, Payload: nil}); err != nil {
 		return fmt.Errorf("toolservice %s: withdraw on %s: %w", s.cfg.ID, topic, err)
 	}
@@ -218,5 +225,13 @@ func (s *Service) withdrawOnStop() {
 	defer cancel()
 	if err := s.Withdraw(ctx); err != nil {
 		s.log.Warn("cannot withdraw the announcement; gateways keep listing the service until it is withdrawn", "err", err)
+		return
 	}
+	// Still subscribed: calls gateways routed before they saw the
+	// tombstone are served, not lost.
+	time.Sleep(withdrawSettle)
 }
+
+// withdrawSettle is how long a stopping service keeps taking calls after
+// it withdrew its announcement, for gateways to see the tombstone.
+const withdrawSettle = 250 * time.Millisecond

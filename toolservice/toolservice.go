@@ -258,6 +258,7 @@ type Service struct {
 	// Announcements (announce.go).
 	announceMu sync.Mutex
 	announced  bool
+	current    *Announcement // the one last announced
 	announceWG sync.WaitGroup
 }
 

@@ -279,7 +279,6 @@ cmd_up() {
     -Dcassandra.skip_wait_for_gossip_to_settle=0
     -Dcassandra.ring_delay_ms=100
     -Dcassandra.superuser_setup_delay_ms=0
-    -Dcassandra.initial_token=0
   )
   local f extra
   while IFS= read -r f; do [[ -n "$f" ]] && jvm+=("$f"); done < <(cds_flags "$java")

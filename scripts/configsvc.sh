@@ -113,6 +113,12 @@ cmd_up() {
     die "config-svc cannot be imported in $v (run scripts/pyenv.sh to install cassandra-driver)"
 
   local pid
+  if pid="$(our_pid)" && ! answers "$py" 5 && [[ "$PROBE_ERR" == *"config service error"* ]]; then
+    # it answers, but with an error: its Cassandra went away (a fresh node has no keyspace,
+    # and config-svc creates its schema only when it starts)
+    log "config-svc (pid $pid) answers with an error (${PROBE_ERR#tgconfig: }); restarting it"
+    stop_pid "$pid"
+  fi
   if pid="$(our_pid)"; then
     log "config-svc started by this script is running (pid $pid); waiting for an answer"
   else
@@ -180,16 +186,9 @@ run()' "$CQL_PORT" "${args[@]}")
   register_workspaces "$py"
 }
 
-cmd_down() {
-  take_lock
-  local pid
-  if ! pid="$(our_pid)"; then
-    rm -f "$PIDFILE"
-    log "not running"
-    return 0
-  fi
+stop_pid() { # SIGTERM, then SIGKILL after 15 s
+  local pid="$1" t0=$SECONDS
   log "stopping config-svc (pid $pid)"
-  local t0=$SECONDS
   kill -TERM "$pid" 2>/dev/null || true
   while kill -0 "$pid" 2>/dev/null; do
     if ((SECONDS - t0 >= 15)); then
@@ -202,6 +201,17 @@ cmd_down() {
   done
   rm -f "$PIDFILE"
   log "stopped in $((SECONDS - t0))s"
+}
+
+cmd_down() {
+  take_lock
+  local pid
+  if ! pid="$(our_pid)"; then
+    rm -f "$PIDFILE"
+    log "not running"
+    return 0
+  fi
+  stop_pid "$pid"
 }
 
 cmd_status() {

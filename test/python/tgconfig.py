@@ -146,6 +146,8 @@ def ensure_workspaces(cl, names, timeout=30.0):
             {"operation": "getvalues", "workspace": WORKSPACES, "type": "workspace"},
             timeout=timeout,
         )
+        if reply.get("error"):
+            raise RuntimeError(f"listing workspaces: {reply['error']}")
         known = {v["key"] for v in reply.get("values") or []}
         missing = [n for n in names if n not in known]
         if missing:

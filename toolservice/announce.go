@@ -170,7 +170,11 @@ func (s *Service) Withdraw(ctx context.Context) error {
 		a = s.cfg.Announce
 	}
 	topic := s.announceTopic(a)
-	if err := s.broker.Publish(ctx, topic, transport.Message{Key: s.cfg.ID, Payload: nil}); err != nil {
+	// The property keeps the empty message decodable when it travels
+	// unbatched (pulsar-client-go drops an unbatched message that has
+	// neither payload nor properties).
+	tomb := transport.Message{Key: s.cfg.ID, Properties: map[string]string{"toolgate-withdrawn": "true"}}
+	if err := s.broker.Publish(ctx, topic, tomb); err != nil {
 		return fmt.Errorf("toolservice %s: withdraw on %s: %w", s.cfg.ID, topic, err)
 	}
 	s.announced = false

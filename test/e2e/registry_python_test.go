@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +136,31 @@ func TestTrustGraphConfigService(t *testing.T) {
 	})
 	if took := time.Since(del); err != nil || took > 2*time.Second {
 		t.Fatalf("a tool deleted with TrustGraph's API: NOT_FOUND %s after the delete (want < 2s): %v", took, err)
+	}
+}
+
+// The protocol facts the config-service source relies on
+// (docs/trustgraph-config.md), checked against the running config-svc by
+// test/python/test_configsvc.py.
+func TestTrustGraphConfigServiceProtocol(t *testing.T) {
+	venv := interopVenv(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider",
+		"test/python/test_configsvc.py")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "TOOLGATE_PULSAR_URL="+testenv.PulsarURL(), "TOOLGATE_PULSAR_ADMIN_URL="+testenv.AdminURL(),
+		"PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", strings.Join(cmd.Args, " "), out)
+	if err != nil {
+		t.Fatalf("pytest test/python/test_configsvc.py: %v", err)
+	}
+	if strings.Contains(string(out), "skipped") || !strings.Contains(string(out), "passed") {
+		t.Fatal("test_configsvc.py skipped tests or ran none")
 	}
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/sdkopts"
 	"github.com/toolgate/toolgate/internal/transport"
-	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/toolservice"
 )
 

@@ -169,6 +169,17 @@ func (m *Merger) Apply(u Update) error {
 		label += " " + u.Name
 	}
 	withdraw := u.Parsed == nil && len(bytes.TrimSpace(u.Doc)) == 0
+	if !withdraw && u.Parsed == nil {
+		// The same document again (a re-announcement, a periodic re-read):
+		// nothing to do, and its problems were reported the first time.
+		m.mu.Lock()
+		old := m.parts[u.Origin][u.Unit]
+		same := old != nil && old.doc != nil && bytes.Equal(old.doc, u.Doc)
+		m.mu.Unlock()
+		if same {
+			return nil
+		}
+	}
 	var p *part
 	if !withdraw {
 		var err error

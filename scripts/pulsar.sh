@@ -5,7 +5,7 @@
 #   scripts/pulsar.sh up          start (or reuse) a broker, wait until ready, ensure namespaces
 #   scripts/pulsar.sh down        stop the broker started by this script
 #   scripts/pulsar.sh status      exit 0 if a broker answers ready
-#   scripts/pulsar.sh ensure-ns   create tenant tg and namespaces tg/request, tg/response (idempotent)
+#   scripts/pulsar.sh ensure-ns   create tenant tg and its namespaces; compaction on tg/config (idempotent)
 #   scripts/pulsar.sh fetch       only download the jars (first run only)
 #
 # Environment:
@@ -15,8 +15,11 @@
 #   PULSAR_START_TIMEOUT   seconds to wait for readiness (default 180)
 #   PULSAR_JAVA            java binary (default: $JAVA_HOME/bin/java, else java on PATH); needs 17+
 #   PULSAR_HEAP            max heap (default 512m)
-#   PULSAR_NAMESPACES      namespaces of tenant tg that ensure-ns creates (default "tg/request tg/response tg/notify";
-#                          tg/notify is where TrustGraph 2.x services listen for config pushes)
+#   PULSAR_NAMESPACES      namespaces of tenant tg that ensure-ns creates (default "tg/request tg/response tg/notify tg/config";
+#                          tg/notify is where TrustGraph 2.x services listen for config pushes; tg/config holds
+#                          persistent://tg/config/tool-descriptors, the compacted topic tool services announce on)
+#   PULSAR_COMPACTION_THRESHOLD  compaction threshold in bytes set on tg/config (default 1048576): the broker
+#                          compacts the announcements topic, keeping the latest message per service id
 #   PULSAR_EXTRA_JAVA_OPTS extra JVM flags appended to the defaults
 #   PULSAR_DATA_DIR        keep the broker's data here across restarts (default: a fresh folder per start)
 #   PULSAR_CDS             1 (default) = use/record an AppCDS class archive in the cache; 0 = off
@@ -38,8 +41,9 @@ BROKER_PORT="${PULSAR_BROKER_PORT:-6650}"
 WEB_PORT="${PULSAR_WEB_PORT:-8080}"
 START_TIMEOUT="${PULSAR_START_TIMEOUT:-180}"
 HEAP="${PULSAR_HEAP:-512m}"
-NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify}"
+NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config}"
 ADMIN="http://127.0.0.1:$WEB_PORT/admin/v2"
+COMPACTION_THRESHOLD="${PULSAR_COMPACTION_THRESHOLD:-1048576}"
 # one broker per web port: the default port keeps the plain names
 SFX=""
 [[ "$WEB_PORT" == 8080 ]] || SFX="-$WEB_PORT"
@@ -183,6 +187,17 @@ ensure_ns() {
       *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "creating namespace $ns: HTTP $code" ;;
     esac
   done
+  if [[ " $NAMESPACES " == *" tg/config "* ]]; then
+    # announcements are keyed by service id: compaction keeps the latest per key
+    code="$(http_code GET "$ADMIN/namespaces/tg/config/compactionThreshold")"
+    if [[ "$code" != 200 || "$(cat "$HTTP_BODY_FILE")" != "$COMPACTION_THRESHOLD" ]]; then
+      code="$(http_code PUT "$ADMIN/namespaces/tg/config/compactionThreshold" "$COMPACTION_THRESHOLD")"
+      case "$code" in
+        204 | 200) ;;
+        *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "setting the compaction threshold of tg/config: HTTP $code" ;;
+      esac
+    fi
+  fi
   log "namespaces ready: $NAMESPACES"
 }
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: a Pulsar broker (fetched on first use), the joke and echo
-# services, and the gateway with examples/registry.yaml, on 127.0.0.1.
+# services, and the gateway, on 127.0.0.1. The services announce their tools
+# (persistent://tg/config/tool-descriptors) and the gateway registers them:
+# no registry file is needed. TOOLGATE_REGISTRY=FILE adds one (e.g.
+# examples/registry.yaml, whose entries then win over the announcements).
 # Ctrl-C stops everything this script started.
 #
 # The broker is chosen by the rule of scripts/lib/broker.sh
@@ -16,7 +19,9 @@ source scripts/lib/broker.sh
 
 GRPC_ADDR="${TOOLGATE_GRPC_ADDR:-127.0.0.1:9090}"
 HTTP_ADDR="${TOOLGATE_HTTP_ADDR:-127.0.0.1:8081}"
-REGISTRY="${TOOLGATE_REGISTRY:-examples/registry.yaml}"
+REGISTRY="${TOOLGATE_REGISTRY:-}"
+registry_args=()
+[[ -z "$REGISTRY" ]] || registry_args=(--registry "$REGISTRY")
 READY_TIMEOUT="${TOOLGATE_RUN_READY_TIMEOUT:-60}"
 broker_select
 PULSAR_URL="$TOOLGATE_PULSAR_URL"
@@ -53,7 +58,7 @@ start() {
 }
 start joke-service bin/joke-service --pulsar-url "$PULSAR_URL"
 start echo-service bin/echo-service --pulsar-url "$PULSAR_URL"
-start gateway bin/gateway --registry "$REGISTRY" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" \
+start gateway bin/gateway "${registry_args[@]}" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" \
 	--pulsar-url "$PULSAR_URL" --pulsar-admin-url "$ADMIN_URL" --allow-anonymous
 
 # alive PID: the process has not exited (an exited child stays a zombie
@@ -93,6 +98,10 @@ while :; do
 	[[ "$ready_status" == "HTTP 200" ]] || failed+=("the gateway's /readyz is not 200")
 	subscribed joke joke-service-request || failed+=("joke-service has no consumer on non-persistent://tg/request/joke at $ADMIN_URL")
 	subscribed echo echo-service-request || failed+=("echo-service has no consumer on non-persistent://tg/request/echo at $ADMIN_URL")
+	for tool in tell-joke echo; do
+		curl -fsS --max-time 2 -o /dev/null "http://$HTTP_ADDR/v1/tools/$tool" 2>/dev/null ||
+			failed+=("the gateway does not list $tool (announced by its service)")
+	done
 	((${#failed[@]} == 0)) && break
 	if ((SECONDS >= deadline)); then
 		not_ready "after ${READY_TIMEOUT}s, $(IFS=';'; echo "${failed[*]}" | sed 's/;/; /g')"

@@ -3,6 +3,9 @@
 # when none is running (and stops what it started), prepares the Python
 # virtualenv with TrustGraph's reference services, then runs the Go tests
 # with the race detector, and checks `make run` (scripts/run-check.sh).
+# TrustGraph's config service (scripts/configsvc.sh, with Cassandra from
+# scripts/cassandra.sh) is started too, when none runs, and stopped again:
+# the registry's config-service source is tested against it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/broker.sh
@@ -12,7 +15,17 @@ source scripts/lib/broker.sh
 # TOOLGATE_PULSAR_URL + TOOLGATE_PULSAR_ADMIN_URL, else the local broker on
 # PULSAR_BROKER_PORT / PULSAR_WEB_PORT (started here when none runs).
 broker_select
-trap broker_down EXIT
+CASSANDRA_STARTED=0
+CONFIGSVC_STARTED=0
+# the config service talks to the same broker (by port, on 127.0.0.1)
+export PULSAR_BROKER_PORT="${PULSAR_BROKER_PORT:-${TOOLGATE_PULSAR_URL##*:}}"
+export PULSAR_WEB_PORT="${PULSAR_WEB_PORT:-${TOOLGATE_PULSAR_ADMIN_URL##*:}}"
+stop_all() {
+	if [[ $CONFIGSVC_STARTED == 1 ]]; then scripts/configsvc.sh down || true; fi
+	if [[ $CASSANDRA_STARTED == 1 ]]; then scripts/cassandra.sh down || true; fi
+	broker_down
+}
+trap stop_all EXIT
 
 t0=$SECONDS
 broker_up
@@ -20,6 +33,12 @@ broker_up
 echo "==> preparing the Python virtualenv (TrustGraph reference services, grpcio)"
 TOOLGATE_VENV="$(scripts/pyenv.sh)"
 export TOOLGATE_VENV
+
+echo "==> Cassandra and TrustGraph's config-svc (the registry's config-service source)"
+if ! scripts/cassandra.sh status >/dev/null 2>&1; then CASSANDRA_STARTED=1; fi
+scripts/cassandra.sh up
+if ! scripts/configsvc.sh status >/dev/null 2>&1; then CONFIGSVC_STARTED=1; fi
+scripts/configsvc.sh up
 
 echo "==> headless Chromium for the browser tests"
 TOOLGATE_CHROMIUM="$(scripts/chromium.sh)"

@@ -120,6 +120,9 @@ type Config struct {
 	StopGrace time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// Announce, when set, is announced to gateways once Run has subscribed
+	// and withdrawn when Run ends (see Announcement).
+	Announce *Announcement
 }
 
 // Option changes how a Service connects to the broker. Options are made
@@ -252,6 +255,12 @@ type Service struct {
 	dropped  atomic.Int64
 	callCtx  context.Context
 	cancelFn context.CancelFunc
+
+	// Announcements (announce.go).
+	announceMu sync.Mutex
+	announced  bool
+	current    *Announcement // the one last announced
+	announceWG sync.WaitGroup
 }
 
 // New checks cfg and prepares the service; Run starts it.
@@ -354,8 +363,10 @@ func (s *Service) Run(ctx context.Context) error {
 	close(s.ready)
 	s.log.Info("tool service listening", "request_topic", s.reqTopic, "response_topic", s.respTopic,
 		"subscription", s.cfg.ID+"-request", "max_concurrency", s.cfg.MaxConcurrency)
+	s.announceOnStart(ctx)
 	<-ctx.Done()
-	_ = sub.Close() // no new calls; accept has returned for the last time
+	s.withdrawOnStop() // gateways stop routing calls here first
+	_ = sub.Close()    // no new calls; accept has returned for the last time
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	t := time.NewTimer(s.cfg.StopGrace)

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := servicecmd.Run(ctx, "echo-service", os.Args[1:], toolservice.Config{ID: "echo-service", Topic: "echo", MaxConcurrency: 256}, echo.Handle)
+	code := servicecmd.Run(ctx, "echo-service", os.Args[1:], toolservice.Config{ID: "echo-service", Topic: "echo", MaxConcurrency: 256, Announce: echo.Announcement()}, echo.Handle)
 	stop()
 	os.Exit(code)
 }

@@ -17,7 +17,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := servicecmd.Run(ctx, "joke-service", os.Args[1:], toolservice.Config{ID: "joke-service", Topic: "joke"}, jokes.Handle)
+	code := servicecmd.Run(ctx, "joke-service", os.Args[1:], toolservice.Config{ID: "joke-service", Topic: "joke", Announce: jokes.Announcement()}, jokes.Handle)
 	stop()
 	os.Exit(code)
 }

@@ -39,7 +39,7 @@ type Gateway struct {
 	cfg     config.Config
 	log     *slog.Logger
 	reg     *registry.Registry
-	source  *registry.FileSource
+	sources *registrySources
 	broker  transport.Broker
 	bridge  *bridge.Bridge
 	grpcLis net.Listener
@@ -68,13 +68,15 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.sec = sec
-	src, err := registry.NewFileSource(cfg.Registry, log, g.onRegistrySwap)
+	rs, err := newRegistrySources(g)
 	if err != nil {
 		return nil, err
 	}
-	g.source, g.reg = src, src.Registry()
-	snap := g.reg.Snapshot()
-	log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+	g.sources, g.reg = rs, rs.merger.Registry()
+	if cfg.Registry != "" {
+		snap := g.reg.Snapshot()
+		log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+	}
 
 	// Every reply for this instance arrives on its response subscriptions:
 	// a deep prefetch queue keeps bursts from being dropped by the broker.
@@ -84,12 +86,14 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		popts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
 	}
 	if g.broker, err = transport.NewPulsar(popts); err != nil {
+		g.sources.stop()
 		return nil, err
 	}
 	g.stopTracing, err = telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
 		OTLPEndpoint: cfg.OTLPEndpoint, OTLPInsecure: cfg.OTLPInsecure, Logger: log})
 	if err != nil {
 		g.broker.Close()
+		g.sources.stop()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: publishSpan}
@@ -118,8 +122,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		}),
 		telemetry.WithRegistryStats(func() telemetry.RegistryStats {
 			snap := g.reg.Snapshot()
-			return telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: g.source.Failures()}
+			return telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: g.sources.reloadFailures()}
 		}))
+	g.metrics.Registry().MustRegister(g.sources.collector())
 	calls := telemetry.NewCallLog(log, telemetry.WithUser(auth.User))
 	// Order: the call log and metrics see every call, refused ones too;
 	// then authentication, the user for the log, and the rate limit.
@@ -190,6 +195,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// Last: the broker sources may swap snapshots from now on.
+	g.sources.start(log)
 	return g, nil
 }
 
@@ -201,6 +208,7 @@ func (g *Gateway) closeEarly() {
 	}
 	g.bridge.Close()
 	g.broker.Close()
+	g.sources.stop()
 	if g.stopTracing != nil {
 		_ = g.stopTracing(context.Background())
 	}
@@ -226,16 +234,15 @@ func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
 func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	snap := g.reg.Snapshot()
 	d := map[string]any{
-		"registry_version":         snap.Version,
-		"registry_reload_failures": g.source.Failures(),
-		"registry_last_error":      g.source.LastError(),
-		"tools":                    len(snap.Tools()),
-		"broker_connected":         g.listened.Load(),
-		"shutting_down":            g.stopping.Load(),
-		"instance":                 g.cfg.InstanceID,
-		"reply_topic":              g.bridge.ReplyTopic(),
-		"reply_to_services":        g.bridge.Honouring(),
+		"registry_version":  snap.Version,
+		"tools":             len(snap.Tools()),
+		"broker_connected":  g.listened.Load(),
+		"shutting_down":     g.stopping.Load(),
+		"instance":          g.cfg.InstanceID,
+		"reply_topic":       g.bridge.ReplyTopic(),
+		"reply_to_services": g.bridge.Honouring(),
 	}
+	g.sources.details(d)
 	return g.listened.Load() && !g.stopping.Load(), d
 }
 
@@ -259,18 +266,25 @@ func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
 
 // watchRegistry reloads the registry when its file changes.
 func (g *Gateway) watchRegistry(ctx context.Context) {
-	if err := g.source.Watch(ctx, 100*time.Millisecond); err != nil {
-		g.log.Warn("registry file watching stopped; ReloadRegistry (SIGHUP) still reloads", "err", err)
+	if src := g.sources.file; src != nil {
+		if err := src.Watch(ctx, 100*time.Millisecond); err != nil {
+			g.log.Warn("registry file watching stopped; ReloadRegistry (SIGHUP) still reloads", "err", err)
+		}
 	}
 }
 
 // ReloadRegistry reads the registry file again now (the gateway command
 // calls it on SIGHUP). A file with problems changes nothing: the last
 // good registry keeps serving, and the error is logged, counted and shown
-// in /readyz.
+// in /readyz. Without a registry file there is nothing to reload.
 func (g *Gateway) ReloadRegistry() error {
+	src := g.sources.file
+	if src == nil {
+		g.log.Info("no registry file to reload")
+		return nil
+	}
 	g.log.Info("reloading the registry")
-	return g.source.Reload()
+	return src.Reload()
 }
 
 // listen subscribes to every response topic of the registry, retrying until
@@ -364,6 +378,7 @@ func (g *Gateway) shutdown() {
 		}
 	}()
 	wg.Wait()
+	g.sources.stop()
 	g.bridge.Close()
 	g.broker.Close()
 	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)

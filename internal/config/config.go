@@ -35,15 +35,22 @@ type Config struct {
 	InstanceID string
 	// ReplyTo has tool services answer this instance's calls on its own
 	// reply topic (the reply-to property) where they can.
-	ReplyTo        bool
-	StreamIdle     time.Duration
-	Registry       string
-	DefaultTimeout time.Duration
-	MaxTimeout     time.Duration
-	ShutdownGrace  time.Duration
-	DefaultUser    string
-	LogFormat      string
-	LogLevel       string
+	ReplyTo    bool
+	StreamIdle time.Duration
+	Registry   string
+	// Announcements reads tool services' announcements from AnnounceTopic.
+	Announcements bool
+	AnnounceTopic string
+	// TrustGraphConfig reads descriptors from TrustGraph's config service
+	// (workspace TrustGraphWorkspace).
+	TrustGraphConfig    bool
+	TrustGraphWorkspace string
+	DefaultTimeout      time.Duration
+	MaxTimeout          time.Duration
+	ShutdownGrace       time.Duration
+	DefaultUser         string
+	LogFormat           string
+	LogLevel            string
 
 	// Transport security.
 	TLSCert  string
@@ -129,7 +136,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", 100000, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
 	dur(&c.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
-	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); required")
+	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); optional when --announcements or --trustgraph-config is on. Its entries win over the other sources'")
+	fs.BoolVar(&c.Announcements, "announcements", envBool(getenv, "announcements", true, &envErrs), "register the tools that tool services announce on --announce-topic (env "+envName("announcements")+")")
+	str(&c.AnnounceTopic, "announce-topic", "persistent://tg/config/tool-descriptors", "compacted topic of tool service announcements, keyed by service id")
+	fs.BoolVar(&c.TrustGraphConfig, "trustgraph-config", envBool(getenv, "trustgraph-config", false, &envErrs), "read tool-service and tool descriptors from TrustGraph's config service over Pulsar; its entries win over announcements (env "+envName("trustgraph-config")+")")
+	str(&c.TrustGraphWorkspace, "trustgraph-workspace", "default", "TrustGraph config workspace holding the descriptors")
 	dur(&c.DefaultTimeout, "default-timeout", 30*time.Second, "deadline of a call when neither caller nor tool service sets one")
 	dur(&c.MaxTimeout, "max-timeout", 10*time.Minute, "the longest deadline a caller may ask for")
 	dur(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long calls in flight may finish after SIGTERM")
@@ -221,8 +232,16 @@ func (c Config) validate() error {
 	if c.Auth.APIKeys == "" && c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" && c.ClientCA == "" && !c.Auth.AllowAnonymous {
 		errs = append(errs, errors.New("no way to authenticate callers: give --api-keys, --jwt-hs256-secret-file, --jwt-jwks-file or --client-ca, or --allow-anonymous to serve everyone as --default-user"))
 	}
-	if c.Registry == "" {
-		errs = append(errs, errors.New("--registry is required: a JSON or YAML file with tool-service and tool sections"))
+	if c.Announcements && !strings.HasPrefix(c.AnnounceTopic, "persistent://") {
+		errs = append(errs, fmt.Errorf("--announce-topic %q must be a persistent:// topic (announcements are read from its compacted view)", c.AnnounceTopic))
+	}
+	if c.TrustGraphConfig && c.TrustGraphWorkspace == "" {
+		errs = append(errs, errors.New("--trustgraph-workspace must not be empty"))
+	}
+	if c.Registry == "" && !c.Announcements && !c.TrustGraphConfig {
+		errs = append(errs, errors.New("no registry source: give --registry (a JSON or YAML file with tool-service and tool sections), or turn on --announcements or --trustgraph-config"))
+	} else if c.Registry == "" {
+		// the other sources are enough
 	} else if _, err := os.Stat(c.Registry); err != nil {
 		errs = append(errs, fmt.Errorf("--registry: %w", err))
 	}

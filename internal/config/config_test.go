@@ -47,7 +47,9 @@ func TestParseErrors(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{nil, nil, []string{"--registry is required", "no way to authenticate"}},
+		{nil, nil, []string{"no way to authenticate"}},
+		{[]string{"--announcements=false", "--allow-anonymous"}, nil, []string{"no registry source"}},
+		{[]string{"--announce-topic", "non-persistent://tg/config/x", "--allow-anonymous"}, nil, []string{"must be a persistent:// topic"}},
 		{[]string{"--registry", "/nonexistent", "--allow-anonymous", "--grpc-addr", "nohost"}, nil, []string{"--registry", "--grpc-addr \"nohost\""}},
 		{[]string{"--allow-anonymous", "--pulsar-url", "http://x"}, nil, []string{"--pulsar-url"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_DEFAULT_TIMEOUT": "soon"}, []string{`TOOLGATE_DEFAULT_TIMEOUT="soon"`}},

@@ -89,3 +89,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// Announcement is what the echo service announces: the echo tool.
+func Announcement() *toolservice.Announcement {
+	return &toolservice.Announcement{Tools: []toolservice.Tool{{
+		Name:        "echo",
+		Description: "Echo the arguments back (see internal/echo for its modes)",
+	}}}
+}

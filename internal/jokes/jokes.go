@@ -58,3 +58,17 @@ func Handle(_ context.Context, req *toolservice.Request) (any, error) {
 	}
 	return fmt.Sprintf("Here's a %s for you:\n\n%s", style, joke), nil
 }
+
+// Announcement is what the joke service announces: the tell-joke tool, whose
+// calls carry the joke's style as a config value.
+func Announcement() *toolservice.Announcement {
+	return &toolservice.Announcement{
+		ConfigParams: []toolservice.ConfigParam{{Name: "style"}},
+		Tools: []toolservice.Tool{{
+			Name:        "tell-joke",
+			Description: "Tell a joke on a given topic",
+			Arguments:   []toolservice.Argument{{Name: "topic", Type: "string", Description: "The topic for the joke"}},
+			Config:      map[string]any{"style": "pun"},
+		}},
+	}
+}

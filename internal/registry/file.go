@@ -3,7 +3,9 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -11,32 +13,46 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// FileSource keeps a Registry in step with a descriptor file. A reload that
-// fails changes nothing: the last good snapshot keeps serving, and the
-// failure is logged, counted and kept for readiness details.
+// FileSource keeps a Sink (the gateway's Merger) in step with a
+// descriptor file. A reload that fails changes nothing: the last good
+// descriptors keep serving, and the failure is logged, counted and kept
+// for readiness details.
 type FileSource struct {
 	path     string
-	reg      *Registry
+	sink     Sink
 	log      *slog.Logger
-	onSwap   func(*Snapshot)
 	failures atomic.Int64
 	lastErr  atomic.Pointer[string]
 }
 
-// NewFileSource loads path once; a file with problems is an error here.
-func NewFileSource(path string, log *slog.Logger, onSwap func(*Snapshot)) (*FileSource, error) {
+// NewFileSource loads path into sink once; a file with problems is an
+// error here.
+func NewFileSource(path string, log *slog.Logger, sink Sink) (*FileSource, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	snap, err := LoadFile(path, log)
+	f := &FileSource{path: path, sink: sink, log: log}
+	data, err := os.ReadFile(path)
 	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if _, err := Parse(filepath.Base(path), data, log); err != nil {
 		return nil, err
 	}
-	return &FileSource{path: path, reg: New(snap), log: log, onSwap: onSwap}, nil
+	if err := sink.Apply(Update{Origin: OriginFile, Name: path, Doc: data}); err != nil {
+		return nil, err
+	}
+	sink.State(OriginFile, true, nil)
+	return f, nil
 }
 
-// Registry is the registry this source keeps current.
-func (f *FileSource) Registry() *Registry { return f.reg }
+// Origin implements Source.
+func (f *FileSource) Origin() Origin { return OriginFile }
+
+// Run implements Source: it watches the file until ctx ends.
+func (f *FileSource) Run(ctx context.Context, _ Sink) error {
+	return f.Watch(ctx, 100*time.Millisecond)
+}
 
 // Failures counts reloads that failed; LastError is the most recent one's
 // message ("" after a successful reload).
@@ -51,24 +67,27 @@ func (f *FileSource) LastError() string {
 	return ""
 }
 
-// Reload reads the file again and swaps in the new snapshot if it is valid.
+// Reload reads the file again and hands it to the sink, which swaps in a
+// new snapshot if it is valid.
 func (f *FileSource) Reload() error {
-	snap, err := LoadFile(f.path, f.log)
+	data, err := os.ReadFile(f.path)
+	if err == nil {
+		// Parse first: the file's problems are reported as a LoadError.
+		if _, err = Parse(filepath.Base(f.path), data, f.log); err == nil {
+			err = f.sink.Apply(Update{Origin: OriginFile, Name: f.path, Doc: data})
+		}
+	} else {
+		err = fmt.Errorf("registry: %w", err)
+	}
 	if err != nil {
 		f.failures.Add(1)
 		msg := err.Error()
 		f.lastErr.Store(&msg)
-		f.log.Error("registry reload failed; still serving the last good registry",
-			"file", f.path, "version", f.reg.Snapshot().Version, "err", err)
+		f.log.Error("registry reload failed; still serving the last good registry", "file", f.path, "err", err)
 		return err
 	}
-	f.reg.Swap(snap)
 	f.lastErr.Store(nil)
-	f.log.Info("registry reloaded", "file", f.path, "version", snap.Version,
-		"tools", len(snap.Tools()), "tool_services", len(snap.Services()))
-	if f.onSwap != nil {
-		f.onSwap(snap)
-	}
+	f.log.Info("registry file reloaded", "file", f.path)
 	return nil
 }
 

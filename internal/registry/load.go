@@ -81,6 +81,36 @@ func Parse(source string, data []byte, log *slog.Logger) (*Snapshot, error) {
 	if err != nil {
 		return fail(err.Error())
 	}
+	services, tools, probs := parseSections(source, doc, log)
+	if len(probs) > 0 {
+		return nil, &LoadError{Source: source, Problems: probs}
+	}
+	return newSnapshot(source, tools, services), nil
+}
+
+// ParseDocument is Parse for a descriptor document that is already
+// decoded, such as one a source assembled from separate values. Unlike
+// Parse it keeps what is valid: it returns every valid service and tool
+// together with the problems of the others.
+func ParseDocument(source string, doc map[string]any, log *slog.Logger) (map[string]*Service, map[string]*Tool, []Problem) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Round-trip through JSON: numbers become json.Number, as Parse sees them.
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, nil, []Problem{{Reason: "the document cannot be encoded as JSON: " + err.Error()}}
+	}
+	d, err := decodeDocument(b)
+	if err != nil {
+		return nil, nil, []Problem{{Reason: err.Error()}}
+	}
+	return parseSections(source, d, log)
+}
+
+// parseSections validates both sections. Invalid descriptors are left out
+// and reported; a tool whose service is invalid is reported too.
+func parseSections(source string, doc map[string]any, log *slog.Logger) (map[string]*Service, map[string]*Tool, []Problem) {
 	if inner, ok := doc["config"].(map[string]any); ok && len(doc) == 1 {
 		doc = inner // a TrustGraph config dump: {"config": {...}}
 	}
@@ -144,10 +174,7 @@ func Parse(source string, data []byte, log *slog.Logger) (*Snapshot, error) {
 		toolKeys[t.Name] = key
 		tools[t.Name] = t
 	}
-	if len(probs) > 0 {
-		return nil, &LoadError{Source: source, Problems: probs}
-	}
-	return newSnapshot(source, tools, services), nil
+	return services, tools, probs
 }
 
 func decodeDocument(data []byte) (map[string]any, error) {

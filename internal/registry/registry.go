@@ -23,6 +23,8 @@ type Service struct {
 	Params []Param
 	// Timeout is the default deadline of a call; 0 means the gateway's.
 	Timeout time.Duration
+	// Origin says which kind of source defined it ("" when parsed alone).
+	Origin Origin
 }
 
 // Param is one configuration parameter of a service.
@@ -56,6 +58,8 @@ type Tool struct {
 	Strict bool
 	// Schema is a JSON Schema of the call's arguments object.
 	Schema map[string]any
+	// Origin says which kind of source defined it ("" when parsed alone).
+	Origin Origin
 }
 
 // Snapshot is one immutable, validated registry. Its methods are safe for

@@ -8,8 +8,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-func toolProto(t *registry.Tool) *toolgatev1.Tool {
-	out := &toolgatev1.Tool{Name: t.Name, Description: t.Description, Service: t.Service.ID, Strict: t.Strict}
+// toolProto describes t as read from the snapshot of the given version.
+func toolProto(t *registry.Tool, version int64) *toolgatev1.Tool {
+	out := &toolgatev1.Tool{Name: t.Name, Description: t.Description, Service: t.Service.ID, Strict: t.Strict,
+		Source: string(t.Origin), RegistryVersion: version}
 	for _, a := range t.Arguments {
 		out.Arguments = append(out.Arguments, &toolgatev1.ToolArgument{Name: a.Name, Type: a.Type, Description: a.Description, Required: a.Required})
 	}

@@ -199,16 +199,18 @@ func (s *Server) recv(ctx context.Context, call *bridge.Call) (bridge.Chunk, err
 
 // GetTool implements toolgatev1.ToolServiceServer.
 func (s *Server) GetTool(_ context.Context, req *toolgatev1.GetToolRequest) (*toolgatev1.GetToolResponse, error) {
-	t, ok := s.reg.Snapshot().Tool(req.GetName())
+	snap := s.reg.Snapshot()
+	t, ok := snap.Tool(req.GetName())
 	if !ok {
 		return nil, toolNotFound(req.GetName())
 	}
-	return &toolgatev1.GetToolResponse{Tool: toolProto(t)}, nil
+	return &toolgatev1.GetToolResponse{Tool: toolProto(t, snap.Version)}, nil
 }
 
 // ListTools implements toolgatev1.ToolServiceServer.
 func (s *Server) ListTools(ctx context.Context, req *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	tools := s.reg.Snapshot().Tools()
+	snap := s.reg.Snapshot()
+	tools := snap.Tools()
 	if s.opts.Allowed != nil {
 		visible := make([]*registry.Tool, 0, len(tools))
 		for _, t := range tools {
@@ -224,7 +226,7 @@ func (s *Server) ListTools(ctx context.Context, req *toolgatev1.ListToolsRequest
 	}
 	out := &toolgatev1.ListToolsResponse{NextPageToken: next}
 	for _, t := range tools[start:end] {
-		out.Tools = append(out.Tools, toolProto(t))
+		out.Tools = append(out.Tools, toolProto(t, snap.Version))
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/toolgate/toolgate/toolservice"
 )
@@ -29,12 +30,27 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 	fs.StringVar(&cfg.ID, "id", defaults.ID, "service id; the request subscription is <id>-request")
 	fs.StringVar(&cfg.Topic, "topic", defaults.Topic, "short topic name: non-persistent://tg/request/<topic>")
 	fs.IntVar(&cfg.MaxConcurrency, "concurrency", max(defaults.MaxConcurrency, 64), "calls handled at once")
+	announce := fs.Bool("announce", envBool("TOOLGATE_ANNOUNCE", defaults.Announce != nil),
+		"announce the service and its tools to gateways on start, withdraw them on stop (env TOOLGATE_ANNOUNCE)")
+	announceTopic := fs.String("announce-topic", envOr("TOOLGATE_ANNOUNCE_TOPIC", toolservice.DefaultAnnounceTopic),
+		"topic to announce on (env TOOLGATE_ANNOUNCE_TOPIC)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
 	} else if err != nil {
 		return 2
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	switch {
+	case !*announce:
+		cfg.Announce = nil
+	case cfg.Announce == nil:
+		fmt.Fprintf(os.Stderr, "%s: -announce: this service has no tools to announce\n", name)
+		return 2
+	default:
+		a := *cfg.Announce
+		a.Topic = *announceTopic
+		cfg.Announce = &a
+	}
 	var opts []toolservice.Option
 	if *tokenFile != "" {
 		opts = append(opts, toolservice.WithTokenFile(*tokenFile))
@@ -52,4 +68,21 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 		return 1
 	}
 	return 0
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func envBool(k string, def bool) bool {
+	switch strings.ToLower(os.Getenv(k)) {
+	case "1", "true", "yes", "on":
+		return true
+	case "0", "false", "no", "off":
+		return false
+	}
+	return def
 }

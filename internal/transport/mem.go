@@ -53,7 +53,7 @@ func (m *Mem) Publish(ctx context.Context, topic string, msg Message) error {
 		}
 		c := s.consumers[s.next%len(s.consumers)]
 		s.next++
-		cp := Message{Payload: append([]byte(nil), msg.Payload...), Properties: make(map[string]string, len(msg.Properties))}
+		cp := Message{Payload: append([]byte(nil), msg.Payload...), Properties: make(map[string]string, len(msg.Properties)), Key: msg.Key}
 		for k, v := range msg.Properties {
 			cp.Properties[k] = v
 		}

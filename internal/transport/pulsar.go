@@ -358,7 +358,7 @@ func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, do
 	if err != nil {
 		return err
 	}
-	pm := &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties}
+	pm := &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties, Key: msg.Key}
 	report := func(err error) { done(classify(topic, err)) }
 	if e.queue == nil {
 		e.p.SendAsync(ctx, pm, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { report(err) })

@@ -14,6 +14,8 @@ import (
 type Message struct {
 	Payload    []byte
 	Properties map[string]string
+	// Key is the message key (Pulsar's partition/compaction key); "" = none.
+	Key string
 }
 
 // SubscriptionType says how a subscription's consumers share messages.

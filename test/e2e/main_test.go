@@ -125,7 +125,7 @@ func run(m *testing.M) int {
 func startGateway(ctx context.Context, regPath string, log *slog.Logger) (*app.Gateway, <-chan error, error) {
 	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
-		"--registry", regPath, "--default-timeout", "10s", "--stream-idle-timeout", "1s", "--allow-anonymous",
+		"--registry", regPath, "--announcements=false", "--default-timeout", "10s", "--stream-idle-timeout", "1s", "--allow-anonymous",
 		"--cors-origins", "http://allowed.example", "--sse-heartbeat", "200ms"}, func(string) string { return "" }, os.Stderr)
 	if err != nil {
 		return nil, nil, err

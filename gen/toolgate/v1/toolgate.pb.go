@@ -50,9 +50,16 @@ type Tool struct {
 	ArgumentsSchema *structpb.Struct `protobuf:"bytes,5,opt,name=arguments_schema,json=argumentsSchema,proto3" json:"arguments_schema,omitempty"`
 	// When true, arguments not listed in "arguments" are rejected; otherwise
 	// they are passed through to the tool service unchanged.
-	Strict        bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Strict bool `protobuf:"varint,6,opt,name=strict,proto3" json:"strict,omitempty"`
+	// Where the gateway's registry got the tool from: "file" (the --registry
+	// file), "config-service" (TrustGraph's config service) or "announcement"
+	// (the tool service announced itself).
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// The version of the registry snapshot this description was read from;
+	// it grows by one with every change of the registry.
+	RegistryVersion int64 `protobuf:"varint,8,opt,name=registry_version,json=registryVersion,proto3" json:"registry_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Tool) Reset() {
@@ -125,6 +132,20 @@ func (x *Tool) GetStrict() bool {
 		return x.Strict
 	}
 	return false
+}
+
+func (x *Tool) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Tool) GetRegistryVersion() int64 {
+	if x != nil {
+		return x.RegistryVersion
+	}
+	return 0
 }
 
 // ToolArgument describes one argument of a tool.
@@ -998,14 +1019,16 @@ var File_toolgate_v1_toolgate_proto protoreflect.FileDescriptor
 
 const file_toolgate_v1_toolgate_proto_rawDesc = "" +
 	"\n" +
-	"\x1atoolgate/v1/toolgate.proto\x12\vtoolgate.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xeb\x01\n" +
+	"\x1atoolgate/v1/toolgate.proto\x12\vtoolgate.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xae\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
 	"\aservice\x18\x03 \x01(\tR\aservice\x127\n" +
 	"\targuments\x18\x04 \x03(\v2\x19.toolgate.v1.ToolArgumentR\targuments\x12B\n" +
 	"\x10arguments_schema\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x0fargumentsSchema\x12\x16\n" +
-	"\x06strict\x18\x06 \x01(\bR\x06strict\"t\n" +
+	"\x06strict\x18\x06 \x01(\bR\x06strict\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12)\n" +
+	"\x10registry_version\x18\b \x01(\x03R\x0fregistryVersion\"t\n" +
 	"\fToolArgument\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12 \n" +

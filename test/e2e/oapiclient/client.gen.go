@@ -195,8 +195,17 @@ type Tool struct {
 	// Name The tool's unique name, used in every call, e.g. "tell-joke".
 	Name *string `json:"name,omitempty"`
 
+	// RegistryVersion The version of the registry snapshot this description was read from;
+	// it grows by one with every change of the registry.
+	RegistryVersion *string `json:"registry_version,omitempty"`
+
 	// Service The id of the tool service that answers calls to this tool.
 	Service *string `json:"service,omitempty"`
+
+	// Source Where the gateway's registry got the tool from: "file" (the --registry
+	// file), "config-service" (TrustGraph's config service) or "announcement"
+	// (the tool service announced itself).
+	Source *string `json:"source,omitempty"`
 
 	// Strict When true, arguments not listed in "arguments" are rejected; otherwise
 	// they are passed through to the tool service unchanged.

@@ -1,0 +1,425 @@
+package registry
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Conflict is a tool name or service id defined by two units; the one of
+// higher precedence (Winner) is served, the other (Loser) is not.
+type Conflict struct {
+	// Kind is "tool" or "tool-service"; Name the tool name or service id.
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Winner string `json:"winner"`
+	Loser  string `json:"loser"`
+	// Reason is set when the loser was dropped for another conflict (a
+	// tool whose service lost).
+	Reason string `json:"reason,omitempty"`
+}
+
+func (c Conflict) String() string {
+	s := fmt.Sprintf("%s %q: %s wins over %s", c.Kind, c.Name, c.Winner, c.Loser)
+	if c.Reason != "" {
+		s += " (" + c.Reason + ")"
+	}
+	return s
+}
+
+// SourceStatus is what readiness details say about one origin.
+type SourceStatus struct {
+	Origin Origin `json:"origin"`
+	// Units is the number of units currently merged (announcing services,
+	// for announcements).
+	Units int `json:"units"`
+	// Synced: the source delivered what existed when it started.
+	Synced bool `json:"synced"`
+	// Error is the source's connection problem, "" when it is fine.
+	Error string `json:"error,omitempty"`
+	// Rejected counts updates (or, for the config service, descriptors)
+	// refused as invalid; LastRejection is the latest reason.
+	Rejected      int64  `json:"rejected"`
+	LastRejection string `json:"last_rejection,omitempty"`
+}
+
+type part struct {
+	origin   Origin
+	unit     string
+	label    string // "announcement echo-service"
+	doc      []byte // what it was parsed from, to skip repeats
+	services map[string]*Service
+	tools    map[string]*Tool
+}
+
+type originState struct {
+	enabled       bool
+	synced        bool
+	err           string
+	rejected      int64
+	lastRejection string
+}
+
+// Merger merges the units of every source into one immutable snapshot,
+// file first, then the config service, then announcements. It is the Sink
+// sources report to, and it is safe for concurrent use.
+type Merger struct {
+	reg    *Registry
+	log    *slog.Logger
+	onSwap func(*Snapshot)
+
+	mu        sync.Mutex
+	parts     map[Origin]map[string]*part
+	states    map[Origin]*originState
+	conflicts []Conflict
+}
+
+// NewMerger returns a merger whose registry serves an empty snapshot until
+// the first update. onSwap, if set, is called after each new snapshot is
+// published, with the merger's lock not held.
+func NewMerger(log *slog.Logger, onSwap func(*Snapshot)) *Merger {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Merger{log: log, onSwap: onSwap, parts: map[Origin]map[string]*part{}, states: map[Origin]*originState{}}
+	for _, o := range Origins {
+		m.parts[o] = map[string]*part{}
+		m.states[o] = &originState{}
+	}
+	m.reg = New(newSnapshot("empty", map[string]*Tool{}, map[string]*Service{}))
+	return m
+}
+
+// Registry is the registry the merger publishes to.
+func (m *Merger) Registry() *Registry { return m.reg }
+
+// Enable declares that a source of origin o runs: readiness details list
+// it, and WaitSynced waits for it.
+func (m *Merger) Enable(o Origin) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st, ok := m.states[o]; ok {
+		st.enabled = true
+	}
+}
+
+// State implements Sink.
+func (m *Merger) State(o Origin, synced bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.states[o]
+	if !ok {
+		return
+	}
+	st.enabled = true
+	if synced {
+		st.synced = true
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != st.err {
+		if msg == "" {
+			m.log.Info("registry source reachable", "source", o)
+		} else {
+			m.log.Warn("registry source not reachable; its descriptors stay as they were", "source", o, "err", msg)
+		}
+	}
+	st.err = msg
+}
+
+// WaitSynced waits until every enabled origin has synced once, or d
+// passes. It returns the origins that had not synced.
+func (m *Merger) WaitSynced(d time.Duration) []Origin {
+	deadline := time.Now().Add(d)
+	for {
+		var missing []Origin
+		m.mu.Lock()
+		for _, o := range Origins {
+			if st := m.states[o]; st.enabled && !st.synced {
+				missing = append(missing, o)
+			}
+		}
+		m.mu.Unlock()
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return missing
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ErrRejected wraps the reason an update was refused.
+var ErrRejected = errors.New("registry update rejected")
+
+// Apply implements Sink.
+func (m *Merger) Apply(u Update) error {
+	if u.Origin.rank() >= len(Origins) {
+		return fmt.Errorf("%w: unknown origin %q", ErrRejected, u.Origin)
+	}
+	label := string(u.Origin)
+	if u.Unit != "" {
+		label += " " + u.Unit
+	} else if u.Name != "" {
+		label += " " + u.Name
+	}
+	withdraw := u.Parsed == nil && len(bytes.TrimSpace(u.Doc)) == 0
+	if !withdraw && u.Parsed == nil {
+		// The same document again (a re-announcement, a periodic re-read):
+		// nothing to do, and its problems were reported the first time.
+		m.mu.Lock()
+		old := m.parts[u.Origin][u.Unit]
+		same := old != nil && old.doc != nil && bytes.Equal(old.doc, u.Doc)
+		m.mu.Unlock()
+		if same {
+			return nil
+		}
+	}
+	var p *part
+	if !withdraw {
+		var err error
+		p, err = m.parse(u, label)
+		if err != nil {
+			m.reject(u.Origin, label, err)
+			return err
+		}
+	}
+
+	m.mu.Lock()
+	units := m.parts[u.Origin]
+	old := units[u.Unit]
+	switch {
+	case withdraw && old == nil:
+		m.mu.Unlock()
+		return nil
+	case !withdraw && old != nil && old.doc != nil && bytes.Equal(old.doc, p.doc):
+		m.mu.Unlock()
+		return nil // the same again (a re-announcement, a repeated read)
+	case withdraw:
+		delete(units, u.Unit)
+		m.log.Info("registry unit withdrawn", "source", label)
+	default:
+		units[u.Unit] = p
+	}
+	snap := m.mergeLocked()
+	m.mu.Unlock()
+	m.log.Info("registry updated", "by", label, "version", snap.Version,
+		"tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+	if m.onSwap != nil {
+		m.onSwap(snap)
+	}
+	return nil
+}
+
+func (m *Merger) reject(o Origin, label string, err error) {
+	m.mu.Lock()
+	st := m.states[o]
+	st.rejected++
+	st.lastRejection = err.Error()
+	m.mu.Unlock()
+	m.log.Error("registry update rejected; what was there stays", "by", label, "err", err)
+}
+
+// parse validates an update by the rules of its origin: the file and an
+// announcement must be valid as a whole; the config service's values are
+// taken one by one, the invalid ones reported and left out.
+func (m *Merger) parse(u Update, label string) (*part, error) {
+	p := &part{origin: u.Origin, unit: u.Unit, label: label, doc: u.Doc}
+	doc := u.Parsed
+	if doc == nil {
+		var err error
+		if doc, err = decodeDocument(u.Doc); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrRejected, label, err)
+		}
+	} else {
+		p.doc = nil // compared by content only when given as bytes
+	}
+	var probs []Problem
+	p.services, p.tools, probs = parseSections(label, doc, m.log)
+	switch u.Origin {
+	case OriginConfigService:
+		if len(probs) > 0 {
+			le := &LoadError{Source: label, Problems: probs}
+			m.mu.Lock()
+			st := m.states[u.Origin]
+			st.rejected += int64(len(probs))
+			st.lastRejection = le.Error()
+			m.mu.Unlock()
+			m.log.Error("registry: invalid descriptors left out", "by", label, "err", le)
+		}
+	default:
+		if len(probs) > 0 {
+			return nil, fmt.Errorf("%w: %w", ErrRejected, &LoadError{Source: label, Problems: probs})
+		}
+	}
+	if u.Origin == OriginAnnouncement {
+		if err := checkAnnouncement(u.Unit, doc, p); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrRejected, label, err)
+		}
+	}
+	for _, sv := range p.services {
+		sv.Origin = u.Origin
+	}
+	for _, t := range p.tools {
+		t.Origin = u.Origin
+	}
+	return p, nil
+}
+
+// checkAnnouncement: an announcement is scoped to one service, the one its
+// message key names, and announces at least that service.
+func checkAnnouncement(unit string, doc map[string]any, p *part) error {
+	if unit == "" {
+		return errors.New("an announcement needs its service id as the message key")
+	}
+	if extra := len(doc) - countKnown(doc); extra > 0 {
+		var names []string
+		for k := range doc {
+			if k != "tool-service" && k != "tool" {
+				names = append(names, k)
+			}
+		}
+		sort.Strings(names)
+		return fmt.Errorf("unknown section(s) %s: an announcement has only tool-service and tool", strings.Join(names, ", "))
+	}
+	if len(p.services) != 1 || p.services[unit] == nil {
+		var ids []string
+		for id := range p.services {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		return fmt.Errorf("an announcement defines exactly one tool service, the one its key names (%q); it defines %v", unit, ids)
+	}
+	return nil
+}
+
+func countKnown(doc map[string]any) int {
+	n := 0
+	for _, k := range []string{"tool-service", "tool"} {
+		if _, ok := doc[k]; ok {
+			n++
+		}
+	}
+	return n
+}
+
+// mergeLocked builds and publishes the snapshot of every unit, reporting
+// conflicts that are new.
+func (m *Merger) mergeLocked() *Snapshot {
+	services := map[string]*Service{}
+	tools := map[string]*Tool{}
+	svcOwner := map[string]string{}  // service id → label
+	toolOwner := map[string]string{} // tool name → label
+	var conflicts []Conflict
+	var labels []string
+	for _, o := range Origins {
+		units := m.parts[o]
+		keys := make([]string, 0, len(units))
+		for k := range units {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := units[k]
+			labels = append(labels, p.label)
+			lost := map[string]bool{}
+			for _, id := range sortedServiceIDs(p.services) {
+				if w, taken := svcOwner[id]; taken {
+					conflicts = append(conflicts, Conflict{Kind: "tool-service", Name: id, Winner: w, Loser: p.label})
+					lost[id] = true
+					continue
+				}
+				svcOwner[id] = p.label
+				services[id] = p.services[id]
+			}
+			for _, name := range sortedToolNames(p.tools) {
+				t := p.tools[name]
+				if lost[t.Service.ID] {
+					conflicts = append(conflicts, Conflict{Kind: "tool", Name: name, Winner: svcOwner[t.Service.ID], Loser: p.label,
+						Reason: fmt.Sprintf("its service %q is defined by the winner", t.Service.ID)})
+					continue
+				}
+				if w, taken := toolOwner[name]; taken {
+					conflicts = append(conflicts, Conflict{Kind: "tool", Name: name, Winner: w, Loser: p.label})
+					continue
+				}
+				toolOwner[name] = p.label
+				tools[name] = t
+			}
+		}
+	}
+	prev := map[string]bool{}
+	for _, c := range m.conflicts {
+		prev[c.String()] = true
+	}
+	for _, c := range conflicts {
+		if !prev[c.String()] {
+			m.log.Warn("registry conflict", "kind", c.Kind, "name", c.Name, "winner", c.Winner, "loser", c.Loser, "reason", c.Reason)
+		}
+	}
+	m.conflicts = conflicts
+	src := "empty"
+	if len(labels) > 0 {
+		src = strings.Join(labels, ", ")
+	}
+	snap := newSnapshot(src, tools, services)
+	m.reg.Swap(snap)
+	return snap
+}
+
+func sortedServiceIDs(m map[string]*Service) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedToolNames(m map[string]*Tool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Conflicts returns the conflicts of the current snapshot.
+func (m *Merger) Conflicts() []Conflict {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Conflict(nil), m.conflicts...)
+}
+
+// Status describes every enabled origin, in order of precedence.
+func (m *Merger) Status() []SourceStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []SourceStatus
+	for _, o := range Origins {
+		st := m.states[o]
+		if !st.enabled && len(m.parts[o]) == 0 {
+			continue
+		}
+		out = append(out, SourceStatus{Origin: o, Units: len(m.parts[o]), Synced: st.synced, Error: st.err,
+			Rejected: st.rejected, LastRejection: st.lastRejection})
+	}
+	return out
+}
+
+// Rejected counts the updates (or config-service descriptors) of origin o
+// refused as invalid.
+func (m *Merger) Rejected(o Origin) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if st, ok := m.states[o]; ok {
+		return st.rejected
+	}
+	return 0
+}

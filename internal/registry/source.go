@@ -1,0 +1,69 @@
+package registry
+
+import "context"
+
+// Origin is a kind of source of descriptors.
+type Origin string
+
+// The origins, in order of precedence: when two of them define the same
+// tool name or service id, the first one in this list wins.
+const (
+	// OriginFile is the --registry file.
+	OriginFile Origin = "file"
+	// OriginConfigService is TrustGraph's config service.
+	OriginConfigService Origin = "config-service"
+	// OriginAnnouncement is a tool service that announced itself.
+	OriginAnnouncement Origin = "announcement"
+)
+
+// Origins lists every origin, highest precedence first.
+var Origins = []Origin{OriginFile, OriginConfigService, OriginAnnouncement}
+
+func (o Origin) rank() int {
+	for i, x := range Origins {
+		if x == o {
+			return i
+		}
+	}
+	return len(Origins)
+}
+
+// Update is what a source reports: the descriptors of one unit, in the
+// layout of a registry file ({"tool-service": {...}, "tool": {...}}).
+//
+// A source is one unit (the file, a config-service workspace) or many
+// (announcements: one unit per service id). An update replaces everything
+// its unit defined before; an update without a document withdraws the unit.
+type Update struct {
+	Origin Origin
+	// Unit names the unit within its origin: "" for a source that is one
+	// unit, the service id for an announcement.
+	Unit string
+	// Name says where it came from, for logs ("examples/registry.yaml",
+	// "workspace default", "persistent://tg/config/tool-descriptors").
+	Name string
+	// Doc is the document, JSON or YAML; empty withdraws the unit.
+	Doc []byte
+	// Parsed, when set, is the document already decoded; Doc is then not
+	// read (except that a nil Parsed and an empty Doc withdraw the unit).
+	Parsed map[string]any
+}
+
+// Sink takes what sources report. *Merger is the Sink of the gateway.
+type Sink interface {
+	// Apply validates u and, when it is acceptable, merges it into a new
+	// snapshot. A rejected update changes nothing and is reported in the
+	// error, the log and the source's status.
+	Apply(u Update) error
+	// State records whether a source reaches what it reads (err == nil)
+	// and, once synced is true, that it has delivered everything that
+	// existed when it started.
+	State(o Origin, synced bool, err error)
+}
+
+// Source is one place descriptors come from. Run reports to sink until
+// ctx ends or the source fails for good.
+type Source interface {
+	Origin() Origin
+	Run(ctx context.Context, sink Sink) error
+}

@@ -1,0 +1,241 @@
+package toolservice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
+)
+
+// DefaultAnnounceTopic is the topic gateways read announcements from: a
+// persistent topic with compaction, one message per service keyed by its
+// id, the latest of which counts.
+const DefaultAnnounceTopic = "persistent://tg/config/tool-descriptors"
+
+// Announcement is what a service tells gateways about itself: its own
+// descriptor (id and topics come from Config) and the tools it offers.
+// A service with Config.Announce set announces it once it is subscribed,
+// again on Announce, and withdraws it (an empty message with its key, a
+// tombstone) when Run ends.
+//
+// On the topic, an announcement is a registry file scoped to one service:
+//
+//	{"tool-service": {"<id>": {"id": "<id>", "request-queue": "…", "response-queue": "…", "config-params": [...]}},
+//	 "tool": {"<key>": {"type": "tool-service", "name": "…", "service": "<id>", "arguments": [...]}}}
+type Announcement struct {
+	// Topic to announce on (default DefaultAnnounceTopic).
+	Topic string
+	// ConfigParams are the configuration parameters the service takes.
+	ConfigParams []ConfigParam
+	// Timeout is the service's default call deadline (0: the gateway's).
+	Timeout time.Duration
+	// Tools the service offers.
+	Tools []Tool
+}
+
+// ConfigParam is one configuration parameter of a service.
+type ConfigParam struct {
+	Name     string
+	Required bool
+}
+
+// Tool describes one tool of an announced service.
+type Tool struct {
+	// Key of the descriptor (default: Name).
+	Key         string
+	Name        string
+	Description string
+	Arguments   []Argument
+	// Strict tools reject arguments they do not declare.
+	Strict bool
+	// Config holds the values of the service's config params that calls
+	// to this tool carry.
+	Config map[string]any
+}
+
+// Argument is one argument of a tool.
+type Argument struct {
+	Name        string
+	Type        string // string, number, integer, boolean, object, array (default string)
+	Description string
+	Required    bool
+}
+
+// AnnouncementPayload is the message an announcement of service id with
+// the given topics is made of.
+func AnnouncementPayload(id, requestTopic, responseTopic string, a *Announcement) ([]byte, error) {
+	if a == nil {
+		return nil, errors.New("toolservice: nil announcement")
+	}
+	svc := map[string]any{"id": id, "request-queue": requestTopic, "response-queue": responseTopic}
+	params := []any{}
+	for _, p := range a.ConfigParams {
+		params = append(params, map[string]any{"name": p.Name, "required": p.Required})
+	}
+	svc["config-params"] = params
+	if a.Timeout > 0 {
+		svc["timeout"] = a.Timeout.String()
+	}
+	tools := map[string]any{}
+	for i, t := range a.Tools {
+		key := t.Key
+		if key == "" {
+			key = t.Name
+		}
+		if key == "" {
+			return nil, fmt.Errorf("toolservice: announced tool %d has no name", i)
+		}
+		if _, dup := tools[key]; dup {
+			return nil, fmt.Errorf("toolservice: announced tool %q twice", key)
+		}
+		d := map[string]any{}
+		for k, v := range t.Config {
+			d[k] = v
+		}
+		d["type"] = "tool-service"
+		d["name"] = t.Name
+		if t.Name == "" {
+			d["name"] = key
+		}
+		d["description"] = t.Description
+		d["service"] = id
+		if t.Strict {
+			d["strict"] = true
+		}
+		args := []any{}
+		for _, arg := range t.Arguments {
+			m := map[string]any{"name": arg.Name, "type": arg.Type, "description": arg.Description}
+			if arg.Type == "" {
+				m["type"] = "string"
+			}
+			if arg.Required {
+				m["required"] = true
+			}
+			args = append(args, m)
+		}
+		d["arguments"] = args
+		tools[key] = d
+	}
+	return json.Marshal(map[string]any{"tool-service": map[string]any{id: svc}, "tool": tools})
+}
+
+func (s *Service) announceTopic(a *Announcement) string {
+	if a != nil && a.Topic != "" {
+		return a.Topic
+	}
+	return DefaultAnnounceTopic
+}
+
+// Announce publishes the service's announcement: a, or when a is nil the
+// one last announced (Config.Announce at first). It replaces what the
+// service announced before. It fails when there is nothing to announce or
+// the broker does not take the message.
+func (s *Service) Announce(ctx context.Context, a *Announcement) error {
+	s.announceMu.Lock()
+	defer s.announceMu.Unlock()
+	if a == nil {
+		a = s.current
+	}
+	if a == nil {
+		a = s.cfg.Announce
+	}
+	if a == nil {
+		return errors.New("toolservice: no announcement (set Config.Announce or pass one)")
+	}
+	b, err := AnnouncementPayload(s.cfg.ID, s.reqTopic, s.respTopic, a)
+	if err != nil {
+		return err
+	}
+	topic := s.announceTopic(a)
+	if err := s.broker.Publish(ctx, topic, transport.Message{Key: s.cfg.ID, Payload: b}); err != nil {
+		return fmt.Errorf("toolservice %s: announce on %s: %w", s.cfg.ID, topic, err)
+	}
+	s.current = a
+	s.announced = true
+	s.log.Info("announced", "topic", topic, "tools", len(a.Tools))
+	return nil
+}
+
+// Withdraw publishes a tombstone for the service (an empty message keyed
+// by its id): gateways drop it and its tools. Run does this itself when it
+// stops after announcing.
+func (s *Service) Withdraw(ctx context.Context) error {
+	s.announceMu.Lock()
+	defer s.announceMu.Unlock()
+	a := s.current
+	if a == nil {
+		a = s.cfg.Announce
+	}
+	topic := s.announceTopic(a)
+	// The property keeps the empty message decodable when it travels
+	// unbatched (pulsar-client-go drops an unbatched message that has
+	// neither payload nor properties).
+	tomb := transport.Message{Key: s.cfg.ID, Properties: map[string]string{"toolgate-withdrawn": "true"}}
+	if err := s.broker.Publish(ctx, topic, tomb); err != nil {
+		return fmt.Errorf("toolservice %s: withdraw on %s: %w", s.cfg.ID, topic, err)
+	}
+	s.announced = false
+	s.log.Info("withdrawn", "topic", topic)
+	return nil
+}
+
+// announceOnStart announces Config.Announce once Run has subscribed,
+// retrying in the background while the broker refuses.
+func (s *Service) announceOnStart(ctx context.Context) {
+	if s.cfg.Announce == nil {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := s.Announce(actx, nil)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	s.log.Warn("cannot announce yet; retrying", "err", err)
+	s.announceWG.Add(1)
+	go func() {
+		defer s.announceWG.Done()
+		backoff := time.Second
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := s.Announce(actx, nil)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}()
+}
+
+// withdrawOnStop withdraws what was announced, when Run ends gracefully.
+func (s *Service) withdrawOnStop() {
+	s.announceWG.Wait()
+	s.announceMu.Lock()
+	announced := s.announced
+	s.announceMu.Unlock()
+	if !announced {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Withdraw(ctx); err != nil {
+		s.log.Warn("cannot withdraw the announcement; gateways keep listing the service until it is withdrawn", "err", err)
+		return
+	}
+	// Still subscribed: calls gateways routed before they saw the
+	// tombstone are served, not lost.
+	time.Sleep(withdrawSettle)
+}
+
+// withdrawSettle is how long a stopping service keeps taking calls after
+// it withdrew its announcement, for gateways to see the tombstone.
+const withdrawSettle = 250 * time.Millisecond

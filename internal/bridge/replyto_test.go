@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -156,7 +157,7 @@ func TestReplyToContract(t *testing.T) {
 				ctx := ctxTimeout(t, 20*time.Second)
 				for i := 0; ; i++ {
 					ch, err := c.Recv(ctx)
-					if err == io.EOF {
+					if errors.Is(err, io.EOF) {
 						if i != 1000 {
 							t.Fatalf("stream ended after %d chunks, want 1000", i)
 						}

@@ -234,7 +234,7 @@ func (m *Merger) parse(u Update, label string) (*part, error) {
 	if doc == nil {
 		var err error
 		if doc, err = decodeDocument(u.Doc); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrRejected, label, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrRejected, label, err)
 		}
 	} else {
 		p.doc = nil // compared by content only when given as bytes
@@ -259,7 +259,7 @@ func (m *Merger) parse(u Update, label string) (*part, error) {
 	}
 	if u.Origin == OriginAnnouncement {
 		if err := checkAnnouncement(u.Unit, doc, p); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrRejected, label, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrRejected, label, err)
 		}
 	}
 	for _, sv := range p.services {

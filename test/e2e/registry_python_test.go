@@ -70,7 +70,7 @@ func TestPythonAnnouncement(t *testing.T) {
 	runPython(t, "announce.py", "--announce-topic", topic, "withdraw", "--id", id)
 	took, err = within(5*time.Second, func() error {
 		if _, err := g.invoke(t.Context(), tool, map[string]any{"msg": "x"}); status.Code(err) != codes.NotFound {
-			return fmt.Errorf("%v, want NOT_FOUND", err)
+			return fmt.Errorf("code %s (%s), want NOT_FOUND", status.Code(err), status.Convert(err).Message())
 		}
 		return nil
 	})
@@ -130,7 +130,7 @@ func TestTrustGraphConfigService(t *testing.T) {
 	del := runPython(t, "tg_config_item.py", "delete", "tool", tool)
 	_, err = within(5*time.Second, func() error {
 		if _, err := g.invoke(t.Context(), tool, map[string]any{}); status.Code(err) != codes.NotFound {
-			return fmt.Errorf("%v, want NOT_FOUND", err)
+			return fmt.Errorf("code %s (%s), want NOT_FOUND", status.Code(err), status.Convert(err).Message())
 		}
 		return nil
 	})

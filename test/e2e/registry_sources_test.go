@@ -285,7 +285,7 @@ func TestAnnouncedServices(t *testing.T) {
 	for _, tool := range []string{early + "-echo", late + "-echo"} {
 		took, err := within(5*time.Second, func() error {
 			if _, err := g.invoke(t.Context(), tool, map[string]any{"msg": "x"}); status.Code(err) != codes.NotFound {
-				return fmt.Errorf("%s: %v, want NOT_FOUND", tool, err)
+				return fmt.Errorf("%s: code %s (%s), want NOT_FOUND", tool, status.Code(err), status.Convert(err).Message())
 			}
 			return nil
 		})

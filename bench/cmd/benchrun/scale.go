@@ -304,8 +304,11 @@ func (e *env) deliveredFrom(topics []string) (msgs, bytes int64, err error) {
 		if resp.StatusCode == http.StatusNotFound {
 			continue // no reply has used it: reply-to off
 		}
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return 0, 0, fmt.Errorf("stats of %s: HTTP %d, %v", t, resp.StatusCode, err)
+		if resp.StatusCode != http.StatusOK {
+			return 0, 0, fmt.Errorf("stats of %s: HTTP %d", t, resp.StatusCode)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("stats of %s: %w", t, err)
 		}
 		for _, s := range st.Subscriptions {
 			msgs += s.MsgOutCounter

@@ -3,6 +3,7 @@ package pulsarsrc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -144,7 +145,12 @@ func TestConfigServiceSource(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, sink) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("source: %v", err)
+		}
+	}()
 
 	reg := sink.Registry()
 	eventually(t, 10*time.Second, "the first read", func() bool { _, ok := reg.Snapshot().Tool("one"); return ok })
@@ -220,7 +226,12 @@ func TestAnnouncementsWithoutKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- NewAnnouncements(c, topic, nil).Run(ctx, m) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("source: %v", err)
+		}
+	}()
 	if missing := func() []registry.Origin { m.Enable(registry.OriginAnnouncement); return m.WaitSynced(10 * time.Second) }(); len(missing) > 0 {
 		t.Fatalf("not synced: %v", missing)
 	}

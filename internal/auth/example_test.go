@@ -2,17 +2,20 @@ package auth_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/server"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Example_wiring shows how the composition root puts auth and limits
-// around the gRPC server and the REST side (compiled, not run).
+// around the gRPC server and the REST side, then authenticates one call.
 func Example_wiring() {
 	log := slog.Default()
 	keys, err := auth.LoadAPIKeys("testdata/apikeys.yaml") // --api-keys
@@ -54,6 +57,18 @@ func Example_wiring() {
 		runtime.WithErrorHandler(limits.ErrorHandler),
 		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
 	)
-	h := limits.MaxBody(limits.DefaultMaxBody, gw)
-	_ = h
+	_ = limits.MaxBody(limits.DefaultMaxBody, gw)
+
+	// One call as the interceptors see it: alice's key in the metadata.
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", "alice-test-key-not-secret"))
+	info := &grpc.UnaryServerInfo{FullMethod: toolgatev1.ToolService_InvokeTool_FullMethodName}
+	_, err = authn.UnaryInterceptor()(ctx, &toolgatev1.InvokeToolRequest{Name: "tell-joke"}, info,
+		func(ctx context.Context, _ any) (any, error) {
+			fmt.Println("caller:", auth.User(ctx))
+			return nil, nil
+		})
+	fmt.Println("error:", err)
+	// Output:
+	// caller: alice
+	// error: <nil>
 }

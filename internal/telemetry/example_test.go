@@ -2,10 +2,13 @@ package telemetry_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
+	"net/http/httptest"
+	"strings"
 
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"google.golang.org/grpc"
 )
@@ -16,7 +19,7 @@ import (
 // log's user interceptor to note who the caller turned out to be.
 func Example() {
 	ctx := context.Background()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := slog.New(slog.DiscardHandler)
 	shutdown, err := telemetry.SetupTracing(ctx, telemetry.TracingConfig{OTLPEndpoint: "", Logger: log})
 	if err != nil {
 		panic(err)
@@ -24,18 +27,37 @@ func Example() {
 	defer func() { _ = shutdown(ctx) }()
 
 	var (
-		authUnary  grpc.UnaryServerInterceptor  // auth.Authenticator.UnaryInterceptor()
-		authStream grpc.StreamServerInterceptor // auth.Authenticator.StreamInterceptor()
-		user       func(context.Context) string // auth.User
-		known      func(tool string) bool       // a lookup in the registry snapshot
+		authUnary  grpc.UnaryServerInterceptor                        = pass // auth.Authenticator.UnaryInterceptor()
+		authStream grpc.StreamServerInterceptor                              // auth.Authenticator.StreamInterceptor()
+		user       = func(context.Context) string { return "alice" }         // auth.User
+		known      = func(tool string) bool { return tool == "echo" }        // a lookup in the registry snapshot
 	)
-	metrics := telemetry.NewMetrics(telemetry.WithKnownTools(known))
+	metrics := telemetry.NewMetrics(telemetry.WithKnownTools(known), telemetry.WithoutRuntimeMetrics())
 	calls := telemetry.NewCallLog(log, telemetry.WithUser(user))
 	spanUnary, spanStream := telemetry.ServerSpanInterceptors(nil) // with tracing on
+	unary := []grpc.UnaryServerInterceptor{spanUnary, calls.UnaryServerInterceptor(), metrics.UnaryServerInterceptor(), authUnary, calls.UnaryUserInterceptor()}
 	_ = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(spanUnary), grpc.ChainStreamInterceptor(spanStream),
-		grpc.ChainUnaryInterceptor(calls.UnaryServerInterceptor(), metrics.UnaryServerInterceptor(), authUnary, calls.UnaryUserInterceptor()),
-		grpc.ChainStreamInterceptor(calls.StreamServerInterceptor(), metrics.StreamServerInterceptor(), authStream, calls.StreamUserInterceptor()),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(spanStream, calls.StreamServerInterceptor(), metrics.StreamServerInterceptor(), calls.StreamUserInterceptor()),
 	)
-	http.Handle("GET /metrics", metrics.Handler())
+	_ = authStream
+
+	// One call through the metrics interceptor, then a scrape.
+	info := &grpc.UnaryServerInfo{FullMethod: toolgatev1.ToolService_InvokeTool_FullMethodName}
+	_, _ = metrics.UnaryServerInterceptor()(ctx, &toolgatev1.InvokeToolRequest{Name: "echo"}, info,
+		func(context.Context, any) (any, error) { return &toolgatev1.InvokeToolResponse{}, nil })
+	rec := httptest.NewRecorder()
+	metrics.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(line, "toolgate_calls_total{") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// toolgate_calls_total{code="OK",method="/toolgate.v1.ToolService/InvokeTool",tool="echo"} 1
+}
+
+// pass is an interceptor that lets every call through.
+func pass(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	return h(ctx, req)
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The toolgate benchmark (issue 7): the gateway against the direct Pulsar
+# The toolgate benchmark: the gateway against the direct Pulsar
 # round trip and TrustGraph's Python client, side by side, on this machine.
 #
 #   bench/run.sh            full run → docs/benchmarks/latest.{json,md,png} (+ pprof listings)

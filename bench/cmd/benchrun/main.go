@@ -1,4 +1,4 @@
-// Command benchrun runs toolgate's benchmark matrix (issue 7) against a
+// Command benchrun runs toolgate's benchmark matrix against a
 // running Pulsar broker and writes latest.json and latest.md. bench/run.sh
 // builds everything, makes sure the broker and the Python venv are there,
 // runs it and draws latest.png.

@@ -134,15 +134,19 @@ type restCaller struct {
 	streamN int
 }
 
-func newREST(o Options, msg string, stream, sse bool) *restCaller {
-	tr := &http.Transport{
+// newHTTPClient keeps a connection per worker alive, uncompressed.
+func newHTTPClient(o Options) *http.Client {
+	return &http.Client{Transport: &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        o.Concurrency + 16,
 		MaxIdleConnsPerHost: o.Concurrency + 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
-	}
-	r := &restCaller{client: &http.Client{Transport: tr}, want: msg, stream: stream, sse: sse, streamN: o.StreamN}
+	}}
+}
+
+func newREST(o Options, msg string, stream, sse bool) *restCaller {
+	r := &restCaller{client: newHTTPClient(o), want: msg, stream: stream, sse: sse, streamN: o.StreamN}
 	if o.APIKey != "" {
 		r.auth = "Bearer " + o.APIKey
 	}

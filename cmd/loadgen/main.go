@@ -28,7 +28,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/toolgate/toolgate/internal/loadresult"
 	"os"
 	"os/signal"
 	"slices"
@@ -37,6 +36,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/loadresult"
 )
 
 // Options are the command-line settings.

@@ -8,9 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"time"
 )
 
 // mcpCaller calls the gateway's MCP endpoint: one stateless JSON-RPC
@@ -25,14 +23,7 @@ type mcpCaller struct {
 }
 
 func newMCP(o Options, msg string) *mcpCaller {
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        o.Concurrency + 16,
-		MaxIdleConnsPerHost: o.Concurrency + 16,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	m := &mcpCaller{client: &http.Client{Transport: tr}, url: "http://" + o.HTTPAddr + "/mcp", want: msg}
+	m := &mcpCaller{client: newHTTPClient(o), url: "http://" + o.HTTPAddr + "/mcp", want: msg}
 	if o.APIKey != "" {
 		m.auth = "Bearer " + o.APIKey
 	}

@@ -80,19 +80,25 @@ type headerStream struct {
 func (s *headerStream) Method() string { return s.method }
 
 func (s *headerStream) SetHeader(md metadata.MD) error {
+	addHeaders(s.w.Header(), md, s.header)
+	return nil
+}
+
+// addHeaders adds response metadata to h under the names header gives
+// (default: Grpc-Metadata-<key>), as grpc-gateway does for its calls.
+func addHeaders(h http.Header, md metadata.MD, header func(string) (string, bool)) {
 	for k, vs := range md {
 		name, ok := runtime.MetadataHeaderPrefix+k, true
-		if s.header != nil {
-			name, ok = s.header(k)
+		if header != nil {
+			name, ok = header(k)
 		}
 		if !ok {
 			continue
 		}
 		for _, v := range vs {
-			s.w.Header().Add(name, v)
+			h.Add(name, v)
 		}
 	}
-	return nil
 }
 
 func (s *headerStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }

@@ -131,18 +131,7 @@ func (s *httpStream) SetHeader(md metadata.MD) error {
 	if s.started {
 		return errors.New("httpapi: headers already sent")
 	}
-	for k, vs := range md {
-		name, ok := runtime.MetadataHeaderPrefix+k, true
-		if s.header != nil {
-			name, ok = s.header(k)
-		}
-		if !ok {
-			continue
-		}
-		for _, v := range vs {
-			s.w.Header().Add(name, v)
-		}
-	}
+	addHeaders(s.w.Header(), md, s.header)
 	return nil
 }
 

@@ -15,52 +15,68 @@ import (
 // and spans are the same whichever door a call came in by.
 type inProcess struct {
 	toolgatev1.UnimplementedToolServiceServer
-	srv    toolgatev1.ToolServiceServer
-	unary  grpc.UnaryServerInterceptor
-	stream grpc.StreamServerInterceptor
+	srv toolgatev1.ToolServiceServer
+	// Each method's interceptor chain, composed once: the method's info and
+	// final handler never change, so a call allocates no closures for it.
+	invoke, listTools, getTool, listServices, getService grpc.UnaryHandler
+	stream                                               grpc.StreamHandler
 }
 
 func newInProcess(srv toolgatev1.ToolServiceServer, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *inProcess {
-	return &inProcess{srv: srv, unary: chainUnary(unary), stream: chainStream(stream)}
-}
-
-// chainUnary composes interceptors the way grpc.ChainUnaryInterceptor
-// does: the first is the outermost.
-func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) (any, error) {
-		var next func(i int) grpc.UnaryHandler
-		next = func(i int) grpc.UnaryHandler {
-			if i == len(ics) {
-				return final
-			}
-			return func(ctx context.Context, req any) (any, error) {
-				return ics[i](ctx, req, info, next(i+1))
-			}
-		}
-		return next(0)(ctx, req)
+	p := &inProcess{srv: srv}
+	u := func(method string, final grpc.UnaryHandler) grpc.UnaryHandler {
+		return composeUnary(unary, &grpc.UnaryServerInfo{Server: srv, FullMethod: method}, final)
 	}
-}
-
-// chainStream composes stream interceptors the same way.
-func chainStream(ics []grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, final grpc.StreamHandler) error {
-		var next func(i int) grpc.StreamHandler
-		next = func(i int) grpc.StreamHandler {
-			if i == len(ics) {
-				return final
-			}
-			return func(srv any, ss grpc.ServerStream) error {
-				return ics[i](srv, ss, info, next(i+1))
-			}
+	p.invoke = u(toolgatev1.ToolService_InvokeTool_FullMethodName, func(ctx context.Context, r any) (any, error) {
+		return srv.InvokeTool(ctx, r.(*toolgatev1.InvokeToolRequest))
+	})
+	p.listTools = u(toolgatev1.ToolService_ListTools_FullMethodName, func(ctx context.Context, r any) (any, error) {
+		return srv.ListTools(ctx, r.(*toolgatev1.ListToolsRequest))
+	})
+	p.getTool = u(toolgatev1.ToolService_GetTool_FullMethodName, func(ctx context.Context, r any) (any, error) {
+		return srv.GetTool(ctx, r.(*toolgatev1.GetToolRequest))
+	})
+	p.listServices = u(toolgatev1.ToolService_ListToolServices_FullMethodName, func(ctx context.Context, r any) (any, error) {
+		return srv.ListToolServices(ctx, r.(*toolgatev1.ListToolServicesRequest))
+	})
+	p.getService = u(toolgatev1.ToolService_GetToolService_FullMethodName, func(ctx context.Context, r any) (any, error) {
+		return srv.GetToolService(ctx, r.(*toolgatev1.GetToolServiceRequest))
+	})
+	p.stream = composeStream(stream, streamInfo, func(_ any, ss grpc.ServerStream) error {
+		m := new(toolgatev1.StreamToolRequest)
+		if err := ss.RecvMsg(m); err != nil {
+			return err
 		}
-		return next(0)(srv, ss)
-	}
+		return srv.StreamTool(m, &grpc.GenericServerStream[toolgatev1.StreamToolRequest, toolgatev1.StreamToolResponse]{ServerStream: ss})
+	})
+	return p
 }
 
-// call runs one unary method through the chain.
-func call[Req, Resp any](ctx context.Context, p *inProcess, method string, req Req, h func(context.Context, Req) (Resp, error)) (Resp, error) {
-	out, err := p.unary(ctx, req, &grpc.UnaryServerInfo{Server: p.srv, FullMethod: method},
-		func(ctx context.Context, r any) (any, error) { return h(ctx, r.(Req)) })
+// composeUnary chains interceptors around final the way
+// grpc.ChainUnaryInterceptor does (the first is the outermost), for one
+// method whose info is fixed.
+func composeUnary(ics []grpc.UnaryServerInterceptor, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) grpc.UnaryHandler {
+	h := final
+	for i := len(ics) - 1; i >= 0; i-- {
+		ic, next := ics[i], h
+		h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+	}
+	return h
+}
+
+// composeStream does the same for stream interceptors.
+func composeStream(ics []grpc.StreamServerInterceptor, info *grpc.StreamServerInfo, final grpc.StreamHandler) grpc.StreamHandler {
+	h := final
+	for i := len(ics) - 1; i >= 0; i-- {
+		ic, next := ics[i], h
+		h = func(srv any, ss grpc.ServerStream) error { return ic(srv, ss, info, next) }
+	}
+	return h
+}
+
+// call runs one method's composed chain and checks the answer's type.
+func call[Resp any](ctx context.Context, h grpc.UnaryHandler, method string, req any) (Resp, error) {
+	out, err := h(ctx, req)
 	if err != nil {
 		var zero Resp
 		return zero, err
@@ -74,23 +90,23 @@ func call[Req, Resp any](ctx context.Context, p *inProcess, method string, req R
 }
 
 func (p *inProcess) InvokeTool(ctx context.Context, r *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	return call(ctx, p, toolgatev1.ToolService_InvokeTool_FullMethodName, r, p.srv.InvokeTool)
+	return call[*toolgatev1.InvokeToolResponse](ctx, p.invoke, toolgatev1.ToolService_InvokeTool_FullMethodName, r)
 }
 
 func (p *inProcess) ListTools(ctx context.Context, r *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	return call(ctx, p, toolgatev1.ToolService_ListTools_FullMethodName, r, p.srv.ListTools)
+	return call[*toolgatev1.ListToolsResponse](ctx, p.listTools, toolgatev1.ToolService_ListTools_FullMethodName, r)
 }
 
 func (p *inProcess) GetTool(ctx context.Context, r *toolgatev1.GetToolRequest) (*toolgatev1.GetToolResponse, error) {
-	return call(ctx, p, toolgatev1.ToolService_GetTool_FullMethodName, r, p.srv.GetTool)
+	return call[*toolgatev1.GetToolResponse](ctx, p.getTool, toolgatev1.ToolService_GetTool_FullMethodName, r)
 }
 
 func (p *inProcess) ListToolServices(ctx context.Context, r *toolgatev1.ListToolServicesRequest) (*toolgatev1.ListToolServicesResponse, error) {
-	return call(ctx, p, toolgatev1.ToolService_ListToolServices_FullMethodName, r, p.srv.ListToolServices)
+	return call[*toolgatev1.ListToolServicesResponse](ctx, p.listServices, toolgatev1.ToolService_ListToolServices_FullMethodName, r)
 }
 
 func (p *inProcess) GetToolService(ctx context.Context, r *toolgatev1.GetToolServiceRequest) (*toolgatev1.GetToolServiceResponse, error) {
-	return call(ctx, p, toolgatev1.ToolService_GetToolService_FullMethodName, r, p.srv.GetToolService)
+	return call[*toolgatev1.GetToolServiceResponse](ctx, p.getService, toolgatev1.ToolService_GetToolService_FullMethodName, r)
 }
 
 var streamInfo = &grpc.StreamServerInfo{FullMethod: toolgatev1.ToolService_StreamTool_FullMethodName, IsServerStream: true}
@@ -99,13 +115,7 @@ var streamInfo = &grpc.StreamServerInfo{FullMethod: toolgatev1.ToolService_Strea
 // interceptors see the request the way they see a gRPC one: as the first
 // message the handler receives (auth checks the tool named in it).
 func (p *inProcess) StreamTool(req *toolgatev1.StreamToolRequest, ss grpc.ServerStreamingServer[toolgatev1.StreamToolResponse]) error {
-	return p.stream(p.srv, &requestStream{ServerStream: ss, req: req}, streamInfo, func(_ any, ss grpc.ServerStream) error {
-		m := new(toolgatev1.StreamToolRequest)
-		if err := ss.RecvMsg(m); err != nil {
-			return err
-		}
-		return p.srv.StreamTool(m, &grpc.GenericServerStream[toolgatev1.StreamToolRequest, toolgatev1.StreamToolResponse]{ServerStream: ss})
-	})
+	return p.stream(p.srv, &requestStream{ServerStream: ss, req: req})
 }
 
 // requestStream hands out its one request message to the first RecvMsg.

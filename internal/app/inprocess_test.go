@@ -146,3 +146,24 @@ func (s *peekStream) RecvMsg(m any) error {
 	*s.saw = m.(*toolgatev1.StreamToolRequest).GetName()
 	return err
 }
+
+func (f *fakeTools) InvokeTool(context.Context, *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
+	return &toolgatev1.InvokeToolResponse{Output: "ok"}, nil
+}
+
+// BenchmarkInProcessInvoke is the in-process path's own cost: six
+// interceptors that only pass the call on, then the service.
+func BenchmarkInProcessInvoke(b *testing.B) {
+	pass := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(ctx, req)
+	}
+	p := newInProcess(&fakeTools{}, []grpc.UnaryServerInterceptor{pass, pass, pass, pass, pass, pass}, nil)
+	req := &toolgatev1.InvokeToolRequest{Name: "x"}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.InvokeTool(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -161,26 +161,15 @@ func newREST(o Options, msg string, stream, sse bool) *restCaller {
 }
 
 func (r *restCaller) Call(ctx context.Context, _ int) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
+	accept := ""
 	if r.sse {
-		req.Header.Set("Accept", "text/event-stream")
+		accept = "text/event-stream"
 	}
-	if r.auth != "" {
-		req.Header.Set("Authorization", r.auth)
-	}
-	resp, err := r.client.Do(req)
+	resp, err := postJSON(ctx, r.client, r.url, r.body, accept, r.auth)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
-	}
 	if !r.stream {
 		var out struct {
 			Output string `json:"output"`
@@ -227,3 +216,29 @@ func (r *restCaller) Call(ctx context.Context, _ int) (int, error) {
 }
 
 func (r *restCaller) Close() { r.client.CloseIdleConnections() }
+
+// postJSON posts body with the given Accept (none when empty) and bearer
+// credential; any answer but 200 is an error carrying the start of its body.
+func postJSON(ctx context.Context, c *http.Client, url string, body []byte, accept, auth string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return resp, nil
+}

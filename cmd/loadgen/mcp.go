@@ -45,24 +45,12 @@ type mcpAnswer struct {
 }
 
 func (m *mcpCaller) Call(ctx context.Context, _ int) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url, bytes.NewReader(m.body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if m.auth != "" {
-		req.Header.Set("Authorization", m.auth)
-	}
-	resp, err := m.client.Do(req)
+	accept := "application/json, text/event-stream"
+	resp, err := postJSON(ctx, m.client, m.url, m.body, accept, m.auth)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
-	}
 	var payload []byte
 	if bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream")) {
 		sc := bufio.NewScanner(resp.Body)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,9 +13,12 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/argsjson"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // marshaler is grpc-gateway's JSON marshaler with a request decoder that
@@ -49,6 +53,68 @@ func (m *marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		return decodeRequest(data, msg)
 	})
+}
+
+// decodeInvoke reads an InvokeTool body into req. The common body —
+// {"arguments": {...}} with an optional "timeout" — takes the fast path:
+// its arguments go on as JSON text in the returned context
+// (argsjson.NewContext), never built into a google.protobuf.Struct.
+// Anything else is decoded by decodeRequest, with its errors.
+func decodeInvoke(ctx context.Context, body io.Reader, req *toolgatev1.InvokeToolRequest) (context.Context, error) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return ctx, err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return ctx, nil // an empty body is an empty request
+	}
+	if args, timeout, ok := invokeFastPath(data); ok {
+		req.Timeout = timeout
+		return argsjson.NewContext(ctx, args), nil
+	}
+	return ctx, decodeRequest(data, req)
+}
+
+// invokeFastPath splits a body of only "arguments" (an object), "timeout"
+// (a duration) and "name" (the path names the tool) into the compact
+// arguments and the timeout. ok is false for any other body.
+func invokeFastPath(data []byte) (args []byte, timeout *durationpb.Duration, ok bool) {
+	body, ok := argsjson.Compact(data)
+	if !ok {
+		return nil, nil, false
+	}
+	var buf [4]argsjson.Member
+	members, ok := argsjson.Members(body, buf[:0])
+	if !ok {
+		return nil, nil, false
+	}
+	args = []byte("{}")
+	for _, m := range members {
+		switch string(m.Key) {
+		case "arguments":
+			if m.Value[0] != '{' {
+				return nil, nil, false
+			}
+			args = m.Value
+		case "timeout":
+			s := m.Value
+			if s[0] != '"' || bytes.IndexByte(s, '\\') >= 0 {
+				return nil, nil, false
+			}
+			d, err := parseDuration(string(s[1 : len(s)-1]))
+			if err != nil {
+				return nil, nil, false
+			}
+			timeout = durationpb.New(d)
+		case "name":
+			if m.Value[0] != '"' {
+				return nil, nil, false
+			}
+		default:
+			return nil, nil, false
+		}
+	}
+	return args, timeout, true
 }
 
 // decodeRequest decodes a request body into msg. The common case costs one

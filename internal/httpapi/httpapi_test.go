@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/argsjson"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -32,12 +33,21 @@ type fakeService struct {
 	failErr error // returned after the chunks
 	mu      sync.Mutex
 	lastReq *toolgatev1.InvokeToolRequest
+	lastArg any // the arguments InvokeTool got, as JSON, from either form
 	ended   chan error // StreamTool's context error when it returns
 }
 
 func (f *fakeService) InvokeTool(ctx context.Context, r *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
+	var args any
+	if raw, ok := argsjson.FromContext(ctx); ok && r.GetArguments() == nil {
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return nil, status.Errorf(codes.Internal, "arguments in the context are not JSON: %v", err)
+		}
+	} else if r.GetArguments() != nil {
+		args = r.GetArguments().AsMap()
+	}
 	f.mu.Lock()
-	f.lastReq = r
+	f.lastReq, f.lastArg = r, args
 	f.mu.Unlock()
 	if r.GetName() == "missing" {
 		return nil, status.Error(codes.NotFound, `tool "missing" not found`)
@@ -205,19 +215,23 @@ func TestRequestBodies(t *testing.T) {
 		code       int
 		msg        string
 		timeout    time.Duration
+		args       string // the arguments the service gets, as JSON ("" = none)
 	}{
-		{"protobuf duration", `{"timeout": "0.25s"}`, 200, "", 250 * time.Millisecond},
-		{"Go duration", `{"arguments": {"a": [1]}, "timeout": "1m30s"}`, 200, "", 90 * time.Second},
-		{"milliseconds", `{"timeout": "200ms"}`, 200, "", 200 * time.Millisecond},
-		{"empty body", ``, 200, "", 0},
-		{"bad duration", `{"timeout": "later"}`, 400, `"timeout" must be a duration such as "5s", "0.2s" or "200ms"; "later" is not one`, 0},
-		{"negative Go duration", `{"timeout": "-1ms"}`, 400, `"timeout" must be a duration`, 0},
-		{"number duration", `{"timeout": 3}`, 400, `as a JSON string`, 0},
-		{"array arguments", `{"arguments": ["a"]}`, 400, `"arguments" must be a JSON object, such as {"topic": "cats"}, not an array`, 0},
-		{"string arguments", `{"arguments": "a"}`, 400, `not a string`, 0},
-		{"unknown field", `{"user": "root"}`, 400, `unknown field "user" in the request body; it may hold "arguments", "timeout"`, 0},
-		{"not an object", `[1]`, 400, "must be a JSON object", 0},
-		{"broken JSON", `{"arguments": {`, 400, "not valid JSON", 0},
+		{"protobuf duration", `{"timeout": "0.25s"}`, 200, "", 250 * time.Millisecond, `{}`},
+		{"Go duration", `{"arguments": {"a": [1]}, "timeout": "1m30s"}`, 200, "", 90 * time.Second, `{"a": [1]}`},
+		{"milliseconds", `{"timeout": "200ms"}`, 200, "", 200 * time.Millisecond, `{}`},
+		{"empty body", ``, 200, "", 0, ``},
+		{"arguments only", ` {"arguments": {"msg": "hi", "n": 3, "o": {"x": [true, null]}}} `, 200, "", 0, `{"msg": "hi", "n": 3, "o": {"x": [true, null]}}`},
+		{"fractions go the full way", `{"arguments": {"n": 1.5, "big": 1e300}, "name": "ignored"}`, 200, "", 0, `{"n": 1.5, "big": 1e300}`},
+		{"null arguments", `{"arguments": null}`, 200, "", 0, ``},
+		{"bad duration", `{"timeout": "later"}`, 400, `"timeout" must be a duration such as "5s", "0.2s" or "200ms"; "later" is not one`, 0, ""},
+		{"negative Go duration", `{"timeout": "-1ms"}`, 400, `"timeout" must be a duration`, 0, ""},
+		{"number duration", `{"timeout": 3}`, 400, `as a JSON string`, 0, ""},
+		{"array arguments", `{"arguments": ["a"]}`, 400, `"arguments" must be a JSON object, such as {"topic": "cats"}, not an array`, 0, ""},
+		{"string arguments", `{"arguments": "a"}`, 400, `not a string`, 0, ""},
+		{"unknown field", `{"user": "root"}`, 400, `unknown field "user" in the request body; it may hold "arguments", "timeout"`, 0, ""},
+		{"not an object", `[1]`, 400, "must be a JSON object", 0, ""},
+		{"broken JSON", `{"arguments": {`, 400, "not valid JSON", 0, ""},
 	}
 	for _, tc := range tests {
 		resp, raw := do(t, srv, "POST", "/v1/tools/x:invoke", tc.body)
@@ -232,10 +246,17 @@ func TestRequestBodies(t *testing.T) {
 			continue
 		}
 		f.mu.Lock()
-		got := f.lastReq.GetTimeout().AsDuration()
+		got, args := f.lastReq.GetTimeout().AsDuration(), f.lastArg
 		f.mu.Unlock()
 		if got != tc.timeout {
 			t.Fatalf("%s: timeout %v, want %v", tc.name, got, tc.timeout)
+		}
+		var want any
+		if tc.args != "" {
+			_ = json.Unmarshal([]byte(tc.args), &want)
+		}
+		if !reflect.DeepEqual(args, want) {
+			t.Fatalf("%s: arguments %v, want %v", tc.name, args, want)
 		}
 	}
 }
@@ -374,6 +395,38 @@ func FuzzDecodeRequest(f *testing.F) {
 		var again toolgatev1.InvokeToolRequest
 		if err := protojson.Unmarshal(b, &again); err != nil {
 			t.Fatalf("round trip of %q: %v", data, err)
+		}
+	})
+}
+
+// FuzzInvokeFastPath: whatever body the fast path takes, the full decoder
+// reads the same way — same arguments, same timeout.
+func FuzzInvokeFastPath(f *testing.F) {
+	for _, s := range []string{`{}`, `{"arguments": {"a": 1}, "timeout": "200ms"}`, `{"timeout": "1.5s", "name": "x"}`, `{"arguments": []}`, `{"arguments": {"a": {"b": [1, "c"]}}}`, `{"timeout": "1h"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		args, timeout, ok := invokeFastPath(data)
+		if !ok {
+			return
+		}
+		var req toolgatev1.InvokeToolRequest
+		if err := decodeRequest(data, &req); err != nil {
+			t.Fatalf("fast path took %q, the full decoder refuses it: %v", data, err)
+		}
+		var got any
+		if err := json.Unmarshal(args, &got); err != nil {
+			t.Fatalf("fast path arguments %q are not JSON: %v", args, err)
+		}
+		want := map[string]any{}
+		if req.GetArguments() != nil {
+			want = req.GetArguments().AsMap()
+		}
+		if !reflect.DeepEqual(got, any(want)) {
+			t.Fatalf("%q: fast path arguments %v, full decoder %v", data, got, want)
+		}
+		if timeout.AsDuration() != req.GetTimeout().AsDuration() || (timeout == nil) != (req.GetTimeout() == nil) {
+			t.Fatalf("%q: fast path timeout %v, full decoder %v", data, timeout, req.GetTimeout())
 		}
 	})
 }

@@ -3,8 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strings"
 
@@ -29,7 +27,8 @@ func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, params map[str
 	ctx := a.callContext(r)
 	ctx = grpc.NewContextWithServerTransportStream(ctx, &headerStream{method: toolgatev1.ToolService_InvokeTool_FullMethodName, w: w, header: a.opts.ResponseHeader})
 	req := &toolgatev1.InvokeToolRequest{}
-	if err := a.m.NewDecoder(r.Body).Decode(req); err != nil && !errors.Is(err, io.EOF) {
+	ctx, err := decodeInvoke(ctx, r.Body, req)
+	if err != nil {
 		a.httpError(ctx, w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return
 	}

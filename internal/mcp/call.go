@@ -11,6 +11,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/argsjson"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -27,9 +28,16 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	if p == nil || p.Name == "" {
 		return nil, rpcError(codeInvalidParams, "tools/call needs the name of a tool", nil)
 	}
-	args, err := arguments(p.Arguments)
-	if err != nil {
-		return nil, rpcError(codeInvalidParams, err.Error(), nil)
+	// The common arguments go on as JSON text (argsjson); the rest are
+	// decoded here, with its error.
+	var args *structpb.Struct
+	if raw, ok := argsjson.Compact(p.Arguments); ok {
+		ctx = argsjson.NewContext(ctx, raw)
+	} else {
+		var err error
+		if args, err = arguments(p.Arguments); err != nil {
+			return nil, rpcError(codeInvalidParams, err.Error(), nil)
+		}
 	}
 	timeout, err := s.timeout(p.GetMeta())
 	if err != nil {

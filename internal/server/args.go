@@ -1,20 +1,80 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/internal/argsjson"
 	"github.com/toolgate/toolgate/internal/registry"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // maxDepth bounds the nesting of argument values.
 const maxDepth = 64
+
+// arguments checks and encodes a call's arguments: those a front door put
+// in ctx as JSON text (argsjson) when the request message holds none, else
+// the message's own.
+func (s *Server) arguments(ctx context.Context, t *registry.Tool, args argsSource) (string, error) {
+	st := args.GetArguments()
+	if st == nil {
+		if raw, ok := argsjson.FromContext(ctx); ok {
+			return encodeArgumentsJSON(t, raw)
+		}
+	}
+	return encodeArguments(t, st)
+}
+
+// encodeArgumentsJSON is encodeArguments for arguments that came as a
+// compact JSON object (argsjson.Compact): checked member by member and
+// passed on as they are. Text the fast path does not take is decoded in
+// full and goes the Struct's way.
+func encodeArgumentsJSON(t *registry.Tool, raw []byte) (string, error) {
+	var buf [8]argsjson.Member
+	members, ok := argsjson.Members(raw, buf[:0])
+	if !ok {
+		var st structpb.Struct
+		if err := protojson.Unmarshal(raw, &st); err != nil {
+			return "", status.Errorf(codes.InvalidArgument, "tool %q: arguments: %v", t.Name, err)
+		}
+		return encodeArguments(t, &st)
+	}
+	for _, a := range t.Arguments {
+		var v *argsjson.Member
+		for i := range members {
+			if string(members[i].Key) == a.Name {
+				v = &members[i]
+				break
+			}
+		}
+		if v == nil {
+			if a.Required {
+				return "", status.Errorf(codes.InvalidArgument, "tool %q: missing required argument %q", t.Name, a.Name)
+			}
+			continue
+		}
+		// Numbers on the fast path are integers (argsjson.Compact), so
+		// they are both "number" and "integer".
+		if kind := v.Kind(); kind != a.Type && (kind != "number" || a.Type != "integer") {
+			return "", status.Errorf(codes.InvalidArgument, "tool %q: argument %q must be of type %s, got %s", t.Name, a.Name, a.Type, kind)
+		}
+	}
+	if t.Strict {
+		for _, m := range members {
+			if !declared(t, string(m.Key)) {
+				return "", status.Errorf(codes.InvalidArgument, "tool %q: unknown argument %q (the tool accepts only its declared arguments)", t.Name, m.Key)
+			}
+		}
+	}
+	return string(raw), nil
+}
 
 // encodeArguments checks a call's arguments against the tool's declared
 // arguments and encodes them as the JSON object string the envelope carries.

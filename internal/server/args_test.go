@@ -3,12 +3,15 @@ package server
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/argsjson"
 	"github.com/toolgate/toolgate/internal/registry"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -141,5 +144,76 @@ func TestParseJSONValue(t *testing.T) {
 		if got := parseJSONValue(text) != nil; got != isJSON {
 			t.Errorf("parseJSONValue(%q) parsed=%v, want %v", text, got, isJSON)
 		}
+	}
+}
+
+// TestEncodeArgumentsJSONMatchesStruct feeds the same JSON text to both
+// paths — as JSON text (argsjson, REST and MCP) and as a decoded Struct
+// (gRPC) — and wants the same outcome: the same error, or arguments that
+// mean the same JSON.
+func TestEncodeArgumentsJSONMatchesStruct(t *testing.T) {
+	t.Parallel()
+	deep := `{"s":"x","d":` + strings.Repeat("[", maxDepth+5) + strings.Repeat("]", maxDepth+5) + `}`
+	refused := 0
+	for _, text := range []string{
+		`{}`,
+		`{"s": "x", "n": 1.5, "i": 3, "b": true, "o": {"k": null}, "a": [1, "two"]}`,
+		`{"s": "x", "i": 3.0}`,
+		`{"s": "x", "i": 1.5}`,
+		`{"s": "x", "n": 7, "extra": [1, {"y": 2}]}`,
+		`{"n": 1}`,
+		`{"s": 5}`,
+		`{"s": null}`,
+		`{"s": true}`,
+		`{"s": "x", "o": []}`,
+		`{"s": "x", "a": {}}`,
+		`{"s": "q\"\\\n\té\u0001"}`,
+		`{"s": "x", "big": 12345678901234567890}`,
+		`{"s": "x", "s": "y"}`,
+		`{"s": "x", "o": {"k": 1, "k": 2}}`,
+		`{"\u0073": "escaped key"}`,
+		deep,
+	} {
+		for _, strict := range []bool{false, true} {
+			var st structpb.Struct
+			serr := protojson.Unmarshal([]byte(text), &st)
+			want, werr := "", serr
+			if serr == nil {
+				want, werr = encodeArguments(tool(strict), &st)
+			}
+			// Only text Compact takes reaches the JSON path; the rest
+			// is decoded in full by the front door, as Struct.
+			raw, ok := argsjson.Compact([]byte(text))
+			if !ok {
+				refused++
+				continue
+			}
+			got, gerr := encodeArgumentsJSON(tool(strict), raw)
+			if (werr == nil) != (gerr == nil) {
+				t.Errorf("%s (strict %v): Struct path %q, %v; JSON path %q, %v", text, strict, want, werr, got, gerr)
+				continue
+			}
+			if werr != nil {
+				if serr == nil && gerr.Error() != werr.Error() {
+					t.Errorf("%s (strict %v): errors differ:\n Struct %v\n JSON   %v", text, strict, werr, gerr)
+				}
+				if status.Code(gerr) != codes.InvalidArgument {
+					t.Errorf("%s: JSON path error %v is not INVALID_ARGUMENT", text, gerr)
+				}
+				continue
+			}
+			var w, g any
+			if json.Unmarshal([]byte(want), &w) != nil || json.Unmarshal([]byte(got), &g) != nil || !reflect.DeepEqual(w, g) {
+				t.Errorf("%s (strict %v): Struct path %s, JSON path %s", text, strict, want, got)
+			}
+		}
+	}
+	if refused != 2*8 {
+		t.Errorf("Compact refused %d of the cases, want 16 (8 texts, twice)", refused)
+	}
+	// Members refuses a repeated key; the text is then decoded in full,
+	// which names the problem.
+	if _, err := encodeArgumentsJSON(tool(false), []byte(`{"s":"x","s":"y"}`)); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "duplicate") {
+		t.Errorf("repeated key: %v", err)
 	}
 }

@@ -103,7 +103,7 @@ func (s *Server) start(ctx context.Context, name string, args argsSource, timeou
 	if !ok {
 		return nil, nil, nil, nil, toolNotFound(name)
 	}
-	argJSON, err := encodeArguments(tool, args.GetArguments())
+	argJSON, err := s.arguments(ctx, tool, args)
 	if err != nil {
 		return nil, nil, tool, nil, err
 	}

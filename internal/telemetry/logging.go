@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/internal/argsjson"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -134,20 +135,26 @@ func (l *CallLog) request(ctx context.Context, r *callRecord, req any) {
 	}
 	var args json.RawMessage
 	if a, ok := req.(interface{ GetArguments() *structpb.Struct }); ok && l.log.Enabled(ctx, slog.LevelDebug) {
-		args = l.argumentsJSON(a.GetArguments())
+		args = l.argumentsJSON(ctx, a.GetArguments())
 	}
 	r.mu.Lock()
 	r.tool, r.args = truncate(tool, maxToolLen), args
 	r.mu.Unlock()
 }
 
-func (l *CallLog) argumentsJSON(s *structpb.Struct) json.RawMessage {
-	if s == nil {
+// argumentsJSON gives the call's arguments for the log: the request's
+// Struct, or the JSON text a front door passed on (argsjson).
+func (l *CallLog) argumentsJSON(ctx context.Context, s *structpb.Struct) json.RawMessage {
+	var b []byte
+	if raw, ok := argsjson.FromContext(ctx); ok && s == nil {
+		b = raw
+	} else if s == nil {
 		return json.RawMessage("null")
-	}
-	b, err := protojson.Marshal(s)
-	if err != nil {
-		return nil
+	} else {
+		var err error
+		if b, err = protojson.Marshal(s); err != nil {
+			return nil
+		}
 	}
 	if l.maxArgs > 0 && len(b) > l.maxArgs {
 		q, _ := json.Marshal(truncate(string(b), l.maxArgs))

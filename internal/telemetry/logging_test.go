@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/argsjson"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -258,12 +259,20 @@ func TestArgumentsJSONIsBounded(t *testing.T) {
 	cl := NewCallLog(nil, WithMaxLoggedArguments(20))
 	args := map[string]any{"text": strings.Repeat("é", 50)}
 	s, _ := structpbStruct(args)
-	got := cl.argumentsJSON(s)
-	var str string
-	if err := json.Unmarshal(got, &str); err != nil {
-		t.Fatalf("cut arguments are not a JSON string: %s", got)
+	raw, _ := json.Marshal(args)
+	for name, got := range map[string]json.RawMessage{
+		"Struct":    cl.argumentsJSON(context.Background(), s),
+		"JSON text": cl.argumentsJSON(argsjson.NewContext(context.Background(), raw), nil),
+	} {
+		var str string
+		if err := json.Unmarshal(got, &str); err != nil {
+			t.Fatalf("%s: cut arguments are not a JSON string: %s", name, got)
+		}
+		if len(str) > 20+len("…") || !strings.HasSuffix(str, "…") {
+			t.Errorf("%s: cut arguments = %q", name, str)
+		}
 	}
-	if len(str) > 20+len("…") || !strings.HasSuffix(str, "…") {
-		t.Errorf("cut arguments = %q", str)
+	if got := cl.argumentsJSON(argsjson.NewContext(context.Background(), []byte(`{"a":1}`)), nil); string(got) != `{"a":1}` {
+		t.Errorf("arguments from JSON text = %s", got)
 	}
 }

@@ -33,7 +33,7 @@ type fakeService struct {
 	failErr error // returned after the chunks
 	mu      sync.Mutex
 	lastReq *toolgatev1.InvokeToolRequest
-	lastArg any // the arguments InvokeTool got, as JSON, from either form
+	lastArg any        // the arguments InvokeTool got, as JSON, from either form
 	ended   chan error // StreamTool's context error when it returns
 }
 

@@ -246,6 +246,14 @@ func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
 // is queued; a publish that fails later ends the call with the error Call
 // would have returned.
 func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request) (*Call, error) {
+	return b.CallUntil(ctx, t, req, time.Time{})
+}
+
+// CallUntil is Call with a deadline of the call's own, besides ctx's: the
+// message carries the earlier of the two, and Recv abandons the call when
+// it passes. A caller that has no deadline in ctx saves a context and its
+// timer per call this way. A zero deadline is none.
+func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, deadline time.Time) (*Call, error) {
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
 	}
@@ -268,14 +276,17 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request) (*Call, e
 		return nil, fmt.Errorf("%w: %d calls in flight", ErrOverloaded, n-1)
 	}
 	payload := wire.EncodeRequest(req)
-	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic}
+	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, deadline: deadline}
+	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
+		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
+	}
 	props := make(map[string]string, 4)
 	props[wire.PropID] = c.id
 	if b.opts.ReplyTopic != "" {
 		props[wire.PropReplyTo] = b.opts.ReplyTopic
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		props[wire.PropDeadline] = wire.FormatDeadline(dl)
+	if !deadline.IsZero() {
+		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
 	}
 	b.pending.store(c.id, c)
 	pctx, done := ctx, func(error) {}

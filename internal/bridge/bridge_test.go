@@ -243,6 +243,34 @@ func TestContract(t *testing.T) {
 					t.Fatalf("got %v, want deadline exceeded", err)
 				}
 			})
+			t.Run("the call's own deadline ends it without a context deadline", func(t *testing.T) {
+				silent := bridge.Target{RequestTopic: wire.RequestTopic(testenv.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
+				inFlight := f.b.Stats().InFlight
+				start := time.Now()
+				c, err := f.b.CallUntil(t.Context(), silent, wire.Request{}, start.Add(300*time.Millisecond))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if _, err := c.Wait(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("got %v, want deadline exceeded", err)
+				}
+				if waited := time.Since(start); waited < 300*time.Millisecond {
+					t.Fatalf("the call ended after %v, before its deadline", waited)
+				}
+				if got := f.b.Stats().InFlight; got != inFlight {
+					t.Fatalf("%d calls in flight after the deadline, want %d", got, inFlight)
+				}
+				// A past deadline ends the call at once.
+				c2, err := f.b.CallUntil(t.Context(), silent, wire.Request{}, time.Now().Add(-time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c2.Close()
+				if _, err := c2.Recv(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("past deadline: got %v, want deadline exceeded", err)
+				}
+			})
 		})
 	}
 }

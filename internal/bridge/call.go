@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/toolgate/toolgate/wire"
 )
@@ -23,6 +24,7 @@ type Call struct {
 	id        string
 	respTopic string        // the response topic of the service called
 	notify    chan struct{} // signalled when chunks or the end arrive
+	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
 
 	mu      sync.Mutex
 	queue   []Chunk
@@ -109,8 +111,13 @@ func (c *Call) remove() {
 
 // Recv returns the next chunk. After the last chunk it returns io.EOF. A
 // tool-service failure is returned as *wire.Error. When ctx ends first, the
-// call is abandoned and ctx's error returned.
+// call is abandoned and ctx's error returned; when the call's deadline
+// (CallUntil) passes first, it is abandoned with context.DeadlineExceeded.
 func (c *Call) Recv(ctx context.Context) (Chunk, error) {
+	var (
+		timer   *time.Timer
+		expired <-chan time.Time
+	)
 	for {
 		c.mu.Lock()
 		if len(c.queue) > 0 {
@@ -128,11 +135,26 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 			}
 			return Chunk{}, err
 		}
+		if expired == nil && !c.deadline.IsZero() {
+			// One timer per wait, not a context per call: the call's
+			// own deadline costs a context nothing.
+			wait := time.Until(c.deadline)
+			if wait <= 0 {
+				c.finish(context.DeadlineExceeded)
+				return Chunk{}, context.DeadlineExceeded
+			}
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+			expired = timer.C
+		}
 		select {
 		case <-c.notify:
 		case <-ctx.Done():
 			c.finish(ctx.Err())
 			return Chunk{}, context.Cause(ctx)
+		case <-expired:
+			c.finish(context.DeadlineExceeded)
+			return Chunk{}, context.DeadlineExceeded
 		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 
 // Bridge sends envelopes and returns the call to read replies from.
 type Bridge interface {
-	Call(ctx context.Context, t bridge.Target, req wire.Request) (*bridge.Call, error)
+	CallUntil(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time) (*bridge.Call, error)
 }
 
 // Snapshots gives the current registry snapshot.
@@ -96,46 +96,44 @@ func (s *Server) user(ctx context.Context) string {
 	return s.opts.DefaultUser
 }
 
-// start resolves the tool, checks the arguments, bounds ctx with the
-// call's deadline and publishes the envelope.
-func (s *Server) start(ctx context.Context, name string, args argsSource, timeout durationSource) (context.Context, context.CancelFunc, *registry.Tool, *bridge.Call, error) {
+// start resolves the tool, checks the arguments, works out the call's
+// deadline and publishes the envelope. The deadline is the bridge call's
+// own (bridge.CallUntil) unless the caller's is the earlier: no context and
+// timer per call for it.
+func (s *Server) start(ctx context.Context, name string, args argsSource, timeout durationSource) (*registry.Tool, *bridge.Call, error) {
 	tool, ok := s.reg.Snapshot().Tool(name)
 	if !ok {
-		return nil, nil, nil, nil, toolNotFound(name)
+		return nil, nil, toolNotFound(name)
 	}
 	argJSON, err := s.arguments(ctx, tool, args)
 	if err != nil {
-		return nil, nil, tool, nil, err
+		return tool, nil, err
 	}
-	var cancel context.CancelFunc
+	var limit time.Duration
 	switch d := timeout.GetTimeout(); {
 	case d != nil:
 		if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 {
-			return nil, nil, tool, nil, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+			return tool, nil, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
 		}
-		ctx, cancel = context.WithTimeout(ctx, min(d.AsDuration(), s.opts.MaxTimeout))
+		limit = min(d.AsDuration(), s.opts.MaxTimeout)
+	case hasDeadline(ctx):
+		limit = s.opts.MaxTimeout // the caller's deadline applies when earlier
+	case tool.Service.Timeout > 0:
+		limit = min(tool.Service.Timeout, s.opts.MaxTimeout)
 	default:
-		if dl, has := ctx.Deadline(); has {
-			if time.Until(dl) > s.opts.MaxTimeout {
-				ctx, cancel = context.WithTimeout(ctx, s.opts.MaxTimeout)
-			} else {
-				// The caller's deadline is within bounds: no second
-				// timer and context for every call.
-				cancel = func() {}
-			}
-		} else if tool.Service.Timeout > 0 {
-			ctx, cancel = context.WithTimeout(ctx, min(tool.Service.Timeout, s.opts.MaxTimeout))
-		} else {
-			ctx, cancel = context.WithTimeout(ctx, s.opts.DefaultTimeout)
-		}
+		limit = s.opts.DefaultTimeout
 	}
 	env := wire.Request{User: s.user(ctx), Config: tool.ConfigJSON, Arguments: argJSON}
-	call, err := s.bridge.Call(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env)
+	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, time.Now().Add(limit))
 	if err != nil {
-		cancel()
-		return nil, nil, tool, nil, err
+		return tool, nil, err
 	}
-	return ctx, cancel, tool, call, nil
+	return tool, call, nil
+}
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
 }
 
 type argsSource interface {
@@ -148,15 +146,14 @@ type durationSource interface {
 
 // InvokeTool implements toolgatev1.ToolServiceServer.
 func (s *Server) InvokeTool(ctx context.Context, req *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	cctx, cancel, tool, call, err := s.start(ctx, req.GetName(), req, req)
+	tool, call, err := s.start(ctx, req.GetName(), req, req)
 	if err != nil {
 		return nil, s.status(ctx, err, req.GetName(), tool)
 	}
-	defer cancel()
 	defer call.Close()
-	text, err := call.Wait(cctx)
+	text, err := call.Wait(ctx)
 	if err != nil {
-		return nil, s.status(cctx, err, req.GetName(), tool)
+		return nil, s.status(ctx, err, req.GetName(), tool)
 	}
 	return &toolgatev1.InvokeToolResponse{Output: text, OutputJson: parseJSONValue(text)}, nil
 }
@@ -164,19 +161,18 @@ func (s *Server) InvokeTool(ctx context.Context, req *toolgatev1.InvokeToolReque
 // StreamTool implements toolgatev1.ToolServiceServer.
 func (s *Server) StreamTool(req *toolgatev1.StreamToolRequest, stream toolgatev1.ToolService_StreamToolServer) error {
 	ctx := stream.Context()
-	cctx, cancel, tool, call, err := s.start(ctx, req.GetName(), req, req)
+	tool, call, err := s.start(ctx, req.GetName(), req, req)
 	if err != nil {
 		return s.status(ctx, err, req.GetName(), tool)
 	}
-	defer cancel()
 	defer call.Close()
 	for i := int64(0); ; i++ {
-		ch, err := s.recv(cctx, call)
+		ch, err := s.recv(ctx, call)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return s.status(cctx, err, req.GetName(), tool)
+			return s.status(ctx, err, req.GetName(), tool)
 		}
 		if err := stream.Send(&toolgatev1.StreamToolResponse{Output: ch.Text, Index: i, Last: ch.Last}); err != nil {
 			return err

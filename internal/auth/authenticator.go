@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc/codes"
@@ -46,6 +48,8 @@ type Authenticator struct {
 	anonUser    string
 	policy      *Policy
 	public      []string
+	publicSeen  sync.Map     // method → bool: isPublic's answers
+	publicN     atomic.Int32 // entries in publicSeen
 	resource    Resource
 	hook        func(context.Context, Identity) context.Context
 	log         *slog.Logger
@@ -228,8 +232,24 @@ func (a *Authenticator) bearer(cred, kind string) (Identity, error) {
 	return id, nil
 }
 
-// isPublic reports whether method needs no credentials.
-func (a *Authenticator) isPublic(method string) bool { return matchAny(a.public, method) }
+// maxPublicSeen bounds isPublic's memory of answers: the gRPC server
+// passes only the methods it serves, but nothing else bounds the names.
+const maxPublicSeen = 1024
+
+// isPublic reports whether method needs no credentials. The answer for a
+// method never changes, so it is matched against the patterns once.
+func (a *Authenticator) isPublic(method string) bool {
+	if v, ok := a.publicSeen.Load(method); ok {
+		return v.(bool)
+	}
+	public := matchAny(a.public, method)
+	if a.publicN.Load() < maxPublicSeen {
+		if _, loaded := a.publicSeen.LoadOrStore(method, public); !loaded {
+			a.publicN.Add(1)
+		}
+	}
+	return public
+}
 
 // fail turns an authentication error into a status, logging the cause.
 func (a *Authenticator) fail(ctx context.Context, method string, err error) error {

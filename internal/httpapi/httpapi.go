@@ -15,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -53,7 +55,8 @@ type Options struct {
 	// IncomingHeader maps request headers to incoming metadata keys for the
 	// calls this package serves itself (invoke, stream), as
 	// runtime.WithIncomingHeaderMatcher does for the others (default:
-	// runtime.DefaultHeaderMatcher). Authorization always passes.
+	// runtime.DefaultHeaderMatcher). Authorization always passes. It must
+	// answer the same for the same name: each answer is kept.
 	IncomingHeader func(key string) (string, bool)
 	// ResponseHeader maps response metadata keys to HTTP header names for
 	// streams, as runtime.WithOutgoingHeaderMatcher does for unary calls
@@ -85,6 +88,9 @@ type api struct {
 	m    *marshaler
 	spec http.Handler
 	v2   http.Handler
+
+	headerKeys sync.Map     // header name → headerKeyAnswer (headerKey)
+	headerKeyN atomic.Int32 // entries in headerKeys
 }
 
 // New returns the HTTP handler.

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -469,5 +472,52 @@ func TestInvokeResponse(t *testing.T) {
 		if !reflect.DeepEqual(g, w) {
 			t.Errorf("%q: wrote %s, protojson writes %s", out, got, want)
 		}
+	}
+}
+
+// callContext asks the matcher once per header name, keeps a bounded
+// number of answers, and passes every value of the headers it maps.
+func TestCallContextHeaders(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int32
+	a := &api{opts: Options{IncomingHeader: func(k string) (string, bool) {
+		asked.Add(1)
+		switch k {
+		case "X-Api-Key", "X-Key-Too":
+			return "x-api-key", true
+		case "X-Request-Id":
+			return "X-Request-Id", true
+		}
+		return "", false
+	}}}
+	r := httptest.NewRequest(http.MethodPost, "/v1/tools/t:invoke", nil)
+	r.Header.Add("Authorization", "Bearer a")
+	r.Header.Add("X-Api-Key", "k1")
+	r.Header.Add("X-Key-Too", "k2")
+	r.Header.Add("X-Request-Id", "rid")
+	r.Header.Add("User-Agent", "test")
+	for range 3 {
+		md, _ := metadata.FromIncomingContext(a.callContext(r))
+		keys := md.Get("x-api-key")
+		slices.Sort(keys)
+		if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer a" {
+			t.Fatalf("authorization = %q", got)
+		}
+		if !slices.Equal(keys, []string{"k1", "k2"}) || len(md.Get("x-request-id")) != 1 || len(md) != 3 {
+			t.Fatalf("metadata = %v", md)
+		}
+	}
+	if n := asked.Load(); n != 4 { // every name but Authorization, once
+		t.Fatalf("the matcher was asked %d times, want 4", n)
+	}
+	if got := r.Header.Values("X-Api-Key"); !slices.Equal(got, []string{"k1"}) {
+		t.Fatalf("the request's header changed: %q", got)
+	}
+	for i := range 2 * maxHeaderKeys {
+		r.Header.Set(fmt.Sprintf("X-Junk-%d", i), "v")
+	}
+	a.callContext(r)
+	if n := a.headerKeyN.Load(); n > maxHeaderKeys {
+		t.Fatalf("%d header answers kept, want at most %d", n, maxHeaderKeys)
 	}
 }

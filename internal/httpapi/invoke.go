@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -47,25 +48,59 @@ func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, params map[str
 // context) as incoming gRPC metadata, mapped by the same matcher the
 // grpc-gateway mux uses. grpc-gateway's "grpcgateway-" copies of the
 // standard HTTP headers are left out: nothing on the call path reads them.
+// The metadata shares the header's value slices: nothing on the call path
+// writes to either.
 func (a *api) callContext(r *http.Request) context.Context {
-	match := a.opts.IncomingHeader
-	if match == nil {
-		match = runtime.DefaultHeaderMatcher
-	}
 	md := make(metadata.MD, 4)
 	for k, vs := range r.Header {
-		if k == "Authorization" {
-			md["authorization"] = append(md["authorization"], vs...)
+		key, ok := a.headerKey(k)
+		if !ok {
 			continue
 		}
-		key, ok := match(k)
-		if !ok || strings.HasPrefix(key, runtime.MetadataPrefix) {
-			continue
+		if prev, dup := md[key]; dup {
+			md[key] = append(slices.Clip(prev), vs...)
+		} else {
+			md[key] = vs
 		}
-		key = strings.ToLower(key)
-		md[key] = append(md[key], vs...)
 	}
 	return metadata.NewIncomingContext(r.Context(), md)
+}
+
+// maxHeaderKeys bounds the memory of headerKey's answers: header names
+// come from clients.
+const maxHeaderKeys = 256
+
+// headerKey is the metadata key of request header k (canonical form), or
+// false when the header is not passed on. Options.IncomingHeader answers
+// each name once; the answers are kept.
+func (a *api) headerKey(k string) (string, bool) {
+	if v, ok := a.headerKeys.Load(k); ok {
+		hk := v.(headerKeyAnswer)
+		return hk.key, hk.ok
+	}
+	var hk headerKeyAnswer
+	if k == "Authorization" {
+		hk = headerKeyAnswer{"authorization", true}
+	} else {
+		match := a.opts.IncomingHeader
+		if match == nil {
+			match = runtime.DefaultHeaderMatcher
+		}
+		if key, ok := match(k); ok && !strings.HasPrefix(key, runtime.MetadataPrefix) {
+			hk = headerKeyAnswer{strings.ToLower(key), true}
+		}
+	}
+	if a.headerKeyN.Load() < maxHeaderKeys {
+		if _, loaded := a.headerKeys.LoadOrStore(k, hk); !loaded {
+			a.headerKeyN.Add(1)
+		}
+	}
+	return hk.key, hk.ok
+}
+
+type headerKeyAnswer struct {
+	key string
+	ok  bool
 }
 
 // headerStream lets a unary call served in process set response headers

@@ -230,7 +230,7 @@ func (l *CallLog) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		start := time.Now()
 		ctx, r := l.begin(ctx, methodLabel(ctx, info.FullMethod))
-		_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, r.id))
+		_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: {r.id}})
 		l.request(ctx, r, req)
 		defer func() { l.finish(ctx, r, err, time.Since(start)) }()
 		return handler(ctx, req)
@@ -243,7 +243,7 @@ func (l *CallLog) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		start := time.Now()
 		ctx, r := l.begin(ss.Context(), methodLabel(ss.Context(), info.FullMethod))
-		_ = ss.SetHeader(metadata.Pairs(RequestIDHeader, r.id))
+		_ = ss.SetHeader(metadata.MD{RequestIDHeader: {r.id}})
 		ws := &firstMessageStream{ServerStream: ss, ctx: ctx, onFirst: func(m any) { l.request(ctx, r, m) }}
 		defer func() { l.finish(ctx, r, err, time.Since(start)) }()
 		return handler(srv, ws)
@@ -295,7 +295,9 @@ func saneRequestID(s string) bool {
 func newRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var h [32]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.

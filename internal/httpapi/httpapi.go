@@ -89,6 +89,7 @@ type api struct {
 	spec http.Handler
 	v2   http.Handler
 
+	invoke     *route       // POST /v1/tools/{name}:invoke
 	headerKeys sync.Map     // header name → headerKeyAnswer (headerKey)
 	headerKeyN atomic.Int32 // entries in headerKeys
 }
@@ -116,15 +117,13 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := toolgatev1.RegisterToolServiceHandlerServer(ctx, a.gw, opts.Service); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	// Registered after the generated handlers, so they win: grpc-gateway
-	// cannot stream in process, and invoke, the busiest route, is cheaper
-	// served directly (invoke.go).
+	// Registered after the generated handler, so it wins: grpc-gateway
+	// cannot stream in process. Invoke, the busiest route, does not go
+	// through the mux at all (route, invoke.go).
 	if err := a.gw.HandlePath(http.MethodPost, streamPattern, a.serveStream); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	if err := a.gw.HandlePath(http.MethodPost, invokePattern, a.serveInvoke); err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
-	}
+	a.invoke = &route{post, http.HandlerFunc(a.serveInvokePath)}
 	a.spec = specHandler(specs.Spec)
 	a.v2 = specHandler(specs.SpecV2)
 	var h http.Handler = a
@@ -193,6 +192,9 @@ func (a *api) route(path string) *route {
 		rest, ok := strings.CutPrefix(path, prefix)
 		if !ok || rest == "" || strings.Contains(rest, "/") {
 			continue
+		}
+		if name, ok := strings.CutSuffix(rest, ":invoke"); ok && name != "" && prefix == "/v1/tools/" {
+			return a.invoke
 		}
 		if prefix == "/v1/tools/" && (strings.HasSuffix(rest, ":invoke") || strings.HasSuffix(rest, ":stream")) {
 			return &route{post, a.gw}

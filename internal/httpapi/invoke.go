@@ -17,14 +17,19 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// invokePattern is InvokeTool's REST route.
-const invokePattern = "/v1/tools/{name}:invoke"
+// serveInvokePath serves POST /v1/tools/{name}:invoke, the route
+// (api.route) having checked the path: the name is its last segment
+// before ":invoke", as grpc-gateway's mux would read it (r.URL.Path,
+// already unescaped).
+func (a *api) serveInvokePath(w http.ResponseWriter, r *http.Request) {
+	a.serveInvoke(w, r, strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/tools/"), ":invoke"))
+}
 
-// serveInvoke serves POST /v1/tools/{name}:invoke in process. It is the
-// busiest route, so it does itself what grpc-gateway's generated handler
+// serveInvoke serves an InvokeTool call in process. It is the busiest
+// route, so it does itself what grpc-gateway's mux and generated handler
 // would, with less: the call's metadata holds only the headers the
 // interceptors read, and the answer is written without reflection.
-func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, params map[string]string) {
+func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := a.callContext(r)
 	ctx = grpc.NewContextWithServerTransportStream(ctx, &headerStream{method: toolgatev1.ToolService_InvokeTool_FullMethodName, w: w, header: a.opts.ResponseHeader})
 	req := &toolgatev1.InvokeToolRequest{}
@@ -33,7 +38,7 @@ func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, params map[str
 		a.httpError(ctx, w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return
 	}
-	req.Name = params["name"]
+	req.Name = name
 	resp, err := a.opts.Service.InvokeTool(ctx, req)
 	if err != nil {
 		a.httpError(ctx, w, r, err)

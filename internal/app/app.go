@@ -147,7 +147,11 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		spanU, spanS = telemetry.TraceContextInterceptors()
 	}
 	unary, stream = append([]grpc.UnaryServerInterceptor{spanU}, unary...), append([]grpc.StreamServerInterceptor{spanS}, stream...)
-	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+	// The ToolService's unary methods run their chains composed once
+	// (inprocess.go), on gRPC as in process; the server's own interceptor
+	// runs the chain for the other services (health, reflection).
+	inproc := newInProcess(srv, unary, stream)
+	gopts := []grpc.ServerOption{grpc.UnaryInterceptor(unaryExcept(toolServicePrefix, unary)), grpc.ChainStreamInterceptor(stream...)}
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}
@@ -155,7 +159,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		gopts = append(gopts, grpc.Creds(c))
 	}
 	g.grpcSrv = grpc.NewServer(gopts...)
-	toolgatev1.RegisterToolServiceServer(g.grpcSrv, srv)
+	toolgatev1.RegisterToolServiceServer(g.grpcSrv, grpcService{inproc})
 	g.health = health.NewServer()
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -170,7 +174,6 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
-	inproc := newInProcess(srv, unary, stream)
 	var mcpHandler http.Handler
 	if cfg.MCP {
 		g.mcp = mcp.New(inproc, mcp.Options{Logger: log, Authenticate: mcp.StreamAuthenticator(sec.authn.StreamInterceptor())})

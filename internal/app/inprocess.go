@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"strings"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"google.golang.org/grpc"
@@ -134,4 +135,28 @@ func (s *requestStream) RecvMsg(m any) error {
 	// The fields are shared, not copied: the request is not used again.
 	r.Name, r.Arguments, r.Timeout = s.req.GetName(), s.req.GetArguments(), s.req.GetTimeout()
 	return nil
+}
+
+// toolServicePrefix starts the full method names of the ToolService.
+var toolServicePrefix = "/" + toolgatev1.ToolService_ServiceDesc.ServiceName + "/"
+
+// grpcService is the ToolService as the gRPC server serves it: the unary
+// methods run their composed chains (the server's interceptor lets them
+// pass, unaryExcept), StreamTool the server's stream chain, as grpc-go
+// hands the stream over with its request not yet read.
+type grpcService struct{ *inProcess }
+
+func (s grpcService) StreamTool(req *toolgatev1.StreamToolRequest, ss grpc.ServerStreamingServer[toolgatev1.StreamToolResponse]) error {
+	return s.srv.StreamTool(req, ss)
+}
+
+// unaryExcept is the gRPC server's unary interceptor: the chain ics for
+// every method but those starting with prefix, which run their own.
+func unaryExcept(prefix string, ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, prefix) {
+			return handler(ctx, req)
+		}
+		return composeUnary(ics, info, handler)(ctx, req)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/grpctest"
 	"google.golang.org/grpc"
 )
 
@@ -167,3 +168,65 @@ func BenchmarkInProcessInvoke(b *testing.B) {
 		}
 	}
 }
+
+// Over gRPC, the ToolService's unary methods run their composed chains
+// exactly once (the server's interceptor lets them pass), streams run the
+// server's stream chain, and other services' calls run the unary chain.
+func TestGRPCRunsEachChainOnce(t *testing.T) {
+	var order []string
+	tag := func(name string) grpc.UnaryServerInterceptor {
+		return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			order = append(order, name+" "+info.FullMethod)
+			prev, _ := ctx.Value(tagKey{}).(string)
+			return h(context.WithValue(ctx, tagKey{}, prev+name), req)
+		}
+	}
+	streamTag := func(ss any, st grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		order = append(order, "s "+info.FullMethod)
+		return h(ss, &contextStream{ServerStream: st, ctx: context.WithValue(st.Context(), tagKey{}, "s")})
+	}
+	f := &fakeTools{}
+	unary := []grpc.UnaryServerInterceptor{tag("a"), tag("b")}
+	p := newInProcess(f, unary, []grpc.StreamServerInterceptor{streamTag})
+	conn := grpctest.Start(t, grpcService{p}, grpc.UnaryInterceptor(unaryExcept(toolServicePrefix, unary)), grpc.StreamInterceptor(streamTag))
+	client := toolgatev1.NewToolServiceClient(conn)
+
+	if _, err := client.GetTool(t.Context(), &toolgatev1.GetToolRequest{Name: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a " + toolgatev1.ToolService_GetTool_FullMethodName, "b " + toolgatev1.ToolService_GetTool_FullMethodName}
+	if !slices.Equal(order, want) || f.saw != "ab" {
+		t.Fatalf("unary: interceptors ran %q and the service saw %q; want %q and \"ab\"", order, f.saw, want)
+	}
+	order = nil
+	st, err := client.StreamTool(t.Context(), &toolgatev1.StreamToolRequest{Name: "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			break
+		}
+	}
+	if want := []string{"s " + toolgatev1.ToolService_StreamTool_FullMethodName}; !slices.Equal(order, want) || f.saw != "s" {
+		t.Fatalf("stream: interceptors ran %q and the service saw %q; want %q and \"s\"", order, f.saw, want)
+	}
+	// Another service's method runs the unary chain through the server's
+	// interceptor.
+	order = nil
+	ran := false
+	h := unaryExcept(toolServicePrefix, unary)
+	if _, err := h(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: "/grpc.health.v1.Health/Check"}, func(ctx context.Context, _ any) (any, error) {
+		ran = ctx.Value(tagKey{}) == "ab"
+		return nil, nil
+	}); err != nil || !ran || len(order) != 2 {
+		t.Fatalf("health: ran %v with %q, err %v", ran, order, err)
+	}
+}
+
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }

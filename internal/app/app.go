@@ -112,6 +112,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		StreamIdleTimeout: cfg.StreamIdle,
 		Logger:            log,
 		Allowed:           sec.authn.Allowed,
+		User:              auth.User,
 	})
 	g.metrics = telemetry.NewMetrics(telemetry.WithInstance(cfg.InstanceID),
 		telemetry.WithKnownTools(func(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }),

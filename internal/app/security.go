@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/limits"
-	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"google.golang.org/grpc/credentials"
 )
@@ -53,10 +51,7 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 		}
 	}
 	var err error
-	s.authn, err = auth.FromConfig(cfg.Auth, auth.WithLogger(log),
-		auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
-			return server.WithUser(ctx, id.User)
-		}))
+	s.authn, err = auth.FromConfig(cfg.Auth, auth.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

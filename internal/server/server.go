@@ -47,6 +47,9 @@ type Options struct {
 	// DefaultUser is the envelope's user when the call carries no
 	// authenticated identity (default "anonymous").
 	DefaultUser string
+	// User names the authenticated caller of a call from its context, ""
+	// for none (default: the name WithUser put there).
+	User func(context.Context) string
 	// Logger (default: discard).
 	Logger *slog.Logger
 	// Allowed, when set, hides from the lists the tools a caller may not
@@ -90,7 +93,11 @@ func WithUser(ctx context.Context, user string) context.Context {
 }
 
 func (s *Server) user(ctx context.Context) string {
-	if u, ok := ctx.Value(userKey{}).(string); ok && u != "" {
+	if s.opts.User != nil {
+		if u := s.opts.User(ctx); u != "" {
+			return u
+		}
+	} else if u, ok := ctx.Value(userKey{}).(string); ok && u != "" {
 		return u
 	}
 	return s.opts.DefaultUser

@@ -78,7 +78,6 @@ func (s *security) muxOptions() []runtime.ServeMuxOption {
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(responseHeader),
 		runtime.WithErrorHandler(limits.ErrorHandler),
-		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
 	}
 }
 

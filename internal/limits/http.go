@@ -37,23 +37,6 @@ func ErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
-// StreamErrorHandler is grpc-gateway's stream error handler for this
-// package (runtime.WithStreamErrorHandler(limits.StreamErrorHandler)).
-// grpc-gateway reports a server stream's failure through it rather than
-// through ErrorHandler, even when the stream fails before its first
-// message (as a rate-limited one does), and gives it no ResponseWriter;
-// so it sets Retry-After through the request state MaxBody keeps, before
-// grpc-gateway writes the status line. It returns what
-// runtime.DefaultStreamErrorHandler returns.
-func StreamErrorHandler(ctx context.Context, err error) *status.Status {
-	if s, ok := ctx.Value(stateKey{}).(*reqState); ok {
-		if secs, ok := RetryAfter(err); ok {
-			s.w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		}
-	}
-	return runtime.DefaultStreamErrorHandler(ctx, err)
-}
-
 // RetryAfter returns the Retry-After seconds of err: the RetryInfo delay
 // of its status rounded up to whole seconds, at least 1.
 func RetryAfter(err error) (int64, bool) {
@@ -72,11 +55,10 @@ func RetryAfter(err error) (int64, bool) {
 
 type stateKey struct{}
 
-// reqState is what MaxBody keeps for the error handlers.
+// reqState is what MaxBody keeps for ErrorHandler.
 type reqState struct {
 	limit int64
 	over  atomic.Bool
-	w     http.ResponseWriter
 }
 
 // MaxBody limits request bodies to limit bytes (DefaultMaxBody when
@@ -87,8 +69,8 @@ type reqState struct {
 // N bytes"}: 413 rather than the 429 grpc-gateway gives RESOURCE_EXHAUSTED,
 // because the call never reached gRPC and retrying it later cannot help.
 //
-// MaxBody also keeps the per-request state that ErrorHandler and
-// StreamErrorHandler use, so it must wrap the grpc-gateway mux.
+// For a body of unknown length MaxBody also keeps the per-request state
+// ErrorHandler uses, so it must wrap the grpc-gateway mux.
 func MaxBody(limit int64, next http.Handler) http.Handler {
 	if limit <= 0 {
 		limit = DefaultMaxBody
@@ -98,7 +80,14 @@ func MaxBody(limit int64, next http.Handler) http.Handler {
 			writeTooLarge(w, limit)
 			return
 		}
-		s := &reqState{limit: limit, w: w}
+		if r.ContentLength >= 0 {
+			// The body is as long as its Content-Length says (net/http
+			// reads no further), which is within the limit: nothing to
+			// watch, and no state per request.
+			next.ServeHTTP(w, r)
+			return
+		}
+		s := &reqState{limit: limit}
 		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, s))
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), state: s}

@@ -21,14 +21,13 @@ import (
 )
 
 // restGateway serves grpc-gateway, configured as the gateway's REST side
-// should be (ErrorHandler, StreamErrorHandler, MaxBody), in front of a gRPC server with l's
+// should be (ErrorHandler, MaxBody), in front of a gRPC server with l's
 // interceptors. The X-User header names the bucket.
 func restGateway(t *testing.T, l *Limiter, maxBody int64) string {
 	t.Helper()
 	conn := serve(t, l)
 	gw := runtime.NewServeMux(
 		runtime.WithErrorHandler(ErrorHandler),
-		runtime.WithStreamErrorHandler(StreamErrorHandler),
 		runtime.WithIncomingHeaderMatcher(func(k string) (string, bool) {
 			if strings.EqualFold(k, "X-User") {
 				return "x-user", true
@@ -70,7 +69,7 @@ func TestHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := restGateway(t, l, 0)
-	const invoke, stream = "/v1/tools/t:invoke", "/v1/tools/t:stream"
+	const invoke = "/v1/tools/t:invoke"
 	tooLarge := `{"code":8,"message":"request body larger than 1048576 bytes","details":[]}`
 	tests := []struct {
 		name  string
@@ -79,10 +78,6 @@ func TestHTTP(t *testing.T) {
 		{"rate limit: 429 with Retry-After", []httpStep{
 			{path: invoke, body: strings.NewReader(`{}`), code: http.StatusOK},
 			{path: invoke, body: strings.NewReader(`{}`), code: http.StatusTooManyRequests, retryAfter: "60"},
-		}},
-		{"rate limit on a stream", []httpStep{
-			{path: stream, body: strings.NewReader(`{}`), code: http.StatusOK},
-			{path: stream, body: strings.NewReader(`{}`), code: http.StatusTooManyRequests, retryAfter: "60"},
 		}},
 		{"body at the limit passes", []httpStep{
 			{path: invoke, body: strings.NewReader(bigJSON(1<<20 - len(bigJSON(0)))), code: http.StatusOK},

@@ -309,7 +309,20 @@ func TestAuthMatrix(t *testing.T) {
 		if last != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
 			t.Fatalf("last HTTP %d, Retry-After %q; want 429 with Retry-After", last, hdr.Get("Retry-After"))
 		}
-		_, err := s.grpcCall(t, s.tlsConf, "echo", bearer(limitedKey))
+		// A stream refused before its first chunk says the same.
+		req, _ := http.NewRequest(http.MethodPost, s.base+"/v1/tools/echo:stream", strings.NewReader(`{"arguments": {"msg": "x"}}`))
+		for k, v := range bearer(limitedKey) {
+			req.Header.Set(k, v)
+		}
+		resp, err := s.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("stream: HTTP %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		_, err = s.grpcCall(t, s.tlsConf, "echo", bearer(limitedKey))
 		if status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("gRPC: %v, want RESOURCE_EXHAUSTED", err)
 		}

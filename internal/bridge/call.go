@@ -143,8 +143,8 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 				c.finish(context.DeadlineExceeded)
 				return Chunk{}, context.DeadlineExceeded
 			}
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
+			timer = getTimer(wait)
+			defer putTimer(timer)
 			expired = timer.C
 		}
 		select {
@@ -177,4 +177,23 @@ func (c *Call) Wait(ctx context.Context) (string, error) {
 // Close abandons the call: later replies for it are counted as orphans.
 func (c *Call) Close() {
 	c.finish(context.Canceled)
+}
+
+// timers are reused by Recv: a stopped timer holds no stale tick (Go 1.23
+// timers), so one can be Reset for the next call.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+func getTimer(d time.Duration) *time.Timer {
+	t := timers.Get().(*time.Timer)
+	t.Reset(d)
+	return t
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }

@@ -55,7 +55,6 @@ func Example_wiring() {
 	gw := runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(auth.HeaderMatcher),
 		runtime.WithErrorHandler(limits.ErrorHandler),
-		runtime.WithStreamErrorHandler(limits.StreamErrorHandler),
 	)
 	_ = limits.MaxBody(limits.DefaultMaxBody, gw)
 

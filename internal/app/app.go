@@ -152,7 +152,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// (inprocess.go), on gRPC as in process; the server's own interceptor
 	// runs the chain for the other services (health, reflection).
 	inproc := newInProcess(srv, unary, stream)
-	gopts := []grpc.ServerOption{grpc.UnaryInterceptor(unaryExcept(toolServicePrefix, unary)), grpc.ChainStreamInterceptor(stream...)}
+	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle()),
+		grpc.UnaryInterceptor(unaryExcept(toolServicePrefix, unary)), grpc.ChainStreamInterceptor(stream...)}
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}

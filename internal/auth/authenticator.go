@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // Metadata keys credentials arrive under.
@@ -39,7 +40,8 @@ func DefaultPublicMethods() []string {
 }
 
 // Authenticator establishes and checks the identity of gRPC calls. Build
-// it with New and install UnaryInterceptor and StreamInterceptor.
+// it with New and install TapHandle, UnaryInterceptor and
+// StreamInterceptor.
 type Authenticator struct {
 	keys        *APIKeys
 	jwt         *JWTVerifier
@@ -141,21 +143,31 @@ func (r *refusal) Error() string { return r.msg + ": " + r.cause.Error() }
 
 func refuse(msg string, cause error) *refusal { return &refusal{msg: msg, cause: cause} }
 
+// TapHandle is the gRPC server's tap (grpc.InTapHandle): it refuses, as
+// Unauthenticated, a call whose metadata holds a key reserved for the
+// gateway (ReservedPrefix), whatever else it carries. It reads the
+// transport's headers as they are, before the call starts, so the
+// interceptors need not copy every call's metadata to look. (The HTTP side
+// never forwards such headers: HeaderMatcher.)
+func (a *Authenticator) TapHandle() tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		for k := range info.Header {
+			if strings.HasPrefix(strings.ToLower(k), ReservedPrefix) {
+				return nil, a.fail(ctx, info.FullMethodName, refuse("metadata "+k+" is reserved for the gateway", errors.New("reserved metadata from outside")))
+			}
+		}
+		return ctx, nil
+	}
+}
+
 // authenticate establishes the identity of a call to method.
 //
 // Order: an explicit bearer credential (Authorization or X-Api-Key) wins
 // and is never second-guessed — if it is bad the call fails; else the
 // connection's verified client certificate; else the anonymous user, when
-// allowed. Reserved metadata fails the call whatever else it carries.
+// allowed. (Reserved metadata is refused before: TapHandle.)
 func (a *Authenticator) authenticate(ctx context.Context, method string) (Identity, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for k := range md {
-		if strings.HasPrefix(k, ReservedPrefix) {
-			return Identity{}, refuse("metadata "+k+" is reserved for the gateway", errors.New("reserved metadata from outside"))
-		}
-	}
-
-	cred, kind, err := credential(md)
+	cred, kind, err := credential(metadata.ValueFromIncomingContext(ctx, authorizationMD), metadata.ValueFromIncomingContext(ctx, apiKeyMD))
 	if err != nil {
 		return Identity{}, err
 	}
@@ -181,10 +193,10 @@ func (a *Authenticator) authenticate(ctx context.Context, method string) (Identi
 	return Identity{}, refuse(MsgMissingCredentials, errors.New("no credentials"))
 }
 
-// credential returns the one bearer credential in md and the metadata key
-// it came under; "" when there is none.
-func credential(md metadata.MD) (cred, kind string, err error) {
-	authz, keys := md.Get(authorizationMD), md.Get(apiKeyMD)
+// credential returns the one bearer credential among a call's
+// authorization and x-api-key metadata values, and the key it came under;
+// "" when there is none.
+func credential(authz, keys []string) (cred, kind string, err error) {
 	if len(authz)+len(keys) > 1 {
 		return "", "", refuse("send one credential, in Authorization or X-Api-Key", fmt.Errorf("%d authorization and %d x-api-key values", len(authz), len(keys)))
 	}

@@ -45,6 +45,7 @@ func Example_wiring() {
 
 	// gRPC: authenticate first, so the limiter keys on the user.
 	grpcSrv := grpc.NewServer(
+		grpc.InTapHandle(authn.TapHandle()), // refuses reserved metadata
 		grpc.ChainUnaryInterceptor(authn.UnaryInterceptor(), lim.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(authn.StreamInterceptor(), lim.StreamInterceptor()),
 	)

@@ -70,12 +70,13 @@ func serve(t *testing.T, a *Authenticator) *grpc.ClientConn {
 	return dial(t, listen(t, a, nil), grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
-// listen runs a real gRPC server with a's interceptors, the echo service
+// listen runs a real gRPC server with a's tap and interceptors, the echo service
 // and the health service on an in-memory listener; serverCreds, when set,
 // puts TLS on it.
 func listen(t *testing.T, a *Authenticator, serverCreds credentials.TransportCredentials) *bufconn.Listener {
 	t.Helper()
 	opts := []grpc.ServerOption{
+		grpc.InTapHandle(a.TapHandle()),
 		grpc.ChainUnaryInterceptor(a.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(a.StreamInterceptor()),
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	grpctap "google.golang.org/grpc/tap"
 )
 
 // TestClientCertGRPC authenticates gRPC callers by the client certificate
@@ -120,7 +121,6 @@ func TestClientCertInProcess(t *testing.T) {
 		{"no peer", withCerts, nil, nil, codes.Unauthenticated, ""},
 		{"bearer wins over the certificate", withCerts, verified, []string{"x-api-key", aliceKey}, codes.OK, "alice|api-key|admin|hooked:alice"},
 		{"certificates not enabled", keysOnly, verified, nil, codes.Unauthenticated, ""},
-		{"reserved metadata beside a certificate", withCerts, verified, []string{"x-toolgate-forwarded-identity", "carol"}, codes.Unauthenticated, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,5 +137,25 @@ func TestClientCertInProcess(t *testing.T) {
 				t.Fatalf("caller %q, want %q", out, tc.want)
 			}
 		})
+	}
+}
+
+// TestTapRefusesReservedMetadata: the tap refuses reserved metadata, in
+// any letter case, before a call starts, and lets other calls pass with
+// their context.
+func TestTapRefusesReservedMetadata(t *testing.T) {
+	t.Parallel()
+	a, err := New(WithAPIKeys(mustKeys(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap := a.TapHandle()
+	for _, key := range []string{"x-toolgate-forwarded-identity", "X-Toolgate-User"} {
+		_, err := tap(t.Context(), &grpctap.Info{FullMethodName: toolgatev1.ToolService_InvokeTool_FullMethodName, Header: metadata.MD{key: {"carol"}, "x-api-key": {aliceKey}}})
+		checkStatus(t, err, codes.Unauthenticated, "reserved")
+	}
+	ctx, err := tap(t.Context(), &grpctap.Info{FullMethodName: toolgatev1.ToolService_InvokeTool_FullMethodName, Header: metadata.MD{"x-api-key": {aliceKey}}})
+	if err != nil || ctx != t.Context() {
+		t.Fatalf("tap on ordinary metadata: %v", err)
 	}
 }

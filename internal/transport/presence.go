@@ -8,13 +8,16 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // AdminPresence answers whether a topic has consumers, from the Pulsar admin
 // API's topic stats, cached briefly: a positive answer for PositiveTTL, a
 // negative one for NegativeTTL (short, so a service that just started is
-// seen quickly). Concurrent askers share one request per topic.
+// seen quickly). Only a topic's first question waits for the admin API;
+// after that an answer past its TTL is given as it is while one request in
+// the background refreshes it, so calls never queue behind the admin API.
 type AdminPresence struct {
 	base        string
 	client      *http.Client
@@ -26,9 +29,14 @@ type AdminPresence struct {
 }
 
 type presenceEntry struct {
-	mu      sync.Mutex
-	checked time.Time
+	answer     atomic.Pointer[presenceAnswer] // nil until the first check
+	refreshing atomic.Bool
+	first      sync.Mutex // the first check: one request for all who wait
+}
+
+type presenceAnswer struct {
 	present bool
+	checked time.Time
 }
 
 // NewAdminPresence returns a checker for the admin API at adminURL
@@ -49,27 +57,47 @@ func NewAdminPresence(adminURL string, log *slog.Logger) *AdminPresence {
 // Subscribed reports whether topic has at least one consumer. When the admin
 // API cannot answer it returns the error; callers should then assume yes.
 func (a *AdminPresence) Subscribed(ctx context.Context, topic string) (bool, error) {
-	v, _ := a.entries.Load(topic)
-	e, _ := v.(*presenceEntry)
-	if e == nil {
+	v, ok := a.entries.Load(topic)
+	if !ok {
 		v, _ = a.entries.LoadOrStore(topic, &presenceEntry{})
-		e = v.(*presenceEntry)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e := v.(*presenceEntry)
+	ans := e.answer.Load()
+	if ans == nil {
+		e.first.Lock()
+		defer e.first.Unlock()
+		if ans = e.answer.Load(); ans == nil {
+			return a.check(ctx, e, topic)
+		}
+	}
 	ttl := a.NegativeTTL
-	if e.present {
+	if ans.present {
 		ttl = a.PositiveTTL
 	}
-	if !e.checked.IsZero() && time.Since(e.checked) < ttl {
-		return e.present, nil
+	if time.Since(ans.checked) >= ttl && e.refreshing.CompareAndSwap(false, true) {
+		go func() {
+			defer e.refreshing.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), a.client.Timeout)
+			defer cancel()
+			if _, err := a.check(ctx, e, topic); err != nil {
+				a.log.Debug("cannot refresh whether the topic has subscribers", "topic", topic, "err", err)
+			}
+		}()
 	}
+	return ans.present, nil
+}
+
+// check asks the admin API and keeps the answer. When it cannot answer,
+// "yes" is kept as the answer (for PositiveTTL): calls go ahead, and the
+// admin API is asked again later, not by every call.
+func (a *AdminPresence) check(ctx context.Context, e *presenceEntry, topic string) (bool, error) {
 	n, err := a.consumers(ctx, topic)
 	if err != nil {
+		e.answer.Store(&presenceAnswer{present: true, checked: time.Now()})
 		return true, err
 	}
-	e.present, e.checked = n > 0, time.Now()
-	return e.present, nil
+	e.answer.Store(&presenceAnswer{present: n > 0, checked: time.Now()})
+	return n > 0, nil
 }
 
 func (a *AdminPresence) consumers(ctx context.Context, topic string) (int, error) {

@@ -1,0 +1,108 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// adminStub answers topic stats with consumers consumers, or 500 when
+// broken, and counts the requests.
+type adminStub struct {
+	consumers atomic.Int32
+	broken    atomic.Bool
+	requests  atomic.Int32
+	delay     time.Duration
+}
+
+func (s *adminStub) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	s.requests.Add(1)
+	time.Sleep(s.delay)
+	if s.broken.Load() {
+		http.Error(w, "down", http.StatusInternalServerError)
+		return
+	}
+	consumers := ""
+	for i := range s.consumers.Load() {
+		if i > 0 {
+			consumers += ","
+		}
+		consumers += "{}"
+	}
+	fmt.Fprintf(w, `{"subscriptions": {"s": {"consumers": [%s]}}}`, consumers)
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Only a topic's first question waits for the admin API; concurrent
+// first questions share one request; a stale answer is given at once and
+// refreshed by one request in the background.
+func TestAdminPresence(t *testing.T) {
+	stub := &adminStub{delay: 50 * time.Millisecond}
+	stub.consumers.Store(1)
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	p := NewAdminPresence(srv.URL, nil)
+	p.PositiveTTL, p.NegativeTTL = 200*time.Millisecond, 100*time.Millisecond
+	const topic = "non-persistent://tg/request/x"
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if ok, err := p.Subscribed(ctx, topic); !ok || err != nil {
+				t.Errorf("first answer %v, %v; want true", ok, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := stub.requests.Load(); n != 1 {
+		t.Fatalf("%d requests for 8 concurrent first questions, want 1", n)
+	}
+	if ok, _ := p.Subscribed(ctx, topic); !ok || stub.requests.Load() != 1 {
+		t.Fatalf("a fresh answer asked the admin API again (%d requests)", stub.requests.Load())
+	}
+
+	// The service goes away; the stale "yes" is answered at once, once
+	// refreshed the answer is "no".
+	stub.consumers.Store(0)
+	time.Sleep(250 * time.Millisecond)
+	start := time.Now()
+	for range 5 {
+		if ok, _ := p.Subscribed(ctx, topic); !ok {
+			t.Fatal("a stale answer changed before its refresh")
+		}
+	}
+	if waited := time.Since(start); waited > 40*time.Millisecond {
+		t.Fatalf("stale answers took %v: they waited for the admin API", waited)
+	}
+	waitUntil(t, func() bool { ok, _ := p.Subscribed(ctx, topic); return !ok })
+	if n := stub.requests.Load(); n != 2 {
+		t.Fatalf("%d requests, want 2: one refresh for five stale answers", n)
+	}
+
+	// The admin API fails: the first question says yes with the error,
+	// later ones yes without asking again until the answer is stale.
+	stub.broken.Store(true)
+	const other = "non-persistent://tg/request/y"
+	if ok, err := p.Subscribed(ctx, other); !ok || err == nil {
+		t.Fatalf("broken admin API: %v, %v; want true with the error", ok, err)
+	}
+	before := stub.requests.Load()
+	if ok, err := p.Subscribed(ctx, other); !ok || err != nil || stub.requests.Load() != before {
+		t.Fatalf("after a failed check: %v, %v, %d requests; want true, no error, no request", ok, err, stub.requests.Load()-before)
+	}
+}

@@ -68,3 +68,29 @@ func TestSummarizeFloor(t *testing.T) {
 		}
 	}
 }
+
+// The paired ratio divides within each repetition, so a machine that got
+// faster between repetitions does not skew it as the ratio of medians can.
+func TestPairedCPURatio(t *testing.T) {
+	r := &Report{Config: Config{Concurrencies: []int{64}}}
+	rep := func(s *Sample, n int) *Sample { s.Rep = n; return s }
+	r.Samples = []*Sample{
+		// CPU per call of a real run whose machine got faster between
+		// repetitions: in each repetition the gateway costs 1.13×, 1.26×
+		// and 1.03× the floor; the medians (0.086, 0.068) say 1.265×.
+		rep(sample("grpc", 64, 7000, 8, 20, 0.103, 170), 1),
+		rep(sample("floor-grpc", 64, 7800, 8, 18, 0.091, 140), 1),
+		rep(sample("grpc", 64, 8800, 7, 17, 0.086, 170), 2),
+		rep(sample("floor-grpc", 64, 9700, 6, 16, 0.068, 140), 2),
+		rep(sample("grpc", 64, 10400, 6, 15, 0.069, 170), 3),
+		rep(sample("floor-grpc", 64, 9800, 6, 16, 0.067, 140), 3),
+		rep(sample("floor-grpc", 64, 9800, 6, 16, 0.050, 140), 4), // no gateway sample to pair with
+	}
+	r.summarize()
+	if got, _ := r.Ratios["cpu_vs_floor_grpc_paired"].(float64); got != 1.132 {
+		t.Errorf("paired ratio = %v, want 1.132 (0.103 / 0.091)", r.Ratios["cpu_vs_floor_grpc_paired"])
+	}
+	if _, ok := r.Ratios["cpu_vs_floor_rest_paired"]; ok {
+		t.Error("a paired REST ratio without REST samples")
+	}
+}

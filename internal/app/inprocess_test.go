@@ -33,6 +33,16 @@ func (f *fakeTools) StreamTool(r *toolgatev1.StreamToolRequest, ss grpc.ServerSt
 
 type tagKey struct{}
 
+// tagging is an interceptor that notes its name and the method in order
+// and appends its name to the context's tag.
+func tagging(order *[]string, name string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		*order = append(*order, name+" "+info.FullMethod)
+		prev, _ := ctx.Value(tagKey{}).(string)
+		return h(context.WithValue(ctx, tagKey{}, prev+name), req)
+	}
+}
+
 // collect is the receiving end of an in-process stream.
 type collect struct {
 	grpc.ServerStream
@@ -51,13 +61,7 @@ func (c *collect) SendMsg(m any) error { return c.Send(m.(*toolgatev1.StreamTool
 // method's full name, and what they put in the context reaches the service.
 func TestInProcessRunsTheChain(t *testing.T) {
 	var order []string
-	tag := func(name string) grpc.UnaryServerInterceptor {
-		return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			order = append(order, name+" "+info.FullMethod)
-			prev, _ := ctx.Value(tagKey{}).(string)
-			return h(context.WithValue(ctx, tagKey{}, prev+name), req)
-		}
-	}
+	tag := func(name string) grpc.UnaryServerInterceptor { return tagging(&order, name) }
 	f := &fakeTools{}
 	p := newInProcess(f, []grpc.UnaryServerInterceptor{tag("a"), tag("b"), tag("c")}, nil)
 	resp, err := p.GetTool(t.Context(), &toolgatev1.GetToolRequest{Name: "x"})
@@ -174,13 +178,7 @@ func BenchmarkInProcessInvoke(b *testing.B) {
 // server's stream chain, and other services' calls run the unary chain.
 func TestGRPCRunsEachChainOnce(t *testing.T) {
 	var order []string
-	tag := func(name string) grpc.UnaryServerInterceptor {
-		return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			order = append(order, name+" "+info.FullMethod)
-			prev, _ := ctx.Value(tagKey{}).(string)
-			return h(context.WithValue(ctx, tagKey{}, prev+name), req)
-		}
-	}
+	tag := func(name string) grpc.UnaryServerInterceptor { return tagging(&order, name) }
 	streamTag := func(ss any, st grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		order = append(order, "s "+info.FullMethod)
 		return h(ss, &contextStream{ServerStream: st, ctx: context.WithValue(st.Context(), tagKey{}, "s")})

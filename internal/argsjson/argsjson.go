@@ -223,8 +223,8 @@ func (m Member) Kind() string {
 }
 
 // Members appends the members of obj, a compact object from Compact, to
-// dst. ok is false when a key holds an escape or appears twice: such text
-// goes to the full decoder.
+// dst: their keys need no unescaping and none repeats, as Compact checked.
+// ok is false only when obj is not such an object.
 func Members(obj []byte, dst []Member) ([]Member, bool) {
 	if len(obj) < 2 || obj[0] != '{' {
 		return dst, false
@@ -233,23 +233,16 @@ func Members(obj []byte, dst []Member) ([]Member, bool) {
 	if data[0] == '}' {
 		return dst, true
 	}
-	first := len(dst)
 	for {
 		key, rest, ok := str(data)
-		if !ok || bytes.IndexByte(key, '\\') >= 0 || len(rest) == 0 || rest[0] != ':' {
+		if !ok || len(rest) == 0 || rest[0] != ':' {
 			return dst, false
-		}
-		key = key[1 : len(key)-1]
-		for _, m := range dst[first:] {
-			if bytes.Equal(m.Key, key) {
-				return dst, false
-			}
 		}
 		v, after, ok := skipValue(rest[1:])
 		if !ok {
 			return dst, false
 		}
-		dst = append(dst, Member{Key: key, Value: v})
+		dst = append(dst, Member{Key: key[1 : len(key)-1], Value: v})
 		switch {
 		case len(after) > 0 && after[0] == ',':
 			data = after[1:]

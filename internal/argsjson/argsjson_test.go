@@ -74,7 +74,7 @@ func TestMembers(t *testing.T) {
 	if ms, ok := Members([]byte(`{}`), nil); !ok || len(ms) != 0 {
 		t.Errorf("Members({}) = %v, %v", ms, ok)
 	}
-	for _, bad := range []string{`{"a":1,"a":2}`, `{"\n":1}`, `[1]`, ``} {
+	for _, bad := range []string{`[1]`, ``, `{"a"}`, `{"a":1`} {
 		if _, ok := Members([]byte(bad), nil); ok {
 			t.Errorf("Members(%q) accepted", bad)
 		}

@@ -53,7 +53,6 @@ type Authenticator struct {
 	publicSeen  sync.Map     // method → bool: isPublic's answers
 	publicN     atomic.Int32 // entries in publicSeen
 	resource    Resource
-	hook        func(context.Context, Identity) context.Context
 	log         *slog.Logger
 }
 
@@ -89,18 +88,6 @@ func WithPolicy(p *Policy) Option { return func(a *Authenticator) { a.policy = p
 // credentials nor authorization.
 func WithPublicMethods(patterns ...string) Option {
 	return func(a *Authenticator) { a.public = patterns }
-}
-
-// WithContextHook lets the caller add to an authenticated call's context,
-// for example
-//
-//	auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
-//		return server.WithUser(ctx, id.User)
-//	})
-//
-// so that this package need not import the server.
-func WithContextHook(f func(context.Context, Identity) context.Context) Option {
-	return func(a *Authenticator) { a.hook = f }
 }
 
 // WithLogger logs why calls were refused (default: discard).

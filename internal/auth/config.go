@@ -11,7 +11,7 @@ import (
 
 // FromConfig builds the Authenticator the gateway's flags describe: it
 // reads the API key, JWT secret or JWKS and policy files, and adds opts
-// (logger, context hook) after what the files give.
+// (the logger) after what the files give.
 func FromConfig(c config.Auth, opts ...Option) (*Authenticator, error) {
 	var base []Option
 	if c.ClientCerts {

@@ -30,14 +30,13 @@ func Example_wiring() {
 		auth.WithAPIKeys(keys),
 		auth.WithClientCerts(), // with --client-ca
 		auth.WithPolicy(policy),
-		auth.WithContextHook(func(ctx context.Context, id auth.Identity) context.Context {
-			return server.WithUser(ctx, id.User) // the envelope's user
-		}),
 		auth.WithLogger(log),
 	)
 	if err != nil {
 		panic(err)
 	}
+	// The envelope's user is the authenticated caller.
+	_ = server.Options{User: auth.User}
 	lim, err := limits.New(10, 20, limits.WithKey(auth.User), limits.WithLogger(log))
 	if err != nil {
 		panic(err)

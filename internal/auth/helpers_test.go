@@ -31,15 +31,12 @@ type echoServer struct {
 	toolgatev1.UnimplementedToolServiceServer
 }
 
-type hookKey struct{}
-
 func describe(ctx context.Context) string {
 	id, ok := FromContext(ctx)
 	if !ok {
 		return "none"
 	}
-	hook, _ := ctx.Value(hookKey{}).(string)
-	return fmt.Sprintf("%s|%s|%s|%s", id.User, id.Method, strings.Join(id.Roles, ","), hook)
+	return fmt.Sprintf("%s|%s|%s", id.User, id.Method, strings.Join(id.Roles, ","))
 }
 
 func (echoServer) InvokeTool(ctx context.Context, _ *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
@@ -56,11 +53,6 @@ func (echoServer) ListTools(context.Context, *toolgatev1.ListToolsRequest) (*too
 
 func (echoServer) GetTool(ctx context.Context, req *toolgatev1.GetToolRequest) (*toolgatev1.GetToolResponse, error) {
 	return &toolgatev1.GetToolResponse{Tool: &toolgatev1.Tool{Name: req.GetName(), Description: describe(ctx)}}, nil
-}
-
-// hook marks contexts so tests can see WithContextHook ran.
-func hook(ctx context.Context, id Identity) context.Context {
-	return context.WithValue(ctx, hookKey{}, "hooked:"+id.User)
 }
 
 // serve runs a real gRPC server with a's interceptors (see listen) and

@@ -42,11 +42,7 @@ func (a *Authenticator) start(ctx context.Context, method string) (context.Conte
 	if err != nil {
 		return nil, Identity{}, a.fail(ctx, method, err)
 	}
-	ctx = newContext(ctx, id)
-	if a.hook != nil {
-		ctx = a.hook(ctx, id)
-	}
-	return ctx, id, nil
+	return newContext(ctx, id), id, nil
 }
 
 // UnaryInterceptor authenticates and authorizes unary calls.

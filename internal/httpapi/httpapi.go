@@ -193,11 +193,13 @@ func (a *api) route(path string) *route {
 		if !ok || rest == "" || strings.Contains(rest, "/") {
 			continue
 		}
-		if name, ok := strings.CutSuffix(rest, ":invoke"); ok && name != "" && prefix == "/v1/tools/" {
-			return a.invoke
-		}
-		if prefix == "/v1/tools/" && (strings.HasSuffix(rest, ":invoke") || strings.HasSuffix(rest, ":stream")) {
-			return &route{post, a.gw}
+		if prefix == "/v1/tools/" {
+			if name, ok := strings.CutSuffix(rest, ":invoke"); ok && name != "" {
+				return a.invoke
+			}
+			if strings.HasSuffix(rest, ":invoke") || strings.HasSuffix(rest, ":stream") {
+				return &route{post, a.gw} // ":stream", or ":invoke" naming no tool
+			}
 		}
 		return &route{get, a.gw}
 	}

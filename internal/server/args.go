@@ -12,7 +12,6 @@ import (
 	"github.com/toolgate/toolgate/internal/registry"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -33,18 +32,14 @@ func (s *Server) arguments(ctx context.Context, t *registry.Tool, args argsSourc
 }
 
 // encodeArgumentsJSON is encodeArguments for arguments that came as a
-// compact JSON object (argsjson.Compact): checked member by member and
-// passed on as they are. Text the fast path does not take is decoded in
-// full and goes the Struct's way.
+// compact JSON object (argsjson.Compact, which the front doors apply; text
+// it refuses never comes this way): checked member by member and passed on
+// as they are.
 func encodeArgumentsJSON(t *registry.Tool, raw []byte) (string, error) {
 	var buf [8]argsjson.Member
 	members, ok := argsjson.Members(raw, buf[:0])
 	if !ok {
-		var st structpb.Struct
-		if err := protojson.Unmarshal(raw, &st); err != nil {
-			return "", status.Errorf(codes.InvalidArgument, "tool %q: arguments: %v", t.Name, err)
-		}
-		return encodeArguments(t, &st)
+		return "", status.Errorf(codes.Internal, "tool %q: the arguments passed on are not a compact JSON object", t.Name)
 	}
 	for _, a := range t.Arguments {
 		var v *argsjson.Member

@@ -7,6 +7,7 @@ toolchain go1.26.10
 require (
 	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/apache/pulsar-client-go v0.19.0
+	github.com/bytedance/gopkg v0.1.4
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/fsnotify/fsnotify v1.10.1

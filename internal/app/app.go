@@ -316,6 +316,7 @@ func (g *Gateway) listen(ctx context.Context) {
 // calls are refused, calls in flight get cfg.ShutdownGrace to finish, then
 // the rest is cut and the broker client closed.
 func (g *Gateway) Run(ctx context.Context) error {
+	tuneGC(g.cfg.GCHeapMiB, g.log)
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	wg.Add(4)

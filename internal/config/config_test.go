@@ -24,8 +24,8 @@ func TestParse(t *testing.T) {
 	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.Auth.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
 		t.Fatalf("parsed %+v", c)
 	}
-	if !c.PulsarBatching || c.GRPCWorkers != 0 || !c.MCP {
-		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v; want true, 0, true", c.PulsarBatching, c.GRPCWorkers, c.MCP)
+	if !c.PulsarBatching || c.GRPCWorkers != 0 || !c.MCP || c.GCHeapMiB != 64 {
+		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, 0, true, 64", c.PulsarBatching, c.GRPCWorkers, c.MCP, c.GCHeapMiB)
 	}
 	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP {
 		t.Fatal("--mcp=false left MCP on")
@@ -35,6 +35,10 @@ func TestParse(t *testing.T) {
 		t.Fatalf("flag did not win: %v", c.DefaultTimeout)
 	}
 	env["TOOLGATE_PULSAR_BATCHING"] = "false"
+	env["TOOLGATE_GC_HEAP_MIB"] = "0"
+	if c, _ := Parse(nil, getenv, io.Discard); c.GCHeapMiB != 0 {
+		t.Fatalf("TOOLGATE_GC_HEAP_MIB=0 gave %d MiB", c.GCHeapMiB)
+	}
 	if c, _ := Parse([]string{"--grpc-workers", "64"}, getenv, io.Discard); c.PulsarBatching || c.GRPCWorkers != 64 {
 		t.Fatalf("batching %v, gRPC workers %d; want false, 64", c.PulsarBatching, c.GRPCWorkers)
 	}
@@ -58,6 +62,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--log-format", "xml"}, nil, []string{"--log-format"}},
 		{[]string{"--allow-anonymous", "extra"}, nil, []string{"unexpected arguments"}},
 		{[]string{"--allow-anonymous", "--grpc-workers", "-1"}, nil, []string{"--grpc-workers must not be negative"}},
+		{[]string{"--allow-anonymous", "--gc-heap-mib", "-1"}, nil, []string{"--gc-heap-mib must be between 0 and 1048576"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_PULSAR_BATCHING": "maybe"}, []string{`TOOLGATE_PULSAR_BATCHING="maybe"`}},
 	}
 	for _, c := range cases {

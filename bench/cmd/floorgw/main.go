@@ -456,8 +456,8 @@ func serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	fmt.Fprintf(w, "# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total %d\n# TYPE go_goroutines gauge\ngo_goroutines %d\n",
-		m.Mallocs, runtime.NumGoroutine())
+	fmt.Fprintf(w, "# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total %d\n# TYPE go_memstats_alloc_bytes_total counter\ngo_memstats_alloc_bytes_total %d\n# TYPE go_gc_duration_seconds summary\ngo_gc_duration_seconds_count %d\n# TYPE go_goroutines gauge\ngo_goroutines %d\n",
+		m.Mallocs, m.TotalAlloc, m.NumGC, runtime.NumGoroutine())
 }
 
 // appendStruct writes s as a JSON object (nil as {}). Non-finite numbers,

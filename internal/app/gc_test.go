@@ -1,0 +1,47 @@
+package app
+
+import (
+	"io"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"testing"
+	"time"
+
+	"github.com/bytedance/gopkg/util/gctuner"
+)
+
+func TestGCTarget(t *testing.T) {
+	for _, c := range []struct {
+		mib  int
+		gogc string
+		want uint64
+	}{
+		{64, "", 64 << 20},
+		{1, "", 1 << 20},
+		{0, "", 0},
+		{-5, "", 0},
+		{64, "200", 0},
+		{64, "off", 0},
+	} {
+		if got := gcTarget(c.mib, c.gogc); got != c.want {
+			t.Errorf("gcTarget(%d, %q) = %d, want %d", c.mib, c.gogc, got, c.want)
+		}
+	}
+}
+
+// TestTuneGCRaisesPercentWhileHeapIsSmall: with a target far above this
+// test binary's heap, the collector is stretched to the cap after a cycle.
+func TestTuneGCRaisesPercentWhileHeapIsSmall(t *testing.T) {
+	t.Setenv("GOGC", "")
+	tuneGC(4096, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(func() { gctuner.Tuning(0); debug.SetGCPercent(100) })
+	deadline := time.Now().Add(10 * time.Second)
+	for gctuner.GetGCPercent() != gcMaxPercent {
+		if time.Now().After(deadline) {
+			t.Fatalf("GC percent %d after cycles, want %d", gctuner.GetGCPercent(), gcMaxPercent)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -15,6 +15,16 @@ import (
 // gateway (bench/cmd/floorgw) serves the same name.
 const mallocsMetric = "go_memstats_mallocs_total"
 
+// gcCyclesMetric counts completed garbage collections (the count of
+// Prometheus' GC pause summary); optional.
+const gcCyclesMetric = "go_gc_duration_seconds_count"
+
+// counters are a server's runtime counters at one moment; gcCycles is -1
+// when the server does not report them.
+type counters struct {
+	mallocs, gcCycles int64
+}
+
 // allocProbe reads a server's allocation counter from its /metrics.
 type allocProbe struct {
 	ctx        context.Context
@@ -38,7 +48,7 @@ func newAllocProbe(ctx context.Context, url string) (*allocProbe, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d := v - prev; p.scrapeCost < 0 || d < p.scrapeCost {
+		if d := v.mallocs - prev.mallocs; p.scrapeCost < 0 || d < p.scrapeCost {
 			p.scrapeCost = d
 		}
 		prev = v
@@ -46,38 +56,47 @@ func newAllocProbe(ctx context.Context, url string) (*allocProbe, error) {
 	return p, nil
 }
 
-func (p *allocProbe) read() (int64, error) {
+func (p *allocProbe) read() (counters, error) {
 	req, err := http.NewRequestWithContext(p.ctx, http.MethodGet, p.url, nil)
 	if err != nil {
-		return 0, err
+		return counters{}, err
 	}
 	resp, err := p.hc.Do(req)
 	if err != nil {
-		return 0, err
+		return counters{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: HTTP %d", p.url, resp.StatusCode)
+		return counters{}, fmt.Errorf("%s: HTTP %d", p.url, resp.StatusCode)
 	}
-	return parseMallocs(bufio.NewScanner(resp.Body), p.url)
+	return parseCounters(bufio.NewScanner(resp.Body), p.url)
 }
 
-// parseMallocs finds the counter's sample in Prometheus text format.
-func parseMallocs(sc *bufio.Scanner, src string) (int64, error) {
+// parseCounters finds the counters' samples in Prometheus text format:
+// the allocation counter must be there, the GC count may be absent.
+func parseCounters(sc *bufio.Scanner, src string) (counters, error) {
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	c := counters{mallocs: -1, gcCycles: -1}
 	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), mallocsMetric+" ")
-		if !ok {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || (name != mallocsMetric && name != gcCyclesMetric) {
 			continue
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %s %q: %w", src, mallocsMetric, v, err)
+		if err != nil || f < 0 {
+			return counters{}, fmt.Errorf("%s: %s %q: want a non-negative number", src, name, v)
 		}
-		return int64(f), nil
+		if name == mallocsMetric {
+			c.mallocs = int64(f)
+		} else {
+			c.gcCycles = int64(f)
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return counters{}, err
 	}
-	return 0, fmt.Errorf("%s: no %s sample", src, mallocsMetric)
+	if c.mallocs < 0 {
+		return counters{}, fmt.Errorf("%s: no %s sample", src, mallocsMetric)
+	}
+	return c, nil
 }

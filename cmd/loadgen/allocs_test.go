@@ -6,21 +6,22 @@ import (
 	"testing"
 )
 
-func TestParseMallocs(t *testing.T) {
+func TestParseCounters(t *testing.T) {
 	for _, tc := range []struct {
 		name, text string
-		want       int64
+		want       counters
 		ok         bool
 	}{
-		{"prometheus", "# HELP go_memstats_mallocs_total Total.\n# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total 1.234567e+06\ngo_memstats_mallocs_total_other 1\n", 1234567, true},
-		{"plain", "go_goroutines 3\ngo_memstats_mallocs_total 42\n", 42, true},
-		{"absent", "go_goroutines 3\ngo_memstats_frees_total 40\n", 0, false},
-		{"garbage", "go_memstats_mallocs_total many\n", 0, false},
+		{"prometheus", "# HELP go_memstats_mallocs_total Total.\n# TYPE go_memstats_mallocs_total counter\ngo_memstats_mallocs_total 1.234567e+06\ngo_memstats_mallocs_total_other 1\ngo_gc_duration_seconds_sum 0.5\ngo_gc_duration_seconds_count 17\n", counters{1234567, 17}, true},
+		{"plain, no GC count", "go_goroutines 3\ngo_memstats_mallocs_total 42\n", counters{42, -1}, true},
+		{"absent", "go_goroutines 3\ngo_memstats_frees_total 40\ngo_gc_duration_seconds_count 2\n", counters{}, false},
+		{"garbage", "go_memstats_mallocs_total many\n", counters{}, false},
+		{"garbage GC count", "go_memstats_mallocs_total 1\ngo_gc_duration_seconds_count -3\n", counters{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseMallocs(bufio.NewScanner(strings.NewReader(tc.text)), "test")
+			got, err := parseCounters(bufio.NewScanner(strings.NewReader(tc.text)), "test")
 			if (err == nil) != tc.ok || got != tc.want {
-				t.Fatalf("got %d, %v; want %d (ok %v)", got, err, tc.want, tc.ok)
+				t.Fatalf("got %+v, %v; want %+v (ok %v)", got, err, tc.want, tc.ok)
 			}
 		})
 	}

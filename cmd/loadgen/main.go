@@ -341,8 +341,9 @@ type watcher struct {
 	cpu0   map[string]float64
 	out    map[string]*ProcResult
 	// mallocs: the gateway's heap allocations over the window, less what
-	// one scrape of its /metrics allocates.
-	mallocs int64
+	// one scrape of its /metrics allocates; gcCycles: its collections over
+	// the window, -1 when it does not report them.
+	mallocs, gcCycles int64
 }
 
 func startWatch(procs map[string]int, allocs *allocProbe, winStart, winEnd time.Time) *watcher {
@@ -350,7 +351,7 @@ func startWatch(procs map[string]int, allocs *allocProbe, winStart, winEnd time.
 	go func() {
 		defer close(w.done)
 		time.Sleep(time.Until(winStart))
-		var m0 int64
+		var m0 counters
 		if allocs != nil {
 			if m0, w.err = allocs.read(); w.err != nil {
 				return
@@ -386,7 +387,11 @@ func startWatch(procs map[string]int, allocs *allocProbe, winStart, winEnd time.
 				w.err = err
 				return
 			}
-			w.mallocs = m1 - m0 - allocs.scrapeCost
+			w.mallocs = m1.mallocs - m0.mallocs - allocs.scrapeCost
+			w.gcCycles = -1
+			if m0.gcCycles >= 0 && m1.gcCycles >= 0 {
+				w.gcCycles = m1.gcCycles - m0.gcCycles
+			}
 		}
 		for name, p := range w.out {
 			cpu, err := procCPU(p.PID)
@@ -418,6 +423,9 @@ func (w *watcher) result(calls int) (map[string]*ProcResult, float64, error) {
 		g.Mallocs, g.MallocsScrape = w.mallocs, w.allocs.scrapeCost
 		if calls > 0 {
 			g.MallocsPerCall = round(float64(w.mallocs)/float64(calls), 1)
+			if w.gcCycles >= 0 {
+				g.GCCycles, g.GCPer10kCalls = w.gcCycles, round(float64(w.gcCycles)*10000/float64(calls), 2)
+			}
 		}
 	}
 	return w.out, round(w.self1-w.self0, 3), nil

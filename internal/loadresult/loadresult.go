@@ -49,6 +49,10 @@ type ProcResult struct {
 	Mallocs        int64   `json:"mallocs,omitempty"`
 	MallocsScrape  int64   `json:"mallocs_scrape,omitempty"`
 	MallocsPerCall float64 `json:"mallocs_per_call,omitempty"`
+	// GCCycles: its garbage collections over the window (from
+	// go_gc_duration_seconds_count), and per 10,000 calls.
+	GCCycles      int64   `json:"gc_cycles,omitempty"`
+	GCPer10kCalls float64 `json:"gc_per_10k_calls,omitempty"`
 }
 
 // Inflight is the memory-per-parked-call measurement.

@@ -91,6 +91,8 @@ type Point struct {
 	// GatewayMallocsPerCall: the gateway's (or floorgw's) heap allocations
 	// per call over the window, from its go_memstats_mallocs_total, median.
 	GatewayMallocsPerCall *float64 `json:"gateway_mallocs_per_call,omitempty"`
+	// GatewayGCPer10k: its garbage collections per 10,000 calls, median.
+	GatewayGCPer10k *float64 `json:"gateway_gc_per_10k_calls,omitempty"`
 	// CPUPer1k: CPU seconds per 1,000 calls of each process on the path
 	// (client = the load generator), medians.
 	CPUPer1k   map[string]float64 `json:"cpu_s_per_1k_calls,omitempty"`
@@ -158,8 +160,11 @@ type FloorSide struct {
 	RPS            float64 `json:"rps"`
 	CPUMSPerCall   float64 `json:"cpu_ms_per_call"`
 	MallocsPerCall float64 `json:"mallocs_per_call"`
-	P50MS          float64 `json:"p50_ms"`
-	P99MS          float64 `json:"p99_ms"`
+	// GCPer10kCalls: garbage collections per 10,000 calls (absent when the
+	// server did not report them).
+	GCPer10kCalls *float64 `json:"gc_per_10k_calls,omitempty"`
+	P50MS         float64  `json:"p50_ms"`
+	P99MS         float64  `json:"p99_ms"`
 	// Over direct at the same concurrency (absent without a direct point).
 	P50AddedMS *float64 `json:"p50_added_ms,omitempty"`
 	P99AddedMS *float64 `json:"p99_added_ms,omitempty"`
@@ -214,7 +219,7 @@ func aggregate(samples []*Sample) []Point {
 		p.P99 = median(p.P99Samples)
 		p.P999 = median(col(func(s *Sample) float64 { return s.P999 }))
 		p.ChunksPerS = median(col(func(s *Sample) float64 { return s.ChunksPerS }))
-		var gwCPU, gwMallocs []float64
+		var gwCPU, gwMallocs, gwGC []float64
 		var peak int64
 		for _, s := range ok {
 			if s.Gateway != nil {
@@ -222,6 +227,9 @@ func aggregate(samples []*Sample) []Point {
 				peak = max(peak, s.Gateway.PeakRSSBytes)
 				if s.Gateway.MallocsPerCall > 0 {
 					gwMallocs = append(gwMallocs, s.Gateway.MallocsPerCall)
+				}
+				if s.Gateway.GCCycles > 0 {
+					gwGC = append(gwGC, s.Gateway.GCPer10kCalls)
 				}
 			}
 		}
@@ -232,6 +240,10 @@ func aggregate(samples []*Sample) []Point {
 		if len(gwMallocs) > 0 {
 			v := round(median(gwMallocs), 1)
 			p.GatewayMallocsPerCall = &v
+		}
+		if len(gwGC) > 0 {
+			v := round(median(gwGC), 2)
+			p.GatewayGCPer10k = &v
 		}
 		if len(ok) > 0 {
 			p.CPUPer1k["client"] = round(median(col(func(s *Sample) float64 {
@@ -415,6 +427,7 @@ func (r *Report) summarizeFloor() {
 				if p.GatewayMallocsPerCall != nil {
 					fs.MallocsPerCall = *p.GatewayMallocsPerCall
 				}
+				fs.GCPer10kCalls = p.GatewayGCPer10k
 				if d != nil {
 					a50, a99 := round(p.P50-d.P50, 3), round(p.P99-d.P99, 3)
 					fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
@@ -727,8 +740,8 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 	w("Headline: gateway ÷ floor, CPU per call at c=64: gRPC %s, REST %s (paired within each repetition, median: %s, %s); allocations per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; memory per parked call: %s.\n\n",
 		h("cpu_vs_floor_grpc"), h("cpu_vs_floor_rest"), h("cpu_vs_floor_grpc_paired"), h("cpu_vs_floor_rest_paired"), h("mallocs_vs_floor_grpc"), h("mallocs_vs_floor_rest"),
 		h("p50_added_vs_floor_c1"), h("p50_added_vs_floor_c1_rest"), h("mem_per_parked_call_vs_floor"))
-	w("| protocol | c | CPU ms / call: gateway | floor | × | allocs / call: gateway | floor | × | p50 added over direct, ms: gateway | floor | p99 added, ms: gateway | floor | calls/s: gateway | floor |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| protocol | c | CPU ms / call: gateway | floor | × | allocs / call: gateway | floor | × | GCs / 10k calls: gateway | floor | p50 added over direct, ms: gateway | floor | p99 added, ms: gateway | floor | calls/s: gateway | floor |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	x := func(v *float64) string {
 		if v == nil {
 			return "–"
@@ -736,9 +749,9 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, f := range r.Floor {
-		w("| %s | %d | %.3f | %.3f | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %.0f | %.0f |\n", f.Protocol, f.Concurrency,
+		w("| %s | %d | %.3f | %.3f | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", f.Protocol, f.Concurrency,
 			f.Toolgate.CPUMSPerCall, f.Floor.CPUMSPerCall, x(f.CPURatio), f.Toolgate.MallocsPerCall, f.Floor.MallocsPerCall, x(f.MallocsRatio),
-			x(f.Toolgate.P50AddedMS), x(f.Floor.P50AddedMS), x(f.Toolgate.P99AddedMS), x(f.Floor.P99AddedMS), f.Toolgate.RPS, f.Floor.RPS)
+			x(f.Toolgate.GCPer10kCalls), x(f.Floor.GCPer10kCalls), x(f.Toolgate.P50AddedMS), x(f.Floor.P50AddedMS), x(f.Toolgate.P99AddedMS), x(f.Floor.P99AddedMS), f.Toolgate.RPS, f.Floor.RPS)
 	}
 	w("\n")
 }
@@ -768,9 +781,9 @@ func (r *Report) logFloor() {
 		return fmt.Sprintf("%.2f", *v)
 	}
 	for _, row := range r.Floor {
-		logf("floor %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s)  allocs/call %.0f vs %.0f (%s)  p50 added %s vs %s ms  p99 added %s vs %s ms",
+		logf("floor %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s)  allocs/call %.0f vs %.0f (%s)  GCs/10k calls %s vs %s  p50 added %s vs %s ms  p99 added %s vs %s ms",
 			row.Protocol, row.Concurrency, row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, f(row.CPURatio),
-			row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, f(row.MallocsRatio),
+			row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, f(row.MallocsRatio), x(row.Toolgate.GCPer10kCalls), x(row.Floor.GCPer10kCalls),
 			x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), x(row.Toolgate.P99AddedMS), x(row.Floor.P99AddedMS))
 	}
 	var parts []string

@@ -19,7 +19,9 @@
 // (whatever gathered while the previous batch awaited its receipt goes as
 // one batch), because a forwarder that sent each request on its own would
 // pay the broker more and be no floor. GET /metrics gives the Go runtime's
-// allocation counter (go_memstats_mallocs_total) in Prometheus text format,
+// allocation and GC counters (go_memstats_mallocs_total,
+// go_memstats_alloc_bytes_total, go_gc_duration_seconds_count) under the
+// names Prometheus' Go collector uses,
 // GET /readyz answers once the producer and consumer are up.
 package main
 
@@ -450,8 +452,9 @@ func (f *forwarder) serveInvoke(w http.ResponseWriter, r *http.Request) {
 	}{out})
 }
 
-// serveMetrics gives the runtime's allocation counter under the name
-// Prometheus' Go collector uses, so the benchmark reads both servers alike.
+// serveMetrics gives the runtime's allocation and GC counters under the
+// names Prometheus' Go collector uses, so the benchmark reads both servers
+// alike.
 func serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)

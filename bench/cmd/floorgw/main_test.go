@@ -195,7 +195,9 @@ func TestForwarder(t *testing.T) {
 	}
 	mb, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	if !strings.Contains(string(mb), "\ngo_memstats_mallocs_total ") {
-		t.Fatalf("/metrics has no go_memstats_mallocs_total:\n%s", mb)
+	for _, name := range []string{"go_memstats_mallocs_total", "go_gc_duration_seconds_count"} {
+		if !strings.Contains(string(mb), "\n"+name+" ") {
+			t.Fatalf("/metrics has no %s:\n%s", name, mb)
+		}
 	}
 }

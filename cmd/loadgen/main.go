@@ -1,5 +1,6 @@
-// Command loadgen drives closed-loop load at a toolgate gateway, or straight
-// at a tool service over Pulsar, and prints one JSON result on stdout.
+// Command loadgen drives load (a closed loop, or paced with -rate) at a
+// toolgate gateway, or straight at a tool service over Pulsar, and prints
+// one JSON result on stdout.
 //
 //	loadgen -mode grpc -concurrency 64 -duration 10s -warmup 2s
 //
@@ -15,7 +16,10 @@
 //	               few gRPC connections; reports the gateway's RSS growth per
 //	               parked call (needs -watch-pid)
 //
-// Each of -concurrency workers calls in a loop. Calls that complete within
+// Each of -concurrency workers calls in a loop; with -rate R the calls start
+// R per second in all, paced, so two servers can be compared at the same
+// load (as long as fewer than -concurrency calls are in flight; beyond that
+// it is a closed loop again). Calls that complete within
 // the -duration window after -warmup count; the rest is warm-up or drain.
 // With -watch-pid the gateway's CPU time (utime+stime from /proc) over the
 // window and its largest RSS during it are reported too; -watch adds other
@@ -28,6 +32,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -38,6 +43,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/loadresult"
+	"golang.org/x/time/rate"
 )
 
 // Options are the command-line settings.
@@ -67,6 +73,9 @@ type Options struct {
 	APIKeyFile  string
 	APIKey      string
 	MetricsURL  string
+	// Rate paces the workers to this many calls per second in all (0:
+	// each worker calls again as soon as its call returns).
+	Rate float64
 }
 
 // The result format, shared with the benchmark orchestrator.
@@ -103,6 +112,7 @@ func main() {
 	fs.StringVar(&o.HeapOut, "heap-out", "", "inflight with -pprof-url: save the gateway's heap profile (live objects) with all calls parked here")
 	fs.StringVar(&o.APIKeyFile, "api-key-file", "", "file holding an API key, sent with every gRPC and REST call as Authorization: Bearer <key>")
 	fs.StringVar(&o.MetricsURL, "metrics-url", "", "the gateway's Prometheus /metrics URL: report its heap allocations per call (go_memstats_mallocs_total over the window)")
+	fs.Float64Var(&o.Rate, "rate", 0, "calls per second over all workers, paced (open loop up to -concurrency calls in flight); 0, the default, is a closed loop")
 	_ = fs.Parse(os.Args[1:])
 	if o.APIKeyFile != "" {
 		b, err := os.ReadFile(o.APIKeyFile)
@@ -115,6 +125,9 @@ func main() {
 	}
 	if o.Concurrency < 1 || o.Duration <= 0 || o.Warmup < 0 || o.MsgSize < 1 || o.Conns < 1 || o.StreamN < 1 {
 		fatalf("bad flags: concurrency, duration, msg-size, conns and stream-n must be positive")
+	}
+	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
+		fatalf("bad flags: -rate must be a non-negative number of calls per second")
 	}
 	var err error
 	if o.watch, err = parseWatch(o.Watch, o.WatchPID); err != nil {
@@ -212,6 +225,13 @@ func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
 	// a closed loop looks like later, and non-persistent topics drop
 	// messages when a burst outruns a consumer.
 	ramp := min(o.Warmup/2, time.Second)
+	// With -rate, every call first takes its turn from one pacer: calls
+	// start at the rate asked for as long as fewer than o.Concurrency are
+	// in flight.
+	var pace *rate.Limiter
+	if o.Rate > 0 {
+		pace = rate.NewLimiter(rate.Limit(o.Rate), 1)
+	}
 	for w := range o.Concurrency {
 		wg.Add(1)
 		go func() {
@@ -220,6 +240,9 @@ func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
 			st.lat = make([]time.Duration, 0, 1024)
 			time.Sleep(ramp * time.Duration(w) / time.Duration(o.Concurrency))
 			for ctx.Err() == nil {
+				if pace != nil && pace.Wait(ctx) != nil {
+					return
+				}
 				start := time.Now()
 				if !start.Before(winEnd) {
 					return
@@ -257,7 +280,7 @@ func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
 	}
 
 	var all []time.Duration
-	res := &Result{Mode: o.Mode, Concurrency: o.Concurrency, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds()}
+	res := &Result{Mode: o.Mode, Concurrency: o.Concurrency, DurationS: o.Duration.Seconds(), WarmupS: o.Warmup.Seconds(), Rate: o.Rate}
 	for i := range stats {
 		all = append(all, stats[i].lat...)
 		res.Chunks += stats[i].chunks

@@ -9,15 +9,18 @@ type Result struct {
 	Concurrency int     `json:"concurrency"`
 	DurationS   float64 `json:"duration_s"`
 	WarmupS     float64 `json:"warmup_s"`
-	Calls       int     `json:"calls"`
-	RPS         float64 `json:"rps"`
-	P50         float64 `json:"p50_ms"`
-	P90         float64 `json:"p90_ms"`
-	P99         float64 `json:"p99_ms"`
-	P999        float64 `json:"p999_ms"`
-	Max         float64 `json:"max_ms"`
-	Mean        float64 `json:"mean_ms"`
-	Errors      int     `json:"errors"`
+	// Rate is the paced rate asked for (loadgen -rate), 0 for a closed
+	// loop.
+	Rate   float64 `json:"rate,omitempty"`
+	Calls  int     `json:"calls"`
+	RPS    float64 `json:"rps"`
+	P50    float64 `json:"p50_ms"`
+	P90    float64 `json:"p90_ms"`
+	P99    float64 `json:"p99_ms"`
+	P999   float64 `json:"p999_ms"`
+	Max    float64 `json:"max_ms"`
+	Mean   float64 `json:"mean_ms"`
+	Errors int     `json:"errors"`
 	// WarmupErrors are failed calls outside the measured window.
 	WarmupErrors int      `json:"warmup_errors"`
 	ErrorSamples []string `json:"error_samples,omitempty"`

@@ -39,8 +39,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/toolgate/toolgate/internal/auth"
-	"github.com/toolgate/toolgate/internal/loadresult"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -49,6 +48,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/loadresult"
 )
 
 // Config is the benchmark plan.
@@ -72,6 +74,12 @@ type Config struct {
 	FreshGateway   bool     `json:"fresh_gateway_per_point"`
 	GatewayAuth    string   `json:"gateway_auth"`
 	ProfileSeconds int      `json:"profile_seconds,omitempty"`
+	// PacedFraction: after each repetition's closed-loop points, the
+	// gateway and the floor run again at c=64 paced at this fraction of
+	// the slower one's closed-loop rate in that repetition (loadgen
+	// -rate), so their CPU per call is compared at the same load; 0 skips
+	// it.
+	PacedFraction float64 `json:"paced_fraction,omitempty"`
 }
 
 type env struct {
@@ -110,6 +118,7 @@ func main() {
 	var quick bool
 	var reps, msgSize int
 	var duration, warmup time.Duration
+	var paced float64
 	var concs, modes, profile string
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
 	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (about 2 min)")
@@ -119,6 +128,7 @@ func main() {
 	fs.StringVar(&concs, "concurrency", "1,16,64,256", "concurrencies")
 	fs.StringVar(&modes, "modes", "direct,grpc,rest,mcp,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, floor-grpc, floor-rest, python)")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
+	fs.Float64Var(&paced, "paced", 0.8, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
 	fs.StringVar(&e.bin, "bin", "bin", "directory with gateway, echo-service and loadgen")
@@ -143,7 +153,10 @@ func main() {
 		Quick: quick, Repetitions: 3, WarmupS: 2, DurationS: 10, MsgSize: msgSize, GRPCConns: 2,
 		StreamN: 1000, StreamReps: 3, StreamWarmupS: 1, StreamDurS: 6,
 		InflightCalls: 10000, InflightConns: 4, InflightSleep: 9000, EchoConc: 20000, FreshGateway: true,
-		GatewayAuth: "api-key",
+		GatewayAuth: "api-key", PacedFraction: paced,
+	}
+	if paced < 0 || paced > 1 {
+		fatalf("-paced %v: want a fraction between 0 and 1", paced)
 	}
 	if quick {
 		c.Repetitions, c.WarmupS, c.DurationS = 1, 0.5, 2
@@ -263,7 +276,7 @@ func (e *env) run(ctx context.Context) error {
 		for ci, conc := range e.cfg.Concurrencies {
 			for _, mode := range rotate(e.cfg.Modes, r+ci) {
 				n++
-				s := e.point(ctx, mode, conc, e.cfg.WarmupS, e.cfg.DurationS, 0)
+				s := e.point(ctx, mode, conc, e.cfg.WarmupS, e.cfg.DurationS, 0, 0)
 				s.Rep = r
 				rep.Samples = append(rep.Samples, s)
 				logf("[%d/%d] rep %d %-6s c=%-3d %s", n, total, r+1, mode, conc, s.line())
@@ -271,6 +284,9 @@ func (e *env) run(ctx context.Context) error {
 					return ctx.Err()
 				}
 			}
+		}
+		if err := e.pacedRep(ctx, rep, r); err != nil {
+			return err
 		}
 	}
 
@@ -280,7 +296,7 @@ func (e *env) run(ctx context.Context) error {
 	}
 	for r := range e.cfg.StreamReps {
 		for _, mode := range rotate(smodes, r) {
-			s := e.point(ctx, mode, 1, e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN)
+			s := e.point(ctx, mode, 1, e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN, 0)
 			s.Rep = r
 			rep.StreamSamples = append(rep.StreamSamples, s)
 			logf("stream rep %d %-13s %s", r+1, mode, s.line())
@@ -516,7 +532,53 @@ func (e *env) releaseGateway() {
 
 // point runs one load point and never fails: a failure is recorded in the
 // sample.
-func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int) *Sample {
+// pacedRep runs, for gRPC and REST, the gateway and the floor at c=64
+// paced at cfg.PacedFraction of the slower one's closed-loop calls/s in
+// repetition r.
+func (e *env) pacedRep(ctx context.Context, rep *Report, r int) error {
+	if e.cfg.PacedFraction <= 0 {
+		return nil
+	}
+	for _, proto := range []string{"grpc", "rest"} {
+		rate := pacedRate(rep.Samples, r, proto, e.cfg.PacedFraction)
+		if rate <= 0 {
+			continue
+		}
+		for _, mode := range rotate([]string{proto, "floor-" + proto}, r) {
+			s := e.point(ctx, mode, pacedConc, e.cfg.WarmupS, e.cfg.DurationS, 0, rate)
+			s.Rep = r
+			rep.PacedSamples = append(rep.PacedSamples, s)
+			logf("paced rep %d %-10s c=%d at %.0f calls/s: %s", r+1, mode, pacedConc, rate, s.line())
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// pacedConc is the concurrency of the paced points.
+const pacedConc = 64
+
+// pacedRate is frac of the lower closed-loop calls/s of proto and its
+// floor at pacedConc in repetition r, 0 when either is missing.
+func pacedRate(samples []*Sample, r int, proto string, frac float64) float64 {
+	low := math.Inf(1)
+	for _, mode := range []string{proto, "floor-" + proto} {
+		found := false
+		for _, s := range samples {
+			if s.Rep == r && s.Mode == mode && s.Concurrency == pacedConc && s.Failed == "" && s.RPS > 0 {
+				low, found = min(low, s.RPS), true
+			}
+		}
+		if !found {
+			return 0
+		}
+	}
+	return math.Round(low * frac)
+}
+
+func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int, rate float64) *Sample {
 	s := &Sample{Result: loadresult.Result{Mode: mode, Concurrency: conc}}
 	timeout := time.Duration((warmupS+durS)*float64(time.Second)) + 90*time.Second
 	watch := []string{}
@@ -544,6 +606,9 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 			"-msg-size", strconv.Itoa(e.cfg.MsgSize), "-conns", strconv.Itoa(e.cfg.GRPCConns)}
 		if streamN > 0 {
 			args = append(args, "-stream-n", strconv.Itoa(streamN))
+		}
+		if rate > 0 {
+			args = append(args, "-rate", ftoa(rate))
 		}
 		if strings.HasPrefix(mode, "direct") {
 			args = append(args, "-topic", e.topicD)

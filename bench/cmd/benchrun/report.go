@@ -134,6 +134,22 @@ type Report struct {
 
 	analysis      bool      // ANALYSIS.md exists next to latest.md: link it
 	StreamSamples []*Sample `json:"stream_samples"`
+	// PacedSamples are the equal-load points (Config.PacedFraction); Paced
+	// summarizes them per protocol.
+	PacedSamples []*Sample  `json:"paced_samples,omitempty"`
+	Paced        []PacedRow `json:"paced,omitempty"`
+}
+
+// PacedRow is the gateway beside the floor at the same paced load: medians
+// over repetitions, and CPURatio the median of the per-repetition ratios.
+type PacedRow struct {
+	Protocol    string    `json:"protocol"`
+	Concurrency int       `json:"concurrency"`
+	Rate        float64   `json:"rate"`
+	Toolgate    FloorSide `json:"toolgate"`
+	Floor       FloorSide `json:"floor"`
+	CPURatio    *float64  `json:"cpu_vs_floor,omitempty"`
+	Ratios      []float64 `json:"cpu_vs_floor_per_repetition,omitempty"`
 }
 
 var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "mcp": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
@@ -366,6 +382,72 @@ func (r *Report) summarize() {
 		add("gateway memory per in-flight call", "≤ 4096 B", "B", b, true, b <= 4096)
 	}
 	r.summarizeFloor()
+	r.summarizePaced()
+}
+
+// summarizePaced sets the equal-load rows and cpu_vs_floor_*_equal_load.
+func (r *Report) summarizePaced() {
+	r.Paced = nil
+	for _, proto := range []string{"grpc", "rest"} {
+		byRep := map[int]map[string]*Sample{}
+		for _, s := range r.PacedSamples {
+			kind := ""
+			switch s.Mode {
+			case proto:
+				kind = "gw"
+			case "floor-" + proto:
+				kind = "floor"
+			default:
+				continue
+			}
+			if s.Failed != "" || s.Gateway == nil || s.Gateway.CPUSPer1kCall <= 0 {
+				continue
+			}
+			if byRep[s.Rep] == nil {
+				byRep[s.Rep] = map[string]*Sample{}
+			}
+			byRep[s.Rep][kind] = s
+		}
+		var ratios, rates []float64
+		side := map[string]*[4][]float64{"gw": {}, "floor": {}} // CPU ms, mallocs, GCs, calls/s
+		reps := make([]int, 0, len(byRep))
+		for k := range byRep {
+			reps = append(reps, k)
+		}
+		sort.Ints(reps)
+		for _, k := range reps {
+			pair := byRep[k]
+			if pair["gw"] == nil || pair["floor"] == nil {
+				continue
+			}
+			ratios = append(ratios, round(pair["gw"].Gateway.CPUSPer1kCall/pair["floor"].Gateway.CPUSPer1kCall, 3))
+			rates = append(rates, pair["gw"].Rate)
+			for kind, v := range side {
+				g := pair[kind].Gateway
+				v[0] = append(v[0], g.CPUSPer1kCall)
+				v[1] = append(v[1], g.MallocsPerCall)
+				if g.GCCycles > 0 {
+					v[2] = append(v[2], g.GCPer10kCalls)
+				}
+				v[3] = append(v[3], pair[kind].RPS)
+			}
+		}
+		if len(ratios) == 0 {
+			continue
+		}
+		fs := func(v *[4][]float64) FloorSide {
+			f := FloorSide{CPUMSPerCall: round(median(v[0]), 4), MallocsPerCall: round(median(v[1]), 1), RPS: round(median(v[3]), 1)}
+			if len(v[2]) > 0 {
+				g := round(median(v[2]), 2)
+				f.GCPer10kCalls = &g
+			}
+			return f
+		}
+		ratio := round(median(ratios), 3)
+		r.Paced = append(r.Paced, PacedRow{Protocol: proto, Concurrency: pacedConc, Rate: round(median(rates), 0),
+			Toolgate: fs(side["gw"]), Floor: fs(side["floor"]), CPURatio: &ratio, Ratios: ratios})
+		r.Ratios["cpu_vs_floor_"+proto+"_equal_load"] = ratio
+	}
 }
 
 // pairedCPURatio is the median over repetitions of the gateway's CPU per
@@ -737,8 +819,8 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 		}
 		return trimFloat(v) + "×"
 	}
-	w("Headline: gateway ÷ floor, CPU per call at c=64: gRPC %s, REST %s (paired within each repetition, median: %s, %s); allocations per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; memory per parked call: %s.\n\n",
-		h("cpu_vs_floor_grpc"), h("cpu_vs_floor_rest"), h("cpu_vs_floor_grpc_paired"), h("cpu_vs_floor_rest_paired"), h("mallocs_vs_floor_grpc"), h("mallocs_vs_floor_rest"),
+	w("Headline: gateway ÷ floor, CPU per call at c=64: gRPC %s, REST %s (paired within each repetition, median: %s, %s; at equal load: %s, %s); allocations per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; memory per parked call: %s.\n\n",
+		h("cpu_vs_floor_grpc"), h("cpu_vs_floor_rest"), h("cpu_vs_floor_grpc_paired"), h("cpu_vs_floor_rest_paired"), h("cpu_vs_floor_grpc_equal_load"), h("cpu_vs_floor_rest_equal_load"), h("mallocs_vs_floor_grpc"), h("mallocs_vs_floor_rest"),
 		h("p50_added_vs_floor_c1"), h("p50_added_vs_floor_c1_rest"), h("mem_per_parked_call_vs_floor"))
 	w("| protocol | c | CPU ms / call: gateway | floor | × | allocs / call: gateway | floor | × | GCs / 10k calls: gateway | floor | p50 added over direct, ms: gateway | floor | p99 added, ms: gateway | floor | calls/s: gateway | floor |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -752,6 +834,22 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 		w("| %s | %d | %.3f | %.3f | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", f.Protocol, f.Concurrency,
 			f.Toolgate.CPUMSPerCall, f.Floor.CPUMSPerCall, x(f.CPURatio), f.Toolgate.MallocsPerCall, f.Floor.MallocsPerCall, x(f.MallocsRatio),
 			x(f.Toolgate.GCPer10kCalls), x(f.Floor.GCPer10kCalls), x(f.Toolgate.P50AddedMS), x(f.Floor.P50AddedMS), x(f.Toolgate.P99AddedMS), x(f.Floor.P99AddedMS), f.Toolgate.RPS, f.Floor.RPS)
+	}
+	w("\n")
+	if len(r.Paced) == 0 {
+		return
+	}
+	w("### At equal load\n\n")
+	w("In a closed loop each server is driven as fast as it answers, and CPU per call falls as throughput rises (fuller batches, fewer wake-ups per call), so the cheaper server also gets a better rate. Here both run at c=%d paced (`loadgen -rate`) at %s of the slower one's closed-loop calls/s in the same repetition; the ratio is the median of the per-repetition ratios.\n\n", pacedConc, trimFloat(r.Config.PacedFraction*100)+" %")
+	w("| protocol | calls/s asked | CPU ms / call: gateway | floor | × (per repetition) | allocs / call: gateway | floor | GCs / 10k calls: gateway | floor | calls/s reached: gateway | floor |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.Paced {
+		per := make([]string, len(p.Ratios))
+		for i, v := range p.Ratios {
+			per[i] = fmt.Sprintf("%.2f", v)
+		}
+		w("| %s | %.0f | %.3f | %.3f | %s (%s) | %.0f | %.0f | %s | %s | %.0f | %.0f |\n", p.Protocol, p.Rate, p.Toolgate.CPUMSPerCall, p.Floor.CPUMSPerCall,
+			x(p.CPURatio), strings.Join(per, ", "), p.Toolgate.MallocsPerCall, p.Floor.MallocsPerCall, x(p.Toolgate.GCPer10kCalls), x(p.Floor.GCPer10kCalls), p.Toolgate.RPS, p.Floor.RPS)
 	}
 	w("\n")
 }
@@ -787,7 +885,8 @@ func (r *Report) logFloor() {
 			x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), x(row.Toolgate.P99AddedMS), x(row.Floor.P99AddedMS))
 	}
 	var parts []string
-	for _, k := range []string{"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "cpu_vs_floor_grpc_paired", "cpu_vs_floor_rest_paired", "mallocs_vs_floor_grpc", "mallocs_vs_floor_rest",
+	for _, k := range []string{"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "cpu_vs_floor_grpc_paired", "cpu_vs_floor_rest_paired",
+		"cpu_vs_floor_grpc_equal_load", "cpu_vs_floor_rest_equal_load", "mallocs_vs_floor_grpc", "mallocs_vs_floor_rest",
 		"p50_added_vs_floor_c1", "p50_added_vs_floor_c1_rest", "mem_per_parked_call_vs_floor"} {
 		if v, ok := r.Ratios[k].(float64); ok {
 			parts = append(parts, fmt.Sprintf("%s %s", k, trimFloat(v)))

@@ -103,3 +103,57 @@ func TestPairedCPURatio(t *testing.T) {
 		t.Error("a paired REST ratio without REST samples")
 	}
 }
+
+// The equal-load ratio divides within each repetition and ignores a
+// repetition whose pair is incomplete.
+func TestSummarizePaced(t *testing.T) {
+	r := &Report{Config: Config{Concurrencies: []int{64}, PacedFraction: 0.8}}
+	paced := func(mode string, rep int, rate, rps, cpu1k float64) *Sample {
+		s := sample(mode, 64, rps, 5, 9, cpu1k, 150)
+		s.Rep, s.Rate = rep, rate
+		s.Gateway.GCCycles, s.Gateway.GCPer10kCalls = 10, 10
+		return s
+	}
+	r.PacedSamples = []*Sample{
+		paced("grpc", 0, 4000, 3990, 0.11), paced("floor-grpc", 0, 4000, 3995, 0.10),
+		paced("grpc", 1, 4200, 4190, 0.12), paced("floor-grpc", 1, 4200, 4199, 0.10),
+		paced("grpc", 2, 4400, 4390, 0.13), paced("floor-grpc", 2, 4400, 4399, 0.10),
+		paced("rest", 0, 3000, 2990, 0.2), // its floor failed: no REST row
+	}
+	r.Samples = []*Sample{sample("grpc", 64, 5000, 13, 28, 0.1, 170), sample("floor-grpc", 64, 5500, 10, 20, 0.09, 136)}
+	r.summarize()
+	if len(r.Paced) != 1 || r.Paced[0].Protocol != "grpc" {
+		t.Fatalf("paced rows %+v, want one for grpc", r.Paced)
+	}
+	p := r.Paced[0]
+	if *p.CPURatio != 1.2 || p.Rate != 4200 || len(p.Ratios) != 3 || p.Toolgate.CPUMSPerCall != 0.12 || p.Floor.CPUMSPerCall != 0.1 {
+		t.Fatalf("paced row %+v (ratio %v)", p, *p.CPURatio)
+	}
+	if got := r.Ratios["cpu_vs_floor_grpc_equal_load"]; got != 1.2 {
+		t.Fatalf("cpu_vs_floor_grpc_equal_load = %v, want 1.2", got)
+	}
+	if _, ok := r.Ratios["cpu_vs_floor_rest_equal_load"]; ok {
+		t.Fatal("REST equal-load ratio set without a floor sample")
+	}
+	if md := r.markdown(); !strings.Contains(md, "| grpc | 4200 | 0.120 | 0.100 | 1.20 (1.10, 1.20, 1.30) |") {
+		t.Errorf("latest.md lacks the equal-load row:\n%s", md)
+	}
+}
+
+func TestPacedRate(t *testing.T) {
+	at := func(mode string, rep int, rps float64) *Sample {
+		s := sample(mode, 64, rps, 5, 9, 0.1, 150)
+		s.Rep = rep
+		return s
+	}
+	samples := []*Sample{at("grpc", 0, 9000), at("floor-grpc", 0, 10000), at("grpc", 1, 11000), at("floor-grpc", 1, 10000), at("rest", 0, 8000)}
+	for _, c := range []struct {
+		rep   int
+		proto string
+		want  float64
+	}{{0, "grpc", 7200}, {1, "grpc", 8000}, {0, "rest", 0}, {2, "grpc", 0}} {
+		if got := pacedRate(samples, c.rep, c.proto, 0.8); got != c.want {
+			t.Errorf("pacedRate(rep %d, %s) = %v, want %v", c.rep, c.proto, got, c.want)
+		}
+	}
+}

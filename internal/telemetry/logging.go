@@ -91,6 +91,9 @@ func NewCallLog(log *slog.Logger, opts ...LogOption) *CallLog {
 type callRecord struct {
 	id     string
 	method string
+	// header holds the id for the x-request-id response header, so that
+	// setting it needs no slice of its own.
+	header [1]string
 
 	mu   sync.Mutex
 	tool string
@@ -121,8 +124,10 @@ func (l *CallLog) begin(ctx context.Context, method string) (context.Context, *c
 	if id == "" {
 		id = newRequestID()
 	}
-	r := &callRecord{id: id, method: method}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolgate.request_id", id))
+	r := &callRecord{id: id, method: method, header: [1]string{id}}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("toolgate.request_id", id))
+	}
 	return context.WithValue(ctx, recordKey{}, r), r
 }
 
@@ -130,8 +135,8 @@ func (l *CallLog) begin(ctx context.Context, method string) (context.Context, *c
 // arguments when the logger is enabled at Debug.
 func (l *CallLog) request(ctx context.Context, r *callRecord, req any) {
 	tool := toolOf(req)
-	if tool != "" {
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String("toolgate.tool", tool))
+	if span := trace.SpanFromContext(ctx); tool != "" && span.IsRecording() {
+		span.SetAttributes(attribute.String("toolgate.tool", tool))
 	}
 	var args json.RawMessage
 	if a, ok := req.(interface{ GetArguments() *structpb.Struct }); ok && l.log.Enabled(ctx, slog.LevelDebug) {
@@ -230,7 +235,7 @@ func (l *CallLog) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		start := time.Now()
 		ctx, r := l.begin(ctx, methodLabel(ctx, info.FullMethod))
-		_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: {r.id}})
+		_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: r.header[:]})
 		l.request(ctx, r, req)
 		defer func() { l.finish(ctx, r, err, time.Since(start)) }()
 		return handler(ctx, req)
@@ -243,7 +248,7 @@ func (l *CallLog) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		start := time.Now()
 		ctx, r := l.begin(ss.Context(), methodLabel(ss.Context(), info.FullMethod))
-		_ = ss.SetHeader(metadata.MD{RequestIDHeader: {r.id}})
+		_ = ss.SetHeader(metadata.MD{RequestIDHeader: r.header[:]})
 		ws := &firstMessageStream{ServerStream: ss, ctx: ctx, onFirst: func(m any) { l.request(ctx, r, m) }}
 		defer func() { l.finish(ctx, r, err, time.Since(start)) }()
 		return handler(srv, ws)

@@ -209,6 +209,9 @@ const healthPrefix = "/grpc.health.v1.Health/"
 
 // incomingCarrier reads a call's incoming metadata for the propagator,
 // one key at a time: metadata.FromIncomingContext would copy all of it.
+// traceparentKey is the W3C trace context's main header, as metadata.
+const traceparentKey = "traceparent"
+
 type incomingCarrier struct{ ctx context.Context }
 
 func (c incomingCarrier) Get(key string) string {
@@ -229,6 +232,9 @@ func (incomingCarrier) Keys() []string { return nil }
 // let the tool service join the caller's trace.
 func TraceContextInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if len(metadata.ValueFromIncomingContext(ctx, traceparentKey)) == 0 {
+			return h(ctx, req) // nothing to carry (and no carrier to allocate)
+		}
 		return h(propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx}), req)
 	}
 	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {

@@ -21,7 +21,8 @@
 // service; what the gateway costs is read against it.
 //
 // For each repetition and concurrency the modes run back to back, their
-// order rotated between points, so that machine drift hits them alike; each
+// order rotated between points, so that machine drift hits them alike, and
+// each gateway mode right beside its floor mode (pointOrder); each
 // point's figure is the median over repetitions. The gateway is started
 // afresh for each of its points, so CPU time and peak RSS belong to that
 // point alone. direct and python use their own echo service and topics, so
@@ -274,7 +275,7 @@ func (e *env) run(ctx context.Context) error {
 	n := 0
 	for r := range e.cfg.Repetitions {
 		for ci, conc := range e.cfg.Concurrencies {
-			for _, mode := range rotate(e.cfg.Modes, r+ci) {
+			for _, mode := range pointOrder(e.cfg.Modes, r+ci) {
 				n++
 				s := e.point(ctx, mode, conc, e.cfg.WarmupS, e.cfg.DurationS, 0, 0)
 				s.Rep = r
@@ -729,6 +730,34 @@ func (e *env) inflightOn(ctx context.Context, start func(context.Context) (*chil
 		return nil, fmt.Errorf("loadgen printed no inflight result")
 	}
 	return s, nil
+}
+
+// pointOrder is the order of the modes at the k-th point: a gateway mode
+// and its floor run back to back, as one unit, so that both see the same
+// state of the machine and follow the same mode (a rotation alone keeps
+// the cyclic order: with direct before grpc, the gateway would always run
+// right after the heaviest load on the broker, and the floor never). The
+// units rotate by k, and the pair's own order flips with k.
+func pointOrder(modes []string, k int) []string {
+	var units [][]string
+	for _, m := range modes {
+		if g, ok := strings.CutPrefix(m, "floor-"); ok && slices.Contains(modes, g) {
+			continue // runs with its gateway mode
+		}
+		u := []string{m}
+		if slices.Contains(modes, "floor-"+m) {
+			u = append(u, "floor-"+m)
+			if k%2 == 1 {
+				u[0], u[1] = u[1], u[0]
+			}
+		}
+		units = append(units, u)
+	}
+	var out []string
+	for _, u := range rotate(units, k) {
+		out = append(out, u...)
+	}
+	return out
 }
 
 func rotate[T any](xs []T, k int) []T {

@@ -157,3 +157,20 @@ func TestPacedRate(t *testing.T) {
 		}
 	}
 }
+
+func TestPointOrder(t *testing.T) {
+	modes := []string{"direct", "grpc", "rest", "mcp", "floor-grpc", "floor-rest", "python"}
+	for k, want := range []string{
+		"direct grpc floor-grpc rest floor-rest mcp python",
+		"floor-grpc grpc floor-rest rest mcp python direct",
+		"rest floor-rest mcp python direct grpc floor-grpc",
+	} {
+		if got := strings.Join(pointOrder(modes, k), " "); got != want {
+			t.Errorf("point %d: %s, want %s", k, got, want)
+		}
+	}
+	// A floor mode without its gateway mode runs on its own.
+	if got := strings.Join(pointOrder([]string{"floor-grpc", "direct"}, 1), " "); got != "direct floor-grpc" {
+		t.Errorf("floor alone: %s", got)
+	}
+}

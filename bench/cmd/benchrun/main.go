@@ -129,7 +129,7 @@ func main() {
 	fs.StringVar(&concs, "concurrency", "1,16,64,256", "concurrencies")
 	fs.StringVar(&modes, "modes", "direct,grpc,rest,mcp,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, floor-grpc, floor-rest, python)")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
-	fs.Float64Var(&paced, "paced", 0.8, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
+	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
 	fs.StringVar(&e.bin, "bin", "bin", "directory with gateway, echo-service and loadgen")

@@ -111,7 +111,7 @@ func main() {
 	fs.StringVar(&o.PprofURL, "pprof-url", "", "inflight: the gateway's net/http/pprof base URL (bench/cmd/gatewayprof), to split its memory into stacks and heap")
 	fs.StringVar(&o.HeapOut, "heap-out", "", "inflight with -pprof-url: save the gateway's heap profile (live objects) with all calls parked here")
 	fs.StringVar(&o.APIKeyFile, "api-key-file", "", "file holding an API key, sent with every gRPC and REST call as Authorization: Bearer <key>")
-	fs.StringVar(&o.MetricsURL, "metrics-url", "", "the gateway's Prometheus /metrics URL: report its heap allocations per call (go_memstats_mallocs_total over the window)")
+	fs.StringVar(&o.MetricsURL, "metrics-url", "", "the gateway's Prometheus /metrics URL: report its heap allocations (go_memstats_mallocs_total) and garbage collections (go_gc_duration_seconds_count) per call over the window")
 	fs.Float64Var(&o.Rate, "rate", 0, "calls per second over all workers, paced (open loop up to -concurrency calls in flight); 0, the default, is a closed loop")
 	_ = fs.Parse(os.Args[1:])
 	if o.APIKeyFile != "" {

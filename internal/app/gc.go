@@ -3,6 +3,7 @@ package app
 import (
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/bytedance/gopkg/util/gctuner"
 )
@@ -27,10 +28,16 @@ func tuneGC(mib int, log *slog.Logger) {
 		}
 		return
 	}
-	gctuner.SetMinGCPercent(100)
-	gctuner.SetMaxGCPercent(gcMaxPercent)
+	gcBounds.Do(func() {
+		// Set once, before the tuner's first cycle reads them: the tuner
+		// reads its bounds without synchronization.
+		gctuner.SetMinGCPercent(100)
+		gctuner.SetMaxGCPercent(gcMaxPercent)
+	})
 	gctuner.Tuning(t)
 }
+
+var gcBounds sync.Once
 
 // gcTarget is the tuner's threshold in bytes, 0 when nothing is to be
 // tuned.

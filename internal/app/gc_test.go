@@ -45,3 +45,18 @@ func TestTuneGCRaisesPercentWhileHeapIsSmall(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Gateways started one after another in one process (as tests do) tune
+// the one collector without racing the tuner's own reads.
+func TestTuneGCAgain(t *testing.T) {
+	t.Setenv("GOGC", "")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	t.Cleanup(func() { gctuner.Tuning(0); debug.SetGCPercent(100) })
+	for _, mib := range []int{64, 4096, 64} {
+		tuneGC(mib, log)
+		runtime.GC()
+	}
+	if p := gctuner.GetGCPercent(); p < 100 || p > gcMaxPercent {
+		t.Fatalf("GC percent %d, want within [100, %d]", p, gcMaxPercent)
+	}
+}

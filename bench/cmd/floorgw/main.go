@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // registers /debug/pprof/ on http.DefaultServeMux, served only with --pprof-addr
 	"os"
 	"os/signal"
 	"runtime"
@@ -76,16 +77,37 @@ func main() {
 	fs.StringVar(&o.topic, "topic", "", "short topic of the tool service every call goes to (required)")
 	fs.StringVar(&o.user, "user", "anonymous", "envelope user")
 	fs.IntVar(&o.queue, "receiver-queue", 10000, "receiver queue of the response consumer")
+	pprofAddr := fs.String("pprof-addr", "", "serve net/http/pprof (profiles, /debug/pprof/trace) on this address of its own, for diagnosis; off by default")
 	_ = fs.Parse(os.Args[1:])
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if o.topic == "" {
 		fmt.Fprintln(os.Stderr, "floorgw: --topic is required")
 		os.Exit(2)
 	}
+	if *pprofAddr != "" {
+		l, err := servePprof(*pprofAddr)
+		if err != nil {
+			log.Error("floorgw: --pprof-addr", "err", err)
+			os.Exit(1)
+		}
+		log.Warn("pprof listening", "addr", l.Addr().String())
+	}
 	if err := run(ctx, o, log); err != nil {
 		log.Error("floorgw stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// servePprof serves net/http/pprof's handlers (registered on
+// http.DefaultServeMux, which the forwarder's own mux is not) on addr
+// until the listener is closed.
+func servePprof(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = http.Serve(l, nil) }() //nolint:gosec // diagnostics on an address the operator chose
+	return l, nil
 }
 
 func run(ctx context.Context, o options, log *slog.Logger) error {

@@ -201,3 +201,21 @@ func TestForwarder(t *testing.T) {
 		}
 	}
 }
+
+// --pprof-addr serves the runtime's profiles on a listener of their own.
+func TestServePprof(t *testing.T) {
+	l, err := servePprof("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + l.Addr().String() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/debug/pprof/cmdline: HTTP %d", resp.StatusCode)
+	}
+}

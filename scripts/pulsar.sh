@@ -68,7 +68,18 @@ http_code() {
   curl "${args[@]}" "$url" 2>/dev/null || true
 }
 
-is_ready() { [[ "$(http_code GET "$ADMIN/brokers/ready")" == 200 ]]; }
+# listening PORT: something listens on PORT, read from /proc/net/tcp{,6}
+# without connecting. A connect to a port of the kernel's ephemeral range
+# that nobody listens on can connect the socket to itself, and the port then
+# stays in TIME-WAIT, where the broker cannot bind it. Without /proc, assume
+# it listens (and connect, as before).
+listening() {
+  [[ -r /proc/net/tcp ]] || return 0
+  awk -v p=":$(printf '%04X' "$1")" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+is_ready() { listening "$WEB_PORT" && [[ "$(http_code GET "$ADMIN/brokers/ready")" == 200 ]]; }
 
 # pid of the broker started by this script, if it is still alive (and still ours)
 our_pid() {
@@ -267,7 +278,7 @@ cmd_up() {
 
   local port
   for port in "$WEB_PORT" "$BROKER_PORT"; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    if listening "$port" && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       die "port $port on 127.0.0.1 is taken by something that is not a ready Pulsar broker (set PULSAR_WEB_PORT / PULSAR_BROKER_PORT, or stop it)"
     fi
   done

@@ -27,6 +27,7 @@ import (
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
+	"github.com/toolgate/toolgate/wire"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -148,6 +149,9 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 
 	topic := testenv.UniqueTopic("restart")
 	reqTopic, respTopic := "non-persistent://tg/request/"+topic, "non-persistent://tg/response/"+topic
+	// The gateway's own reply topic (reply-to is on): replies to its calls
+	// come there, so a call needs its consumer back as much as the others.
+	replyTopic := wire.ReplyTopic(topic)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -170,7 +174,7 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", pulsarURL,
-		"--registry", reg, "--shutdown-grace", "2s", "--allow-anonymous"}, func(string) string { return "" }, os.Stderr)
+		"--registry", reg, "--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", topic}, func(string) string { return "" }, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +200,8 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 		r, err := client.InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: "echo", Arguments: s})
 		return r.GetOutput(), err
 	}
-	waitUntil(t, 30*time.Second, "service and gateway subscribed", func() bool { return consumers(reqTopic) > 0 && consumers(respTopic) > 0 })
+	subscribed := func() bool { return consumers(reqTopic) > 0 && consumers(respTopic) > 0 && consumers(replyTopic) > 0 }
+	waitUntil(t, 30*time.Second, "service and gateway subscribed", subscribed)
 	if got, err := invoke(t.Context(), map[string]any{"msg": "before"}); err != nil || got != "before" {
 		t.Fatalf("before the restart: %q %v", got, err)
 	}
@@ -235,7 +240,7 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 	// and the first call succeeds, without restarting anything.
 	pulsarScript(t, "up")
 	stopped = false
-	waitUntil(t, 60*time.Second, "service and gateway subscribed again", func() bool { return consumers(reqTopic) > 0 && consumers(respTopic) > 0 })
+	waitUntil(t, 60*time.Second, "service and gateway subscribed again", subscribed)
 	if got, err := invoke(t.Context(), map[string]any{"msg": "after"}); err != nil || got != "after" {
 		t.Fatalf("first call after the restart: %q %v", got, err)
 	}

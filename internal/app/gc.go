@@ -21,10 +21,11 @@ const gcMaxPercent = 500
 // 100: once the live heap reaches T/2 the collector behaves as Go's
 // default does. An operator's GOGC wins: then nothing is tuned.
 func tuneGC(mib int, log *slog.Logger) {
-	t := gcTarget(mib, os.Getenv("GOGC"))
+	gogc := os.Getenv("GOGC")
+	t := gcTarget(mib, gogc)
 	if t == 0 {
 		if mib > 0 {
-			log.Info("GOGC is set; --gc-heap-mib ignored", "gogc", os.Getenv("GOGC"))
+			log.Info("GOGC is set; --gc-heap-mib ignored", "gogc", gogc)
 		}
 		return
 	}

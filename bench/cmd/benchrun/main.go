@@ -531,8 +531,6 @@ func (e *env) releaseGateway() {
 	}
 }
 
-// point runs one load point and never fails: a failure is recorded in the
-// sample.
 // pacedRep runs, for gRPC and REST, the gateway and the floor at c=64
 // paced at cfg.PacedFraction of the slower one's closed-loop calls/s in
 // repetition r.
@@ -579,6 +577,8 @@ func pacedRate(samples []*Sample, r int, proto string, frac float64) float64 {
 	return math.Round(low * frac)
 }
 
+// point runs one load point (paced when rate > 0) and never fails: a
+// failure is recorded in the sample.
 func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int, rate float64) *Sample {
 	s := &Sample{Result: loadresult.Result{Mode: mode, Concurrency: conc}}
 	timeout := time.Duration((warmupS+durS)*float64(time.Second)) + 90*time.Second

@@ -388,77 +388,34 @@ func (r *Report) summarize() {
 // summarizePaced sets the equal-load rows and cpu_vs_floor_*_equal_load.
 func (r *Report) summarizePaced() {
 	r.Paced = nil
+	points := aggregate(r.PacedSamples)
 	for _, proto := range []string{"grpc", "rest"} {
-		byRep := map[int]map[string]*Sample{}
-		for _, s := range r.PacedSamples {
-			kind := ""
-			switch s.Mode {
-			case proto:
-				kind = "gw"
-			case "floor-" + proto:
-				kind = "floor"
-			default:
-				continue
-			}
-			if s.Failed != "" || s.Gateway == nil || s.Gateway.CPUSPer1kCall <= 0 {
-				continue
-			}
-			if byRep[s.Rep] == nil {
-				byRep[s.Rep] = map[string]*Sample{}
-			}
-			byRep[s.Rep][kind] = s
-		}
-		var ratios, rates []float64
-		side := map[string]*[4][]float64{"gw": {}, "floor": {}} // CPU ms, mallocs, GCs, calls/s
-		reps := make([]int, 0, len(byRep))
-		for k := range byRep {
-			reps = append(reps, k)
-		}
-		sort.Ints(reps)
-		for _, k := range reps {
-			pair := byRep[k]
-			if pair["gw"] == nil || pair["floor"] == nil {
-				continue
-			}
-			ratios = append(ratios, round(pair["gw"].Gateway.CPUSPer1kCall/pair["floor"].Gateway.CPUSPer1kCall, 3))
-			rates = append(rates, pair["gw"].Rate)
-			for kind, v := range side {
-				g := pair[kind].Gateway
-				v[0] = append(v[0], g.CPUSPer1kCall)
-				v[1] = append(v[1], g.MallocsPerCall)
-				if g.GCCycles > 0 {
-					v[2] = append(v[2], g.GCPer10kCalls)
-				}
-				v[3] = append(v[3], pair[kind].RPS)
-			}
-		}
-		if len(ratios) == 0 {
+		tg, fl := find(points, proto, pacedConc), find(points, "floor-"+proto, pacedConc)
+		ratio, perRep, ok := pairedCPURatio(r.PacedSamples, proto, pacedConc)
+		if tg == nil || fl == nil || !ok {
 			continue
 		}
-		fs := func(v *[4][]float64) FloorSide {
-			f := FloorSide{CPUMSPerCall: round(median(v[0]), 4), MallocsPerCall: round(median(v[1]), 1), RPS: round(median(v[3]), 1)}
-			if len(v[2]) > 0 {
-				g := round(median(v[2]), 2)
-				f.GCPer10kCalls = &g
+		var rates []float64
+		for _, s := range r.PacedSamples {
+			if s.Mode == proto && s.Failed == "" {
+				rates = append(rates, s.Rate)
 			}
-			return f
 		}
-		ratio := round(median(ratios), 3)
 		r.Paced = append(r.Paced, PacedRow{Protocol: proto, Concurrency: pacedConc, Rate: round(median(rates), 0),
-			Toolgate: fs(side["gw"]), Floor: fs(side["floor"]), CPURatio: &ratio, Ratios: ratios})
+			Toolgate: floorSide(tg, nil), Floor: floorSide(fl, nil), CPURatio: &ratio, Ratios: perRep})
 		r.Ratios["cpu_vs_floor_"+proto+"_equal_load"] = ratio
 	}
 }
 
 // pairedCPURatio is the median over repetitions of the gateway's CPU per
-// call divided by the floor's in the same repetition. The two run back to
-// back within a repetition, so drift of the machine between repetitions
-// (seen up to 35 % here) cancels, which the ratio of the two medians does
-// not do.
-func (r *Report) pairedCPURatio(proto string, c int) (float64, bool) {
+// call divided by the floor's in the same repetition, and those ratios in
+// the order of the repetitions. The two run back to back within a
+// repetition, so drift of the machine between repetitions (seen up to
+// 35 % here) cancels, which the ratio of the two medians does not do.
+func pairedCPURatio(samples []*Sample, proto string, c int) (float64, []float64, bool) {
 	cpu := func(mode string) map[int]float64 {
 		out := map[int]float64{}
-		for _, s := range r.Samples {
+		for _, s := range samples {
 			if s.Mode == mode && s.Concurrency == c && s.Failed == "" && s.Gateway != nil && s.Gateway.CPUSPer1kCall > 0 {
 				out[s.Rep] = s.Gateway.CPUSPer1kCall
 			}
@@ -466,16 +423,38 @@ func (r *Report) pairedCPURatio(proto string, c int) (float64, bool) {
 		return out
 	}
 	tg, fl := cpu(proto), cpu("floor-"+proto)
-	var ratios []float64
-	for rep, v := range tg {
-		if f, ok := fl[rep]; ok {
-			ratios = append(ratios, v/f)
+	reps := make([]int, 0, len(tg))
+	for rep := range tg {
+		if _, ok := fl[rep]; ok {
+			reps = append(reps, rep)
 		}
 	}
-	if len(ratios) == 0 {
-		return 0, false
+	if len(reps) == 0 {
+		return 0, nil, false
 	}
-	return round(median(ratios), 3), true
+	sort.Ints(reps)
+	ratios := make([]float64, len(reps))
+	for i, rep := range reps {
+		ratios[i] = round(tg[rep]/fl[rep], 3)
+	}
+	return round(median(ratios), 3), ratios, true
+}
+
+// floorSide is one server's figures at point p, with the latency it adds
+// over direct point d when there is one.
+func floorSide(p, d *Point) FloorSide {
+	fs := FloorSide{RPS: p.RPS, P50MS: p.P50, P99MS: p.P99, GCPer10kCalls: p.GatewayGCPer10k}
+	if p.GatewayCPUPer1k != nil {
+		fs.CPUMSPerCall = *p.GatewayCPUPer1k
+	}
+	if p.GatewayMallocsPerCall != nil {
+		fs.MallocsPerCall = *p.GatewayMallocsPerCall
+	}
+	if d != nil {
+		a50, a99 := round(p.P50-d.P50, 3), round(p.P99-d.P99, 3)
+		fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
+	}
+	return fs
 }
 
 // summarizeFloor sets the floor rows and the gateway-versus-floor ratios.
@@ -501,22 +480,7 @@ func (r *Report) summarizeFloor() {
 			if tg == nil || fl == nil {
 				continue
 			}
-			side := func(p *Point) FloorSide {
-				fs := FloorSide{RPS: p.RPS, P50MS: p.P50, P99MS: p.P99}
-				if p.GatewayCPUPer1k != nil {
-					fs.CPUMSPerCall = *p.GatewayCPUPer1k
-				}
-				if p.GatewayMallocsPerCall != nil {
-					fs.MallocsPerCall = *p.GatewayMallocsPerCall
-				}
-				fs.GCPer10kCalls = p.GatewayGCPer10k
-				if d != nil {
-					a50, a99 := round(p.P50-d.P50, 3), round(p.P99-d.P99, 3)
-					fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
-				}
-				return fs
-			}
-			row := FloorRow{Protocol: proto, Concurrency: c, Toolgate: side(tg), Floor: side(fl), P50OverFloorMS: round(tg.P50-fl.P50, 3)}
+			row := FloorRow{Protocol: proto, Concurrency: c, Toolgate: floorSide(tg, d), Floor: floorSide(fl, d), P50OverFloorMS: round(tg.P50-fl.P50, 3)}
 			row.CPURatio = ratioOf(row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, 1e-9)
 			row.MallocsRatio = ratioOf(row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, 1e-9)
 			if d != nil {
@@ -547,7 +511,7 @@ func (r *Report) summarizeFloor() {
 				if row.CPURatio != nil {
 					r.Ratios["cpu_vs_floor_"+proto] = *row.CPURatio
 				}
-				if v, ok := r.pairedCPURatio(proto, c); ok {
+				if v, _, ok := pairedCPURatio(r.Samples, proto, c); ok {
 					r.Ratios["cpu_vs_floor_"+proto+"_paired"] = v
 				}
 				if row.MallocsRatio != nil {

@@ -81,6 +81,11 @@ type Config struct {
 	// -rate), so their CPU per call is compared at the same load; 0 skips
 	// it.
 	PacedFraction float64 `json:"paced_fraction,omitempty"`
+	// Interleave: after each repetition, at each of these concurrencies a
+	// fresh gateway and a fresh floor, both up, take turns in
+	// InterleaveSlices windows each (interleave.go); empty skips it.
+	Interleave       []int `json:"interleave_concurrencies,omitempty"`
+	InterleaveSlices int   `json:"interleave_windows,omitempty"`
 }
 
 type env struct {
@@ -98,12 +103,14 @@ type env struct {
 	tmp       string
 	topicGW   string
 	topicD    string
+	topicFL   string // the floor's own echo service in the interleaved phase
 	registry  string
 	keysFile  string // the gateway's --api-keys
 	keyFile   string // the key loadgen sends
 	brokerPID int
 	echoGW    *child
 	echoD     *child
+	echoFL    *child
 	gateway   *child // the server of the current point: gateway or floorgw
 	gwKind    string
 	gwSeq     int
@@ -120,7 +127,8 @@ func main() {
 	var reps, msgSize int
 	var duration, warmup time.Duration
 	var paced float64
-	var concs, modes, profile string
+	var concs, modes, profile, interleave string
+	var slices int
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
 	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (about 2 min)")
 	fs.IntVar(&reps, "reps", 0, "repetitions per point (default 3; quick 1)")
@@ -130,6 +138,8 @@ func main() {
 	fs.StringVar(&modes, "modes", "direct,grpc,rest,mcp,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, floor-grpc, floor-rest, python)")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
+	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
+	fs.IntVar(&slices, "interleave-windows", 2, "windows per server and concurrency in the interleaved phase (each -duration / this long)")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
 	fs.StringVar(&e.bin, "bin", "bin", "directory with gateway, echo-service and loadgen")
@@ -175,6 +185,15 @@ func main() {
 	var err error
 	if c.Concurrencies, err = parseInts(concs); err != nil {
 		fatalf("-concurrency: %v", err)
+	}
+	if interleave != "off" && interleave != "" {
+		if c.Interleave, err = parseInts(interleave); err != nil {
+			fatalf("-interleave: %v", err)
+		}
+		if slices < 1 {
+			fatalf("-interleave-windows %d: want at least 1", slices)
+		}
+		c.InterleaveSlices = slices
 	}
 	c.Modes = splitList(modes)
 	for _, m := range c.Modes {
@@ -239,7 +258,7 @@ func (e *env) run(ctx context.Context) error {
 	}
 	logf("work dir %s (logs of the gateway and echo services)", e.tmp)
 	tag := "bench-echo-" + randHex(4)
-	e.topicGW, e.topicD = tag+"-gw", tag+"-d"
+	e.topicGW, e.topicD, e.topicFL = tag+"-gw", tag+"-d", tag+"-fl"
 	if err := e.writeRegistry(); err != nil {
 		return err
 	}
@@ -266,6 +285,11 @@ func (e *env) run(ctx context.Context) error {
 	if e.echoD, err = e.startEcho("echo-direct", e.topicD); err != nil {
 		return err
 	}
+	if e.interleaveWanted() {
+		if e.echoFL, err = e.startEcho("echo-floor", e.topicFL); err != nil {
+			return err
+		}
+	}
 
 	if e.scale == "only" {
 		return e.scaleRun(ctx)
@@ -287,6 +311,9 @@ func (e *env) run(ctx context.Context) error {
 			}
 		}
 		if err := e.pacedRep(ctx, rep, r); err != nil {
+			return err
+		}
+		if err := e.interleavedRep(ctx, rep, r); err != nil {
 			return err
 		}
 	}
@@ -463,12 +490,17 @@ func (e *env) startGateway(ctx context.Context, bin string, pprof bool) (*child,
 // startFloor starts floorgw on free ports, forwarding to the gateway's
 // echo service.
 func (e *env) startFloor(ctx context.Context) (*child, error) {
+	return e.startFloorOn(ctx, e.topicGW)
+}
+
+// startFloorOn starts floorgw forwarding to the echo service on topic.
+func (e *env) startFloorOn(ctx context.Context, topic string) (*child, error) {
 	e.gwSeq++
 	ga, ha, _, err := freeAddrs(false)
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL, "--topic", e.topicGW}
+	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL, "--topic", topic}
 	return e.startServer(ctx, fmt.Sprintf("floorgw-%03d", e.gwSeq), e.floorBin, ga, ha, "", args)
 }
 
@@ -580,72 +612,93 @@ func pacedRate(samples []*Sample, r int, proto string, frac float64) float64 {
 // point runs one load point (paced when rate > 0) and never fails: a
 // failure is recorded in the sample.
 func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int, rate float64) *Sample {
+	if mode == "python" {
+		return e.pythonPoint(ctx, conc, warmupS, durS)
+	}
+	t := target{echo: e.echoD, topic: e.topicD}
+	if !strings.HasPrefix(mode, "direct") {
+		kind := "gateway"
+		if strings.HasPrefix(mode, "floor-") {
+			kind = "floor"
+		}
+		g, err := e.ensureServer(ctx, kind)
+		if err != nil {
+			e.failures++
+			return &Sample{Result: loadresult.Result{Mode: mode, Concurrency: conc}, Failed: err.Error()}
+		}
+		defer e.releaseGateway()
+		t = target{srv: g, echo: e.echoGW, topic: e.topicGW}
+	}
+	return e.load(ctx, mode, conc, warmupS, durS, streamN, rate, t)
+}
+
+// target is what a loadgen run calls: a server (gateway or floorgw; nil
+// for the direct modes) and the echo service behind it, on topic.
+type target struct {
+	srv   *child
+	echo  *child
+	topic string
+}
+
+// load runs loadgen once against t and never fails: a failure is
+// recorded in the sample.
+func (e *env) load(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int, rate float64, t target) *Sample {
 	s := &Sample{Result: loadresult.Result{Mode: mode, Concurrency: conc}}
 	timeout := time.Duration((warmupS+durS)*float64(time.Second)) + 90*time.Second
-	watch := []string{}
-	var err error
-	switch mode {
-	case "python":
-		req0 := snapTopic(e.adminURL, "request", e.topicD)
-		defer func() {
-			s.LostRequests, s.LostReplies = lostBetween(req0, snapTopic(e.adminURL, "request", e.topicD)), -1
-		}()
-		w := "echo=" + strconv.Itoa(e.echoD.pid())
-		if e.brokerPID != 0 {
-			w += ",broker=" + strconv.Itoa(e.brokerPID)
-		}
-		err = runJSON(ctx, timeout, s, e.python, e.pyLoad, "--pulsar", e.pulsarURL, "--topic", e.topicD,
-			"--concurrency", strconv.Itoa(conc), "--duration", ftoa(durS), "--warmup", ftoa(warmupS),
-			"--msg-size", strconv.Itoa(e.cfg.MsgSize), "--watch", w)
-	default:
-		lgMode, kind := mode, "gateway"
-		if m, ok := strings.CutPrefix(mode, "floor-"); ok {
-			lgMode, kind = m, "floor"
-		}
-		args := []string{"-mode", lgMode, "-concurrency", strconv.Itoa(conc),
-			"-duration", ftoa(durS) + "s", "-warmup", ftoa(warmupS) + "s", "-pulsar-url", e.pulsarURL,
-			"-msg-size", strconv.Itoa(e.cfg.MsgSize), "-conns", strconv.Itoa(e.cfg.GRPCConns)}
-		if streamN > 0 {
-			args = append(args, "-stream-n", strconv.Itoa(streamN))
-		}
-		if rate > 0 {
-			args = append(args, "-rate", ftoa(rate))
-		}
-		if strings.HasPrefix(mode, "direct") {
-			args = append(args, "-topic", e.topicD)
-			watch = append(watch, "echo="+strconv.Itoa(e.echoD.pid()))
-		} else {
-			g, gerr := e.ensureServer(ctx, kind)
-			if gerr != nil {
-				s.Failed = gerr.Error()
-				e.failures++
-				return s
-			}
-			defer e.releaseGateway()
-			args = append(args, "-grpc-addr", g.grpcAddr, "-http-addr", g.httpAddr, "-api-key-file", e.keyFile,
-				"-watch-pid", strconv.Itoa(g.pid()))
-			if streamN == 0 {
-				args = append(args, "-metrics-url", "http://"+g.httpAddr+"/metrics")
-			}
-			watch = append(watch, "echo="+strconv.Itoa(e.echoGW.pid()))
-		}
-		if e.brokerPID != 0 {
-			watch = append(watch, "broker="+strconv.Itoa(e.brokerPID))
-		}
-		args = append(args, "-watch", strings.Join(watch, ","))
-		reqTopic := e.topicGW
-		if strings.HasPrefix(mode, "direct") {
-			reqTopic = e.topicD
-		}
-		req0, resp0 := snapTopic(e.adminURL, "request", reqTopic), snapTopic(e.adminURL, "response", reqTopic)
-		err = runJSON(ctx, timeout, s, filepath.Join(e.bin, "loadgen"), args...)
-		s.Mode = mode
-		s.LostRequests = lostBetween(req0, snapTopic(e.adminURL, "request", reqTopic))
-		s.LostReplies = -1
-		if !strings.HasPrefix(mode, "direct") { // the gateway's subscription is still there
-			s.LostReplies = lostBetween(resp0, snapTopic(e.adminURL, "response", reqTopic))
+	lgMode := strings.TrimPrefix(mode, "floor-")
+	args := []string{"-mode", lgMode, "-concurrency", strconv.Itoa(conc),
+		"-duration", ftoa(durS) + "s", "-warmup", ftoa(warmupS) + "s", "-pulsar-url", e.pulsarURL,
+		"-msg-size", strconv.Itoa(e.cfg.MsgSize), "-conns", strconv.Itoa(e.cfg.GRPCConns)}
+	if streamN > 0 {
+		args = append(args, "-stream-n", strconv.Itoa(streamN))
+	}
+	if rate > 0 {
+		args = append(args, "-rate", ftoa(rate))
+	}
+	watch := []string{"echo=" + strconv.Itoa(t.echo.pid())}
+	if t.srv == nil {
+		args = append(args, "-topic", t.topic)
+	} else {
+		args = append(args, "-grpc-addr", t.srv.grpcAddr, "-http-addr", t.srv.httpAddr, "-api-key-file", e.keyFile,
+			"-watch-pid", strconv.Itoa(t.srv.pid()))
+		if streamN == 0 {
+			args = append(args, "-metrics-url", "http://"+t.srv.httpAddr+"/metrics")
 		}
 	}
+	if e.brokerPID != 0 {
+		watch = append(watch, "broker="+strconv.Itoa(e.brokerPID))
+	}
+	args = append(args, "-watch", strings.Join(watch, ","))
+	req0, resp0 := snapTopic(e.adminURL, "request", t.topic), snapTopic(e.adminURL, "response", t.topic)
+	err := runJSON(ctx, timeout, s, filepath.Join(e.bin, "loadgen"), args...)
+	s.Mode = mode
+	s.LostRequests = lostBetween(req0, snapTopic(e.adminURL, "request", t.topic))
+	s.LostReplies = -1
+	if t.srv != nil { // the server's subscription is still there
+		s.LostReplies = lostBetween(resp0, snapTopic(e.adminURL, "response", t.topic))
+	}
+	return e.finish(s, err)
+}
+
+// pythonPoint runs the python-mode load client (TrustGraph's own client).
+func (e *env) pythonPoint(ctx context.Context, conc int, warmupS, durS float64) *Sample {
+	s := &Sample{Result: loadresult.Result{Mode: "python", Concurrency: conc}}
+	timeout := time.Duration((warmupS+durS)*float64(time.Second)) + 90*time.Second
+	req0 := snapTopic(e.adminURL, "request", e.topicD)
+	w := "echo=" + strconv.Itoa(e.echoD.pid())
+	if e.brokerPID != 0 {
+		w += ",broker=" + strconv.Itoa(e.brokerPID)
+	}
+	err := runJSON(ctx, timeout, s, e.python, e.pyLoad, "--pulsar", e.pulsarURL, "--topic", e.topicD,
+		"--concurrency", strconv.Itoa(conc), "--duration", ftoa(durS), "--warmup", ftoa(warmupS),
+		"--msg-size", strconv.Itoa(e.cfg.MsgSize), "--watch", w)
+	s.LostRequests, s.LostReplies = lostBetween(req0, snapTopic(e.adminURL, "request", e.topicD)), -1
+	return e.finish(s, err)
+}
+
+// finish records err in s, counts the failure, and lets the last replies
+// drain before the next run.
+func (e *env) finish(s *Sample, err error) *Sample {
 	if err != nil {
 		s.Failed = err.Error()
 	}
@@ -655,7 +708,7 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 	if e.verbose {
 		fmt.Fprintf(os.Stderr, "%+v\n", *s)
 	}
-	time.Sleep(300 * time.Millisecond) // let the last replies drain
+	time.Sleep(300 * time.Millisecond)
 	return s
 }
 

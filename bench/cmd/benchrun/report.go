@@ -42,6 +42,10 @@ type Sample struct {
 	loadresult.Result
 	Rep    int    `json:"rep"`
 	Failed string `json:"failed,omitempty"`
+	// Protocol and Window place a sample of the interleaved phase: the
+	// pair it belongs to (direct windows too) and its turn.
+	Protocol string `json:"protocol,omitempty"`
+	Window   int    `json:"window,omitempty"`
 	// LostRequests and LostReplies: messages the broker took but did not
 	// deliver (non-persistent topics drop when a consumer falls behind);
 	// -1 when not known.
@@ -138,6 +142,10 @@ type Report struct {
 	// summarizes them per protocol.
 	PacedSamples []*Sample  `json:"paced_samples,omitempty"`
 	Paced        []PacedRow `json:"paced,omitempty"`
+	// InterleavedSamples are the interleaved phase's windows
+	// (interleave.go); Interleaved summarizes them.
+	InterleavedSamples []*Sample        `json:"interleaved_samples,omitempty"`
+	Interleaved        []InterleavedRow `json:"interleaved,omitempty"`
 }
 
 // PacedRow is the gateway beside the floor at the same paced load: medians
@@ -383,6 +391,7 @@ func (r *Report) summarize() {
 	}
 	r.summarizeFloor()
 	r.summarizePaced()
+	r.summarizeInterleaved()
 }
 
 // summarizePaced sets the equal-load rows and cpu_vs_floor_*_equal_load.
@@ -783,7 +792,15 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 		}
 		return trimFloat(v) + "×"
 	}
-	w("Headline: gateway ÷ floor, CPU per call at c=64: gRPC %s, REST %s (paired within each repetition, median: %s, %s; at equal load: %s, %s); allocations per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; memory per parked call: %s.\n\n",
+	if len(r.Interleaved) > 0 {
+		w("Headline, gateway ÷ floor with both up and taking turns (\"Interleaved\" below): CPU per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; allocations per call at c=64: gRPC %s, REST %s. Memory per parked call: %s.\n\n",
+			h("cpu_vs_floor_grpc_interleaved"), h("cpu_vs_floor_rest_interleaved"), h("p50_added_vs_floor_c1_interleaved"), h("p50_added_vs_floor_c1_rest_interleaved"),
+			h("mallocs_vs_floor_grpc_interleaved"), h("mallocs_vs_floor_rest_interleaved"), h("mem_per_parked_call_vs_floor"))
+		w("One point after the other (the table): ")
+	} else {
+		w("Headline: gateway ÷ floor, ")
+	}
+	w("CPU per call at c=64: gRPC %s, REST %s (paired within each repetition, median: %s, %s; at equal load: %s, %s); allocations per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; memory per parked call: %s.\n\n",
 		h("cpu_vs_floor_grpc"), h("cpu_vs_floor_rest"), h("cpu_vs_floor_grpc_paired"), h("cpu_vs_floor_rest_paired"), h("cpu_vs_floor_grpc_equal_load"), h("cpu_vs_floor_rest_equal_load"), h("mallocs_vs_floor_grpc"), h("mallocs_vs_floor_rest"),
 		h("p50_added_vs_floor_c1"), h("p50_added_vs_floor_c1_rest"), h("mem_per_parked_call_vs_floor"))
 	w("| protocol | c | CPU ms / call: gateway | floor | × | allocs / call: gateway | floor | × | GCs / 10k calls: gateway | floor | p50 added over direct, ms: gateway | floor | p99 added, ms: gateway | floor | calls/s: gateway | floor |\n")
@@ -800,8 +817,21 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 			x(f.Toolgate.GCPer10kCalls), x(f.Floor.GCPer10kCalls), x(f.Toolgate.P50AddedMS), x(f.Floor.P50AddedMS), x(f.Toolgate.P99AddedMS), x(f.Floor.P99AddedMS), f.Toolgate.RPS, f.Floor.RPS)
 	}
 	w("\n")
+	r.pacedMarkdown(b)
+	r.interleavedMarkdown(b)
+}
+
+// pacedMarkdown is the equal-load table.
+func (r *Report) pacedMarkdown(b *strings.Builder) {
 	if len(r.Paced) == 0 {
 		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	x := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", *v)
 	}
 	w("### At equal load\n\n")
 	w("In a closed loop each server is driven as fast as it answers, and CPU per call falls as throughput rises (fuller batches, fewer wake-ups per call), so the cheaper server also gets a better rate. Here both run at c=%d paced (`loadgen -rate`) at %s of the slower one's closed-loop calls/s in the same repetition; the ratio is the median of the per-repetition ratios.\n\n", pacedConc, trimFloat(r.Config.PacedFraction*100)+" %")
@@ -849,7 +879,14 @@ func (r *Report) logFloor() {
 			x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), x(row.Toolgate.P99AddedMS), x(row.Floor.P99AddedMS))
 	}
 	var parts []string
-	for _, k := range []string{"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "cpu_vs_floor_grpc_paired", "cpu_vs_floor_rest_paired",
+	for _, row := range r.Interleaved {
+		logf("interleaved %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s, per repetition %v)  p50 %.2f vs %.2f ms  p50 added %s vs %s ms (%s, per repetition %v)",
+			row.Protocol, row.Concurrency, row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, f(row.CPURatio), row.CPURatios,
+			row.Toolgate.P50MS, row.Floor.P50MS, x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), f(row.P50AddedRatio), row.P50AddedRatios)
+	}
+	for _, k := range []string{"cpu_vs_floor_grpc_interleaved", "cpu_vs_floor_rest_interleaved", "p50_added_vs_floor_c1_interleaved", "p50_added_vs_floor_c1_rest_interleaved",
+		"mallocs_vs_floor_grpc_interleaved", "mallocs_vs_floor_rest_interleaved",
+		"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "cpu_vs_floor_grpc_paired", "cpu_vs_floor_rest_paired",
 		"cpu_vs_floor_grpc_equal_load", "cpu_vs_floor_rest_equal_load", "mallocs_vs_floor_grpc", "mallocs_vs_floor_rest",
 		"p50_added_vs_floor_c1", "p50_added_vs_floor_c1_rest", "mem_per_parked_call_vs_floor"} {
 		if v, ok := r.Ratios[k].(float64); ok {

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The interleaved phase compares the gateway with the floor without the
+// machine's drift between their points. In the matrix each server has its
+// own 10 s window, one after the other, and on this machine two windows a
+// minute apart can differ by 20 % in latency and CPU per call with the same
+// binary; the pair's ratio then carries that noise, and with three
+// repetitions the order (who runs first) cannot be balanced. Here a fresh
+// gateway and a fresh floor are both up at once, each behind its own echo
+// service (the idle one receives nothing: the gateway also listens on the
+// shared response topic of its echo service, so a shared one would have it
+// read the floor's replies), and they take turns in short windows, A B B A,
+// A alternating by repetition; at c=1 direct runs first and last, for the
+// latency added over it. Each server's windows are then added up.
+
+// interleaveWanted says whether the interleaved phase runs.
+func (e *env) interleaveWanted() bool {
+	if len(e.cfg.Interleave) == 0 || e.cfg.InterleaveSlices < 1 {
+		return false
+	}
+	return hasPair(e.cfg.Modes, "grpc") || hasPair(e.cfg.Modes, "rest")
+}
+
+// hasPair says whether modes hold proto and its floor.
+func hasPair(modes []string, proto string) bool {
+	return slices.Contains(modes, proto) && slices.Contains(modes, "floor-"+proto)
+}
+
+// interleaveOrder is the order of the windows at concurrency c in
+// repetition r: the pair A B B A … (n windows each, A = the gateway in even
+// repetitions, the floor in odd ones), between two direct windows at c=1.
+func interleaveOrder(proto string, c, n, r int) []string {
+	a, b := proto, "floor-"+proto
+	if r%2 == 1 {
+		a, b = b, a
+	}
+	var out []string
+	if c == 1 {
+		out = append(out, "direct")
+	}
+	for i := range n {
+		if i%2 == 0 {
+			out = append(out, a, b)
+		} else {
+			out = append(out, b, a)
+		}
+	}
+	if c == 1 {
+		out = append(out, "direct")
+	}
+	return out
+}
+
+// interleavedRep runs the interleaved phase of repetition r.
+func (e *env) interleavedRep(ctx context.Context, rep *Report, r int) error {
+	if !e.interleaveWanted() || e.echoFL == nil {
+		return nil
+	}
+	if e.gateway != nil { // the matrix's server, when it is kept
+		e.gateway.stop(15 * time.Second)
+		e.gateway = nil
+	}
+	winS := e.cfg.DurationS / float64(e.cfg.InterleaveSlices)
+	warmS := min(e.cfg.WarmupS, 1) // the servers stay up: one second to settle at the new concurrency
+	for _, proto := range rotate([]string{"grpc", "rest"}, r) {
+		if !hasPair(e.cfg.Modes, proto) {
+			continue
+		}
+		gw, err := e.startGateway(ctx, e.gwBin, false)
+		if err != nil {
+			e.failures++
+			logf("interleaved rep %d %s: gateway: %v", r+1, proto, err)
+			continue
+		}
+		fl, err := e.startFloorOn(ctx, e.topicFL)
+		if err != nil {
+			gw.stop(15 * time.Second)
+			e.failures++
+			logf("interleaved rep %d %s: floor: %v", r+1, proto, err)
+			continue
+		}
+		targets := map[string]target{
+			proto:            {srv: gw, echo: e.echoGW, topic: e.topicGW},
+			"floor-" + proto: {srv: fl, echo: e.echoFL, topic: e.topicFL},
+			"direct":         {echo: e.echoD, topic: e.topicD},
+		}
+		for _, c := range e.cfg.Interleave {
+			for i, mode := range interleaveOrder(proto, c, e.cfg.InterleaveSlices, r) {
+				s := e.load(ctx, mode, c, warmS, winS, 0, 0, targets[mode])
+				s.Rep, s.Window, s.Protocol = r, i, proto
+				rep.InterleavedSamples = append(rep.InterleavedSamples, s)
+				logf("interleaved rep %d %-10s c=%-3d window %d: %s", r+1, mode, c, i+1, s.line())
+				if ctx.Err() != nil {
+					gw.stop(5 * time.Second)
+					fl.stop(5 * time.Second)
+					return ctx.Err()
+				}
+			}
+		}
+		gw.stop(15 * time.Second)
+		fl.stop(15 * time.Second)
+	}
+	return nil
+}
+
+// InterleavedRow is the gateway beside the floor in the interleaved phase
+// at one protocol and concurrency. Per repetition each server's windows
+// are added up (CPU and allocations per call over all their calls, p50
+// and p99 the mean of the windows'); the sides are the medians of that
+// over repetitions, the ratios the medians of the per-repetition ratios.
+type InterleavedRow struct {
+	Protocol    string    `json:"protocol"`
+	Concurrency int       `json:"concurrency"`
+	Windows     int       `json:"windows_per_server"`
+	Toolgate    FloorSide `json:"toolgate"`
+	Floor       FloorSide `json:"floor"`
+	CPURatio    *float64  `json:"cpu_vs_floor,omitempty"`
+	CPURatios   []float64 `json:"cpu_vs_floor_per_repetition,omitempty"`
+	// MallocsRatio: allocations per call, median of the per-repetition
+	// ratios.
+	MallocsRatio *float64 `json:"mallocs_vs_floor,omitempty"`
+	// P50AddedRatio: the p50 each adds over direct (c=1), a ratio only
+	// where the floor adds at least 0.05 ms.
+	P50AddedRatio  *float64  `json:"p50_added_vs_floor,omitempty"`
+	P50AddedRatios []float64 `json:"p50_added_vs_floor_per_repetition,omitempty"`
+}
+
+// windowSum is one server's windows in one repetition, added up.
+type windowSum struct {
+	calls              float64
+	cpu1k, mallocs, gc float64 // weighted by calls
+	p50, p99, rps      float64 // means
+	n                  int
+	gcKnown            bool
+}
+
+func sumWindows(samples []*Sample, proto, mode string, c, r int) (windowSum, bool) {
+	var w windowSum
+	for _, s := range samples {
+		if s.Protocol != proto || s.Mode != mode || s.Concurrency != c || s.Rep != r || s.Failed != "" || s.Calls == 0 {
+			continue
+		}
+		n := float64(s.Calls)
+		w.calls += n
+		w.p50 += s.P50
+		w.p99 += s.P99
+		w.rps += s.RPS
+		w.n++
+		if s.Gateway != nil {
+			w.cpu1k += s.Gateway.CPUSPer1kCall * n
+			w.mallocs += s.Gateway.MallocsPerCall * n
+			if s.Gateway.GCCycles > 0 {
+				w.gc += float64(s.Gateway.GCCycles)
+				w.gcKnown = true
+			}
+		}
+	}
+	if w.n == 0 {
+		return w, false
+	}
+	k := float64(w.n)
+	w.p50, w.p99, w.rps = w.p50/k, w.p99/k, w.rps/k
+	w.cpu1k, w.mallocs = w.cpu1k/w.calls, w.mallocs/w.calls
+	w.gc = w.gc / w.calls * 1e4
+	return w, true
+}
+
+// summarizeInterleaved sets the interleaved rows and their headline
+// ratios (cpu_vs_floor_*_interleaved at c=64, p50_added_vs_floor_c1*_interleaved).
+func (r *Report) summarizeInterleaved() {
+	r.Interleaved = nil
+	reps := map[int]bool{}
+	for _, s := range r.InterleavedSamples {
+		reps[s.Rep] = true
+	}
+	var repList []int
+	for k := range reps {
+		repList = append(repList, k)
+	}
+	sort.Ints(repList)
+	for _, proto := range []string{"grpc", "rest"} {
+		for _, c := range r.Config.Interleave {
+			row := InterleavedRow{Protocol: proto, Concurrency: c, Windows: r.Config.InterleaveSlices}
+			var tg, fl struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }
+			var mratios []float64
+			for _, rp := range repList {
+				t, ok1 := sumWindows(r.InterleavedSamples, proto, proto, c, rp)
+				f, ok2 := sumWindows(r.InterleavedSamples, proto, "floor-"+proto, c, rp)
+				if !ok1 || !ok2 {
+					continue
+				}
+				for _, x := range []struct {
+					side *struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }
+					w    windowSum
+				}{{&tg, t}, {&fl, f}} {
+					x.side.cpu = append(x.side.cpu, x.w.cpu1k)
+					x.side.mal = append(x.side.mal, x.w.mallocs)
+					if x.w.gcKnown {
+						x.side.gc = append(x.side.gc, x.w.gc)
+					}
+					x.side.p50 = append(x.side.p50, x.w.p50)
+					x.side.p99 = append(x.side.p99, x.w.p99)
+					x.side.rps = append(x.side.rps, x.w.rps)
+				}
+				if f.cpu1k > 0 && t.cpu1k > 0 {
+					row.CPURatios = append(row.CPURatios, round(t.cpu1k/f.cpu1k, 3))
+				}
+				if f.mallocs > 0 && t.mallocs > 0 {
+					mratios = append(mratios, t.mallocs/f.mallocs)
+				}
+				if d, ok := sumWindows(r.InterleavedSamples, proto, "direct", c, rp); ok {
+					ta, fa := t.p50-d.p50, f.p50-d.p50
+					tg.a50, fl.a50 = append(tg.a50, ta), append(fl.a50, fa)
+					tg.a99, fl.a99 = append(tg.a99, t.p99-d.p99), append(fl.a99, f.p99-d.p99)
+					if fa >= 0.05 {
+						row.P50AddedRatios = append(row.P50AddedRatios, round(ta/fa, 3))
+					}
+				}
+			}
+			if len(tg.cpu) == 0 {
+				continue
+			}
+			side := func(s struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }) FloorSide {
+				fs := FloorSide{RPS: round(median(s.rps), 1), CPUMSPerCall: round(median(s.cpu), 4), MallocsPerCall: round(median(s.mal), 1),
+					P50MS: round(median(s.p50), 3), P99MS: round(median(s.p99), 3)}
+				if len(s.gc) > 0 {
+					v := round(median(s.gc), 2)
+					fs.GCPer10kCalls = &v
+				}
+				if len(s.a50) > 0 {
+					a50, a99 := round(median(s.a50), 3), round(median(s.a99), 3)
+					fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
+				}
+				return fs
+			}
+			row.Toolgate, row.Floor = side(tg), side(fl)
+			suffix := map[string]string{"grpc": "", "rest": "_rest"}[proto]
+			if len(row.CPURatios) > 0 {
+				v := round(median(row.CPURatios), 3)
+				row.CPURatio = &v
+				if c == 64 {
+					r.Ratios["cpu_vs_floor_"+proto+"_interleaved"] = v
+				}
+			}
+			if len(mratios) > 0 {
+				v := round(median(mratios), 3)
+				row.MallocsRatio = &v
+				if c == 64 {
+					r.Ratios["mallocs_vs_floor_"+proto+"_interleaved"] = v
+				}
+			}
+			if len(row.P50AddedRatios) > 0 {
+				v := round(median(row.P50AddedRatios), 3)
+				row.P50AddedRatio = &v
+				if c == 1 {
+					r.Ratios["p50_added_vs_floor_c1"+suffix+"_interleaved"] = v
+				}
+			}
+			r.Interleaved = append(r.Interleaved, row)
+		}
+	}
+}
+
+// interleavedMarkdown is the interleaved phase's table.
+func (r *Report) interleavedMarkdown(b *strings.Builder) {
+	if len(r.Interleaved) == 0 {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	x := func(v *float64) string {
+		if v == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", *v)
+	}
+	per := func(v []float64) string {
+		s := make([]string, len(v))
+		for i, f := range v {
+			s[i] = fmt.Sprintf("%.2f", f)
+		}
+		return strings.Join(s, ", ")
+	}
+	w("### Interleaved, both up\n\n")
+	w("The same comparison without the machine's drift between points: after each repetition a fresh gateway and a fresh floor are both up, each behind its own echo service, and take turns in %s s windows (%d each, A B B A, who goes first alternating by repetition; at c=1 a direct window before and after, for the added latency). Each server's windows in a repetition are added up; a ratio is the median of the per-repetition ratios (listed).\n\n",
+		trimFloat(r.Config.DurationS/float64(max(r.Config.InterleaveSlices, 1))), r.Config.InterleaveSlices)
+	w("| protocol | c | CPU ms / call: gateway | floor | × (per repetition) | allocs / call: gateway | floor | × | p50 added over direct, ms: gateway | floor | × (per repetition) | p50 ms: gateway | floor | calls/s: gateway | floor |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range r.Interleaved {
+		p50x := x(row.P50AddedRatio)
+		if len(row.P50AddedRatios) > 0 {
+			p50x += " (" + per(row.P50AddedRatios) + ")"
+		}
+		w("| %s | %d | %.3f | %.3f | %s (%s) | %.0f | %.0f | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", row.Protocol, row.Concurrency,
+			row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, x(row.CPURatio), per(row.CPURatios),
+			row.Toolgate.MallocsPerCall, row.Floor.MallocsPerCall, x(row.MallocsRatio),
+			x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), p50x,
+			row.Toolgate.P50MS, row.Floor.P50MS, row.Toolgate.RPS, row.Floor.RPS)
+	}
+	w("\n")
+}

@@ -103,9 +103,12 @@ type Stats struct {
 // Bridge correlates requests and replies. It is safe for concurrent use.
 type Bridge struct {
 	broker transport.Broker
-	log    *slog.Logger
-	opts   Options
-	subID  string
+	// publish sends a request: the broker's PublishInline where it has
+	// one, else its PublishAsync.
+	publish func(ctx context.Context, topic string, msg transport.Message, done func(error)) error
+	log     *slog.Logger
+	opts    Options
+	subID   string
 
 	mu     sync.RWMutex
 	topics map[string]*listener // response topic → its subscription
@@ -146,11 +149,15 @@ func New(broker transport.Broker, opts Options) *Bridge {
 		opts.SubscriptionPrefix = "toolgate"
 	}
 	b := &Bridge{
-		broker: broker,
-		log:    opts.Logger,
-		opts:   opts,
-		subID:  opts.SubscriptionPrefix + "-" + newID()[:12],
-		topics: map[string]*listener{},
+		broker:  broker,
+		publish: broker.PublishAsync,
+		log:     opts.Logger,
+		opts:    opts,
+		subID:   opts.SubscriptionPrefix + "-" + newID()[:12],
+		topics:  map[string]*listener{},
+	}
+	if ip, ok := broker.(transport.InlinePublisher); ok {
+		b.publish = ip.PublishInline
 	}
 	b.pending.init()
 	return b
@@ -293,10 +300,11 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 	if b.opts.OnPublish != nil {
 		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
 	}
-	// The caller does not wait for the broker's receipt (one wake-up less
-	// per call): a failure that arrives later ends the call, and its
-	// reader sees it from Recv.
-	err := b.broker.PublishAsync(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
+	// The caller does not wait for the broker's receipt through another
+	// goroutine (one wake-up less per call): a failure that arrives later
+	// ends the call, and its reader sees it from Recv. Where the broker can
+	// send on this goroutine when idle, it does (one hand-off less again).
+	err := b.publish(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
 		done(err)
 		if err != nil {
 			b.publishErrors.Add(1)

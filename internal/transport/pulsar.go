@@ -90,6 +90,13 @@ type producerEntry struct {
 	mu      sync.RWMutex // held for reading while queueing, for writing to stop
 	stopped bool
 	sent    chan struct{} // closed when the sender has returned
+	// handing is held by whoever hands messages to the client and waits
+	// for the broker's receipt of them: the sender goroutine with a
+	// batch, or a publisher sending its own message inline (PublishInline)
+	// because the sender was idle and nothing was queued. One batch is in
+	// flight at a time either way; the next gathers in the queue.
+	handing sync.Mutex
+	timeout time.Duration // bounds the wait for a receipt
 }
 
 // outgoing is one queued message and what to tell of its outcome.
@@ -227,7 +234,8 @@ func (b *Pulsar) entry(ctx context.Context, topic string) (*producerEntry, error
 		} else if !b.opts.DisableBatching {
 			e.queue = make(chan *outgoing, b.opts.MaxPendingPerProducer)
 			e.sent = make(chan struct{})
-			go e.send(b.opts.OperationTimeout)
+			e.timeout = b.opts.OperationTimeout
+			go e.send()
 		}
 		close(e.ready)
 	} else {
@@ -247,11 +255,19 @@ func (b *Pulsar) entry(ctx context.Context, topic string) (*producerEntry, error
 
 // enqueue hands m to the sender. It fails at once when the queue is full
 // (overload) or the producer is closing (the caller opens a new one).
-func (e *producerEntry) enqueue(m *outgoing) error {
+// With inline, when nothing is queued and nobody is handing a batch to the
+// client, m is handed over on the calling goroutine, which waits for the
+// broker's receipt: one goroutine hand-off fewer than through the sender.
+func (e *producerEntry) enqueue(m *outgoing, inline bool) error {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.stopped {
 		return pulsar.ErrProducerClosed
+	}
+	if inline && len(e.queue) == 0 && e.handing.TryLock() {
+		e.hand(m)
+		e.handing.Unlock()
+		return nil
 	}
 	select {
 	case e.queue <- m:
@@ -265,7 +281,7 @@ func (e *producerEntry) enqueue(m *outgoing) error {
 // message, at most maxBatch), gives it to the client as one batch, and
 // waits for the broker's receipt of it before taking the next. While it
 // waits, new messages gather in the queue.
-func (e *producerEntry) send(timeout time.Duration) {
+func (e *producerEntry) send() {
 	defer close(e.sent)
 	batch := make([]*outgoing, 0, maxBatch)
 	for {
@@ -273,6 +289,7 @@ func (e *producerEntry) send(timeout time.Duration) {
 		if !ok {
 			return
 		}
+		e.handing.Lock() // after an inline publisher's receipt, if one is waiting
 		batch = append(batch[:0], m)
 	fill:
 		for len(batch) < maxBatch {
@@ -286,25 +303,32 @@ func (e *producerEntry) send(timeout time.Duration) {
 				break fill
 			}
 		}
-		queued := 0
-		for _, m := range batch {
-			if err := m.ctx.Err(); err != nil {
-				m.done(err) // its caller is gone already
-				continue
-			}
-			done := m.done
-			e.p.SendAsync(m.ctx, m.msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done(err) })
-			queued++
-		}
-		if queued == 0 {
+		e.hand(batch...)
+		e.handing.Unlock()
+	}
+}
+
+// hand gives batch to the client as one batch and waits for the broker's
+// receipt of it, at most e.timeout. The caller holds e.handing.
+func (e *producerEntry) hand(batch ...*outgoing) {
+	queued := 0
+	for _, m := range batch {
+		if err := m.ctx.Err(); err != nil {
+			m.done(err) // its caller is gone already
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		// Each message's outcome reaches its caller through its own
-		// callback; the flush only paces the batches.
-		_ = e.p.FlushWithCtx(ctx)
-		cancel()
+		done := m.done
+		e.p.SendAsync(m.ctx, m.msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done(err) })
+		queued++
 	}
+	if queued == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	// Each message's outcome reaches its caller through its own callback;
+	// the flush only paces the batches.
+	_ = e.p.FlushWithCtx(ctx)
+	cancel()
 }
 
 // close stops taking messages, lets the sender hand over what was queued
@@ -344,16 +368,28 @@ func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
 // PublishAsync implements Broker: done is called from the client's
 // goroutines.
 func (b *Pulsar) PublishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
-	err := b.publishAsync(ctx, topic, msg, done)
+	return b.publishRetry(ctx, topic, msg, done, false)
+}
+
+// PublishInline implements InlinePublisher: when the topic's producer has
+// nothing queued and no batch awaiting its receipt, the message is sent
+// on the calling goroutine, which waits for the broker's receipt (done is
+// called before it returns); otherwise it is queued as by PublishAsync.
+func (b *Pulsar) PublishInline(ctx context.Context, topic string, msg Message, done func(error)) error {
+	return b.publishRetry(ctx, topic, msg, done, true)
+}
+
+func (b *Pulsar) publishRetry(ctx context.Context, topic string, msg Message, done func(error), inline bool) error {
+	err := b.publishAsync(ctx, topic, msg, done, inline)
 	if errors.Is(err, pulsar.ErrProducerClosed) {
 		// The idle janitor closed it between lookup and send: once more
 		// with a fresh producer.
-		err = b.publishAsync(ctx, topic, msg, done)
+		err = b.publishAsync(ctx, topic, msg, done, inline)
 	}
 	return classify(topic, err)
 }
 
-func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
+func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, done func(error), inline bool) error {
 	e, err := b.entry(ctx, topic)
 	if err != nil {
 		return err
@@ -364,7 +400,7 @@ func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, do
 		e.p.SendAsync(ctx, pm, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { report(err) })
 		return nil
 	}
-	return e.enqueue(&outgoing{ctx: ctx, msg: pm, done: report})
+	return e.enqueue(&outgoing{ctx: ctx, msg: pm, done: report}, inline)
 }
 
 func classify(topic string, err error) error {

@@ -2,6 +2,8 @@ package transport_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,5 +54,94 @@ func TestIdleProducersCloseAndReopen(t *testing.T) {
 			t.Fatalf("%d of 2 messages delivered", got.Load())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPublishInline runs against the real broker: with nothing else being
+// sent, PublishInline hands the message over on the calling goroutine and
+// reports its outcome before it returns; under concurrent inline and
+// queued publishing every message arrives once and every outcome is
+// reported once.
+func TestPublishInline(t *testing.T) {
+	testenv.RequirePulsar(t)
+	b, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	topic := "non-persistent://tg/request/" + testenv.UniqueTopic("inline")
+	var mu sync.Mutex
+	seen := map[string]int{}
+	sub, err := b.Subscribe(t.Context(), topic, "inline-test", transport.Exclusive, func(m transport.Message) {
+		mu.Lock()
+		seen[string(m.Payload)]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	var reported atomic.Bool
+	if err := b.PublishInline(ctx, topic, transport.Message{Payload: []byte(`"first"`)}, func(err error) {
+		if err != nil {
+			t.Errorf("first message: %v", err)
+		}
+		reported.Store(true)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !reported.Load() {
+		t.Fatal("PublishInline returned before the outcome was reported, with nothing else being sent")
+	}
+
+	const workers, each = 16, 100
+	var outcomes, failures atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				payload := []byte(fmt.Sprintf(`"%d-%d"`, w, i))
+				publish := b.PublishAsync
+				if (w+i)%2 == 0 {
+					publish = b.PublishInline
+				}
+				if err := publish(ctx, topic, transport.Message{Payload: payload}, func(err error) {
+					outcomes.Add(1)
+					if err != nil {
+						failures.Add(1)
+					}
+				}); err != nil {
+					t.Errorf("publish %s: %v", payload, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	want := workers*each + 1
+	for {
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n == want && outcomes.Load() == workers*each {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d messages arrived, %d of %d outcomes reported", n, want, outcomes.Load(), workers*each)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if failures.Load() != 0 {
+		t.Errorf("%d publishes reported a failure", failures.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for p, n := range seen {
+		if n != 1 {
+			t.Errorf("message %s arrived %d times", p, n)
+		}
 	}
 }

@@ -57,6 +57,17 @@ type Broker interface {
 	Close()
 }
 
+// InlinePublisher is a Broker that can send a message on the calling
+// goroutine. PublishInline has PublishAsync's contract, except that it may
+// wait for the broker's receipt (then done is called before it returns):
+// for a caller that waits for a reply afterwards anyway, it saves handing
+// the message to another goroutine when nothing else is being sent. A
+// caller that publishes many messages in a row (a stream's chunks) wants
+// PublishAsync, which batches them.
+type InlinePublisher interface {
+	PublishInline(ctx context.Context, topic string, msg Message, done func(error)) error
+}
+
 // Sentinel errors a Broker wraps so callers can tell failures apart.
 var (
 	// ErrUnavailable: the broker cannot be reached or refused the operation.

@@ -18,9 +18,10 @@ import (
 // gateway and a fresh floor are both up at once, each behind its own echo
 // service (the idle one receives nothing: the gateway also listens on the
 // shared response topic of its echo service, so a shared one would have it
-// read the floor's replies), and they take turns in short windows, A B B A,
-// A alternating by repetition; at c=1 direct runs first and last, for the
-// latency added over it. Each server's windows are then added up.
+// read the floor's replies), and they take turns in short windows, A B B A
+// A B …, A alternating by repetition; at c=1 a direct window starts each
+// pair, for the latency added over it. Each server's windows are then
+// added up.
 
 // interleaveWanted says whether the interleaved phase runs.
 func (e *env) interleaveWanted() bool {
@@ -36,26 +37,25 @@ func hasPair(modes []string, proto string) bool {
 }
 
 // interleaveOrder is the order of the windows at concurrency c in
-// repetition r: the pair A B B A … (n windows each, A = the gateway in even
-// repetitions, the floor in odd ones), between two direct windows at c=1.
+// repetition r: n blocks of the pair, A B then B A and so on (A = the
+// gateway in even repetitions, the floor in odd ones); at c=1 each block
+// starts with a direct window, so the direct reference is taken all
+// along, next to each server equally often.
 func interleaveOrder(proto string, c, n, r int) []string {
 	a, b := proto, "floor-"+proto
 	if r%2 == 1 {
 		a, b = b, a
 	}
 	var out []string
-	if c == 1 {
-		out = append(out, "direct")
-	}
 	for i := range n {
+		if c == 1 {
+			out = append(out, "direct")
+		}
 		if i%2 == 0 {
 			out = append(out, a, b)
 		} else {
 			out = append(out, b, a)
 		}
-	}
-	if c == 1 {
-		out = append(out, "direct")
 	}
 	return out
 }
@@ -290,7 +290,7 @@ func (r *Report) interleavedMarkdown(b *strings.Builder) {
 		return strings.Join(s, ", ")
 	}
 	w("### Interleaved, both up\n\n")
-	w("The same comparison without the machine's drift between points: after each repetition a fresh gateway and a fresh floor are both up, each behind its own echo service, and take turns in %s s windows (%d each, A B B A, who goes first alternating by repetition; at c=1 a direct window before and after, for the added latency). Each server's windows in a repetition are added up; a ratio is the median of the per-repetition ratios (listed).\n\n",
+	w("The same comparison without the machine's drift between points: after each repetition a fresh gateway and a fresh floor are both up, each behind its own echo service, and take turns in %s s windows (%d each, A B B A …, who goes first alternating by repetition; at c=1 a direct window before each pair, for the added latency). Each server's windows in a repetition are added up; a ratio is the median of the per-repetition ratios (listed).\n\n",
 		trimFloat(r.Config.DurationS/float64(max(r.Config.InterleaveSlices, 1))), r.Config.InterleaveSlices)
 	w("| protocol | c | CPU ms / call: gateway | floor | × (per repetition) | allocs / call: gateway | floor | × | p50 added over direct, ms: gateway | floor | × (per repetition) | p50 ms: gateway | floor | calls/s: gateway | floor |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

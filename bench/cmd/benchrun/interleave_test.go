@@ -13,7 +13,8 @@ func TestInterleaveOrder(t *testing.T) {
 	}{
 		{64, 2, 0, []string{"rest", "floor-rest", "floor-rest", "rest"}},
 		{64, 2, 1, []string{"floor-rest", "rest", "rest", "floor-rest"}},
-		{1, 2, 0, []string{"direct", "rest", "floor-rest", "floor-rest", "rest", "direct"}},
+		{1, 2, 0, []string{"direct", "rest", "floor-rest", "direct", "floor-rest", "rest"}},
+		{1, 3, 1, []string{"direct", "floor-rest", "rest", "direct", "rest", "floor-rest", "direct", "floor-rest", "rest"}},
 		{64, 3, 0, []string{"rest", "floor-rest", "floor-rest", "rest", "rest", "floor-rest"}},
 		{16, 1, 1, []string{"floor-rest", "rest"}},
 	} {

@@ -139,7 +139,7 @@ func main() {
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
-	fs.IntVar(&slices, "interleave-windows", 2, "windows per server and concurrency in the interleaved phase (each -duration / this long)")
+	fs.IntVar(&slices, "interleave-windows", 4, "windows per server and concurrency in the interleaved phase (each -duration / this long)")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
 	fs.StringVar(&e.bin, "bin", "bin", "directory with gateway, echo-service and loadgen")

@@ -15,10 +15,11 @@ import (
 // minute apart can differ by 20 % in latency and CPU per call with the same
 // binary; the pair's ratio then carries that noise, and with three
 // repetitions the order (who runs first) cannot be balanced. Here a fresh
-// gateway and a fresh floor are both up at once, each behind its own echo
-// service (the idle one receives nothing: the gateway also listens on the
-// shared response topic of its echo service, so a shared one would have it
-// read the floor's replies), and they take turns in short windows, A B B A
+// gateway and a fresh floor are both up at once, each behind a fresh echo
+// service of its own (the idle one receives nothing: the gateway also
+// listens on the shared response topic of its echo service, so a shared
+// one would have it read the floor's replies; and an echo service that has
+// served the whole matrix answers more slowly than a new one), and they take turns in short windows, A B B A
 // A B …, A alternating by repetition; at c=1 a direct window starts each
 // pair, for the latency added over it. Each server's windows are then
 // added up.
@@ -62,7 +63,7 @@ func interleaveOrder(proto string, c, n, r int) []string {
 
 // interleavedRep runs the interleaved phase of repetition r.
 func (e *env) interleavedRep(ctx context.Context, rep *Report, r int) error {
-	if !e.interleaveWanted() || e.echoFL == nil {
+	if !e.interleaveWanted() {
 		return nil
 	}
 	if e.gateway != nil { // the matrix's server, when it is kept
@@ -75,22 +76,19 @@ func (e *env) interleavedRep(ctx context.Context, rep *Report, r int) error {
 		if !hasPair(e.cfg.Modes, proto) {
 			continue
 		}
-		gw, err := e.startGateway(ctx, e.gwBin, false)
+		// Each server gets a fresh echo service of its own for the pair:
+		// one that has served the whole matrix answers more slowly than a
+		// new one, which would tilt the comparison.
+		gwTopic, flTopic := fmt.Sprintf("%s-i%d-%s-gw", e.tag, r+1, proto), fmt.Sprintf("%s-i%d-%s-fl", e.tag, r+1, proto)
+		p, err := e.startPair(ctx, proto, gwTopic, flTopic)
 		if err != nil {
 			e.failures++
-			logf("interleaved rep %d %s: gateway: %v", r+1, proto, err)
-			continue
-		}
-		fl, err := e.startFloorOn(ctx, e.topicFL)
-		if err != nil {
-			gw.stop(15 * time.Second)
-			e.failures++
-			logf("interleaved rep %d %s: floor: %v", r+1, proto, err)
+			logf("interleaved rep %d %s: %v", r+1, proto, err)
 			continue
 		}
 		targets := map[string]target{
-			proto:            {srv: gw, echo: e.echoGW, topic: e.topicGW},
-			"floor-" + proto: {srv: fl, echo: e.echoFL, topic: e.topicFL},
+			proto:            {srv: p.gw, echo: p.gwEcho, topic: gwTopic},
+			"floor-" + proto: {srv: p.fl, echo: p.flEcho, topic: flTopic},
 			"direct":         {echo: e.echoD, topic: e.topicD},
 		}
 		for _, c := range e.cfg.Interleave {
@@ -100,16 +98,54 @@ func (e *env) interleavedRep(ctx context.Context, rep *Report, r int) error {
 				rep.InterleavedSamples = append(rep.InterleavedSamples, s)
 				logf("interleaved rep %d %-10s c=%-3d window %d: %s", r+1, mode, c, i+1, s.line())
 				if ctx.Err() != nil {
-					gw.stop(5 * time.Second)
-					fl.stop(5 * time.Second)
+					p.stop()
 					return ctx.Err()
 				}
 			}
 		}
-		gw.stop(15 * time.Second)
-		fl.stop(15 * time.Second)
+		p.stop()
 	}
 	return nil
+}
+
+// pair is the interleaved phase's gateway and floor, each with its echo
+// service.
+type pair struct{ gw, fl, gwEcho, flEcho *child }
+
+func (p *pair) stop() {
+	for _, c := range []*child{p.gw, p.fl, p.gwEcho, p.flEcho} {
+		if c != nil {
+			c.stop(15 * time.Second)
+		}
+	}
+}
+
+// startPair starts two echo services, on gwTopic and flTopic, a gateway
+// for the first and a floor for the second.
+func (e *env) startPair(ctx context.Context, proto, gwTopic, flTopic string) (*pair, error) {
+	p := &pair{}
+	var err error
+	fail := func(what string, err error) (*pair, error) {
+		p.stop()
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if p.gwEcho, err = e.startEcho("echo-"+gwTopic, gwTopic); err != nil {
+		return fail("echo service", err)
+	}
+	if p.flEcho, err = e.startEcho("echo-"+flTopic, flTopic); err != nil {
+		return fail("echo service", err)
+	}
+	reg, err := e.registryFor("registry-"+gwTopic+".yaml", gwTopic)
+	if err != nil {
+		return fail("registry", err)
+	}
+	if p.gw, err = e.startGatewayWith(ctx, e.gwBin, false, reg); err != nil {
+		return fail("gateway", err)
+	}
+	if p.fl, err = e.startFloorOn(ctx, flTopic); err != nil {
+		return fail("floor", err)
+	}
+	return p, nil
 }
 
 // InterleavedRow is the gateway beside the floor in the interleaved phase
@@ -290,7 +326,7 @@ func (r *Report) interleavedMarkdown(b *strings.Builder) {
 		return strings.Join(s, ", ")
 	}
 	w("### Interleaved, both up\n\n")
-	w("The same comparison without the machine's drift between points: after each repetition a fresh gateway and a fresh floor are both up, each behind its own echo service, and take turns in %s s windows (%d each, A B B A …, who goes first alternating by repetition; at c=1 a direct window before each pair, for the added latency). Each server's windows in a repetition are added up; a ratio is the median of the per-repetition ratios (listed).\n\n",
+	w("The same comparison without the machine's drift between points: after each repetition a fresh gateway and a fresh floor are both up, each behind a fresh echo service of its own, and take turns in %s s windows (%d each, A B B A …, who goes first alternating by repetition; at c=1 a direct window before each pair, for the added latency). Each server's windows in a repetition are added up; a ratio is the median of the per-repetition ratios (listed).\n\n",
 		trimFloat(r.Config.DurationS/float64(max(r.Config.InterleaveSlices, 1))), r.Config.InterleaveSlices)
 	w("| protocol | c | CPU ms / call: gateway | floor | × (per repetition) | allocs / call: gateway | floor | × | p50 added over direct, ms: gateway | floor | × (per repetition) | p50 ms: gateway | floor | calls/s: gateway | floor |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -18,8 +18,8 @@ import (
 // gateway and a fresh floor are both up at once, each behind a fresh echo
 // service of its own (the idle one receives nothing: the gateway also
 // listens on the shared response topic of its echo service, so a shared
-// one would have it read the floor's replies; and an echo service that has
-// served the whole matrix answers more slowly than a new one), and they take turns in short windows, A B B A
+// one would have it read the floor's replies; and fresh ones start from
+// the same state), and they take turns in short windows, A B B A
 // A B …, A alternating by repetition; at c=1 a direct window starts each
 // pair, for the latency added over it. Each server's windows are then
 // added up.
@@ -76,9 +76,9 @@ func (e *env) interleavedRep(ctx context.Context, rep *Report, r int) error {
 		if !hasPair(e.cfg.Modes, proto) {
 			continue
 		}
-		// Each server gets a fresh echo service of its own for the pair:
-		// one that has served the whole matrix answers more slowly than a
-		// new one, which would tilt the comparison.
+		// Each server gets a fresh echo service of its own for the pair,
+		// so that neither is served by one with a different history (the
+		// matrix's has served every point before).
 		gwTopic, flTopic := fmt.Sprintf("%s-i%d-%s-gw", e.tag, r+1, proto), fmt.Sprintf("%s-i%d-%s-fl", e.tag, r+1, proto)
 		p, err := e.startPair(ctx, proto, gwTopic, flTopic)
 		if err != nil {

@@ -265,7 +265,9 @@ func (e *producerEntry) enqueue(m *outgoing, inline bool) error {
 		return pulsar.ErrProducerClosed
 	}
 	if inline && len(e.queue) == 0 && e.handing.TryLock() {
-		e.hand(m)
+		// The wait ends with the caller's context too: the message stays
+		// with the client, and the next flush takes it.
+		e.hand(m.ctx, m)
 		e.handing.Unlock()
 		return nil
 	}
@@ -303,14 +305,15 @@ func (e *producerEntry) send() {
 				break fill
 			}
 		}
-		e.hand(batch...)
+		e.hand(context.Background(), batch...)
 		e.handing.Unlock()
 	}
 }
 
 // hand gives batch to the client as one batch and waits for the broker's
-// receipt of it, at most e.timeout. The caller holds e.handing.
-func (e *producerEntry) hand(batch ...*outgoing) {
+// receipt of it, at most e.timeout and while ctx lasts. The caller holds
+// e.handing.
+func (e *producerEntry) hand(ctx context.Context, batch ...*outgoing) {
 	queued := 0
 	for _, m := range batch {
 		if err := m.ctx.Err(); err != nil {
@@ -324,7 +327,7 @@ func (e *producerEntry) hand(batch ...*outgoing) {
 	if queued == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	// Each message's outcome reaches its caller through its own callback;
 	// the flush only paces the batches.
 	_ = e.p.FlushWithCtx(ctx)
@@ -373,8 +376,9 @@ func (b *Pulsar) PublishAsync(ctx context.Context, topic string, msg Message, do
 
 // PublishInline implements InlinePublisher: when the topic's producer has
 // nothing queued and no batch awaiting its receipt, the message is sent
-// on the calling goroutine, which waits for the broker's receipt (done is
-// called before it returns); otherwise it is queued as by PublishAsync.
+// on the calling goroutine, which waits for the broker's receipt (so done
+// has normally been called when it returns; the wait ends with ctx);
+// otherwise it is queued as by PublishAsync.
 func (b *Pulsar) PublishInline(ctx context.Context, topic string, msg Message, done func(error)) error {
 	return b.publishRetry(ctx, topic, msg, done, true)
 }

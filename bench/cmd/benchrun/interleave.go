@@ -312,19 +312,8 @@ func (r *Report) interleavedMarkdown(b *strings.Builder) {
 		return
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	x := func(v *float64) string {
-		if v == nil {
-			return "–"
-		}
-		return fmt.Sprintf("%.2f", *v)
-	}
-	per := func(v []float64) string {
-		s := make([]string, len(v))
-		for i, f := range v {
-			s[i] = fmt.Sprintf("%.2f", f)
-		}
-		return strings.Join(s, ", ")
-	}
+	x := cell2
+	per := list2
 	w("### Interleaved, both up\n\n")
 	w("The same comparison without the machine's drift between points: after each repetition a fresh gateway and a fresh floor are both up, each behind a fresh echo service of its own, and take turns in %s s windows (%d each, A B B A …, who goes first alternating by repetition; at c=1 a direct window before each pair, for the added latency). Each server's windows in a repetition are added up; a ratio is the median of the per-repetition ratios (listed).\n\n",
 		trimFloat(r.Config.DurationS/float64(max(r.Config.InterleaveSlices, 1))), r.Config.InterleaveSlices)

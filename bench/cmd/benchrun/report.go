@@ -805,12 +805,7 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 		h("p50_added_vs_floor_c1"), h("p50_added_vs_floor_c1_rest"), h("mem_per_parked_call_vs_floor"))
 	w("| protocol | c | CPU ms / call: gateway | floor | × | allocs / call: gateway | floor | × | GCs / 10k calls: gateway | floor | p50 added over direct, ms: gateway | floor | p99 added, ms: gateway | floor | calls/s: gateway | floor |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	x := func(v *float64) string {
-		if v == nil {
-			return "–"
-		}
-		return fmt.Sprintf("%.2f", *v)
-	}
+	x := cell2
 	for _, f := range r.Floor {
 		w("| %s | %d | %.3f | %.3f | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", f.Protocol, f.Concurrency,
 			f.Toolgate.CPUMSPerCall, f.Floor.CPUMSPerCall, x(f.CPURatio), f.Toolgate.MallocsPerCall, f.Floor.MallocsPerCall, x(f.MallocsRatio),
@@ -827,23 +822,14 @@ func (r *Report) pacedMarkdown(b *strings.Builder) {
 		return
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	x := func(v *float64) string {
-		if v == nil {
-			return "–"
-		}
-		return fmt.Sprintf("%.2f", *v)
-	}
+	x := cell2
 	w("### At equal load\n\n")
 	w("In a closed loop each server is driven as fast as it answers, and CPU per call falls as throughput rises (fuller batches, fewer wake-ups per call), so the cheaper server also gets a better rate. Here both run at c=%d paced (`loadgen -rate`) at %s of the slower one's closed-loop calls/s in the same repetition; the ratio is the median of the per-repetition ratios.\n\n", pacedConc, trimFloat(r.Config.PacedFraction*100)+" %")
 	w("| protocol | calls/s asked | CPU ms / call: gateway | floor | × (per repetition) | allocs / call: gateway | floor | GCs / 10k calls: gateway | floor | calls/s reached: gateway | floor |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Paced {
-		per := make([]string, len(p.Ratios))
-		for i, v := range p.Ratios {
-			per[i] = fmt.Sprintf("%.2f", v)
-		}
 		w("| %s | %.0f | %.3f | %.3f | %s (%s) | %.0f | %.0f | %s | %s | %.0f | %.0f |\n", p.Protocol, p.Rate, p.Toolgate.CPUMSPerCall, p.Floor.CPUMSPerCall,
-			x(p.CPURatio), strings.Join(per, ", "), p.Toolgate.MallocsPerCall, p.Floor.MallocsPerCall, x(p.Toolgate.GCPer10kCalls), x(p.Floor.GCPer10kCalls), p.Toolgate.RPS, p.Floor.RPS)
+			x(p.CPURatio), list2(p.Ratios), p.Toolgate.MallocsPerCall, p.Floor.MallocsPerCall, x(p.Toolgate.GCPer10kCalls), x(p.Floor.GCPer10kCalls), p.Toolgate.RPS, p.Floor.RPS)
 	}
 	w("\n")
 }
@@ -866,12 +852,7 @@ func (r *Report) logFloor() {
 		}
 		return fmt.Sprintf("%.2f×", *v)
 	}
-	x := func(v *float64) string {
-		if v == nil {
-			return "–"
-		}
-		return fmt.Sprintf("%.2f", *v)
-	}
+	x := cell2
 	for _, row := range r.Floor {
 		logf("floor %-4s c=%-3d CPU ms/call %.3f vs floor %.3f (%s)  allocs/call %.0f vs %.0f (%s)  GCs/10k calls %s vs %s  p50 added %s vs %s ms  p99 added %s vs %s ms",
 			row.Protocol, row.Concurrency, row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, f(row.CPURatio),
@@ -896,6 +877,23 @@ func (r *Report) logFloor() {
 	if len(parts) > 0 {
 		logf("gateway ÷ floor: %s", strings.Join(parts, ", "))
 	}
+}
+
+// cell2 is a table cell with two decimals, or "–" for none.
+func cell2(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
+
+// list2 is a comma-separated list with two decimals each.
+func list2(v []float64) string {
+	s := make([]string, len(v))
+	for i, f := range v {
+		s[i] = fmt.Sprintf("%.2f", f)
+	}
+	return strings.Join(s, ", ")
 }
 
 func ratioText(v any) string {

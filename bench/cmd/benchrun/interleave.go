@@ -210,6 +210,9 @@ func sumWindows(samples []*Sample, proto, mode string, c, r int) (windowSum, boo
 	return w, true
 }
 
+// sideVals collects one server's per-repetition figures.
+type sideVals struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }
+
 // summarizeInterleaved sets the interleaved rows and their headline
 // ratios (cpu_vs_floor_*_interleaved at c=64, p50_added_vs_floor_c1*_interleaved).
 func (r *Report) summarizeInterleaved() {
@@ -226,7 +229,7 @@ func (r *Report) summarizeInterleaved() {
 	for _, proto := range []string{"grpc", "rest"} {
 		for _, c := range r.Config.Interleave {
 			row := InterleavedRow{Protocol: proto, Concurrency: c, Windows: r.Config.InterleaveSlices}
-			var tg, fl struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }
+			var tg, fl sideVals
 			var mratios []float64
 			for _, rp := range repList {
 				t, ok1 := sumWindows(r.InterleavedSamples, proto, proto, c, rp)
@@ -235,7 +238,7 @@ func (r *Report) summarizeInterleaved() {
 					continue
 				}
 				for _, x := range []struct {
-					side *struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }
+					side *sideVals
 					w    windowSum
 				}{{&tg, t}, {&fl, f}} {
 					x.side.cpu = append(x.side.cpu, x.w.cpu1k)
@@ -265,7 +268,7 @@ func (r *Report) summarizeInterleaved() {
 			if len(tg.cpu) == 0 {
 				continue
 			}
-			side := func(s struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }) FloorSide {
+			side := func(s sideVals) FloorSide {
 				fs := FloorSide{RPS: round(median(s.rps), 1), CPUMSPerCall: round(median(s.cpu), 4), MallocsPerCall: round(median(s.mal), 1),
 					P50MS: round(median(s.p50), 3), P99MS: round(median(s.p99), 3)}
 				if len(s.gc) > 0 {

@@ -59,12 +59,11 @@ type Broker interface {
 
 // InlinePublisher is a Broker that can send a message on the calling
 // goroutine. PublishInline has PublishAsync's contract, except that it may
-// wait for the broker's receipt, while ctx lasts (then done has normally
-// been called when it returns):
-// for a caller that waits for a reply afterwards anyway, it saves handing
-// the message to another goroutine when nothing else is being sent. A
-// caller that publishes many messages in a row (a stream's chunks) wants
-// PublishAsync, which batches them.
+// wait for the broker's receipt while ctx lasts (done has then normally
+// been called when it returns). For a caller that waits for a reply
+// afterwards anyway, it saves handing the message to another goroutine
+// when nothing else is being sent. A caller that publishes many messages
+// in a row (a stream's chunks) wants PublishAsync, which batches them.
 type InlinePublisher interface {
 	PublishInline(ctx context.Context, topic string, msg Message, done func(error)) error
 }

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -80,7 +80,7 @@ func (e *env) interleavedRep(ctx context.Context, rep *Report, r int) error {
 		// so that neither is served by one with a different history (the
 		// matrix's has served every point before).
 		gwTopic, flTopic := fmt.Sprintf("%s-i%d-%s-gw", e.tag, r+1, proto), fmt.Sprintf("%s-i%d-%s-fl", e.tag, r+1, proto)
-		p, err := e.startPair(ctx, proto, gwTopic, flTopic)
+		p, err := e.startPair(ctx, gwTopic, flTopic)
 		if err != nil {
 			e.failures++
 			logf("interleaved rep %d %s: %v", r+1, proto, err)
@@ -122,7 +122,7 @@ func (p *pair) stop() {
 
 // startPair starts two echo services, on gwTopic and flTopic, a gateway
 // for the first and a floor for the second.
-func (e *env) startPair(ctx context.Context, proto, gwTopic, flTopic string) (*pair, error) {
+func (e *env) startPair(ctx context.Context, gwTopic, flTopic string) (*pair, error) {
 	p := &pair{}
 	var err error
 	fail := func(what string, err error) (*pair, error) {
@@ -213,6 +213,38 @@ func sumWindows(samples []*Sample, proto, mode string, c, r int) (windowSum, boo
 // sideVals collects one server's per-repetition figures.
 type sideVals struct{ cpu, mal, gc, p50, p99, rps, a50, a99 []float64 }
 
+// add takes one repetition's windows, and their latency over direct's
+// when d is not nil.
+func (s *sideVals) add(w windowSum, d *windowSum) {
+	s.cpu = append(s.cpu, w.cpu1k)
+	s.mal = append(s.mal, w.mallocs)
+	if w.gcKnown {
+		s.gc = append(s.gc, w.gc)
+	}
+	s.p50 = append(s.p50, w.p50)
+	s.p99 = append(s.p99, w.p99)
+	s.rps = append(s.rps, w.rps)
+	if d != nil {
+		s.a50 = append(s.a50, w.p50-d.p50)
+		s.a99 = append(s.a99, w.p99-d.p99)
+	}
+}
+
+// side is the medians over repetitions.
+func (s *sideVals) side() FloorSide {
+	fs := FloorSide{RPS: round(median(s.rps), 1), CPUMSPerCall: round(median(s.cpu), 4), MallocsPerCall: round(median(s.mal), 1),
+		P50MS: round(median(s.p50), 3), P99MS: round(median(s.p99), 3)}
+	if len(s.gc) > 0 {
+		v := round(median(s.gc), 2)
+		fs.GCPer10kCalls = &v
+	}
+	if len(s.a50) > 0 {
+		a50, a99 := round(median(s.a50), 3), round(median(s.a99), 3)
+		fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
+	}
+	return fs
+}
+
 // summarizeInterleaved sets the interleaved rows and their headline
 // ratios (cpu_vs_floor_*_interleaved at c=64, p50_added_vs_floor_c1*_interleaved).
 func (r *Report) summarizeInterleaved() {
@@ -221,11 +253,7 @@ func (r *Report) summarizeInterleaved() {
 	for _, s := range r.InterleavedSamples {
 		reps[s.Rep] = true
 	}
-	var repList []int
-	for k := range reps {
-		repList = append(repList, k)
-	}
-	sort.Ints(repList)
+	repList := slices.Sorted(maps.Keys(reps))
 	for _, proto := range []string{"grpc", "rest"} {
 		for _, c := range r.Config.Interleave {
 			row := InterleavedRow{Protocol: proto, Concurrency: c, Windows: r.Config.InterleaveSlices}
@@ -237,51 +265,26 @@ func (r *Report) summarizeInterleaved() {
 				if !ok1 || !ok2 {
 					continue
 				}
-				for _, x := range []struct {
-					side *sideVals
-					w    windowSum
-				}{{&tg, t}, {&fl, f}} {
-					x.side.cpu = append(x.side.cpu, x.w.cpu1k)
-					x.side.mal = append(x.side.mal, x.w.mallocs)
-					if x.w.gcKnown {
-						x.side.gc = append(x.side.gc, x.w.gc)
+				var dp *windowSum
+				if d, ok := sumWindows(r.InterleavedSamples, proto, "direct", c, rp); ok {
+					dp = &d
+					if fa := f.p50 - d.p50; fa >= 0.05 {
+						row.P50AddedRatios = append(row.P50AddedRatios, round((t.p50-d.p50)/fa, 3))
 					}
-					x.side.p50 = append(x.side.p50, x.w.p50)
-					x.side.p99 = append(x.side.p99, x.w.p99)
-					x.side.rps = append(x.side.rps, x.w.rps)
 				}
+				tg.add(t, dp)
+				fl.add(f, dp)
 				if f.cpu1k > 0 && t.cpu1k > 0 {
 					row.CPURatios = append(row.CPURatios, round(t.cpu1k/f.cpu1k, 3))
 				}
 				if f.mallocs > 0 && t.mallocs > 0 {
 					mratios = append(mratios, t.mallocs/f.mallocs)
 				}
-				if d, ok := sumWindows(r.InterleavedSamples, proto, "direct", c, rp); ok {
-					ta, fa := t.p50-d.p50, f.p50-d.p50
-					tg.a50, fl.a50 = append(tg.a50, ta), append(fl.a50, fa)
-					tg.a99, fl.a99 = append(tg.a99, t.p99-d.p99), append(fl.a99, f.p99-d.p99)
-					if fa >= 0.05 {
-						row.P50AddedRatios = append(row.P50AddedRatios, round(ta/fa, 3))
-					}
-				}
 			}
 			if len(tg.cpu) == 0 {
 				continue
 			}
-			side := func(s sideVals) FloorSide {
-				fs := FloorSide{RPS: round(median(s.rps), 1), CPUMSPerCall: round(median(s.cpu), 4), MallocsPerCall: round(median(s.mal), 1),
-					P50MS: round(median(s.p50), 3), P99MS: round(median(s.p99), 3)}
-				if len(s.gc) > 0 {
-					v := round(median(s.gc), 2)
-					fs.GCPer10kCalls = &v
-				}
-				if len(s.a50) > 0 {
-					a50, a99 := round(median(s.a50), 3), round(median(s.a99), 3)
-					fs.P50AddedMS, fs.P99AddedMS = &a50, &a99
-				}
-				return fs
-			}
-			row.Toolgate, row.Floor = side(tg), side(fl)
+			row.Toolgate, row.Floor = tg.side(), fl.side()
 			suffix := map[string]string{"grpc": "", "rest": "_rest"}[proto]
 			if len(row.CPURatios) > 0 {
 				v := round(median(row.CPURatios), 3)

@@ -51,8 +51,9 @@ bench:
 bench-quick:
 	bench/run.sh --quick
 
-## lint: gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), go.mod tidiness, govulncheck
+## lint: no tracked file over 2 MB, gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), go.mod tidiness, govulncheck
 lint:
+	scripts/bigfiles.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 		if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

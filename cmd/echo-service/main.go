@@ -4,16 +4,22 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/servicecmd"
+	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/toolservice"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("echo-service"))
+		os.Exit(0)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := servicecmd.Run(ctx, "echo-service", os.Args[1:], toolservice.Config{ID: "echo-service", Topic: "echo", MaxConcurrency: 256, Announce: echo.Announcement()}, echo.Handle)
 	stop()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/version"
 )
 
 func main() {
@@ -21,6 +22,10 @@ func main() {
 }
 
 func run(ctx context.Context) int {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("gateway"))
+		return 0
+	}
 	cfg, err := config.Parse(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -6,16 +6,22 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/toolgate/toolgate/internal/jokes"
 	"github.com/toolgate/toolgate/internal/servicecmd"
+	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/toolservice"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.Line("joke-service"))
+		os.Exit(0)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := servicecmd.Run(ctx, "joke-service", os.Args[1:], toolservice.Config{ID: "joke-service", Topic: "joke", Announce: jokes.Announcement()}, jokes.Handle)
 	stop()

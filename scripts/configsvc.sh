@@ -24,13 +24,10 @@
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
-CACHE_ROOT="${TOOLGATE_CACHE:-$REPO/.cache}"
-mkdir -p "$CACHE_ROOT"
-CACHE_ROOT="$(cd "$CACHE_ROOT" && pwd)"
-CACHE="$CACHE_ROOT/configsvc"
-mkdir -p "$CACHE"
-HELPER="$REPO/test/python/tgconfig.py"
+# shellcheck source=scripts/lib/daemon.sh
+source "$SCRIPT_DIR/lib/daemon.sh"
+cache_dir configsvc
+HELPER="$SCRIPT_DIR/../test/python/tgconfig.py"
 
 BROKER_PORT="${PULSAR_BROKER_PORT:-6650}"
 WEB_PORT="${PULSAR_WEB_PORT:-8080}"
@@ -40,15 +37,9 @@ WORKSPACES="${CONFIGSVC_WORKSPACES-default}"
 START_TIMEOUT="${CONFIGSVC_START_TIMEOUT:-60}"
 LOG_LEVEL="${CONFIGSVC_LOG_LEVEL:-INFO}"
 PULSAR_URL="pulsar://127.0.0.1:$BROKER_PORT"
-# one config service per broker: the default port keeps the plain names
-SFX=""
-[[ "$BROKER_PORT" == 6650 ]] || SFX="-$BROKER_PORT"
-PIDFILE="$CACHE/configsvc$SFX.pid"
-LOG="$CACHE/configsvc$SFX.log"
-LOCK="$CACHE/.lock$SFX"
-
-log() { echo "configsvc.sh: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+# one config service per broker
+daemon_files configsvc "$BROKER_PORT" 6650 'config-svc|trustgraph\.config\.service'
+DAEMON_WHAT=config-svc
 
 for v in BROKER_PORT WEB_PORT CQL_PORT START_TIMEOUT; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
@@ -69,28 +60,6 @@ venv() {
 PROBE_ERR=""
 answers() { # $1 = python, $2 = timeout seconds
   PROBE_ERR="$("$1" "$HELPER" --pulsar "$PULSAR_URL" --timeout "$2" probe 2>&1 >/dev/null)"
-}
-
-our_pid() {
-  [[ -f "$PIDFILE" ]] || return 1
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE 'config-svc|trustgraph\.config\.service' || return 1
-  echo "$pid"
-}
-
-show_log_tail() {
-  log "last 30 lines of $LOG:"
-  tail -n 30 "$LOG" >&2 2>/dev/null || true
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-take_lock() {
-  exec 9>"$LOCK"
-  flock 9
 }
 
 register_workspaces() { # $1 = python
@@ -117,12 +86,12 @@ cmd_up() {
     # it answers, but with an error: its Cassandra went away (a fresh node has no keyspace,
     # and config-svc creates its schema only when it starts)
     log "config-svc (pid $pid) answers with an error (${PROBE_ERR#tgconfig: }); restarting it"
-    stop_pid "$pid"
+    stop_daemon "$pid" 15
   fi
   if pid="$(our_pid)"; then
     log "config-svc started by this script is running (pid $pid); waiting for an answer"
   else
-    port_open "$BROKER_PORT" || die "no Pulsar broker on 127.0.0.1:$BROKER_PORT (scripts/pulsar.sh up)"
+    port_answers "$BROKER_PORT" || die "no Pulsar broker on 127.0.0.1:$BROKER_PORT (scripts/pulsar.sh up)"
     if answers "$py" 3; then
       log "a config service already answers on $PULSAR_URL (not started by this script)"
       register_workspaces "$py"
@@ -153,76 +122,25 @@ from trustgraph.config.service import run
 run()' "$CQL_PORT" "${args[@]}")
     fi
 
-    [[ -f "$LOG" ]] && mv -f "$LOG" "$LOG.prev"
-    : >"$LOG"
-    rm -f "$PIDFILE"
     log "starting config-svc (broker $PULSAR_URL, Cassandra 127.0.0.1:$CQL_PORT keyspace $KEYSPACE; log $LOG)"
-    (
-      cd "$CACHE"
-      # shellcheck disable=SC2016 # $$ and $0 belong to the inner bash
-      setsid nohup bash -c 'echo $$ >"$0"; exec "$@"' "$PIDFILE" "${cmd[@]}" \
-        >>"$LOG" 2>&1 </dev/null 9>&- &
-    )
-    for _ in $(seq 1 50); do [[ -s "$PIDFILE" ]] && break; sleep 0.1; done
-    pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-    [[ -n "$pid" ]] || { show_log_tail; die "could not start config-svc"; }
+    pid="$(start_detached "$CACHE" config-svc "${cmd[@]}")"
   fi
 
   local t0=$SECONDS
-  while ! answers "$py" 3; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      show_log_tail
-      rm -f "$PIDFILE"
-      die "config-svc (pid $pid) exited during start-up"
-    fi
-    if ((SECONDS - t0 >= START_TIMEOUT)); then
-      show_log_tail
-      log "last probe: ${PROBE_ERR:-(no output)}"
-      die "config-svc did not answer a config request within ${START_TIMEOUT}s (still running as pid $pid; 'scripts/configsvc.sh down' stops it)"
-    fi
-    sleep 0.5
-  done
+  if ! wait_ready "$pid" "$START_TIMEOUT" answers "$py" 3; then
+    log "last probe: ${PROBE_ERR:-(no output)}"
+    die "config-svc did not answer a config request within ${START_TIMEOUT}s (still running as pid $pid; 'scripts/configsvc.sh down' stops it)"
+  fi
   log "config-svc answers after $((SECONDS - t0))s (pid $pid)"
   register_workspaces "$py"
 }
 
-stop_pid() { # SIGTERM, then SIGKILL after 15 s
-  local pid="$1" t0=$SECONDS
-  log "stopping config-svc (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS - t0 >= 15)); then
-      log "still running after 15s: SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      sleep 0.5
-      break
-    fi
-    sleep 0.2
-  done
-  rm -f "$PIDFILE"
-  log "stopped in $((SECONDS - t0))s"
-}
-
-cmd_down() {
-  take_lock
-  local pid
-  if ! pid="$(our_pid)"; then
-    rm -f "$PIDFILE"
-    log "not running"
-    return 0
-  fi
-  stop_pid "$pid"
-}
+cmd_down() { daemon_down "broker $PULSAR_URL" 15; }
 
 cmd_status() {
-  local v pid
+  local v
   v="$(venv)"
-  if answers "$v/bin/python" 5; then
-    if pid="$(our_pid)"; then log "ready (pid $pid, broker $PULSAR_URL)"; else log "ready (broker $PULSAR_URL, not started by this script)"; fi
-    return 0
-  fi
-  if pid="$(our_pid)"; then log "running (pid $pid) but not answering"; else log "not running"; fi
-  return 1
+  daemon_status "broker $PULSAR_URL" answers "$v/bin/python" 5
 }
 
 case "${1:-}" in

@@ -27,15 +27,14 @@ set -euo pipefail
 
 PULSAR_VERSION=4.2.4
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
+# shellcheck source=scripts/lib/daemon.sh
+source "$SCRIPT_DIR/lib/daemon.sh"
+# shellcheck source=scripts/lib/jvm.sh
+source "$SCRIPT_DIR/lib/jvm.sh"
 CONF_DIR="$SCRIPT_DIR/pulsar"
-CACHE_ROOT="${TOOLGATE_CACHE:-$REPO/.cache}"
-mkdir -p "$CACHE_ROOT"
-CACHE_ROOT="$(cd "$CACHE_ROOT" && pwd)" # absolute: Maven resolves relative paths against the pom dir
-CACHE="$CACHE_ROOT/pulsar"
-mkdir -p "$CACHE"
+POM="$CONF_DIR/pom.xml"
+cache_dir pulsar
 LIB="$CACHE/lib"
-STAMP="$CACHE/lib.stamp"
 
 BROKER_PORT="${PULSAR_BROKER_PORT:-6650}"
 WEB_PORT="${PULSAR_WEB_PORT:-8080}"
@@ -44,15 +43,14 @@ HEAP="${PULSAR_HEAP:-512m}"
 NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config}"
 ADMIN="http://127.0.0.1:$WEB_PORT/admin/v2"
 COMPACTION_THRESHOLD="${PULSAR_COMPACTION_THRESHOLD:-1048576}"
-# one broker per web port: the default port keeps the plain names
-SFX=""
-[[ "$WEB_PORT" == 8080 ]] || SFX="-$WEB_PORT"
-PIDFILE="$CACHE/pulsar$SFX.pid"
-LOG="$CACHE/pulsar$SFX.log"
-LOCK="$CACHE/.lock$SFX"
-
-log() { echo "pulsar.sh: $*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+# one broker per web port
+daemon_files pulsar "$WEB_PORT" 8080 PulsarStandaloneStarter
+DAEMON_WHAT="the Pulsar broker"
+# a failed start does not end the JVM (non-daemon threads keep it alive)
+DAEMON_FAILED='Failed to start pulsar service'
+DAEMON_ERRORS=' ERROR '
+DAEMON_NOISE='Problems reading from .*lastMark'
+DAEMON_AFTER_EXIT=cds_finish
 
 command -v curl >/dev/null || die "curl is required"
 
@@ -68,101 +66,8 @@ http_code() {
   curl "${args[@]}" "$url" 2>/dev/null || true
 }
 
-# listening PORT: something listens on PORT, read from /proc/net/tcp{,6}
-# without connecting. A connect to a port of the kernel's ephemeral range
-# that nobody listens on can connect the socket to itself, and the port then
-# stays in TIME-WAIT, where the broker cannot bind it. Without /proc, assume
-# it listens (and connect, as before).
-listening() {
-  [[ -r /proc/net/tcp ]] || return 0
-  awk -v p=":$(printf '%04X' "$1")" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
-    /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
-
+# the admin port is polled only once something listens there (see listening in scripts/lib/daemon.sh)
 is_ready() { listening "$WEB_PORT" && [[ "$(http_code GET "$ADMIN/brokers/ready")" == 200 ]]; }
-
-# pid of the broker started by this script, if it is still alive (and still ours)
-our_pid() {
-  [[ -f "$PIDFILE" ]] || return 1
-  local pid
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q PulsarStandaloneStarter || return 1
-  echo "$pid"
-}
-
-# AppCDS: the first broker started records the classes it loaded into a dynamic archive when it
-# exits gracefully ('down'); later starts map it and come up roughly twice as fast. The archive is
-# keyed by JDK and jar set, recorded to a .tmp name and only kept after a clean exit. A stale or
-# unusable archive is harmless: with -Xshare:auto the JVM then just starts without it.
-cds_flags() { # $1 = java binary; prints JVM flags, one per line
-  [[ "${PULSAR_CDS:-1}" == 1 ]] || return 0
-  local key
-  key="$({ readlink -f "$1"; "$1" -version 2>&1; pom_hash; } | sha256sum | cut -c1-12)"
-  local archive="$CACHE/cds-$key.jsa"
-  if [[ -s "$archive" ]]; then
-    echo "-XX:SharedArchiveFile=$archive"
-    echo "-Xshare:auto"
-  else
-    rm -f "$CACHE"/cds-*.jsa "$CACHE"/cds-*.jsa.tmp"$SFX"
-    echo "-XX:ArchiveClassesAtExit=$archive.tmp$SFX"
-  fi
-}
-
-# called after the broker exited; $1 = 1 if it exited by itself after SIGTERM, 0 if it was killed
-cds_finish() {
-  local tmp
-  for tmp in "$CACHE"/cds-*.jsa.tmp"$SFX"; do
-    [[ -e "$tmp" ]] || continue
-    local final="${tmp%.tmp"$SFX"}"
-    if [[ "$1" == 1 && -s "$tmp" ]]; then
-      mv -f "$tmp" "$final" && log "recorded a class-data archive for faster starts ($(du -h "$final" | cut -f1))"
-    else
-      rm -f "$tmp"
-    fi
-  done
-}
-
-pom_hash() { sha256sum "$CONF_DIR/pom.xml" | cut -d' ' -f1; }
-
-fetch_jars() {
-  if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" && -d "$LIB" ]]; then
-    return 0
-  fi
-  command -v mvn >/dev/null || die "mvn (Maven 3) is required to fetch the Pulsar jars"
-  exec 8>"$CACHE/.fetch.lock"
-  flock 8
-  if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" && -d "$LIB" ]]; then
-    exec 8>&-
-    return 0 # fetched meanwhile by a concurrent call
-  fi
-  log "fetching Pulsar $PULSAR_VERSION jars from Maven Central (first run only)…"
-  local t0=$SECONDS mvnlog="$CACHE/mvn.log"
-  rm -rf "$LIB" "$STAMP"
-  mkdir -p "$CACHE"
-  if ! mvn -B -q -f "$CONF_DIR/pom.xml" dependency:copy-dependencies \
-      -DoutputDirectory="$LIB" -DincludeScope=runtime >"$mvnlog" 2>&1; then
-    tail -n 40 "$mvnlog" >&2
-    rm -rf "$LIB"
-    die "Maven could not fetch the Pulsar jars (full log: $mvnlog)"
-  fi
-  ls "$LIB"/pulsar-broker-"$PULSAR_VERSION".jar >/dev/null 2>&1 || die "pulsar-broker jar missing after fetch"
-  pom_hash >"$STAMP"
-  exec 8>&-
-  log "fetched $(find "$LIB" -name '*.jar' | wc -l) jars ($(du -sh "$LIB" | cut -f1)) in $((SECONDS - t0))s"
-}
-
-java_bin() {
-  local j="${PULSAR_JAVA:-}"
-  if [[ -z "$j" && -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then j="$JAVA_HOME/bin/java"; fi
-  [[ -n "$j" ]] || j="$(command -v java || true)"
-  [[ -n "$j" ]] || die "java (17+) is required"
-  local v
-  v="$("$j" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')"
-  [[ "${v%%.*}" =~ ^[0-9]+$ && "${v%%.*}" -ge 17 ]] || die "$j is Java '$v'; Pulsar $PULSAR_VERSION needs 17+"
-  echo "$j"
-}
 
 ensure_ns() {
   local t0=$SECONDS code
@@ -212,52 +117,11 @@ ensure_ns() {
   log "namespaces ready: $NAMESPACES"
 }
 
-show_log_tail() {
-  local errs
-  errs="$(grep ' ERROR ' "$LOG" 2>/dev/null | grep -v 'Problems reading from .*lastMark' | head -n 3 | cut -c1-400 || true)"
-  if [[ -n "$errs" ]]; then
-    log "first errors in $LOG:"
-    echo "$errs" >&2
-  fi
-  log "last 40 lines of $LOG:"
-  tail -n 40 "$LOG" >&2 2>/dev/null || true
-}
+fetch_pulsar() { fetch_jars "Pulsar $PULSAR_VERSION" "pulsar-broker-$PULSAR_VERSION.jar"; }
 
-# Wait until the broker answers ready. $1 = pid to watch (may be empty).
-wait_ready() {
-  local pid="$1" t0=$SECONDS next=5
-  while ! is_ready; do
-    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
-      show_log_tail
-      rm -f "$PIDFILE"
-      cds_finish 0
-      die "the Pulsar broker (pid $pid) exited during start-up"
-    fi
-    # a failed start does not end the JVM (non-daemon threads keep it alive): watch the log
-    if [[ -n "$pid" ]] && grep -q 'Failed to start pulsar service' "$LOG" 2>/dev/null; then
-      show_log_tail
-      kill -KILL "$pid" 2>/dev/null || true
-      rm -f "$PIDFILE"
-      cds_finish 0
-      die "the Pulsar broker failed to start (see $LOG)"
-    fi
-    if ((SECONDS - t0 >= START_TIMEOUT)); then
-      show_log_tail
-      die "the Pulsar broker was not ready after ${START_TIMEOUT}s (still running as pid $pid; 'scripts/pulsar.sh down' stops it)"
-    fi
-    if ((SECONDS - t0 >= next)); then
-      log "  … waiting for the broker ($((SECONDS - t0))s)"
-      next=$((next + 5))
-    fi
-    sleep 0.5
-  done
-}
-
-# serialize up/down for one port (concurrent test runs); fd 9 is closed for the broker itself
-take_lock() {
-  mkdir -p "$CACHE"
-  exec 9>"$LOCK"
-  flock 9
+wait_until_ready() { # $1 = pid of the starting broker
+  wait_ready "$1" "$START_TIMEOUT" is_ready ||
+    die "the Pulsar broker was not ready after ${START_TIMEOUT}s (still running as pid $1; 'scripts/pulsar.sh down' stops it)"
 }
 
 cmd_up() {
@@ -271,40 +135,30 @@ cmd_up() {
   if pid="$(our_pid)"; then
     # started earlier (maybe by a concurrent call) and still coming up
     log "a broker started by this script is still starting (pid $pid); waiting"
-    wait_ready "$pid"
+    wait_until_ready "$pid"
     ensure_ns
     return 0
   fi
 
   local port
   for port in "$WEB_PORT" "$BROKER_PORT"; do
-    if listening "$port" && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    if port_answers "$port"; then
       die "port $port on 127.0.0.1 is taken by something that is not a ready Pulsar broker (set PULSAR_WEB_PORT / PULSAR_BROKER_PORT, or stop it)"
     fi
   done
 
-  fetch_jars
+  fetch_pulsar
   local java
-  java="$(java_bin)"
+  java="$(java_bin "${PULSAR_JAVA:-}" "Pulsar $PULSAR_VERSION" 17+)"
 
   local t0=$SECONDS
+  # a kept data dir (PULSAR_DATA_DIR): the broker restarts with its tenants
+  # and namespaces, as a production broker does; else a fresh one per start
   local data
-  if [[ -n "${PULSAR_DATA_DIR:-}" ]]; then
-    # a kept data dir: the broker restarts with its tenants and namespaces,
-    # as a production broker does
-    data="$PULSAR_DATA_DIR"
-  else
-    # fresh data dir per run (restarting on old RocksDB metadata is unreliable)
-    rm -rf "$CACHE"/data-"$WEB_PORT"-*
-    data="$CACHE/data-$WEB_PORT-$(date +%Y%m%d-%H%M%S)-$$"
-  fi
-  mkdir -p "$data"
+  data="$(data_dir "${PULSAR_DATA_DIR:-}" "$WEB_PORT")"
   sed -e "s/^brokerServicePort=.*/brokerServicePort=$BROKER_PORT/" \
       -e "s/^webServicePort=.*/webServicePort=$WEB_PORT/" \
       "$CONF_DIR/standalone.conf" >"$data/standalone.conf"
-  [[ -f "$LOG" ]] && mv -f "$LOG" "$LOG.prev"
-  : >"$LOG"
-
   local jvm=(
     -Xms256m "-Xmx$HEAP" -XX:MaxDirectMemorySize=256m
     -XX:+UseG1GC -XX:MaxGCPauseMillis=10 -XX:+ExitOnOutOfMemoryError
@@ -327,7 +181,7 @@ cmd_up() {
     -Dpulsar.allocator.exit_on_oom=true
   )
   local f extra
-  while IFS= read -r f; do [[ -n "$f" ]] && jvm+=("$f"); done < <(cds_flags "$java")
+  while IFS= read -r f; do [[ -n "$f" ]] && jvm+=("$f"); done < <(cds_flags "${PULSAR_CDS:-1}" "$java")
   read -r -a extra <<<"${PULSAR_EXTRA_JAVA_OPTS:-}" # extra JVM flags, split on whitespace
   jvm+=("${extra[@]}")
   local args=(
@@ -337,79 +191,20 @@ cmd_up() {
     --metadata-dir "$data/metadata"
     --bookkeeper-dir "$data/bookkeeper"
   )
-  rm -f "$PIDFILE"
   log "starting Pulsar $PULSAR_VERSION standalone (127.0.0.1:$BROKER_PORT, admin :$WEB_PORT; log $LOG)"
-  # setsid+nohup: the broker survives this script and its terminal. bash -c writes its own pid
-  # and then execs java, so the pid file holds the java pid whether or not setsid forked.
-  (
-    cd "$data"
-    # shellcheck disable=SC2016 # $$ and $0 belong to the inner bash
-    setsid nohup bash -c 'echo $$ >"$0"; exec "$@"' "$PIDFILE" \
-      "$java" "${jvm[@]}" -cp "$LIB/*" org.apache.pulsar.PulsarStandaloneStarter "${args[@]}" \
-      >>"$LOG" 2>&1 </dev/null 8>&- 9>&- &
-  )
-  for _ in $(seq 1 50); do [[ -s "$PIDFILE" ]] && break; sleep 0.1; done
-  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
-  [[ -n "$pid" ]] || { show_log_tail; die "could not start java"; }
+  pid="$(start_detached "$data" java "$java" "${jvm[@]}" -cp "$LIB/*" org.apache.pulsar.PulsarStandaloneStarter "${args[@]}")"
 
-  wait_ready "$pid"
+  wait_until_ready "$pid"
   log "broker ready after $((SECONDS - t0))s (pid $pid)"
   ensure_ns
   log "Pulsar up in $((SECONDS - t0))s: pulsar://127.0.0.1:$BROKER_PORT  http://127.0.0.1:$WEB_PORT"
 }
 
-# SIGTERM, wait up to 30 s, then SIGKILL; prints 1 if it exited by itself, 0 if killed
-stop_pid() {
-  local pid="$1" t0=$SECONDS
-  kill -TERM "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS - t0 >= 30)); then
-      log "still running after 30s: SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      sleep 0.5
-      echo 0
-      return 0
-    fi
-    sleep 0.25
-  done
-  echo 1
-}
-
-cmd_down() {
-  take_lock
-  local pid
-  if ! pid="$(our_pid)"; then
-    rm -f "$PIDFILE"
-    if is_ready; then
-      log "no broker started by this script is running (a broker on :$WEB_PORT was left alone)"
-    else
-      log "not running"
-    fi
-    return 0
-  fi
-  log "stopping Pulsar broker (pid $pid)"
-  local t0=$SECONDS clean
-  clean="$(stop_pid "$pid")"
-  rm -f "$PIDFILE"
-  cds_finish "$clean"
-  log "stopped in $((SECONDS - t0))s"
-}
-
-cmd_status() {
-  if is_ready; then
-    local pid
-    if pid="$(our_pid)"; then log "ready (pid $pid, admin :$WEB_PORT)"; else log "ready (admin :$WEB_PORT, not started by this script)"; fi
-    return 0
-  fi
-  if pid="$(our_pid)"; then log "starting (pid $pid), not ready yet"; else log "not running"; fi
-  return 1
-}
-
 case "${1:-}" in
   up) cmd_up ;;
-  down) cmd_down ;;
-  status) cmd_status ;;
+  down) daemon_down "admin :$WEB_PORT" 30 is_ready ;;
+  status) daemon_status "admin :$WEB_PORT" is_ready ;;
   ensure-ns) ensure_ns ;;
-  fetch) fetch_jars ;;
+  fetch) fetch_pulsar ;;
   *) echo "usage: $0 up|down|status|ensure-ns|fetch" >&2; exit 2 ;;
 esac

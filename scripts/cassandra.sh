@@ -89,7 +89,7 @@ cmd_up() {
   fi
   local port
   for port in "$PORT" "$STORAGE_PORT"; do
-    port_answers "$port" && die "port $port on 127.0.0.1 is taken by something that is not a Cassandra node (set CASSANDRA_PORT / CASSANDRA_STORAGE_PORT, or stop it)"
+    port_taken "$port" && die "port $port on 127.0.0.1 is taken by something other than a Cassandra node: a server, or a connection using it as its own end (set CASSANDRA_PORT / CASSANDRA_STORAGE_PORT, or stop it)"
   done
 
   fetch_cassandra

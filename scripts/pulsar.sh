@@ -142,8 +142,8 @@ cmd_up() {
 
   local port
   for port in "$WEB_PORT" "$BROKER_PORT"; do
-    if port_answers "$port"; then
-      die "port $port on 127.0.0.1 is taken by something that is not a ready Pulsar broker (set PULSAR_WEB_PORT / PULSAR_BROKER_PORT, or stop it)"
+    if port_taken "$port"; then
+      die "port $port on 127.0.0.1 is taken by something other than a ready Pulsar broker: a server, or a connection using it as its own end (set PULSAR_WEB_PORT / PULSAR_BROKER_PORT, or stop it)"
     fi
   done
 

@@ -25,6 +25,7 @@
 #   log MSG / die MSG             messages on stderr, prefixed with the script's name
 #   listening PORT                something listens on PORT (not connecting)
 #   port_answers PORT             a connection to PORT is accepted
+#   port_taken PORT               a server could not bind PORT now
 #   take_lock                     serialise up/down of one instance (fd 9)
 #   our_pid                       the pid of the process this script started, if alive
 #   data_dir KEPT KEY             where a start keeps its data
@@ -84,6 +85,21 @@ listening() {
 # when something listens there: see listening).
 port_answers() {
 	listening "$1" && (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# port_taken PORT: a server started now could not bind PORT: a socket
+# listens on it, or a live connection holds it as its local end (a client
+# given PORT from the ephemeral range). Sockets of a process that has ended
+# (TIME-WAIT and the other closing states) do not count: a server restarted
+# on its own port binds over those. Read from /proc/net/tcp{,6} without
+# connecting; without /proc, whether a connection is accepted.
+port_taken() {
+	[[ -r /proc/net/tcp ]] || {
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+		return
+	}
+	awk -v p=":$(printf '%04X' "$1")" 'FNR > 1 && $4 ~ /^(01|02|03|0A)$/ && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+		/proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
 # take_lock: serialise up/down of one instance (concurrent test runs). The

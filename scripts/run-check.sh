@@ -14,6 +14,8 @@
 # RUN_CHECK_TIMEOUT (seconds for `make run` to come up, default 90).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/broker.sh
+source scripts/lib/broker.sh
 t0=$SECONDS
 
 fail() {
@@ -51,20 +53,15 @@ say "make run on broker :$BP (admin :$WP), HTTP :$HP, gRPC :$GP; output in $LOG"
 
 # The consumers on the example topics of a broker: topic sub name since.
 consumers() {
-	local admin="$1" t st
+	local t c
 	for t in request/joke request/echo response/joke response/echo; do
-		st="$(curl -fsS --max-time 3 "$admin/admin/v2/non-persistent/tg/$t/stats" 2>/dev/null)" || continue # no such topic yet
-		python3 -c '
-import json, sys
-st = json.load(sys.stdin)
-for sub, s in sorted(st.get("subscriptions", {}).items()):
-    for c in s.get("consumers", []):
-        print(sys.argv[1], sub, c.get("consumerName", "?"), c.get("connectedSince", "?"))
-' "$t" <<<"$st"
+		while read -r c; do
+			echo "$t $c"
+		done < <(broker_consumers "$1" "non-persistent://tg/$t") # no such topic yet: none
 	done
 }
 default_runs=0
-if curl -fsS --max-time 2 "$DEFAULT_ADMIN/admin/v2/brokers/ready" >/dev/null 2>&1; then
+if [[ "$(broker_ready_code "$DEFAULT_ADMIN")" == 200 ]]; then
 	default_runs=1
 	before="$(consumers "$DEFAULT_ADMIN")"
 fi

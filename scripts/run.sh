@@ -69,12 +69,6 @@ alive() {
 	[[ -n "$st" && "$st" != Z* ]]
 }
 
-# subscribed TOPIC SUBSCRIPTION: the broker reports a consumer on it.
-subscribed() {
-	curl -fsS --max-time 2 "$ADMIN_URL/admin/v2/non-persistent/tg/request/$1/stats" 2>/dev/null |
-		python3 -c 'import json, sys; s = json.load(sys.stdin).get("subscriptions", {}).get(sys.argv[1], {}); sys.exit(0 if s.get("consumers") else 1)' "$2" 2>/dev/null
-}
-
 not_ready() {
 	echo >&2
 	echo "toolgate did not come up: $1" >&2
@@ -96,8 +90,8 @@ while :; do
 	ready_body="${ready_body%$'\n'*}"
 	ready_body="${ready_body%$'\n'}"
 	[[ "$ready_status" == "HTTP 200" ]] || failed+=("the gateway's /readyz is not 200")
-	subscribed joke joke-service-request || failed+=("joke-service has no consumer on non-persistent://tg/request/joke at $ADMIN_URL")
-	subscribed echo echo-service-request || failed+=("echo-service has no consumer on non-persistent://tg/request/echo at $ADMIN_URL")
+	broker_subscribed "$ADMIN_URL" non-persistent://tg/request/joke joke-service-request || failed+=("joke-service has no consumer on non-persistent://tg/request/joke at $ADMIN_URL")
+	broker_subscribed "$ADMIN_URL" non-persistent://tg/request/echo echo-service-request || failed+=("echo-service has no consumer on non-persistent://tg/request/echo at $ADMIN_URL")
 	for tool in tell-joke echo; do
 		curl -fsS --max-time 2 -o /dev/null "http://$HTTP_ADDR/v1/tools/$tool" 2>/dev/null ||
 			failed+=("the gateway does not list $tool (announced by its service)")

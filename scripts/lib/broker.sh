@@ -19,6 +19,13 @@
 #   broker_select   decide, export the URLs, set BROKER_EXTERNAL (0/1)
 #   broker_up       make sure the broker is ready; BROKER_STARTED=1 if started here
 #   broker_down     stop the broker if broker_up started it
+#
+# and, for any broker's admin URL (http://HOST:PORT):
+#
+#   broker_ready_code ADMIN                  HTTP status of GET /admin/v2/brokers/ready
+#   broker_consumers ADMIN TOPIC             the consumers the broker reports on TOPIC
+#   broker_subscribed ADMIN TOPIC SUBSCRIPTION
+#                                            one of them is on SUBSCRIPTION
 
 BROKER_EXTERNAL=0
 BROKER_STARTED=0
@@ -49,7 +56,7 @@ broker_select() {
 broker_up() {
 	if [[ $BROKER_EXTERNAL == 1 ]]; then
 		local code
-		code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$TOOLGATE_PULSAR_ADMIN_URL/admin/v2/brokers/ready" || true)"
+		code="$(broker_ready_code "$TOOLGATE_PULSAR_ADMIN_URL")"
 		[[ "$code" == 200 ]] || broker_die "the broker of TOOLGATE_PULSAR_ADMIN_URL=$TOOLGATE_PULSAR_ADMIN_URL is not ready (GET /admin/v2/brokers/ready: HTTP $code)"
 		local ns
 		ns="$(curl -fsS --max-time 5 "$TOOLGATE_PULSAR_ADMIN_URL/admin/v2/namespaces/tg" 2>&1 || true)"
@@ -74,4 +81,35 @@ broker_down() {
 		scripts/pulsar.sh down || true
 		BROKER_STARTED=0
 	fi
+}
+
+# broker_ready_code ADMIN: print the HTTP status the broker answers to
+# GET /admin/v2/brokers/ready (200: ready; 000: no answer).
+broker_ready_code() {
+	curl -s -o /dev/null -w '%{http_code}' --max-time 5 "${1%/}/admin/v2/brokers/ready" || true
+}
+
+# broker_consumers ADMIN TOPIC: print a line "SUBSCRIPTION CONSUMER
+# CONNECTED_SINCE" for each consumer the broker's topic stats report on
+# TOPIC (e.g. non-persistent://tg/request/joke), subscriptions in name
+# order. Fails when the broker does not answer or has no such topic.
+broker_consumers() {
+	local stats
+	stats="$(curl -fsS --max-time 3 "${1%/}/admin/v2/${2/:\/\//\/}/stats" 2>/dev/null)" || return 1
+	python3 -c '
+import json, sys
+for sub, s in sorted(json.load(sys.stdin).get("subscriptions", {}).items()):
+    for c in s.get("consumers", []):
+        print(sub, c.get("consumerName", "?"), c.get("connectedSince", "?"))
+' <<<"$stats"
+}
+
+# broker_subscribed ADMIN TOPIC SUBSCRIPTION: the broker reports a consumer
+# on SUBSCRIPTION of TOPIC.
+broker_subscribed() {
+	local sub
+	while read -r sub _; do
+		[[ "$sub" != "$3" ]] || return 0
+	done < <(broker_consumers "$1" "$2")
+	return 1
 }

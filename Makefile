@@ -6,10 +6,16 @@ GO    ?= go
 # security fixes. A machine-wide GOTOOLCHAIN=local would otherwise pin the
 # installed release.
 export GOTOOLCHAIN := auto
+# the Go files gofmt keeps in shape: tracked, generated code excepted
+GOFILES = $(shell git ls-files '*.go' | grep -v '^gen/')
 
-.PHONY: all build test run pulsar-up pulsar-down generate checkgenerate breaking bench bench-quick lint fmt clean
+.PHONY: all help build test run pulsar-up pulsar-down generate checkgenerate breaking bench bench-quick lint fmt clean
 
 all: build
+
+## help: list the targets and what they do
+help:
+	@awk '/^## / { line = substr($$0, 4); i = index(line, ": "); printf "  %-25s %s\n", substr(line, 1, i - 1), substr(line, i + 2) }' $(MAKEFILE_LIST)
 
 ## build: compile every command into bin/
 build:
@@ -31,7 +37,7 @@ pulsar-up:
 pulsar-down:
 	scripts/pulsar.sh down
 
-## generate: regenerate gen/ and api/openapi/ from proto/ with pinned tools
+## generate: regenerate gen/, api/openapi/ and test/e2e/oapiclient/ from proto/ with pinned tools
 generate:
 	scripts/generate.sh
 
@@ -54,7 +60,7 @@ bench-quick:
 ## lint: no tracked file over 2 MB, gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), go.mod tidiness, govulncheck
 lint:
 	scripts/bigfiles.sh
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	@out=$$(gofmt -l $(GOFILES)); \
 		if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run ./...
@@ -65,5 +71,10 @@ lint:
 	cd tools/vuln && $(GO) mod tidy -diff
 	scripts/vulncheck.sh
 
+## fmt: gofmt every tracked Go file outside gen/ (what lint checks)
+fmt:
+	gofmt -w $(GOFILES)
+
+## clean: remove bin/
 clean:
 	rm -rf bin

@@ -44,8 +44,6 @@ echo "==> headless Chromium for the browser tests"
 TOOLGATE_CHROMIUM="$(scripts/chromium.sh)"
 export TOOLGATE_CHROMIUM
 
-echo "==> go vet"
-go vet ./...
 echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"
 # test/restart runs without the race detector: pulsar-client-go v0.19.0 (the
 # newest release) has a data race of its own in producer reconnection

@@ -30,6 +30,7 @@ LOGS="$PWD/.cache/run/${HTTP_ADDR##*:}"
 
 pids=()
 names=()
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
 	trap - INT TERM EXIT
 	echo
@@ -98,7 +99,8 @@ while :; do
 	done
 	((${#failed[@]} == 0)) && break
 	if ((SECONDS >= deadline)); then
-		not_ready "after ${READY_TIMEOUT}s, $(IFS=';'; echo "${failed[*]}" | sed 's/;/; /g')"
+		reasons="$(printf '%s; ' "${failed[@]}")"
+		not_ready "after ${READY_TIMEOUT}s, ${reasons%; }"
 	fi
 	sleep 0.25
 done

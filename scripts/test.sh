@@ -49,9 +49,11 @@ echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"
 # newest release) has a data race of its own in producer reconnection
 # (partitionProducer.grabCnx writes the encryptor that a concurrent send
 # reads), which -race reports whenever a broker restarts under load.
-go test -race -count=1 -timeout 15m ${GOTEST_FLAGS:-} $(go list ./... | grep -v '/test/restart$')
+read -r -a gotest_flags <<<"${GOTEST_FLAGS:-}" # extra flags, split on white space
+mapfile -t packages < <(go list ./... | grep -v '/test/restart$')
+go test -race -count=1 -timeout 15m "${gotest_flags[@]}" "${packages[@]}"
 echo "==> go test ./test/restart (a broker of its own, stopped and restarted under load)"
-go test -count=1 -timeout 10m ${GOTEST_FLAGS:-} ./test/restart
+go test -count=1 -timeout 10m "${gotest_flags[@]}" ./test/restart
 echo "==> scripts/run-check.sh (make run on ports of its own reaches only its own broker)"
 scripts/run-check.sh
 echo "==> all tests passed in $((SECONDS - t0)) s"

@@ -12,7 +12,7 @@ src="$(go mod download -modfile=tools/vuln/go.mod -json "golang.org/x/vulndb@$ve
 [[ -d "$src/data/osv" ]] || { echo "vulncheck: no data/osv in golang.org/x/vulndb@$version ($src)" >&2; exit 1; }
 db="${TOOLGATE_CACHE:-$PWD/.cache}/vulndb/$version"
 if [[ ! -f "$db/index/db.json" ]]; then
-	echo "==> indexing the vulnerability database (golang.org/x/vulndb@$version, $(ls "$src/data/osv" | wc -l) reports)"
+	echo "==> indexing the vulnerability database (golang.org/x/vulndb@$version, $(find "$src/data/osv" -mindepth 1 -maxdepth 1 -not -name '.*' | wc -l) reports)"
 	rm -rf "$db.tmp" && mkdir -p "$(dirname "$db")"
 	vuln indexdb -vulns "$src/data/osv" -out "$db.tmp"
 	rm -rf "$db" && mv "$db.tmp" "$db"

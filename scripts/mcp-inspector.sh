@@ -12,37 +12,29 @@
 set -euo pipefail
 
 VERSION=2.12.0
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${TOOLGATE_CACHE:-$ROOT/.cache}"
-DIR="$CACHE/mcp-inspector"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+cache_dir mcp-inspector
+DIR="$CACHE"
 LAUNCHER="$DIR/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
 STAMP="$DIR/.toolgate-version"
-
-log() { echo "mcp-inspector: $*" >&2; }
 
 install() {
 	if [[ -f "$LAUNCHER" && -f "$STAMP" && "$(cat "$STAMP")" == "$VERSION" ]]; then
 		return 0
 	fi
-	command -v npm >/dev/null 2>&1 || { log "npm is required (apt-get install npm)"; exit 1; }
+	command -v npm >/dev/null 2>&1 || die "npm is required (apt-get install npm)"
 	log "installing @modelcontextprotocol/inspector@$VERSION into $DIR..."
 	mkdir -p "$DIR"
 	rm -f "$STAMP"
 	[[ -f "$DIR/package.json" ]] || echo '{"private": true}' >"$DIR/package.json"
 	npm install --prefix "$DIR" --no-audit --no-fund --save-exact --loglevel=error \
 		"@modelcontextprotocol/inspector@$VERSION" >&2
-	[[ -f "$LAUNCHER" ]] || { log "installed, but $LAUNCHER is missing"; exit 1; }
+	[[ -f "$LAUNCHER" ]] || die "installed, but $LAUNCHER is missing"
 	echo "$VERSION" >"$STAMP"
 }
 
-mkdir -p "$CACHE"
-if command -v flock >/dev/null 2>&1; then
-	# Serialise concurrent callers (parallel test runs) on one install.
-	exec 9>"$CACHE/.mcp-inspector.lock"
-	flock 9
-fi
-install
-exec 9>&-
+with_lock "$CACHE_ROOT/.mcp-inspector.lock" install
 if [[ $# -eq 0 ]]; then
 	echo "$LAUNCHER"
 else

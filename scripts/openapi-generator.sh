@@ -12,16 +12,15 @@
 # Needs node/npm and a JDK (java 11 or later). Progress goes to stderr.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${TOOLGATE_CACHE:-$ROOT/.cache}"
-DIR="$CACHE/openapi-generator"
-SRC="$ROOT/scripts/openapi-generator"
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/openapi-generator"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+cache_dir openapi-generator
+DIR="$CACHE"
 STAMP="$DIR/.toolgate-stamp"
 
-log() { echo "openapi-generator.sh: $*" >&2; }
-
 for cmd in node npm java; do
-	command -v "$cmd" >/dev/null 2>&1 || { log "'$cmd' is required and not on PATH"; exit 1; }
+	command -v "$cmd" >/dev/null 2>&1 || die "'$cmd' is required and not on PATH"
 done
 
 want_hash() {
@@ -48,10 +47,7 @@ fs.writeFileSync(process.argv[3], JSON.stringify(c, null, 2) + "\n");' \
 	local version want_version
 	want_version="$(node -p 'require(process.argv[1])["generator-cli"].version' "$SRC/openapitools.json")"
 	version="$(run version | tail -1)"
-	if [[ "$version" != "$want_version" ]]; then
-		log "expected generator $want_version, got '$version'"
-		exit 1
-	fi
+	[[ "$version" == "$want_version" ]] || die "expected generator $want_version, got '$version'"
 	echo "$want" >"$STAMP"
 	log "openapi-generator $version ready"
 }
@@ -60,11 +56,7 @@ run() {
 	(cd "$DIR" && "$DIR/node_modules/.bin/openapi-generator-cli" "$@")
 }
 
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.openapi-generator.lock"
-flock 9
-install
-flock -u 9
+with_lock "$CACHE_ROOT/.openapi-generator.lock" install
 
 if [[ "${1:-}" == "install" ]]; then
 	exit 0

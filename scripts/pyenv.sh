@@ -16,15 +16,15 @@
 # differs. Progress goes to stderr; stdout carries only the printed path.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${TOOLGATE_CACHE:-$ROOT/.cache}"
-VENV="$CACHE/venv"
-REQ="$ROOT/scripts/python/requirements.txt"
-REQ_NODEPS="$ROOT/scripts/python/requirements-nodeps.txt"
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$SCRIPT_DIR/lib/common.sh"
+cache_dir venv
+VENV="$CACHE"
+REQ="$SCRIPT_DIR/python/requirements.txt"
+REQ_NODEPS="$SCRIPT_DIR/python/requirements-nodeps.txt"
 STAMP="$VENV/.toolgate-requirements.sha256"
 PYTHON="${PYTHON:-python3}"
-
-log() { echo "pyenv: $*" >&2; }
 
 want_hash() {
 	{
@@ -47,7 +47,6 @@ install() {
 	if [[ ! -x "$VENV/bin/python" ]]; then
 		log "creating $VENV and installing TrustGraph reference peer + test deps (first run, about a minute)..."
 		rm -rf "$VENV"
-		mkdir -p "$CACHE"
 		if ! "$PYTHON" -m venv "$VENV" >&2; then
 			log "'$PYTHON -m venv' failed (on Debian: apt-get install python3-venv)"
 			rm -rf "$VENV"
@@ -66,25 +65,14 @@ install() {
 from trustgraph.schema import ToolServiceRequest, ToolServiceResponse
 from trustgraph.base import DynamicToolService
 import trustgraph.tool_service.joke.service' >&2
-	[[ -x "$VENV/bin/joke-service" ]] || { log "joke-service console script missing"; exit 1; }
-	[[ -x "$VENV/bin/openapi-python-client" ]] || { log "openapi-python-client console script missing"; exit 1; }
+	[[ -x "$VENV/bin/joke-service" ]] || die "joke-service console script missing"
+	[[ -x "$VENV/bin/openapi-python-client" ]] || die "openapi-python-client console script missing"
 
 	echo "$want" >"$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
 	log "venv ready in $((SECONDS - t0))s: $VENV"
 }
 
-locked_install() {
-	mkdir -p "$CACHE"
-	if command -v flock >/dev/null 2>&1; then
-		# Serialise concurrent callers (parallel test runs) on one venv.
-		exec 9>"$CACHE/.venv.lock"
-		flock 9
-		install
-		flock -u 9
-	else
-		install
-	fi
-}
+locked_install() { with_lock "$CACHE_ROOT/.venv.lock" install; }
 
 cmd="${1:-ensure}"
 case "$cmd" in
@@ -102,11 +90,10 @@ python)
 bin)
 	[[ $# -ge 2 ]] || { log "usage: $0 bin NAME"; exit 2; }
 	locked_install
-	[[ -x "$VENV/bin/$2" ]] || { log "no console script '$2' in $VENV/bin"; exit 1; }
+	[[ -x "$VENV/bin/$2" ]] || die "no console script '$2' in $VENV/bin"
 	echo "$VENV/bin/$2"
 	;;
 rebuild)
-	mkdir -p "$CACHE"
 	rm -rf "$VENV"
 	locked_install
 	echo "$VENV"

@@ -5,7 +5,8 @@
 # under the cache, waited for until ready, stopped with SIGTERM and, past a
 # grace period, SIGKILL. JVM-specific pieces are in scripts/lib/jvm.sh.
 #
-# A script sources this file, then calls
+# A script sources this file (which brings scripts/lib/common.sh: log, die,
+# cache_dir), then calls
 #   cache_dir NAME                      CACHE_ROOT (absolute) and CACHE=$CACHE_ROOT/NAME
 #   daemon_files BASE PORT DEFAULT PATTERN
 #                                       SFX, PIDFILE, LOG, LOCK of the instance on PORT;
@@ -22,7 +23,6 @@
 #                       starting (scripts/lib/jvm.sh's cds_finish)
 #
 # and uses
-#   log MSG / die MSG             messages on stderr, prefixed with the script's name
 #   listening PORT                something listens on PORT (not connecting)
 #   port_answers PORT             a connection to PORT is accepted
 #   port_taken PORT               a server could not bind PORT now
@@ -37,25 +37,8 @@
 #   daemon_status WHERE CMD…      `status`: exit 0 when CMD says ready
 #   show_log_tail                 first errors and the last 40 lines of LOG
 
-SELF="${0##*/}"
-
-log() { echo "$SELF: $*" >&2; }
-die() {
-	log "ERROR: $*"
-	exit 1
-}
-
-# cache_dir NAME: the cache root ($TOOLGATE_CACHE, else <repo>/.cache) made
-# absolute (Maven resolves relative paths against the pom's folder, and
-# processes start in folders of their own), and its folder NAME, created.
-cache_dir() {
-	local repo
-	repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-	CACHE_ROOT="${TOOLGATE_CACHE:-$repo/.cache}"
-	mkdir -p "$CACHE_ROOT/$1"
-	CACHE_ROOT="$(cd "$CACHE_ROOT" && pwd)"
-	CACHE="$CACHE_ROOT/$1"
-}
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # daemon_files BASE PORT DEFAULT PATTERN: one instance per PORT, each with
 # its pid file, log and lock: $CACHE/BASE$SFX.pid, BASE$SFX.log and

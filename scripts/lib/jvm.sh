@@ -3,9 +3,9 @@
 # scripts/cassandra.sh: a Java server from Maven Central, without Docker or
 # tarballs.
 #
-# The script sets CACHE and SFX (through daemon.sh's cache_dir and
-# daemon_files), POM (its pom.xml, whose runtime dependencies are the
-# server) and LIB (where the jars go, $CACHE/lib), then calls
+# The script sets CACHE and SFX (through cache_dir and daemon_files),
+# POM (its pom.xml, whose runtime dependencies are the server) and LIB
+# (where the jars go, $CACHE/lib), then calls
 #
 #   fetch_jars WHAT JAR...        copy the jars of POM into LIB unless LIB holds them
 #                                 already; each JAR (a glob) must be among them

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -21,24 +20,41 @@ type FileSource struct {
 	path     string
 	sink     Sink
 	log      *slog.Logger
+	maxBytes int64
 	failures atomic.Int64
 	lastErr  atomic.Pointer[string]
 }
 
+// FileOption tunes a FileSource.
+type FileOption func(*FileSource)
+
+// WithMaxFileBytes bounds the file's size (default DefaultMaxFileBytes); a
+// larger file is refused like an invalid one.
+func WithMaxFileBytes(n int64) FileOption {
+	return func(f *FileSource) {
+		if n > 0 {
+			f.maxBytes = n
+		}
+	}
+}
+
 // NewFileSource loads path into sink once; a file with problems is an
-// error here.
-func NewFileSource(path string, log *slog.Logger, sink Sink) (*FileSource, error) {
+// error here. The path must name a regular file (symbolic links are
+// followed) no larger than the limit: a device, a named pipe or a huge file
+// is refused without being read.
+func NewFileSource(path string, log *slog.Logger, sink Sink, opts ...FileOption) (*FileSource, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &FileSource{path: path, sink: sink, log: log}
-	data, err := os.ReadFile(path)
+	f := &FileSource{path: path, sink: sink, log: log, maxBytes: DefaultMaxFileBytes}
+	for _, o := range opts {
+		o(f)
+	}
+	data, err := readRegular(path, f.maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	if _, err := Parse(filepath.Base(path), data, log); err != nil {
-		return nil, err
-	}
+	// The sink parses and validates it (once: a large file takes a while).
 	if err := sink.Apply(Update{Origin: OriginFile, Name: path, Doc: data}); err != nil {
 		return nil, err
 	}
@@ -70,12 +86,10 @@ func (f *FileSource) LastError() string {
 // Reload reads the file again and hands it to the sink, which swaps in a
 // new snapshot if it is valid.
 func (f *FileSource) Reload() error {
-	data, err := os.ReadFile(f.path)
+	data, err := readRegular(f.path, f.maxBytes)
 	if err == nil {
-		// Parse first: the file's problems are reported as a LoadError.
-		if _, err = Parse(filepath.Base(f.path), data, f.log); err == nil {
-			err = f.sink.Apply(Update{Origin: OriginFile, Name: f.path, Doc: data})
-		}
+		// The sink's error holds the file's problems as a *LoadError.
+		err = f.sink.Apply(Update{Origin: OriginFile, Name: f.path, Doc: data})
 	} else {
 		err = fmt.Errorf("registry: %w", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -55,9 +54,10 @@ func (e *LoadError) Error() string {
 // ArgumentTypes are the argument types a tool may declare.
 var ArgumentTypes = []string{"string", "number", "integer", "boolean", "object", "array"}
 
-// LoadFile reads and validates a descriptor file (JSON or YAML).
+// LoadFile reads and validates a descriptor file (JSON or YAML), a
+// regular file of at most DefaultMaxFileBytes.
 func LoadFile(path string, log *slog.Logger) (*Snapshot, error) {
-	data, err := os.ReadFile(path)
+	data, err := readRegular(path, DefaultMaxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}

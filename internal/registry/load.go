@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/wire"
-	"gopkg.in/yaml.v3"
 )
 
 // Problem is one thing wrong with a descriptor file.
@@ -191,8 +190,8 @@ func decodeDocument(data []byte) (map[string]any, error) {
 		}
 		return doc, nil
 	}
-	var y any
-	if err := yaml.Unmarshal(trimmed, &y); err != nil {
+	y, err := decodeYAML(trimmed)
+	if err != nil {
 		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
 	}
 	// Round-trip through JSON so YAML and JSON documents look alike.

@@ -72,6 +72,9 @@ type Merger struct {
 	reg    *Registry
 	log    *slog.Logger
 	onSwap func(*Snapshot)
+	// Bounds on what the bus may bring (announcements are untrusted).
+	maxAnnounceBytes int
+	maxAnnounced     int
 
 	mu        sync.Mutex
 	parts     map[Origin]map[string]*part
@@ -79,14 +82,50 @@ type Merger struct {
 	conflicts []Conflict
 }
 
+// Bounds on announcements, which come from the bus: one announcement's
+// size, and the number of services announced at once.
+const (
+	DefaultMaxAnnouncementBytes = 1 << 20
+	DefaultMaxAnnouncedServices = 10000
+)
+
+// MergerOption tunes a Merger.
+type MergerOption func(*Merger)
+
+// WithMaxAnnouncementBytes bounds the size of one announcement (default
+// DefaultMaxAnnouncementBytes); a larger one is refused without being
+// parsed.
+func WithMaxAnnouncementBytes(n int) MergerOption {
+	return func(m *Merger) {
+		if n > 0 {
+			m.maxAnnounceBytes = n
+		}
+	}
+}
+
+// WithMaxAnnouncedServices bounds the services announced at once (default
+// DefaultMaxAnnouncedServices); an announcement of one more is refused
+// until another service withdraws.
+func WithMaxAnnouncedServices(n int) MergerOption {
+	return func(m *Merger) {
+		if n > 0 {
+			m.maxAnnounced = n
+		}
+	}
+}
+
 // NewMerger returns a merger whose registry serves an empty snapshot until
 // the first update. onSwap, if set, is called after each new snapshot is
 // published, with the merger's lock not held.
-func NewMerger(log *slog.Logger, onSwap func(*Snapshot)) *Merger {
+func NewMerger(log *slog.Logger, onSwap func(*Snapshot), opts ...MergerOption) *Merger {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Merger{log: log, onSwap: onSwap, parts: map[Origin]map[string]*part{}, states: map[Origin]*originState{}}
+	m := &Merger{log: log, onSwap: onSwap, parts: map[Origin]map[string]*part{}, states: map[Origin]*originState{},
+		maxAnnounceBytes: DefaultMaxAnnouncementBytes, maxAnnounced: DefaultMaxAnnouncedServices}
+	for _, o := range opts {
+		o(m)
+	}
 	for _, o := range Origins {
 		m.parts[o] = map[string]*part{}
 		m.states[o] = &originState{}
@@ -169,6 +208,12 @@ func (m *Merger) Apply(u Update) error {
 		label += " " + u.Name
 	}
 	withdraw := u.Parsed == nil && len(bytes.TrimSpace(u.Doc)) == 0
+	if !withdraw {
+		if err := m.admit(u, label); err != nil {
+			m.reject(u.Origin, label, err)
+			return err
+		}
+	}
 	if !withdraw && u.Parsed == nil {
 		// The same document again (a re-announcement, a periodic re-read):
 		// nothing to do, and its problems were reported the first time.
@@ -204,6 +249,11 @@ func (m *Merger) Apply(u Update) error {
 		delete(units, u.Unit)
 		m.log.Info("registry unit withdrawn", "source", label)
 	default:
+		if err := m.admitLocked(u, label); err != nil {
+			m.mu.Unlock()
+			m.reject(u.Origin, label, err)
+			return err
+		}
 		units[u.Unit] = p
 	}
 	snap := m.mergeLocked()
@@ -212,6 +262,31 @@ func (m *Merger) Apply(u Update) error {
 		"tools", len(snap.Tools()), "tool_services", len(snap.Services()))
 	if m.onSwap != nil {
 		m.onSwap(snap)
+	}
+	return nil
+}
+
+// admit checks an announcement against the bounds before it is parsed.
+func (m *Merger) admit(u Update, label string) error {
+	if u.Origin != OriginAnnouncement {
+		return nil
+	}
+	if len(u.Doc) > m.maxAnnounceBytes {
+		return fmt.Errorf("%w: %s: the announcement has %d bytes, the limit is %d", ErrRejected, label, len(u.Doc), m.maxAnnounceBytes)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.admitLocked(u, label)
+}
+
+// admitLocked refuses a service beyond the number that may be announced.
+func (m *Merger) admitLocked(u Update, label string) error {
+	if u.Origin != OriginAnnouncement {
+		return nil
+	}
+	units := m.parts[u.Origin]
+	if _, known := units[u.Unit]; !known && len(units) >= m.maxAnnounced {
+		return fmt.Errorf("%w: %s: %d services are announced already, the limit", ErrRejected, label, len(units))
 	}
 	return nil
 }

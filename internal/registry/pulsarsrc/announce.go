@@ -21,9 +21,15 @@ const DefaultAnnounceTopic = "persistent://tg/config/tool-descriptors"
 
 // Announcements reads tool services' announcements: messages keyed by
 // service id whose payload is the registry file layout scoped to that
-// service; an empty payload withdraws the service. It reads the topic's
-// compacted view from the earliest message, so a gateway started later
-// sees every live service at once.
+// service; an empty payload or a null value (Pulsar's tombstone) withdraws
+// the service. It reads the topic's compacted view from the earliest
+// message, so a gateway started later sees every live service at once.
+//
+// The topic is written by anyone who may publish on it, so what it brings
+// is bounded: the reader buffers few messages, an announcement larger than
+// registry.DefaultMaxAnnouncementBytes is refused unread, and documents are
+// parsed off the reader's goroutine, large ones in a lane of their own, so
+// one large announcement never holds up the others.
 type Announcements struct {
 	client pulsar.Client
 	topic  string
@@ -51,10 +57,12 @@ func (a *Announcements) Topic() string { return a.topic }
 // cannot be created (broker down, namespace missing) is retried, and the
 // problem is reported to the sink meanwhile.
 func (a *Announcements) Run(ctx context.Context, sink registry.Sink) error {
+	d := newDispatcher(func(u registry.Update) { a.applyNow(sink, u) }, maxLargePending)
+	defer d.close()
 	backoff := 250 * time.Millisecond
 	synced := false
 	for ctx.Err() == nil {
-		err := a.read(ctx, sink, &synced)
+		err := a.read(ctx, sink, d, &synced)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -69,12 +77,20 @@ func (a *Announcements) Run(ctx context.Context, sink registry.Sink) error {
 	return nil
 }
 
-func (a *Announcements) read(ctx context.Context, sink registry.Sink, synced *bool) error {
+// Bounds on what the reader holds: messages buffered by the client, and
+// bytes of large announcements waiting to be parsed.
+const (
+	readerQueue     = 16
+	maxLargePending = 64 << 20
+)
+
+func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatcher, synced *bool) error {
 	r, err := a.client.CreateReader(pulsar.ReaderOptions{
-		Topic:          a.topic,
-		StartMessageID: pulsar.EarliestMessageID(),
-		ReadCompacted:  true,
-		Name:           "toolgate-registry",
+		Topic:             a.topic,
+		StartMessageID:    pulsar.EarliestMessageID(),
+		ReadCompacted:     true,
+		Name:              "toolgate-registry",
+		ReceiverQueueSize: readerQueue,
 	})
 	if err != nil {
 		return err
@@ -86,8 +102,9 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, synced *bo
 		if err != nil {
 			return err
 		}
-		a.apply(sink, msg)
+		a.apply(sink, d, msg)
 	}
+	d.idle()
 	*synced = true
 	sink.State(registry.OriginAnnouncement, true, nil)
 	a.log.Info("reading tool service announcements", "topic", a.topic)
@@ -99,19 +116,33 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, synced *bo
 			}
 			return err
 		}
-		a.apply(sink, msg)
+		a.apply(sink, d, msg)
 	}
 }
 
-func (a *Announcements) apply(sink registry.Sink, msg pulsar.Message) {
+// apply hands one message to the dispatcher. What the sink refuses without
+// parsing (no key, too large) is refused here, on the reader's goroutine.
+func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Message) {
 	key := msg.Key()
 	if key == "" {
 		// Reported through the sink as a rejection, like any bad announcement.
 		_ = sink.Apply(registry.Update{Origin: registry.OriginAnnouncement, Name: a.topic, Doc: []byte("{}")})
 		return
 	}
-	err := sink.Apply(registry.Update{Origin: registry.OriginAnnouncement, Unit: key, Name: a.topic, Doc: msg.Payload()})
+	u := registry.Update{Origin: registry.OriginAnnouncement, Unit: key, Name: a.topic, Doc: msg.Payload()}
+	if msg.IsNullValue() {
+		u.Doc = nil // a tombstone: the service withdraws
+	}
+	if len(u.Doc) > registry.DefaultMaxAnnouncementBytes {
+		a.applyNow(sink, u)
+		return
+	}
+	d.submit(u)
+}
+
+func (a *Announcements) applyNow(sink registry.Sink, u registry.Update) {
+	err := sink.Apply(u)
 	if err != nil && !errors.Is(err, registry.ErrRejected) {
-		a.log.Warn("announcement not applied", "service", key, "err", err)
+		a.log.Warn("announcement not applied", "service", u.Unit, "err", err)
 	}
 }

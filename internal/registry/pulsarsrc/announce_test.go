@@ -1,0 +1,230 @@
+package pulsarsrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+func announcement(id string) []byte {
+	return fmt.Appendf(nil, `{"tool-service": {%q: {"topic": %q}}, "tool": {%q: {"type": "tool-service", "service": %q}}}`,
+		id, id, id+"-tool", id)
+}
+
+// runAnnouncements reads topic into a new merger until the test ends and
+// waits for its first sync.
+func runAnnouncements(t *testing.T, c pulsar.Client, topic string, opts ...registry.MergerOption) *registry.Merger {
+	t.Helper()
+	m := registry.NewMerger(nil, nil, opts...)
+	m.Enable(registry.OriginAnnouncement)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewAnnouncements(c, topic, nil).Run(ctx, m) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("source: %v", err)
+		}
+	})
+	if missing := m.WaitSynced(20 * time.Second); len(missing) > 0 {
+		t.Fatalf("not synced: %v", missing)
+	}
+	return m
+}
+
+func waitTool(t *testing.T, m *registry.Merger, name string, present bool) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, ok := m.Registry().Snapshot().Tool(name); ok == present {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tool %s present=%v not reached within 30 s", name, present)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A null-value message (Pulsar's tombstone, what other clients send to
+// delete a key of a compacted topic) withdraws the service it is keyed by.
+func TestAnnouncementTombstoneWithdraws(t *testing.T) {
+	c := client(t)
+	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m := runAnnouncements(t, c, topic)
+	if _, err := p.Send(t.Context(), &pulsar.ProducerMessage{Key: "tomb", Payload: announcement("tomb")}); err != nil {
+		t.Fatal(err)
+	}
+	waitTool(t, m, "tomb-tool", true)
+	t0 := time.Now()
+	if _, err := p.Send(t.Context(), &pulsar.ProducerMessage{Key: "tomb"}); err != nil { // no payload: a null value
+		t.Fatal(err)
+	}
+	t.Logf("withdrawn %v after the tombstone was sent", waitTool(t, m, "tomb-tool", false).Sub(t0))
+}
+
+// Announcements over the size limit are refused unread and counted; one
+// beyond the number of services allowed is refused too; the rest apply.
+func TestAnnouncementBounds(t *testing.T) {
+	c := client(t)
+	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m := runAnnouncements(t, c, topic, registry.WithMaxAnnouncedServices(2))
+	huge := append(announcement("huge"), []byte(strings.Repeat(" ", registry.DefaultMaxAnnouncementBytes))...)
+	for _, msg := range []*pulsar.ProducerMessage{
+		{Key: "huge", Payload: huge},
+		{Key: "a", Payload: announcement("a")},
+		{Key: "b", Payload: announcement("b")},
+		{Key: "c", Payload: announcement("c")}, // the third: one too many
+	} {
+		if _, err := p.Send(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitTool(t, m, "b-tool", true)
+	deadline := time.Now().Add(10 * time.Second)
+	for m.Rejected(registry.OriginAnnouncement) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	snap := m.Registry().Snapshot()
+	for name, want := range map[string]bool{"huge-tool": false, "a-tool": true, "b-tool": true, "c-tool": false} {
+		if _, ok := snap.Tool(name); ok != want {
+			t.Errorf("%s served: %v, want %v", name, ok, want)
+		}
+	}
+	if got := m.Rejected(registry.OriginAnnouncement); got != 2 {
+		t.Errorf("rejected %d, want 2", got)
+	}
+	// Room again once one withdraws.
+	if _, err := p.Send(t.Context(), &pulsar.ProducerMessage{Key: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	waitTool(t, m, "a-tool", false)
+	if _, err := p.Send(t.Context(), &pulsar.ProducerMessage{Key: "c", Payload: announcement("c")}); err != nil {
+		t.Fatal(err)
+	}
+	waitTool(t, m, "c-tool", true)
+}
+
+// timingSink records when each unit was applied.
+type timingSink struct {
+	*registry.Merger
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (s *timingSink) Apply(u registry.Update) error {
+	err := s.Merger.Apply(u)
+	s.mu.Lock()
+	s.seen[u.Unit] = time.Now()
+	s.mu.Unlock()
+	return err
+}
+
+// A flood of large announcements, some over the limit and some under it,
+// does not hold up a normal one sent in the middle of it: the normal one
+// is applied while the large ones are still being parsed, and every large
+// one is accounted for (applied or refused). The delay is logged, not
+// asserted: the test fails when the normal one waits for the whole flood.
+func TestAnnouncementFloodDoesNotHoldUpOthers(t *testing.T) {
+	c := client(t)
+	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m := registry.NewMerger(nil, nil)
+	m.Enable(registry.OriginAnnouncement)
+	sink := &timingSink{Merger: m, seen: map[string]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewAnnouncements(c, topic, nil).Run(ctx, sink) }()
+	defer func() { cancel(); <-done }()
+	if missing := m.WaitSynced(20 * time.Second); len(missing) > 0 {
+		t.Fatalf("not synced: %v", missing)
+	}
+	// Large but valid: a service with many tools (about 900 KB of YAML).
+	big := func(id string) []byte {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "tool-service:\n  %s: {topic: %s}\ntool:\n", id, id)
+		for i := 0; sb.Len() < 900<<10; i++ {
+			fmt.Fprintf(&sb, "  %s-t%d: {type: tool-service, service: %s, description: tool number %d of a large announcement%s}\n", id, i, id, i, strings.Repeat(" with words", 20))
+		}
+		return []byte(sb.String())
+	}
+	const floodN, overN = 30, 10
+	over := append(announcement("over"), []byte(strings.Repeat(" ", 4<<20))...)
+	var sendErr error
+	var wg sync.WaitGroup
+	var normalSent time.Time // written before wg.Done, read after wg.Wait
+	for i := range floodN + overN {
+		key, payload := fmt.Sprintf("big%d", i), big(fmt.Sprintf("big%d", i))
+		if i >= floodN {
+			key, payload = fmt.Sprintf("over%d", i), over
+		}
+		wg.Add(1)
+		p.SendAsync(t.Context(), &pulsar.ProducerMessage{Key: key, Payload: payload}, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			if err != nil {
+				sendErr = err
+			}
+			wg.Done()
+		})
+		if i == floodN/2 {
+			wg.Add(1)
+			p.SendAsync(t.Context(), &pulsar.ProducerMessage{Key: "normal", Payload: announcement("normal")}, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+				if err != nil {
+					sendErr = err
+				}
+				normalSent = time.Now() // the broker has it
+				wg.Done()
+			})
+		}
+	}
+	wg.Wait()
+	if sendErr != nil {
+		t.Fatal(sendErr)
+	}
+	normalAt := waitTool(t, m, "normal-tool", true)
+	sink.mu.Lock()
+	appliedBig := 0
+	for i := range floodN/2 + 1 {
+		if _, ok := sink.seen[fmt.Sprintf("big%d", i)]; ok {
+			appliedBig++
+		}
+	}
+	sink.mu.Unlock()
+	t.Logf("normal announcement applied %v after the broker took it; %d of the %d large ones sent before it applied by then", normalAt.Sub(normalSent), appliedBig, floodN/2+1)
+	if appliedBig > floodN/2 {
+		t.Errorf("the normal announcement waited for every large one ahead of it")
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		snap := m.Registry().Snapshot()
+		if len(snap.Services()) == floodN+1 && m.Rejected(registry.OriginAnnouncement) == overN {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("services %d, rejected %d; want %d and %d", len(snap.Services()), m.Rejected(registry.OriginAnnouncement), floodN+1, overN)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("flood done %v after the normal announcement was sent", time.Since(normalSent))
+}

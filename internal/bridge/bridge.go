@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -115,6 +116,7 @@ type Bridge struct {
 	closed bool
 
 	pending pendingMap
+	track   tracker
 	// honouring holds the response topics whose services have answered on
 	// ReplyTopic (response topic → struct{}).
 	honouring sync.Map
@@ -194,6 +196,13 @@ func (b *Bridge) Honouring() []string {
 // Listen makes sure this instance is subscribed to a response topic. Call
 // performs it on demand; calling it ahead saves the first call the wait.
 func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
+	return b.listen(ctx, responseTopic, true)
+}
+
+// listen is Listen; with detach the subscription is made to the end even
+// if ctx ends first (a call's context must not cut it short for the
+// others), without it ctx ends it too (the background work's).
+func (b *Bridge) listen(ctx context.Context, responseTopic string, detach bool) error {
 	// Fast path, every call: the subscription exists already.
 	b.mu.RLock()
 	l := b.topics[responseTopic]
@@ -219,7 +228,11 @@ func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
 		b.mu.Unlock()
 		// Subscribe outside the lock; others wait on ready. The
 		// subscription outlives the ctx of the call that created it.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		parent := ctx
+		if detach {
+			parent = context.WithoutCancel(ctx)
+		}
+		sctx, cancel := context.WithTimeout(parent, 30*time.Second)
 		l.sub, l.err = b.broker.Subscribe(sctx, responseTopic, b.subID, transport.Exclusive,
 			func(m transport.Message) { b.route(responseTopic, m) })
 		cancel()
@@ -231,6 +244,7 @@ func (b *Bridge) Listen(ctx context.Context, responseTopic string) error {
 		} else {
 			b.log.Debug("subscribed to response topic", "topic", responseTopic, "subscription", b.subID)
 		}
+		b.noteListen(responseTopic, l.err)
 		close(l.ready)
 	} else {
 		b.mu.Unlock()
@@ -365,25 +379,39 @@ func (b *Bridge) route(topic string, m transport.Message) {
 
 // ListenAll subscribes to the reply topic and to every response topic
 // topics gives (asked again on each try, so it may change), retrying with a
-// capped backoff until all are subscribed — then it returns nil — or ctx
-// ends, whose error it returns. Each failed round is logged.
+// capped backoff until the broker has proved reachable — then it returns
+// nil — or ctx ends, whose error it returns. Reachable means: the reply
+// topic is subscribed (without one, at least one topic is, or there are
+// none). Topics that still fail then hold up nothing: they are retried in
+// the background and listed by Failing. Each failed round is logged.
 func (b *Bridge) ListenAll(ctx context.Context, topics func() []string) error {
 	backoff := 200 * time.Millisecond
 	for {
-		var errs []error
 		all := topics()
-		if rt := b.ReplyTopic(); rt != "" {
+		rt := b.ReplyTopic()
+		if rt != "" {
 			all = append([]string{rt}, all...)
 		}
-		for _, t := range all {
-			if err := b.Listen(ctx, t); err != nil {
-				errs = append(errs, err)
-			}
+		errs := b.listenMany(ctx, all, true)
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if len(errs) == 0 {
 			return nil
 		}
-		b.log.Warn("broker not reachable yet; retrying", "err", errors.Join(errs...), "retry_in", backoff)
+		_, replyFailed := errs[rt]
+		reachable := len(errs) < len(all) && (rt == "" || !replyFailed)
+		joined := make([]error, 0, len(errs))
+		for _, t := range slices.Sorted(maps.Keys(errs)) {
+			joined = append(joined, errs[t])
+		}
+		if reachable {
+			b.log.Warn("some response topics cannot be subscribed; serving the others and retrying these in the background",
+				"failing", len(errs), "of", len(all), "err", errors.Join(joined...))
+			b.kickTracker()
+			return nil
+		}
+		b.log.Warn("broker not reachable yet; retrying", "err", errors.Join(joined...), "retry_in", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -421,6 +449,7 @@ func (b *Bridge) Close() {
 	ls := b.topics
 	b.topics = nil
 	b.mu.Unlock()
+	b.stopTracker()
 	for _, l := range ls {
 		<-l.ready
 		if l.sub != nil {

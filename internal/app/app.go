@@ -248,11 +248,14 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 		"reply_to_services": g.bridge.Honouring(),
 	}
 	g.sources.details(d)
+	// Shown, never holding up readiness: one bad service must not.
+	d["response_topics_failing"] = g.bridge.Failing()
 	return g.listened.Load() && !g.stopping.Load(), d
 }
 
-// onRegistrySwap subscribes to the response topics of services a reload
-// added, so their first calls do not wait for it.
+// onRegistrySwap hands the bridge the response topics of the snapshot's
+// services: those a reload added are subscribed in the background (their
+// first calls do not wait for it), those of services gone are released.
 func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
 	if g.mcp != nil {
 		g.mcp.ToolsChanged()
@@ -260,13 +263,11 @@ func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
 	if g.bridge == nil {
 		return
 	}
+	topics := make([]string, 0, len(snap.Services()))
 	for _, sv := range snap.Services() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := g.bridge.Listen(ctx, sv.ResponseTopic); err != nil {
-			g.log.Warn("cannot subscribe to a reloaded service's response topic; its first call will retry", "service", sv.ID, "err", err)
-		}
-		cancel()
+		topics = append(topics, sv.ResponseTopic)
 	}
+	g.bridge.Track(topics)
 }
 
 // watchRegistry reloads the registry when its file changes.

@@ -69,6 +69,8 @@ lint:
 	cd tools/buf && $(GO) mod tidy -diff
 	cd tools/lint && $(GO) mod tidy -diff
 	cd tools/vuln && $(GO) mod tidy -diff
+	cd tools/helm && $(GO) mod tidy -diff
+	cd tools/image && $(GO) mod tidy -diff && $(GO) vet ./...
 	scripts/vulncheck.sh
 
 ## fmt: gofmt every tracked Go file outside gen/ (what lint checks)
@@ -78,3 +80,8 @@ fmt:
 ## clean: remove bin/
 clean:
 	rm -rf bin
+
+## image: the container image (gateway, echo-service, joke-service: static, non-root, empty base) → .cache/image/; see docs/deploy.md
+.PHONY: image
+image:
+	deploy/image.sh

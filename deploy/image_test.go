@@ -1,0 +1,382 @@
+package deploy
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+// testVersion is stamped into the image the test builds.
+const testVersion = "v0.0.0-imagetest"
+
+// imageCommands are the binaries the image holds, its entrypoint first.
+var imageCommands = []string{"gateway", "echo-service", "joke-service"}
+
+// TestImage builds the image with make image, unpacks it as a container
+// runtime would, and runs what it holds: every command's --version, then
+// the entrypoint with the image's user, environment and filesystem (chroot
+// into the unpacked layers when the test runs as root) against the test
+// broker until /readyz answers, and a SIGTERM it must survive cleanly.
+// Packing the same binaries again must give the same digest.
+func TestImage(t *testing.T) {
+	t.Parallel()
+	testenv.RequirePulsar(t)
+	cache := t.TempDir()
+	out := makeImage(t, cache)
+	img := readLayout(t, filepath.Join(out, "oci"))
+
+	cfg := img.config.Config
+	if cfg.User != "65532:65532" {
+		t.Errorf("user %q, want 65532:65532 (non-root, numeric for runAsNonRoot)", cfg.User)
+	}
+	if want := []string{"/usr/local/bin/gateway"}; !slices.Equal(cfg.Entrypoint, want) {
+		t.Errorf("entrypoint %q, want %q", cfg.Entrypoint, want)
+	}
+	for k, want := range map[string]string{
+		"org.opencontainers.image.version":  testVersion,
+		"org.opencontainers.image.source":   "https://",
+		"org.opencontainers.image.licenses": "",
+		"org.opencontainers.image.revision": "",
+	} {
+		if v, ok := cfg.Labels[k]; !ok || v == "" || !strings.HasPrefix(v, want) {
+			t.Errorf("label %s = %q, want a value starting %q", k, v, want)
+		}
+	}
+	if img.config.OS != "linux" || len(img.layers) != 2 {
+		t.Errorf("os %q with %d layers, want linux with 2 (base files, binaries)", img.config.OS, len(img.layers))
+	}
+
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, l := range img.layers {
+		unpack(t, root, l)
+	}
+	passwd, err := os.ReadFile(filepath.Join(root, "etc/passwd"))
+	if err != nil || !strings.Contains(string(passwd), "\ntoolgate:x:65532:65532:") {
+		t.Errorf("/etc/passwd lacks the user 65532 (%v):\n%s", err, passwd)
+	}
+	if ca, err := os.ReadFile(filepath.Join(root, "etc/ssl/certs/ca-certificates.crt")); err != nil || !bytes.Contains(ca, []byte("BEGIN CERTIFICATE")) {
+		t.Errorf("no CA certificates in the image: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "tmp")); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("/tmp: %v %v, want a world-writable sticky directory", fi, err)
+	}
+	for _, c := range imageCommands {
+		bin := filepath.Join(root, "usr/local/bin", c)
+		checkStatic(t, bin)
+		got, err := exec.Command(bin, "--version").CombinedOutput()
+		if want := c + " " + testVersion + " ("; err != nil || !strings.HasPrefix(string(got), want) {
+			t.Errorf("%s --version = %q (%v), want it to start %q", c, got, err, want)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	startGateway(t, root, cfg)
+
+	// The same binaries give the same image. (The binaries themselves are
+	// reproducible by Go's own rules, -trimpath given: building them again
+	// here would also see edits made to the work tree meanwhile.)
+	again := readLayout(t, filepath.Join(makeImage(t, t.TempDir(), "IMAGE_BIN="+filepath.Join(out, "bin")), "oci"))
+	if again.digest != img.digest {
+		t.Errorf("packing the same binaries again gave %s, the first time %s: the image is not reproducible", again.digest, img.digest)
+	}
+}
+
+// makeImage runs make image, with env added to the environment, its output
+// under cache, and returns the image's directory.
+func makeImage(t *testing.T, cache string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command("make", "-s", "image")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "TOOLGATE_CACHE="+cache, "IMAGE_VERSION="+testVersion,
+		// fixed, so that a commit made meanwhile cannot change the image
+		"IMAGE_REVISION=0123456789abcdef0123456789abcdef01234567", "SOURCE_DATE_EPOCH=1767225600")
+	cmd.Env = append(cmd.Env, env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	return filepath.Join(cache, "image")
+}
+
+// startGateway runs the image's entrypoint with its user and environment,
+// against the test broker, until /readyz answers 200; then stops it with
+// SIGTERM, which must end it with status 0.
+func startGateway(t *testing.T, root string, cfg imageConfig) {
+	t.Helper()
+	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(cfg.Entrypoint[0])
+	cmd.Env = append(slices.Clone(cfg.Env),
+		"TOOLGATE_PULSAR_URL="+testenv.PulsarURL(),
+		"TOOLGATE_PULSAR_ADMIN_URL="+testenv.AdminURL(),
+		"TOOLGATE_HTTP_ADDR="+httpAddr,
+		"TOOLGATE_GRPC_ADDR="+grpcAddr,
+		"TOOLGATE_ALLOW_ANONYMOUS=true",
+		"TOOLGATE_INSTANCE_ID="+testenv.UniqueTopic("imagetest"),
+	)
+	if os.Geteuid() == 0 {
+		// As a container runtime would: the image's files only, as its user.
+		uid, gid := parseUser(t, cfg.User)
+		cmd.Dir = cfg.WorkingDir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	} else {
+		t.Logf("not root: running %s from the unpacked image without chroot or its user", cfg.Entrypoint[0])
+		cmd.Path = filepath.Join(root, cfg.Entrypoint[0])
+	}
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the entrypoint: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	running := true
+	defer func() {
+		if running {
+			_ = cmd.Process.Kill()
+			t.Logf("gateway killed: %v", <-exited)
+		}
+		if t.Failed() {
+			t.Logf("gateway output:\n%s", logs.String())
+		}
+	}()
+
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := client.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			err = errors.New(resp.Status)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not answer 200 within 60 s (last: %v)", err)
+		}
+		select {
+		case err := <-exited:
+			running = false
+			t.Fatalf("the gateway exited before it was ready: %v", err)
+		case <-tick.C:
+		}
+	}
+	if cmd.SysProcAttr != nil {
+		// It runs in the image's files, as the image's user.
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+		if uid, _ := parseUser(t, cfg.User); err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^Uid:\t%d\t`, uid)).Match(status) {
+			t.Errorf("the gateway does not run as uid %d (%v):\n%s", uid, err, status)
+		}
+		if got, err := os.Readlink(fmt.Sprintf("/proc/%d/root", cmd.Process.Pid)); err != nil || got != root {
+			t.Errorf("the gateway's root is %q (%v), want the unpacked image %s", got, err, root)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		running = false
+		if err != nil {
+			t.Errorf("the gateway ended with %v after SIGTERM, want status 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("the gateway still runs 30 s after SIGTERM")
+	}
+}
+
+func parseUser(t *testing.T, user string) (uint32, uint32) {
+	t.Helper()
+	u, g, ok := strings.Cut(user, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		t.Fatalf("user %q: want uid:gid", user)
+	}
+	return uint32(uid), uint32(gid)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// checkStatic fails unless path is an ELF executable without an
+// interpreter or shared libraries: it must run on an empty base.
+func checkStatic(t *testing.T, path string) {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Errorf("%s: %v", path, err)
+		return
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s asks for a dynamic loader: not static", path)
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("%s needs shared libraries %v: not static", path, libs)
+	}
+}
+
+// The parts of an OCI image the test reads.
+type (
+	descriptor struct {
+		MediaType string `json:"mediaType"`
+		Digest    string `json:"digest"`
+	}
+	imageConfig struct {
+		Entrypoint []string          `json:"Entrypoint"`
+		User       string            `json:"User"`
+		Env        []string          `json:"Env"`
+		WorkingDir string            `json:"WorkingDir"`
+		Labels     map[string]string `json:"Labels"`
+	}
+	configFile struct {
+		OS     string      `json:"os"`
+		Config imageConfig `json:"config"`
+	}
+	image struct {
+		digest string
+		config configFile
+		layers []string // blob paths, base first
+	}
+)
+
+// readLayout reads the one image of the OCI layout at dir.
+func readLayout(t *testing.T, dir string) image {
+	t.Helper()
+	blob := func(digest string) string {
+		alg, hex, _ := strings.Cut(digest, ":")
+		return filepath.Join(dir, "blobs", alg, hex)
+	}
+	read := func(path string, v any) {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(b, v)
+		}
+		if err != nil {
+			t.Fatalf("OCI layout: %v", err)
+		}
+	}
+	var layoutFile struct {
+		Version string `json:"imageLayoutVersion"`
+	}
+	read(filepath.Join(dir, "oci-layout"), &layoutFile)
+	var index struct{ Manifests []descriptor }
+	read(filepath.Join(dir, "index.json"), &index)
+	if layoutFile.Version != "1.0.0" || len(index.Manifests) != 1 {
+		t.Fatalf("OCI layout version %q with %d manifests, want 1.0.0 with 1", layoutFile.Version, len(index.Manifests))
+	}
+	var manifest struct {
+		Config descriptor
+		Layers []descriptor
+	}
+	read(blob(index.Manifests[0].Digest), &manifest)
+	img := image{digest: index.Manifests[0].Digest}
+	read(blob(manifest.Config.Digest), &img.config)
+	for _, l := range manifest.Layers {
+		if l.MediaType != "application/vnd.oci.image.layer.v1.tar+gzip" {
+			t.Fatalf("layer media type %q", l.MediaType)
+		}
+		img.layers = append(img.layers, blob(l.Digest))
+	}
+	return img
+}
+
+// unpack extracts the gzipped layer at path into root: directories and
+// regular files only, none outside root.
+func unpack(t *testing.T, root, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Clean(h.Name)
+		if !filepath.IsLocal(name) {
+			t.Fatalf("layer entry %q leaves the root", h.Name)
+		}
+		dst := filepath.Join(root, name)
+		mode := os.FileMode(h.Mode).Perm() | modeBits(h.Mode)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			w, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			if err == nil {
+				_, err = io.Copy(w, tr)
+				err = errors.Join(err, w.Close())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("layer entry %q has type %q; the image holds only directories and files", h.Name, h.Typeflag)
+		}
+		if err := os.Chmod(dst, mode); err != nil { // after creation: the umask must not narrow it
+			t.Fatal(err)
+		}
+	}
+}
+
+// modeBits turns the sticky, setuid and setgid bits of a tar mode into
+// Go's.
+func modeBits(m int64) os.FileMode {
+	var fm os.FileMode
+	for _, b := range []struct {
+		tar int64
+		fm  os.FileMode
+	}{{0o1000, os.ModeSticky}, {0o2000, os.ModeSetgid}, {0o4000, os.ModeSetuid}} {
+		if m&b.tar != 0 {
+			fm |= b.fm
+		}
+	}
+	return fm
+}

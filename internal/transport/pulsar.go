@@ -467,34 +467,86 @@ func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ 
 	s := &pulsarSub{c: r.c, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
+		c := r.c
 		for {
-			m, err := r.c.Receive(loopCtx)
+			m, err := c.Receive(loopCtx)
 			if err != nil {
 				if loopCtx.Err() != nil {
 					return
 				}
+				if isConsumerClosed(err) {
+					// The client gave the consumer up (a non-retriable
+					// error on reconnect: TopicNotFound, ConsumerBusy, …):
+					// subscribe again, as a new consumer.
+					b.log.Warn("consumer closed by the client; subscribing again", "topic", topic, "subscription", subscription)
+					if c = b.resubscribe(loopCtx, opts); c == nil {
+						return
+					}
+					s.setConsumer(c)
+					continue
+				}
 				b.log.Warn("receive failed", "topic", topic, "subscription", subscription, "err", err)
+				t := time.NewTimer(100 * time.Millisecond)
 				select {
 				case <-loopCtx.Done():
+					t.Stop()
 					return
-				case <-time.After(100 * time.Millisecond):
+				case <-t.C:
 				}
 				continue
 			}
 			h(Message{Payload: m.Payload(), Properties: m.Properties()})
 			if persistent {
-				_ = r.c.Ack(m)
+				_ = c.Ack(m)
 			}
 		}
 	}()
 	return s, nil
 }
 
+func isConsumerClosed(err error) bool {
+	var pe *pulsar.Error
+	return errors.As(err, &pe) && pe.Result() == pulsar.ConsumerClosed
+}
+
+// resubscribe creates the consumer again, with the reconnect backoff,
+// until it succeeds (it returns the consumer) or ctx ends (nil).
+func (b *Pulsar) resubscribe(ctx context.Context, opts pulsar.ConsumerOptions) pulsar.Consumer {
+	bo := b.backoff()
+	for {
+		c, err := b.client.Subscribe(opts)
+		if err == nil {
+			if ctx.Err() != nil {
+				c.Close()
+				return nil
+			}
+			b.log.Info("subscribed again", "topic", opts.Topic, "subscription", opts.SubscriptionName)
+			return c
+		}
+		d := bo.Next()
+		b.log.Warn("subscribing again failed; retrying", "topic", opts.Topic, "subscription", opts.SubscriptionName, "err", err, "retry_in", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
 type pulsarSub struct {
-	c      pulsar.Consumer
+	mu     sync.Mutex
+	c      pulsar.Consumer // replaced when the client closed it
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+}
+
+func (s *pulsarSub) setConsumer(c pulsar.Consumer) {
+	s.mu.Lock()
+	s.c = c
+	s.mu.Unlock()
 }
 
 // Close implements Subscription.
@@ -502,7 +554,10 @@ func (s *pulsarSub) Close() error {
 	s.once.Do(func() {
 		s.cancel()
 		<-s.done
-		s.c.Close()
+		s.mu.Lock()
+		c := s.c
+		s.mu.Unlock()
+		c.Close()
 	})
 	return nil
 }

@@ -1,0 +1,80 @@
+package transport_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/transport"
+)
+
+// TestSubscriptionSurvivesConsumerClosedByClient runs against the real
+// broker. pulsar-client-go closes a consumer for good when its reconnect
+// meets a non-retriable error (TopicNotFound, ConsumerBusy, …). Here the
+// topic is unloaded and another consumer takes the exclusive subscription
+// while ours reconnects (ConsumerBusy); once that one leaves, ours must be
+// subscribed again and receive.
+func TestSubscriptionSurvivesConsumerClosedByClient(t *testing.T) {
+	testenv.RequirePulsar(t)
+	b, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL(), MaxReconnectBackoff: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	topic := "persistent://tg/response/" + testenv.UniqueTopic("resub")
+	var got atomic.Int64
+	sub, err := b.Subscribe(t.Context(), topic, "resub", transport.Exclusive, func(transport.Message) { got.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	other, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// Unload the topic: the broker disconnects our consumer, which
+	// reconnects after its backoff; the other consumer gets in first.
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut,
+		testenv.AdminURL()+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", nil)
+	var thief pulsar.Consumer
+	deadline := time.Now().Add(20 * time.Second)
+	for thief == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the other consumer never took the subscription")
+		}
+		resp, err := http.DefaultClient.Do(req.Clone(t.Context()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		thief, _ = other.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "resub", Type: pulsar.Exclusive})
+	}
+	time.Sleep(2 * time.Second) // our reconnects meet ConsumerBusy
+	thief.Close()
+
+	p, err := other.CreateProducer(pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	deadline = time.Now().Add(20 * time.Second)
+	for got.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no message received after the other consumer left: the subscription was not made again")
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("{}")})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

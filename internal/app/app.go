@@ -17,15 +17,16 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/docs"
+	"github.com/toolgate/toolgate/internal/grpcapi"
 	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/registry"
-	"github.com/toolgate/toolgate/internal/server"
 	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
@@ -105,14 +106,13 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	g.bridge = bridge.New(g.broker, bopts)
 
-	srv := server.New(g.reg, g.bridge, server.Options{
+	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
 		DefaultTimeout:    cfg.DefaultTimeout,
 		MaxTimeout:        cfg.MaxTimeout,
 		DefaultUser:       cfg.DefaultUser,
 		StreamIdleTimeout: cfg.StreamIdle,
 		Logger:            log,
-		Allowed:           sec.authn.Allowed,
-		User:              auth.User,
+		Visible:           sec.authn.Visible,
 	})
 	g.metrics = telemetry.NewMetrics(telemetry.WithInstance(cfg.InstanceID),
 		telemetry.WithKnownTools(func(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }),
@@ -126,34 +126,22 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			return telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: g.sources.reloadFailures()}
 		}))
 	g.metrics.Registry().MustRegister(g.sources.collector())
-	calls := telemetry.NewCallLog(log, telemetry.WithUser(auth.User))
-	// Order: the call log and metrics see every call, refused ones too;
-	// then authentication, the user for the log, and the rate limit.
-	unary := []grpc.UnaryServerInterceptor{calls.UnaryServerInterceptor(), g.metrics.UnaryServerInterceptor(),
-		sec.authn.UnaryInterceptor(), calls.UnaryUserInterceptor()}
-	stream := []grpc.StreamServerInterceptor{calls.StreamServerInterceptor(), g.metrics.StreamServerInterceptor(),
-		sec.authn.StreamInterceptor(), calls.StreamUserInterceptor()}
-	if sec.lim != nil {
-		unary = append(unary, sec.lim.UnaryInterceptor())
-		stream = append(stream, sec.lim.StreamInterceptor())
-	}
-	// Spans when they are exported; else only the caller's trace context
-	// is passed on. Either way the same interceptors serve gRPC and the
-	// in-process HTTP paths.
-	var spanU grpc.UnaryServerInterceptor
-	var spanS grpc.StreamServerInterceptor
+	// Every door runs the same chain. Spans when they are exported, else
+	// only the caller's trace context is passed on; then the call log and
+	// metrics, which see every call, refused ones too; then
+	// authentication and authorization, and the rate limit.
+	trace := telemetry.TraceContextMiddleware()
 	if cfg.OTLPEndpoint != "" {
-		spanU, spanS = telemetry.ServerSpanInterceptors(nil)
-	} else {
-		spanU, spanS = telemetry.TraceContextInterceptors()
+		trace = telemetry.SpanMiddleware(nil)
 	}
-	unary, stream = append([]grpc.UnaryServerInterceptor{spanU}, unary...), append([]grpc.StreamServerInterceptor{spanS}, stream...)
-	// The ToolService's unary methods run their chains composed once
-	// (inprocess.go), on gRPC as in process; the server's own interceptor
-	// runs the chain for the other services (health, reflection).
-	inproc := newInProcess(srv, unary, stream)
-	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle()),
-		grpc.UnaryInterceptor(unaryExcept(toolServicePrefix, unary)), grpc.ChainStreamInterceptor(stream...)}
+	var limit toolcall.Middleware
+	if sec.lim != nil {
+		limit = sec.lim.Middleware()
+	}
+	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log).Middleware(), g.metrics.Middleware(),
+		sec.authn.Middleware(), limit)
+
+	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}
@@ -161,7 +149,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		gopts = append(gopts, grpc.Creds(c))
 	}
 	g.grpcSrv = grpc.NewServer(gopts...)
-	toolgatev1.RegisterToolServiceServer(g.grpcSrv, grpcService{inproc})
+	toolgatev1.RegisterToolServiceServer(g.grpcSrv, grpcapi.New(calls))
 	g.health = health.NewServer()
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -178,12 +166,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	var mcpHandler http.Handler
 	if cfg.MCP {
-		g.mcp = mcp.New(inproc, mcp.Options{Logger: log, Authenticate: mcp.StreamAuthenticator(sec.authn.StreamInterceptor())})
+		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate})
 		mcpHandler = g.mcp
 	}
-	h, err := httpapi.New(context.Background(), httpapi.Options{Logger: log, Ready: g.ready,
-		Service:    inproc,
-		MuxOptions: sec.muxOptions(), IncomingHeader: incomingHeader, ResponseHeader: responseHeader, Metrics: g.metrics.Handler(),
+	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.ready,
+		Handler:      calls,
+		ErrorHandler: limits.ErrorHandler, Metrics: g.metrics.Handler(),
 		Docs:        docs.New(docs.Options{Logger: log}),
 		MCP:         mcpHandler,
 		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: maxHeaderBytes})

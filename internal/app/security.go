@@ -7,20 +7,16 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/limits"
-	"github.com/toolgate/toolgate/internal/telemetry"
 	"google.golang.org/grpc/credentials"
 )
 
 // security is everything that decides who may call what: TLS, the
-// authenticator, the authorization policy and the rate limiter. gRPC and
-// the HTTP side share it: HTTP calls run the gRPC server's interceptors in
-// process.
+// authenticator, the authorization policy and the rate limiter. Every
+// door shares it: they run the same middleware.
 type security struct {
 	authn *auth.Authenticator
 	lim   *limits.Limiter
@@ -56,7 +52,7 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 		return nil, err
 	}
 	if cfg.RateLimit > 0 {
-		if s.lim, err = limits.New(cfg.RateLimit, cfg.RateBurst, limits.WithKey(auth.User), limits.WithLogger(log)); err != nil {
+		if s.lim, err = limits.New(cfg.RateLimit, cfg.RateBurst, limits.WithLogger(log)); err != nil {
 			return nil, err
 		}
 	}
@@ -71,35 +67,7 @@ func (s *security) creds() credentials.TransportCredentials {
 	return credentials.NewTLS(s.tls)
 }
 
-// muxOptions forward X-Api-Key and the trace and request-id headers,
-// answer X-Request-Id, set Retry-After and map oversized bodies.
-func (s *security) muxOptions() []runtime.ServeMuxOption {
-	return []runtime.ServeMuxOption{
-		runtime.WithIncomingHeaderMatcher(incomingHeader),
-		runtime.WithOutgoingHeaderMatcher(responseHeader),
-		runtime.WithErrorHandler(limits.ErrorHandler),
-	}
-}
-
 // wrapHTTP adds the body limit.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
 	return limits.MaxBody(s.body, h)
-}
-
-// incomingHeader names the metadata key of a request header: the request
-// id and trace context pass, credentials as auth.HeaderMatcher says.
-func incomingHeader(k string) (string, bool) {
-	switch l := strings.ToLower(k); l {
-	case "x-request-id", "traceparent", "tracestate":
-		return l, true
-	}
-	return auth.HeaderMatcher(k)
-}
-
-// responseHeader names the HTTP header of a response metadata key.
-func responseHeader(k string) (string, bool) {
-	if k == telemetry.RequestIDHeader {
-		return "X-Request-Id", true
-	}
-	return runtime.MetadataHeaderPrefix + k, true
 }

@@ -6,14 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -28,20 +24,8 @@ const (
 // credentials when anonymous calls are not allowed.
 const MsgMissingCredentials = "missing credentials: send Authorization: Bearer <API key or JWT>"
 
-// DefaultPublicMethods are the gRPC methods reachable without credentials
-// unless WithPublicMethods says otherwise: health checks and server
-// reflection.
-func DefaultPublicMethods() []string {
-	return []string{
-		"/grpc.health.v1.Health/*",
-		"/grpc.reflection.v1.ServerReflection/*",
-		"/grpc.reflection.v1alpha.ServerReflection/*",
-	}
-}
-
-// Authenticator establishes and checks the identity of gRPC calls. Build
-// it with New and install TapHandle, UnaryInterceptor and
-// StreamInterceptor.
+// Authenticator establishes and checks the identity of calls. Build it
+// with New and run its Middleware; install TapHandle on the gRPC server.
 type Authenticator struct {
 	keys        *APIKeys
 	jwt         *JWTVerifier
@@ -49,10 +33,6 @@ type Authenticator struct {
 	anonymous   bool
 	anonUser    string
 	policy      *Policy
-	public      []string
-	publicSeen  sync.Map     // method → bool: isPublic's answers
-	publicN     atomic.Int32 // entries in publicSeen
-	resource    Resource
 	log         *slog.Logger
 }
 
@@ -68,8 +48,8 @@ func WithJWT(v *JWTVerifier) Option { return func(a *Authenticator) { a.jwt = v 
 
 // WithClientCerts accepts a client certificate the server's TLS verified
 // (see certIdentity for how it names the user), found in the call's
-// peer: the gRPC connection's, or the HTTPS connection's for calls the
-// HTTP side serves in process. Only calls with no bearer credential use it.
+// connection (toolcall.Call.TLS). Only calls with no bearer credential
+// use it.
 func WithClientCerts() Option { return func(a *Authenticator) { a.clientCerts = true } }
 
 // WithAnonymous lets calls without any credential through as user, with
@@ -83,13 +63,6 @@ func WithAnonymous(user string) Option {
 // allowed.
 func WithPolicy(p *Policy) Option { return func(a *Authenticator) { a.policy = p } }
 
-// WithPublicMethods replaces DefaultPublicMethods: path.Match patterns of
-// full gRPC method names ("/grpc.health.v1.Health/*") that need neither
-// credentials nor authorization.
-func WithPublicMethods(patterns ...string) Option {
-	return func(a *Authenticator) { a.public = patterns }
-}
-
 // WithLogger logs why calls were refused (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(a *Authenticator) { a.log = l } }
 
@@ -97,7 +70,7 @@ func WithLogger(l *slog.Logger) Option { return func(a *Authenticator) { a.log =
 // authenticated: no keys, JWT, client certificates, nor
 // anonymous calls.
 func New(opts ...Option) (*Authenticator, error) {
-	a := &Authenticator{public: DefaultPublicMethods(), resource: ToolgateResource}
+	a := &Authenticator{}
 	for _, o := range opts {
 		o(a)
 	}
@@ -109,12 +82,6 @@ func New(opts ...Option) (*Authenticator, error) {
 	}
 	if a.anonymous && strings.TrimSpace(a.anonUser) == "" {
 		return nil, errors.New("auth: anonymous calls need a user name")
-	}
-	if err := checkPatterns(a.public); err != nil {
-		return nil, fmt.Errorf("auth: public methods: %w", err)
-	}
-	if a.resource == nil {
-		a.resource = ToolgateResource
 	}
 	return a, nil
 }
@@ -134,13 +101,13 @@ func refuse(msg string, cause error) *refusal { return &refusal{msg: msg, cause:
 // Unauthenticated, a call whose metadata holds a key reserved for the
 // gateway (ReservedPrefix), whatever else it carries. It reads the
 // transport's headers as they are, before the call starts, so the
-// interceptors need not copy every call's metadata to look. (The HTTP side
-// never forwards such headers: HeaderMatcher.)
+// gRPC door need not copy every call's metadata to look. (The HTTP doors
+// never pass such headers on.)
 func (a *Authenticator) TapHandle() tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		for k := range info.Header {
 			if strings.HasPrefix(strings.ToLower(k), ReservedPrefix) {
-				return nil, a.fail(ctx, info.FullMethodName, refuse("metadata "+k+" is reserved for the gateway", errors.New("reserved metadata from outside")))
+				return nil, a.failMethod(ctx, info.FullMethodName, "", refuse("metadata "+k+" is reserved for the gateway", errors.New("reserved metadata from outside")))
 			}
 		}
 		return ctx, nil
@@ -153,25 +120,25 @@ func (a *Authenticator) TapHandle() tap.ServerInHandle {
 // and is never second-guessed — if it is bad the call fails; else the
 // connection's verified client certificate; else the anonymous user, when
 // allowed. (Reserved metadata is refused before: TapHandle.)
-func (a *Authenticator) authenticate(ctx context.Context, method string) (Identity, error) {
-	cred, kind, err := credential(metadata.ValueFromIncomingContext(ctx, authorizationMD), metadata.ValueFromIncomingContext(ctx, apiKeyMD))
+func (a *Authenticator) authenticate(c *toolcall.Call) (Identity, error) {
+	h := c.Header
+	if h == nil {
+		h = toolcall.NoHeader
+	}
+	cred, kind, err := credential(h.Values(authorizationMD), h.Values(apiKeyMD))
 	if err != nil {
 		return Identity{}, err
 	}
 	if cred != "" {
 		return a.bearer(cred, kind)
 	}
-	if a.clientCerts {
-		if p, ok := peer.FromContext(ctx); ok {
-			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-				if leaf := verifiedLeaf(&ti.State); leaf != nil {
-					id, err := certIdentity(leaf)
-					if err != nil {
-						return Identity{}, refuse("client certificate names no user", err)
-					}
-					return id, nil
-				}
+	if a.clientCerts && c.TLS != nil {
+		if leaf := verifiedLeaf(c.TLS); leaf != nil {
+			id, err := certIdentity(leaf)
+			if err != nil {
+				return Identity{}, refuse("client certificate names no user", err)
 			}
+			return id, nil
 		}
 	}
 	if a.anonymous {
@@ -231,46 +198,31 @@ func (a *Authenticator) bearer(cred, kind string) (Identity, error) {
 	return id, nil
 }
 
-// maxPublicSeen bounds isPublic's memory of answers: the gRPC server
-// passes only the methods it serves, but nothing else bounds the names.
-const maxPublicSeen = 1024
-
-// isPublic reports whether method needs no credentials. The answer for a
-// method never changes, so it is matched against the patterns once.
-func (a *Authenticator) isPublic(method string) bool {
-	if v, ok := a.publicSeen.Load(method); ok {
-		return v.(bool)
-	}
-	public := matchAny(a.public, method)
-	if a.publicN.Load() < maxPublicSeen {
-		if _, loaded := a.publicSeen.LoadOrStore(method, public); !loaded {
-			a.publicN.Add(1)
-		}
-	}
-	return public
+// fail turns an authentication error into a status, logging the cause.
+func (a *Authenticator) fail(ctx context.Context, c *toolcall.Call, err error) error {
+	return a.failMethod(ctx, c.MethodName(), c.Peer, err)
 }
 
-// fail turns an authentication error into a status, logging the cause.
-func (a *Authenticator) fail(ctx context.Context, method string, err error) error {
+func (a *Authenticator) failMethod(ctx context.Context, method, peer string, err error) error {
 	var r *refusal
 	if !errors.As(err, &r) {
 		r = refuse("authentication failed", err)
 	}
 	attrs := []any{"rpc", method, "reason", r.msg, "cause", r.cause}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		attrs = append(attrs, "peer", p.Addr.String())
+	if peer != "" {
+		attrs = append(attrs, "peer", peer)
 	}
 	a.log.InfoContext(ctx, "call refused: not authenticated", attrs...)
 	return status.Error(codes.Unauthenticated, r.msg)
 }
 
-// authorize checks id against the policy for a call to method with
-// request req (nil when not yet known).
-func (a *Authenticator) authorize(ctx context.Context, id Identity, method string, req any) error {
+// authorize checks the call's caller against the policy.
+func (a *Authenticator) authorize(ctx context.Context, c *toolcall.Call) error {
 	if a.policy == nil {
 		return nil
 	}
-	action, tool, known := a.resource(method, req)
+	id, method := c.Caller, c.MethodName()
+	action, tool, known := resource(c)
 	var msg string
 	switch {
 	case !known:

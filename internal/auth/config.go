@@ -2,11 +2,11 @@ package auth
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
 // FromConfig builds the Authenticator the gateway's flags describe: it
@@ -59,12 +59,12 @@ func FromConfig(c config.Auth, opts ...Option) (*Authenticator, error) {
 	return New(append(base, opts...)...)
 }
 
-// Allowed reports whether the caller of ctx may do action ("list",
-// "invoke") to tool. Without a policy every authenticated caller may.
-func (a *Authenticator) Allowed(ctx context.Context, action, tool string) bool {
+// Visible reports whether the caller of c may list tool: what
+// toolcall.Options.Visible asks. Without a policy every authenticated
+// caller may.
+func (a *Authenticator) Visible(c *toolcall.Call, tool string) bool {
 	if a.policy == nil {
 		return true
 	}
-	id, ok := FromContext(ctx)
-	return ok && a.policy.Allowed(id, action, tool)
+	return c.Authenticated && a.policy.Allowed(c.Caller, ActionList, tool)
 }

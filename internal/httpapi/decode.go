@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,12 +12,11 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/argsjson"
+	"github.com/toolgate/toolgate/internal/jsontext"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // marshaler is grpc-gateway's JSON marshaler with a request decoder that
@@ -55,66 +53,54 @@ func (m *marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 	})
 }
 
-// decodeInvoke reads an InvokeTool body into req. The common body —
-// {"arguments": {...}} with an optional "timeout" — takes the fast path:
-// its arguments go on as JSON text in the returned context
-// (argsjson.NewContext), never built into a google.protobuf.Struct.
-// Anything else is decoded by decodeRequest, with its errors.
-func decodeInvoke(ctx context.Context, body io.Reader, req *toolgatev1.InvokeToolRequest) (context.Context, error) {
-	data, err := io.ReadAll(body)
-	if err != nil {
-		return ctx, err
+// callBody reads the common body of an invoke or stream call —
+// {"arguments": {...}, "timeout": "5s"}, with "name" allowed and ignored
+// (the path names the tool) — into c, the arguments as the caller wrote
+// them. ok is false for any other body, which decodeRequest then explains;
+// err is set for a body that is JSON but that no decoder should read
+// (repeated keys, invalid UTF-8, deep nesting).
+func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
+	body, err := jsontext.Compact(data)
+	switch {
+	case errors.Is(err, jsontext.ErrSyntax), errors.Is(err, jsontext.ErrNotObject):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("the request body %w", err)
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return ctx, nil // an empty body is an empty request
-	}
-	if args, timeout, ok := invokeFastPath(data); ok {
-		req.Timeout = timeout
-		return argsjson.NewContext(ctx, args), nil
-	}
-	return ctx, decodeRequest(data, req)
-}
-
-// invokeFastPath splits a body of only "arguments" (an object), "timeout"
-// (a duration) and "name" (the path names the tool) into the compact
-// arguments and the timeout. ok is false for any other body.
-func invokeFastPath(data []byte) (args []byte, timeout *durationpb.Duration, ok bool) {
-	body, ok := argsjson.Compact(data)
+	var buf [4]jsontext.Member
+	members, ok := jsontext.Members(body, buf[:0])
 	if !ok {
-		return nil, nil, false
+		return false, nil
 	}
-	var buf [4]argsjson.Member
-	members, ok := argsjson.Members(body, buf[:0])
-	if !ok {
-		return nil, nil, false
-	}
-	args = []byte("{}")
 	for _, m := range members {
+		if string(m.Value) == "null" {
+			continue
+		}
 		switch string(m.Key) {
 		case "arguments":
 			if m.Value[0] != '{' {
-				return nil, nil, false
+				return false, nil
 			}
-			args = m.Value
+			c.Args = m.Value
 		case "timeout":
 			s := m.Value
 			if s[0] != '"' || bytes.IndexByte(s, '\\') >= 0 {
-				return nil, nil, false
+				return false, nil
 			}
 			d, err := parseDuration(string(s[1 : len(s)-1]))
 			if err != nil {
-				return nil, nil, false
+				return false, nil
 			}
-			timeout = durationpb.New(d)
+			c.Timeout, c.TimeoutSet = d, true
 		case "name":
 			if m.Value[0] != '"' {
-				return nil, nil, false
+				return false, nil
 			}
 		default:
-			return nil, nil, false
+			return false, nil
 		}
 	}
-	return args, timeout, true
+	return true, nil
 }
 
 // decodeRequest decodes a request body into msg. The common case costs one

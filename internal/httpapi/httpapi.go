@@ -1,10 +1,15 @@
-// Package httpapi serves toolgate's HTTP side: the REST API (grpc-gateway's
-// translation of HTTP/JSON to the ToolService for unary methods, and a
-// handler of its own for the streaming one, both in process through the
-// same interceptor chain as gRPC), health endpoints, the OpenAPI
-// documents, and whatever else the gateway mounts (metrics, docs, MCP).
-// It also owns HTTP semantics: 404 and 405 with Allow, HEAD, CORS, header
-// size, and JSON bodies for every error.
+// Package httpapi is the REST door and the rest of the gateway's HTTP
+// side. The REST API's routes (Go's http.ServeMux method patterns) turn
+// each request into a toolcall.Call and run it through the call handler —
+// the middleware every door shares, then the core: POST
+// /v1/tools/{name}:invoke answers the output as JSON, :stream writes the
+// chunks as NDJSON or Server-Sent Events as they arrive, and the listing
+// GETs answer the API's messages in grpc-gateway's JSON form. Errors are
+// the google.rpc.Status JSON with the HTTP status grpc-gateway maps the
+// gRPC code to. It also serves health, readiness, the OpenAPI documents
+// and whatever else the gateway mounts (metrics, docs, MCP), and owns
+// HTTP semantics: 404 and 405 with Allow, HEAD, CORS, header size, and
+// JSON bodies for every error.
 package httpapi
 
 import (
@@ -12,21 +17,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/rs/cors"
 	specs "github.com/toolgate/toolgate/api"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -46,22 +46,12 @@ const (
 type Options struct {
 	Logger *slog.Logger
 	Ready  ReadyFunc
-	// Service serves every REST call in process. It must apply the gRPC
-	// server's interceptors itself (authentication, limits, log, metrics).
-	Service toolgatev1.ToolServiceServer
-	// MuxOptions add to grpc-gateway's mux (header matching, error
-	// handlers).
-	MuxOptions []runtime.ServeMuxOption
-	// IncomingHeader maps request headers to incoming metadata keys for the
-	// calls this package serves itself (invoke, stream), as
-	// runtime.WithIncomingHeaderMatcher does for the others (default:
-	// runtime.DefaultHeaderMatcher). Authorization always passes. It must
-	// answer the same for the same name: each answer is kept.
-	IncomingHeader func(key string) (string, bool)
-	// ResponseHeader maps response metadata keys to HTTP header names for
-	// streams, as runtime.WithOutgoingHeaderMatcher does for unary calls
-	// (default: Grpc-Metadata-<key>).
-	ResponseHeader func(key string) (string, bool)
+	// Handler serves every call: the middleware chain around the core.
+	Handler toolcall.Handler
+	// ErrorHandler writes an error answer (default:
+	// runtime.DefaultHTTPErrorHandler, grpc-gateway's mapping of the gRPC
+	// code to the HTTP status).
+	ErrorHandler runtime.ErrorHandlerFunc
 	// SSEHeartbeat is how long an SSE stream may stay quiet before a
 	// keep-alive comment is sent (DefaultSSEHeartbeat; negative: never).
 	SSEHeartbeat time.Duration
@@ -84,23 +74,18 @@ type Options struct {
 // api is the handler New returns.
 type api struct {
 	opts Options
-	gw   *runtime.ServeMux
+	mux  *http.ServeMux
+	gw   *runtime.ServeMux // holds the error handler runtime.HTTPError uses
 	m    *marshaler
-	spec http.Handler
-	v2   http.Handler
-
-	invoke     *route       // POST /v1/tools/{name}:invoke
-	headerKeys sync.Map     // header name → headerKeyAnswer (headerKey)
-	headerKeyN atomic.Int32 // entries in headerKeys
 }
 
 // New returns the HTTP handler.
-func New(ctx context.Context, opts Options) (http.Handler, error) {
+func New(opts Options) (http.Handler, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.Service == nil {
-		return nil, fmt.Errorf("httpapi: no ToolService to serve")
+	if opts.Handler == nil {
+		return nil, fmt.Errorf("httpapi: no call handler to serve")
 	}
 	if opts.SSEHeartbeat == 0 {
 		opts.SSEHeartbeat = DefaultSSEHeartbeat
@@ -108,24 +93,13 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if opts.MaxHeaderBytes <= 0 {
 		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
-	a := &api{opts: opts, m: newMarshaler()}
-	a.gw = runtime.NewServeMux(append([]runtime.ServeMuxOption{
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, a.m),
-		// A form-encoded POST must not turn into a GET.
-		runtime.WithDisablePathLengthFallback(),
-	}, opts.MuxOptions...)...)
-	if err := toolgatev1.RegisterToolServiceHandlerServer(ctx, a.gw, opts.Service); err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
+	a := &api{opts: opts, m: newMarshaler(), mux: http.NewServeMux()}
+	var gwOpts []runtime.ServeMuxOption
+	if opts.ErrorHandler != nil {
+		gwOpts = append(gwOpts, runtime.WithErrorHandler(opts.ErrorHandler))
 	}
-	// Registered after the generated handler, so it wins: grpc-gateway
-	// cannot stream in process. Invoke, the busiest route, does not go
-	// through the mux at all (route, invoke.go).
-	if err := a.gw.HandlePath(http.MethodPost, streamPattern, a.serveStream); err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
-	}
-	a.invoke = &route{post, http.HandlerFunc(a.serveInvokePath)}
-	a.spec = specHandler(specs.Spec)
-	a.v2 = specHandler(specs.SpecV2)
+	a.gw = runtime.NewServeMux(gwOpts...)
+	a.routes()
 	var h http.Handler = a
 	if len(opts.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
@@ -140,70 +114,42 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	return h, nil
 }
 
+// routes registers every route. GET patterns serve HEAD too; what no
+// pattern matches goes to unrouted, which answers 404 or 405 in JSON.
+func (a *api) routes() {
+	m := a.mux
+	m.HandleFunc("GET /v1/tools", a.listTools)
+	m.HandleFunc("GET /v1/tools/{name}", a.getTool)
+	m.HandleFunc("POST /v1/tools/{call}", a.toolVerb)
+	m.HandleFunc("GET /v1/tool-services", a.listServices)
+	m.HandleFunc("GET /v1/tool-services/{id}", a.getService)
+	m.HandleFunc("GET /healthz", a.healthz)
+	m.HandleFunc("GET /readyz", a.readyz)
+	spec, v2 := specHandler(specs.Spec), specHandler(specs.SpecV2)
+	m.Handle("GET /openapi.json", spec)
+	m.Handle("GET /v1/openapi.json", spec)
+	m.Handle("GET /openapi.v2.json", v2)
+	if a.opts.Metrics != nil {
+		m.Handle("GET /metrics", a.opts.Metrics)
+	}
+	if a.opts.Docs != nil {
+		m.Handle("GET /{$}", http.RedirectHandler("/docs", http.StatusFound))
+		m.Handle("GET /docs", a.opts.Docs)
+		m.Handle("GET /docs/", a.opts.Docs)
+	}
+	if a.opts.MCP != nil {
+		for _, method := range []string{"GET", "POST", "DELETE"} {
+			m.Handle(method+" /mcp", a.opts.MCP)
+		}
+	}
+	m.HandleFunc("/", a.unrouted)
+}
+
 func specHandler(b []byte) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(b)
 	})
-}
-
-// A route is what a path allows and who serves it.
-type route struct {
-	allow []string // methods; GET implies HEAD
-	h     http.Handler
-}
-
-var (
-	get  = []string{http.MethodGet, http.MethodHead}
-	post = []string{http.MethodPost}
-)
-
-// route finds the route of path, or nil.
-func (a *api) route(path string) *route {
-	switch path {
-	case "/healthz":
-		return &route{get, http.HandlerFunc(a.healthz)}
-	case "/readyz":
-		return &route{get, http.HandlerFunc(a.readyz)}
-	case "/openapi.json", "/v1/openapi.json":
-		return &route{get, a.spec}
-	case "/openapi.v2.json":
-		return &route{get, a.v2}
-	case "/metrics":
-		if a.opts.Metrics != nil {
-			return &route{get, a.opts.Metrics}
-		}
-		return nil
-	case "/":
-		if a.opts.Docs != nil {
-			return &route{get, http.RedirectHandler("/docs", http.StatusFound)}
-		}
-		return nil
-	case "/v1/tools", "/v1/tool-services":
-		return &route{get, a.gw}
-	}
-	if path == "/mcp" && a.opts.MCP != nil {
-		return &route{[]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete}, a.opts.MCP}
-	}
-	if a.opts.Docs != nil && (path == "/docs" || strings.HasPrefix(path, "/docs/")) {
-		return &route{get, a.opts.Docs}
-	}
-	for _, prefix := range []string{"/v1/tools/", "/v1/tool-services/"} {
-		rest, ok := strings.CutPrefix(path, prefix)
-		if !ok || rest == "" || strings.Contains(rest, "/") {
-			continue
-		}
-		if prefix == "/v1/tools/" {
-			if name, ok := strings.CutSuffix(rest, ":invoke"); ok && name != "" {
-				return a.invoke
-			}
-			if strings.HasSuffix(rest, ":invoke") || strings.HasSuffix(rest, ":stream") {
-				return &route{post, a.gw} // ":stream", or ":invoke" naming no tool
-			}
-		}
-		return &route{get, a.gw}
-	}
-	return nil
 }
 
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -212,43 +158,59 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("request headers are %d bytes, more than the %d this gateway accepts", n, a.opts.MaxHeaderBytes), nil)
 		return
 	}
-	rt := a.route(r.URL.Path)
-	if rt == nil {
-		writeStatus(w, http.StatusNotFound, codes.NotFound, "ROUTE_NOT_FOUND",
-			fmt.Sprintf("no such path: %s (the API is under /v1/; see /openapi.json)", r.URL.Path), nil)
+	a.mux.ServeHTTP(w, r)
+}
+
+// unrouted answers a request no route takes: 405 with Allow when the path
+// is one of ours under another method, else 404.
+func (a *api) unrouted(w http.ResponseWriter, r *http.Request) {
+	if allow := a.allowed(r.URL.Path); allow != "" {
+		notAllowed(w, r, allow)
 		return
 	}
-	method := r.Method
-	if method == http.MethodHead {
-		method = http.MethodGet // the server discards the body of a HEAD answer
-	}
-	allowed := false
-	for _, m := range rt.allow {
-		if m == method {
-			allowed = true
-			break
+	writeStatus(w, http.StatusNotFound, codes.NotFound, "ROUTE_NOT_FOUND",
+		fmt.Sprintf("no such path: %s (the API is under /v1/; see /openapi.json)", r.URL.Path), nil)
+}
+
+// allowed lists the methods a path of ours takes, "" for a path that is
+// not one.
+func (a *api) allowed(path string) string {
+	const get = "GET, HEAD"
+	switch path {
+	case "/v1/tools", "/v1/tool-services", "/healthz", "/readyz", "/openapi.json", "/v1/openapi.json", "/openapi.v2.json":
+		return get
+	case "/metrics":
+		if a.opts.Metrics != nil {
+			return get
+		}
+	case "/":
+		if a.opts.Docs != nil {
+			return get
+		}
+	case "/mcp":
+		if a.opts.MCP != nil {
+			return "GET, HEAD, POST, DELETE"
 		}
 	}
-	if !allowed {
-		allow := strings.Join(rt.allow, ", ")
-		w.Header().Set("Allow", allow)
-		writeStatus(w, http.StatusMethodNotAllowed, codes.Unimplemented, "METHOD_NOT_ALLOWED",
-			fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow), map[string]string{"allow": allow})
-		return
+	if a.opts.Docs != nil && (path == "/docs" || strings.HasPrefix(path, "/docs/")) {
+		return get
 	}
-	if r.Method != method {
-		r = r.Clone(r.Context())
-		r.Method = method
+	if rest, ok := strings.CutPrefix(path, "/v1/tool-services/"); ok && rest != "" && !strings.Contains(rest, "/") {
+		return get
 	}
-	if r.TLS != nil {
-		// In-process calls see the TLS connection as a gRPC call would:
-		// a verified client certificate authenticates either way.
-		r = r.WithContext(peer.NewContext(r.Context(), &peer.Peer{
-			Addr:     addr(r.RemoteAddr),
-			AuthInfo: credentials.TLSInfo{State: *r.TLS, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}},
-		}))
+	if rest, ok := strings.CutPrefix(path, "/v1/tools/"); ok && rest != "" && !strings.Contains(rest, "/") {
+		if _, verb := splitVerb(rest); verb != "" {
+			return http.MethodPost
+		}
+		return get
 	}
-	rt.h.ServeHTTP(w, r)
+	return ""
+}
+
+func notAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	writeStatus(w, http.StatusMethodNotAllowed, codes.Unimplemented, "METHOD_NOT_ALLOWED",
+		fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, allow), map[string]string{"allow": allow})
 }
 
 func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -277,18 +239,6 @@ func headerBytes(r *http.Request) int {
 		}
 	}
 	return n
-}
-
-type tcpAddr string
-
-func (a tcpAddr) Network() string { return "tcp" }
-func (a tcpAddr) String() string  { return string(a) }
-
-func addr(s string) net.Addr {
-	if ap, err := net.ResolveTCPAddr("tcp", s); err == nil {
-		return ap
-	}
-	return tcpAddr(s)
 }
 
 // writeStatus answers an error raised by the HTTP side itself with the

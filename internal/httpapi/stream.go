@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -13,11 +11,9 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -26,9 +22,6 @@ const (
 	ContentTypeNDJSON = "application/x-ndjson"
 	ContentTypeSSE    = "text/event-stream"
 )
-
-// streamPattern is StreamTool's REST route.
-const streamPattern = "/v1/tools/{name}:stream"
 
 // streamFormat picks the response format from Accept: SSE when the caller
 // asks for text/event-stream, NDJSON otherwise; ok is false when Accept
@@ -70,41 +63,35 @@ func streamFormat(accept string) (sse bool, ok bool) {
 	return false, true
 }
 
-// serveStream serves POST /v1/tools/{name}:stream in process: the request
-// goes through the same interceptor chain as a gRPC call (svc applies it),
-// and each chunk is written and flushed as it arrives.
-func (a *api) serveStream(w http.ResponseWriter, r *http.Request, params map[string]string) {
+// serveStream serves StreamTool: each chunk is written and flushed as it
+// arrives, as NDJSON or Server-Sent Events.
+func (a *api) serveStream(w http.ResponseWriter, r *http.Request, name string) {
+	ctx := r.Context()
 	sse, ok := streamFormat(r.Header.Get("Accept"))
-	ctx := a.callContext(r)
 	if !ok {
 		a.httpError(ctx, w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusNotAcceptable,
 			Err: status.Errorf(codes.InvalidArgument, "this endpoint answers %s (the default) or %s; the Accept header asks for neither", ContentTypeNDJSON, ContentTypeSSE)})
 		return
 	}
-	req := &toolgatev1.StreamToolRequest{}
-	if err := a.m.NewDecoder(r.Body).Decode(req); err != nil && !errors.Is(err, io.EOF) {
-		a.httpError(ctx, w, r, status.Error(codes.InvalidArgument, err.Error()))
+	c := newCall(r, toolcall.OpStream)
+	c.Name = name
+	if err := decodeCall(r.Body, c); err != nil {
+		a.httpError(ctx, w, r, err)
 		return
 	}
-	req.Name = params["name"]
-	s := &httpStream{ctx: ctx, w: w, rc: http.NewResponseController(w), sse: sse, header: a.opts.ResponseHeader,
+	s := &httpStream{ctx: ctx, w: w, rc: http.NewResponseController(w), sse: sse, call: c,
 		heartbeat: a.opts.SSEHeartbeat, log: a.opts.Logger}
-	err := a.opts.Service.StreamTool(req, s)
-	s.finish(err, func(err error) { a.httpError(ctx, w, r, err) }, a.m)
+	_, err := a.opts.Handler(ctx, c, s.Send)
+	s.finish(err, func(err error) { setRequestID(w, c); a.httpError(ctx, w, r, err) }, a.m)
 }
 
-func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
-	runtime.HTTPError(ctx, a.gw, a.m, w, r, err)
-}
-
-// httpStream is the server side of one StreamTool call over HTTP: a
-// grpc.ServerStream whose SendMsg writes a chunk to the response.
+// httpStream writes one stream's chunks to the HTTP response.
 type httpStream struct {
 	ctx       context.Context
 	w         http.ResponseWriter
 	rc        *http.ResponseController
 	sse       bool
-	header    func(string) (string, bool)
+	call      *toolcall.Call // for its request id
 	heartbeat time.Duration
 	log       *slog.Logger
 
@@ -119,36 +106,8 @@ type httpStream struct {
 	done    chan struct{}
 }
 
-var _ grpc.ServerStreamingServer[toolgatev1.StreamToolResponse] = (*httpStream)(nil)
-
-func (s *httpStream) Context() context.Context { return s.ctx }
-
-// SetHeader maps response metadata (the request id) onto HTTP headers, as
-// grpc-gateway does for unary calls; too late once the stream started.
-func (s *httpStream) SetHeader(md metadata.MD) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("httpapi: headers already sent")
-	}
-	addHeaders(s.w.Header(), md, s.header)
-	return nil
-}
-
-func (s *httpStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
-func (s *httpStream) SetTrailer(metadata.MD)          {}
-func (s *httpStream) RecvMsg(any) error               { return io.EOF }
-
-func (s *httpStream) SendMsg(m any) error {
-	chunk, ok := m.(*toolgatev1.StreamToolResponse)
-	if !ok {
-		return status.Errorf(codes.Internal, "httpapi: stream message of type %T", m)
-	}
-	return s.Send(chunk)
-}
-
 // Send writes one chunk and flushes it.
-func (s *httpStream) Send(c *toolgatev1.StreamToolResponse) error {
+func (s *httpStream) Send(c toolcall.Chunk) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed != nil {
@@ -186,6 +145,7 @@ func (s *httpStream) start() {
 	}
 	s.started = true
 	h := s.w.Header()
+	setRequestID(s.w, s.call)
 	if s.sse {
 		h.Set("Content-Type", ContentTypeSSE)
 	} else {
@@ -298,15 +258,15 @@ func (s *httpStream) finish(err error, httpErr func(error), m runtime.Marshaler)
 	}
 }
 
-// appendChunk writes c as the JSON the gateway's marshaler would write
-// (proto names, defaults included, int64 as a string), without reflection:
-// it runs for every chunk of every stream.
-func appendChunk(b []byte, c *toolgatev1.StreamToolResponse) []byte {
+// appendChunk writes c as the JSON the gateway's marshaler writes a
+// StreamToolResponse (proto names, defaults included, int64 as a string),
+// without reflection: it runs for every chunk of every stream.
+func appendChunk(b []byte, c toolcall.Chunk) []byte {
 	b = append(b, `{"output":`...)
-	b = wire.AppendJSONString(b, c.GetOutput())
+	b = wire.AppendJSONString(b, c.Text)
 	b = append(b, `,"index":"`...)
-	b = strconv.AppendInt(b, c.GetIndex(), 10)
+	b = strconv.AppendInt(b, c.Index, 10)
 	b = append(b, `","last":`...)
-	b = strconv.AppendBool(b, c.GetLast())
+	b = strconv.AppendBool(b, c.Last)
 	return append(b, '}')
 }

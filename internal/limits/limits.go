@@ -1,20 +1,19 @@
 // Package limits bounds what callers may ask of the gateway: a per-user
-// token-bucket rate limit as gRPC interceptors (so REST calls, which pass
-// through the gRPC server, are limited too), the REST error handler that
-// turns the limit's RetryInfo into a Retry-After header, and a request body
-// size limit for the HTTP side.
+// token-bucket rate limit as a middleware every call passes through,
+// whichever door it came by, the HTTP error handler that turns a status's
+// RetryInfo into a Retry-After header, and a request body size limit for
+// the HTTP side.
 package limits
 
 import (
 	"container/list"
-	"context"
 	"fmt"
 	"log/slog"
 	"math"
-	"path"
 	"sync"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"golang.org/x/time/rate"
 )
 
@@ -33,8 +32,7 @@ type Limiter struct {
 	burst   int
 	maxKeys int
 	idle    time.Duration
-	key     func(context.Context) string
-	exempt  []string
+	key     func(*toolcall.Call) string
 	log     *slog.Logger
 	now     func() time.Time
 
@@ -52,16 +50,9 @@ type bucket struct {
 // Option configures a Limiter.
 type Option func(*Limiter)
 
-// WithKey sets how a call's context names its bucket, typically the
-// authenticated user:
-//
-//	limits.WithKey(func(ctx context.Context) string {
-//		id, _ := auth.FromContext(ctx)
-//		return id.User
-//	})
-//
-// The default puts every call in one bucket "".
-func WithKey(f func(context.Context) string) Option { return func(l *Limiter) { l.key = f } }
+// WithKey sets how a call names its bucket (default: its authenticated
+// user; calls without one share the bucket "").
+func WithKey(f func(*toolcall.Call) string) Option { return func(l *Limiter) { l.key = f } }
 
 // WithMaxKeys bounds the number of buckets kept (default DefaultMaxKeys).
 func WithMaxKeys(n int) Option { return func(l *Limiter) { l.maxKeys = n } }
@@ -71,24 +62,11 @@ func WithMaxKeys(n int) Option { return func(l *Limiter) { l.maxKeys = n } }
 // never grants more than waiting would).
 func WithIdleTimeout(d time.Duration) Option { return func(l *Limiter) { l.idle = d } }
 
-// WithExemptMethods replaces DefaultExemptMethods: path.Match patterns of
-// full gRPC method names that are never limited.
-func WithExemptMethods(patterns ...string) Option { return func(l *Limiter) { l.exempt = patterns } }
-
 // WithLogger logs refused calls at debug level (default: discard).
 func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log } }
 
 // withClock is for tests.
 func withClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
-
-// DefaultExemptMethods are health checks and server reflection.
-func DefaultExemptMethods() []string {
-	return []string{
-		"/grpc.health.v1.Health/*",
-		"/grpc.reflection.v1.ServerReflection/*",
-		"/grpc.reflection.v1alpha.ServerReflection/*",
-	}
-}
 
 // New returns a Limiter allowing each key perSecond calls a second on
 // average and bursts of up to burst calls. perSecond <= 0 means no limit.
@@ -98,8 +76,7 @@ func New(perSecond float64, burst int, opts ...Option) (*Limiter, error) {
 		burst:   burst,
 		maxKeys: DefaultMaxKeys,
 		idle:    DefaultIdleTimeout,
-		key:     func(context.Context) string { return "" },
-		exempt:  DefaultExemptMethods(),
+		key:     func(c *toolcall.Call) string { return c.Caller.User },
 		now:     time.Now,
 		lru:     list.New(),
 		buckets: map[string]*list.Element{},
@@ -115,11 +92,6 @@ func New(perSecond float64, burst int, opts ...Option) (*Limiter, error) {
 	}
 	if l.maxKeys < 1 {
 		return nil, fmt.Errorf("limits: max keys %d: want at least 1", l.maxKeys)
-	}
-	for _, p := range l.exempt {
-		if _, err := path.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("limits: exempt method %q: %w", p, err)
-		}
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)

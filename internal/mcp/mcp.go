@@ -3,14 +3,15 @@
 // replicas behind a load balancer need no session affinity), built on the
 // official Go SDK.
 //
-// It adds a front door, not a second gateway: every MCP request becomes
-// calls of the ToolService it is given — in the gateway one that runs each
-// call through the gRPC interceptor chain in process — with the HTTP
-// request's credentials, request id and trace context as incoming gRPC
-// metadata, exactly as the REST side passes them. Authentication, the
-// access policy, rate limits, the call log, metrics and traces therefore
-// apply unchanged; metrics and the call log name MCP calls' methods
-// "mcp/InvokeTool", "mcp/ListTools", … (telemetry.ViaMCP).
+// It is a door like the others: every MCP request becomes calls
+// (toolcall.Call) of the handler it is given — the middleware every door
+// shares, then the core — with the HTTP request's header (credentials,
+// request id, trace context) read by the same rule as the REST door's.
+// Authentication, the access policy, rate limits, the call log, metrics
+// and traces therefore apply unchanged; metrics and the call log name MCP
+// calls' methods "mcp/InvokeTool", "mcp/ListTools", …. A request is
+// authenticated once, when it arrives (Options.Authenticate), and its
+// calls carry that caller.
 //
 //   - tools/list is ListTools: the tools the caller may list, a page of
 //     PageSize at a time (the cursor is ListTools' page token), each with
@@ -38,7 +39,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -47,12 +47,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -76,14 +74,14 @@ type Options struct {
 	// PageSize is the number of tools per tools/list page; zero means
 	// DefaultPageSize.
 	PageSize int32
-	// Authenticate, when set, runs on every HTTP request before the MCP
-	// layer sees it, with the request's metadata in ctx. A refusal is
+	// Authenticate, when set, establishes the caller of every HTTP
+	// request before the MCP layer sees it (auth.Authenticator's
+	// Authenticate): its calls then carry that caller. A refusal is
 	// answered with HTTP 401 (Unauthenticated; with WWW-Authenticate:
 	// Bearer) or 403 (PermissionDenied), as the MCP authorization rules
 	// ask of HTTP transports. Without it, a caller without credentials
 	// learns of it from the first tools/list or tools/call instead.
-	// StreamAuthenticator builds one from an authenticating interceptor.
-	Authenticate func(ctx context.Context) error
+	Authenticate func(ctx context.Context, c *toolcall.Call) error
 	// Version is the server version reported to clients.
 	Version string
 }
@@ -91,7 +89,7 @@ type Options struct {
 // Server is the MCP endpoint, an http.Handler. It is safe for concurrent
 // use.
 type Server struct {
-	svc      toolgatev1.ToolServiceServer
+	h        toolcall.Handler
 	opts     Options
 	log      *slog.Logger
 	mcp      *sdk.Server
@@ -99,15 +97,15 @@ type Server struct {
 	pageSize int32
 }
 
-// New returns the MCP endpoint serving svc's tools.
-func New(svc toolgatev1.ToolServiceServer, opts Options) *Server {
+// New returns the MCP endpoint serving calls through h.
+func New(h toolcall.Handler, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{svc: svc, opts: opts, log: opts.Logger, pageSize: opts.PageSize}
+	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize}
 	if s.pageSize <= 0 {
 		s.pageSize = DefaultPageSize
 	}
@@ -161,33 +159,30 @@ func (s *Server) addChangedTool() {
 		})
 }
 
-// httpCtxKey holds the HTTP request's own context in the contexts the SDK
-// gives handlers: they inherit its values (the connection of a stateless
-// request is made from it) but not its cancellation.
-type httpCtxKey struct{}
+// requestKey holds, in the contexts the SDK gives handlers, the HTTP
+// request they serve: they inherit its context's values (the connection of
+// a stateless request is made from it) but not its cancellation.
+type requestKey struct{}
 
-// forwardedHeaders are the HTTP headers that become incoming gRPC metadata,
-// as on the REST side: the credentials, the request id and the W3C trace
-// context.
-var forwardedHeaders = [...]string{"authorization", "x-api-key", telemetry.RequestIDHeader, "traceparent", "tracestate"}
+// request is what an MCP request's calls inherit from it.
+type request struct {
+	ctx  context.Context // the HTTP request's own
+	base toolcall.Call   // header, connection, and the caller once authenticated
+}
 
 // ServeHTTP serves the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	md := make(metadata.MD, 2)
-	for _, k := range forwardedHeaders {
-		if v := r.Header.Values(k); len(v) > 0 {
-			md[k] = v
-		}
-	}
-	ctx := telemetry.ViaMCP(metadata.NewIncomingContext(r.Context(), md))
+	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}}
 	if s.opts.Authenticate != nil {
-		if err := s.opts.Authenticate(ctx); err != nil {
+		c := req.base
+		c.Op, c.Method = toolcall.OpListTools, "mcp"
+		if err := s.opts.Authenticate(r.Context(), &c); err != nil {
 			s.refuse(w, err)
 			return
 		}
+		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
 	}
-	ctx = context.WithValue(ctx, httpCtxKey{}, r.Context())
-	s.handler.ServeHTTP(w, r.WithContext(ctx))
+	s.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 }
 
 // refuse answers a request that failed authentication.
@@ -228,46 +223,49 @@ func (s *Server) middleware(next sdk.MethodHandler) sdk.MethodHandler {
 	}
 }
 
-// callContext is the context of one call: the handler's (cancelled by
-// notifications/cancelled) that also ends when the HTTP request does.
-func callContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	hctx, ok := ctx.Value(httpCtxKey{}).(context.Context)
+// newCall is a call of the MCP request ctx belongs to, with a context
+// that ends with the handler's (notifications/cancelled) or the HTTP
+// request's, whichever ends first.
+func newCall(ctx context.Context, op toolcall.Op, method string) (context.Context, *toolcall.Call, context.CancelFunc, error) {
+	req, ok := ctx.Value(requestKey{}).(*request)
 	if !ok {
-		return nil, nil, rpcError(codeInternal, "internal error: the request context is missing", nil)
+		return nil, nil, nil, rpcError(codeInternal, "internal error: the request context is missing", nil)
 	}
+	c := req.base
+	c.Op, c.Method = op, method
 	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(hctx, cancel)
-	return ctx, func() { stop(); cancel() }, nil
+	stop := context.AfterFunc(req.ctx, cancel)
+	return ctx, &c, func() { stop(); cancel() }, nil
 }
 
 func (s *Server) listTools(ctx context.Context, req *sdk.ListToolsRequest) (*sdk.ListToolsResult, error) {
-	ctx, done, err := callContext(ctx)
+	ctx, c, done, err := newCall(ctx, toolcall.OpListTools, "mcp/ListTools")
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	in := &toolgatev1.ListToolsRequest{PageSize: s.pageSize}
+	c.PageSize = s.pageSize
 	if req.Params != nil {
-		in.PageToken = req.Params.Cursor
+		c.PageToken = req.Params.Cursor
 	}
-	resp, err := s.svc.ListTools(ctx, in)
+	res, err := s.h(ctx, c, nil)
 	if err != nil {
 		return nil, requestError(err)
 	}
-	out := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, len(resp.GetTools())), NextCursor: resp.GetNextPageToken()}
-	for _, t := range resp.GetTools() {
+	out := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, len(res.Tools)), NextCursor: res.NextPageToken}
+	for _, t := range res.Tools {
 		out.Tools = append(out.Tools, toolOf(t))
 	}
 	return out, nil
 }
 
 // toolOf is a registry tool as MCP describes it.
-func toolOf(t *toolgatev1.Tool) *sdk.Tool {
-	schema := map[string]any{"type": "object"}
-	if t.GetArgumentsSchema() != nil {
-		schema = t.GetArgumentsSchema().AsMap()
+func toolOf(t *registry.Tool) *sdk.Tool {
+	var schema any = map[string]any{"type": "object"}
+	if t.Schema != nil {
+		schema = t.Schema
 	}
-	return &sdk.Tool{Name: t.GetName(), Description: t.GetDescription(), InputSchema: schema}
+	return &sdk.Tool{Name: t.Name, Description: t.Description, InputSchema: schema}
 }
 
 // Codes of the JSON-RPC errors this endpoint answers with.
@@ -354,19 +352,4 @@ func callError(err error) (*sdk.CallToolResult, error) {
 			"type": typ, "message": st.Message(), "code": st.Code().String(),
 		}},
 	}, nil
-}
-
-// StreamAuthenticator makes an Options.Authenticate from an authenticating
-// stream interceptor (the gateway's auth.Authenticator.StreamInterceptor):
-// it opens a StreamTool stream that is never read, which authenticates the
-// caller without authorizing anything (streams are authorized on their
-// first message) and without reaching the ToolService.
-func StreamAuthenticator(ic grpc.StreamServerInterceptor) func(context.Context) error {
-	info := &grpc.StreamServerInfo{FullMethod: toolgatev1.ToolService_StreamTool_FullMethodName, IsServerStream: true}
-	ok := func(any, grpc.ServerStream) error { return nil }
-	return func(ctx context.Context) error {
-		return ic(nil, &chunkStream{ctx: ctx, send: func(*toolgatev1.StreamToolResponse) error {
-			return fmt.Errorf("mcp: authentication stream does not send")
-		}}, info, ok)
-	}
 }

@@ -7,21 +7,15 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
-	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/toolgate/toolgate/internal/argsjson"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // RequestIDHeader is the metadata key (the HTTP header, through
@@ -38,11 +32,10 @@ const maxToolLen = 200
 // line carries; longer JSON is cut and logged as a string.
 const DefaultMaxLoggedArguments = 4096
 
-// CallLog writes one structured log line per gRPC call (and so per REST
-// call). It is safe for concurrent use.
+// CallLog writes one structured log line per call, whichever door it came
+// by. It is safe for concurrent use.
 type CallLog struct {
 	log     *slog.Logger
-	user    func(context.Context) string
 	level   func(codes.Code) slog.Level
 	quiet   []string
 	maxArgs int
@@ -50,14 +43,6 @@ type CallLog struct {
 
 // LogOption configures NewCallLog.
 type LogOption func(*CallLog)
-
-// WithUser names the caller of a call from its context, such as auth.User.
-// It is asked on the context after authentication when the
-// UserInterceptors run after the authenticating interceptor, else on the
-// logging interceptor's own context.
-func WithUser(f func(context.Context) string) LogOption {
-	return func(l *CallLog) { l.user = f }
-}
 
 // WithMaxLoggedArguments replaces DefaultMaxLoggedArguments.
 func WithMaxLoggedArguments(n int) LogOption {
@@ -80,86 +65,44 @@ func NewCallLog(log *slog.Logger, opts ...LogOption) *CallLog {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &CallLog{log: log, level: DefaultCodeLevel, quiet: []string{"/grpc.health.v1.Health/"}, maxArgs: DefaultMaxLoggedArguments}
+	l := &CallLog{log: log, level: DefaultCodeLevel, maxArgs: DefaultMaxLoggedArguments}
 	for _, o := range opts {
 		o(l)
 	}
 	return l
 }
 
-// callRecord is what the call log learns of a call while it runs.
-type callRecord struct {
-	id     string
-	method string
-	// header holds the id for the x-request-id response header, so that
-	// setting it needs no slice of its own.
-	header [1]string
-
-	mu   sync.Mutex
-	tool string
-	user string
-	args json.RawMessage // only when Debug is enabled
-}
-
-func (r *callRecord) setUser(u string) {
-	r.mu.Lock()
-	r.user = u
-	r.mu.Unlock()
-}
-
-type recordKey struct{}
-
-func recordFrom(ctx context.Context) *callRecord {
-	r, _ := ctx.Value(recordKey{}).(*callRecord)
-	return r
-}
-
-// begin starts the record of a call: its request id comes from the
-// caller's x-request-id when that is sane, else it is new.
-func (l *CallLog) begin(ctx context.Context, method string) (context.Context, *callRecord) {
+// begin gives the call its request id: the caller's x-request-id when
+// that is sane, else a new one.
+func (l *CallLog) begin(ctx context.Context, c *toolcall.Call) {
 	id := ""
-	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) > 0 && saneRequestID(v[0]) {
+	if v := c.Header.Values(RequestIDHeader); len(v) > 0 && saneRequestID(v[0]) {
 		id = v[0]
 	}
 	if id == "" {
 		id = newRequestID()
 	}
-	r := &callRecord{id: id, method: method, header: [1]string{id}}
+	c.RequestID = id
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("toolgate.request_id", id))
-	}
-	return context.WithValue(ctx, recordKey{}, r), r
-}
-
-// request notes what the call's request message says: its tool, and its
-// arguments when the logger is enabled at Debug.
-func (l *CallLog) request(ctx context.Context, r *callRecord, req any) {
-	tool := toolOf(req)
-	if span := trace.SpanFromContext(ctx); tool != "" && span.IsRecording() {
-		span.SetAttributes(attribute.String("toolgate.tool", tool))
-	}
-	var args json.RawMessage
-	if a, ok := req.(interface{ GetArguments() *structpb.Struct }); ok && l.log.Enabled(ctx, slog.LevelDebug) {
-		args = l.argumentsJSON(ctx, a.GetArguments())
-	}
-	r.mu.Lock()
-	r.tool, r.args = truncate(tool, maxToolLen), args
-	r.mu.Unlock()
-}
-
-// argumentsJSON gives the call's arguments for the log: the request's
-// Struct, or the JSON text a front door passed on (argsjson).
-func (l *CallLog) argumentsJSON(ctx context.Context, s *structpb.Struct) json.RawMessage {
-	var b []byte
-	if raw, ok := argsjson.FromContext(ctx); ok && s == nil {
-		b = raw
-	} else if s == nil {
-		return json.RawMessage("null")
-	} else {
-		var err error
-		if b, err = protojson.Marshal(s); err != nil {
-			return nil
+		if c.Name != "" {
+			span.SetAttributes(attribute.String("toolgate.tool", c.Name))
 		}
+	}
+}
+
+// arguments gives the call's arguments for the log.
+func (l *CallLog) arguments(c *toolcall.Call) json.RawMessage {
+	if c.Op != toolcall.OpInvoke && c.Op != toolcall.OpStream {
+		return nil
+	}
+	b := c.Args
+	if len(b) == 0 {
+		b = []byte("{}")
+	}
+	if !json.Valid(b) {
+		q, _ := json.Marshal(truncate(string(b), max(l.maxArgs, 1)))
+		return q
 	}
 	if l.maxArgs > 0 && len(b) > l.maxArgs {
 		q, _ := json.Marshal(truncate(string(b), l.maxArgs))
@@ -169,26 +112,21 @@ func (l *CallLog) argumentsJSON(ctx context.Context, s *structpb.Struct) json.Ra
 }
 
 // finish writes the call's line.
-func (l *CallLog) finish(ctx context.Context, r *callRecord, err error, d time.Duration) {
+func (l *CallLog) finish(ctx context.Context, c *toolcall.Call, err error, d time.Duration) {
 	code := codeOf(err)
 	level := l.level(code)
-	if code == codes.OK && l.isQuiet(r.method) {
-		level = slog.LevelDebug
-	}
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
-	r.mu.Lock()
-	tool, user, args := r.tool, r.user, r.args
-	r.mu.Unlock()
-	if user == "" && l.user != nil {
-		user = l.user(ctx)
+	user := ""
+	if c.Authenticated {
+		user = c.Caller.User
 	}
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs,
-		slog.String("request_id", r.id),
-		slog.String("method", r.method),
-		slog.String("tool", tool),
+		slog.String("request_id", c.RequestID),
+		slog.String("method", c.MethodName()),
+		slog.String("tool", truncate(c.Name, maxToolLen)),
 		slog.String("user", user),
 		slog.String("code", code.String()),
 		slog.Float64("duration_ms", math.Round(float64(d.Microseconds()))/1000),
@@ -212,73 +150,24 @@ func (l *CallLog) finish(ctx context.Context, r *callRecord, err error, d time.D
 		if err != nil {
 			attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
 		}
-		if args != nil {
+		if args := l.arguments(c); args != nil {
 			attrs = append(attrs, slog.Any("arguments", args))
 		}
 	}
 	l.log.LogAttrs(ctx, level, "call", attrs...)
 }
 
-func (l *CallLog) isQuiet(method string) bool {
-	for _, p := range l.quiet {
-		if strings.HasPrefix(method, p) {
-			return true
+// Middleware gives every call its request id and writes its log line
+// when it ends. Run it before authentication, so that refused calls are
+// logged too; the door answers the request id (x-request-id).
+func (l *CallLog) Middleware() toolcall.Middleware {
+	return func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (res toolcall.Result, err error) {
+			start := time.Now()
+			l.begin(ctx, c)
+			defer func() { l.finish(ctx, c, err, time.Since(start)) }()
+			return next(ctx, c, emit)
 		}
-	}
-	return false
-}
-
-// UnaryServerInterceptor logs unary calls. Place it first, before
-// authentication, so that refused calls are logged too; it answers with
-// the call's request id in the x-request-id response header.
-func (l *CallLog) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		start := time.Now()
-		ctx, r := l.begin(ctx, methodLabel(ctx, info.FullMethod))
-		_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: r.header[:]})
-		l.request(ctx, r, req)
-		defer func() { l.finish(ctx, r, err, time.Since(start)) }()
-		return handler(ctx, req)
-	}
-}
-
-// StreamServerInterceptor logs streams when they end, naming the tool of
-// their first request message.
-func (l *CallLog) StreamServerInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		start := time.Now()
-		ctx, r := l.begin(ss.Context(), methodLabel(ss.Context(), info.FullMethod))
-		_ = ss.SetHeader(metadata.MD{RequestIDHeader: r.header[:]})
-		ws := &firstMessageStream{ServerStream: ss, ctx: ctx, onFirst: func(m any) { l.request(ctx, r, m) }}
-		defer func() { l.finish(ctx, r, err, time.Since(start)) }()
-		return handler(srv, ws)
-	}
-}
-
-// UnaryUserInterceptor notes the caller that WithUser names in the call's
-// log record. Place it right after the authenticating interceptor when the
-// logging interceptor comes before it.
-func (l *CallLog) UnaryUserInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		l.noteUser(ctx)
-		return handler(ctx, req)
-	}
-}
-
-// StreamUserInterceptor is UnaryUserInterceptor for streams.
-func (l *CallLog) StreamUserInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		l.noteUser(ss.Context())
-		return handler(srv, ss)
-	}
-}
-
-func (l *CallLog) noteUser(ctx context.Context) {
-	if l.user == nil {
-		return
-	}
-	if r := recordFrom(ctx); r != nil {
-		r.setUser(l.user(ctx))
 	}
 }
 

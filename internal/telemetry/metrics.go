@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -217,55 +217,24 @@ func (m *Metrics) observeSeries(ctx context.Context, s *callSeries, method, tool
 	h.Observe(d.Seconds())
 }
 
-// UnaryServerInterceptor counts unary calls, times them and tracks those
-// in flight. Place it before authentication so refused calls count too.
-func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		tool, method := m.toolLabel(toolOf(req)), methodLabel(ctx, info.FullMethod)
-		s := m.seriesFor(method, tool)
-		s.inFlight.Inc()
-		start := time.Now()
-		defer func() {
-			s.inFlight.Dec()
-			m.observeSeries(ctx, s, method, tool, codeOf(err), time.Since(start))
-		}()
-		return handler(ctx, req)
-	}
-}
-
-// StreamServerInterceptor does for streams what UnaryServerInterceptor
-// does for unary calls. A stream is in flight under tool="" until its
-// first message names the tool.
-func (m *Metrics) StreamServerInterceptor() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		method := methodLabel(ss.Context(), info.FullMethod)
-		var (
-			mu   sync.Mutex
-			tool string
-			done bool
-		)
-		m.seriesFor(method, tool).inFlight.Inc()
-		start := time.Now()
-		ws := &firstMessageStream{ServerStream: ss, ctx: ss.Context(), onFirst: func(msg any) {
-			t := m.toolLabel(toolOf(msg))
-			mu.Lock()
-			defer mu.Unlock()
-			if done || t == tool {
-				return
+// Middleware counts calls, times them and tracks those in flight. Run it
+// before authentication so refused calls count too.
+func (m *Metrics) Middleware() toolcall.Middleware {
+	return func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (res toolcall.Result, err error) {
+			method, tool := c.MethodName(), m.toolLabel(c.Name)
+			if c.Op == toolcall.OpGetService {
+				tool = "" // Name is a service id
 			}
-			m.seriesFor(method, tool).inFlight.Dec()
-			m.seriesFor(method, t).inFlight.Inc()
-			tool = t
-		}}
-		defer func() {
-			mu.Lock()
-			done = true
-			t := tool
-			mu.Unlock()
-			m.seriesFor(method, t).inFlight.Dec()
-			m.observe(ss.Context(), method, t, codeOf(err), time.Since(start))
-		}()
-		return handler(srv, ws)
+			s := m.seriesFor(method, tool)
+			s.inFlight.Inc()
+			start := time.Now()
+			defer func() {
+				s.inFlight.Dec()
+				m.observeSeries(ctx, s, method, tool, codeOf(err), time.Since(start))
+			}()
+			return next(ctx, c, emit)
+		}
 	}
 }
 

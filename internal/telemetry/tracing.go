@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -15,8 +16,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -161,93 +160,61 @@ func StartPublishSpan(ctx context.Context, topic string, attrs ...attribute.KeyV
 	}
 }
 
-// ServerSpanInterceptors start one server span per call (health checks
-// excepted), continuing the W3C trace context in the call's incoming
-// metadata. The gRPC server and the in-process HTTP and MCP paths install
-// the same pair, so a call gets the same span whichever door it came in
-// by. tp nil means OpenTelemetry's global provider.
-func ServerSpanInterceptors(tp trace.TracerProvider) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	start := func(ctx context.Context, method string) (context.Context, trace.Span) {
-		p := tp
-		if p == nil {
-			p = otel.GetTracerProvider()
+// SpanMiddleware starts one server span per call, continuing the W3C
+// trace context the caller sent (traceparent, tracestate). Every door runs
+// it, so a call gets the same span whichever door it came in by. tp nil
+// means OpenTelemetry's global provider.
+func SpanMiddleware(tp trace.TracerProvider) toolcall.Middleware {
+	return func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+			p := tp
+			if p == nil {
+				p = otel.GetTracerProvider()
+			}
+			name := strings.TrimPrefix(c.MethodName(), "/")
+			ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier{c.Header})
+			ctx, span := p.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", name)))
+			res, err := next(ctx, c, emit)
+			if err != nil {
+				span.SetStatus(otelcodes.Error, err.Error())
+				span.SetAttributes(attribute.String("rpc.grpc.status_code", status.Code(err).String()))
+			}
+			span.End()
+			return res, err
 		}
-		name := strings.TrimPrefix(method, "/")
-		ctx = propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx})
-		return p.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", name)))
 	}
-	end := func(span trace.Span, err error) {
-		if err != nil {
-			span.SetStatus(otelcodes.Error, err.Error())
-			span.SetAttributes(attribute.String("rpc.grpc.status_code", status.Code(err).String()))
-		}
-		span.End()
-	}
-	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if strings.HasPrefix(info.FullMethod, healthPrefix) {
-			return h(ctx, req)
-		}
-		ctx, span := start(ctx, info.FullMethod)
-		resp, err := h(ctx, req)
-		end(span, err)
-		return resp, err
-	}
-	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if strings.HasPrefix(info.FullMethod, healthPrefix) {
-			return h(srv, ss)
-		}
-		ctx, span := start(ss.Context(), info.FullMethod)
-		err := h(srv, &contextStream{ServerStream: ss, ctx: ctx})
-		end(span, err)
-		return err
-	}
-	return unary, stream
 }
 
-const healthPrefix = "/grpc.health.v1.Health/"
-
-// incomingCarrier reads a call's incoming metadata for the propagator,
-// one key at a time: metadata.FromIncomingContext would copy all of it.
-// traceparentKey is the W3C trace context's main header, as metadata.
+// traceparentKey is the W3C trace context's main header.
 const traceparentKey = "traceparent"
 
-type incomingCarrier struct{ ctx context.Context }
+// headerCarrier reads a call's header for the propagator.
+type headerCarrier struct{ h toolcall.Header }
 
-func (c incomingCarrier) Get(key string) string {
-	if v := metadata.ValueFromIncomingContext(c.ctx, key); len(v) > 0 {
+func (c headerCarrier) Get(key string) string {
+	if v := c.h.Values(key); len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
-func (incomingCarrier) Set(string, string) {}
+func (headerCarrier) Set(string, string) {}
 
-func (incomingCarrier) Keys() []string { return nil }
+func (headerCarrier) Keys() []string { return nil }
 
-// TraceContextInterceptors carry the W3C trace context a caller sent in
-// its metadata into the call's context, without starting spans: with
-// tracing off they replace ServerHandler, whose per-call span machinery
-// costs more than everything else the gateway does for a call, and still
-// let the tool service join the caller's trace.
-func TraceContextInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if len(metadata.ValueFromIncomingContext(ctx, traceparentKey)) == 0 {
-			return h(ctx, req) // nothing to carry (and no carrier to allocate)
+// TraceContextMiddleware carries the W3C trace context a caller sent into
+// the call's context, without starting spans: with tracing off it replaces
+// SpanMiddleware, whose per-call span machinery costs more than everything
+// else the gateway does for a call, and still lets the tool service join
+// the caller's trace.
+func TraceContextMiddleware() toolcall.Middleware {
+	return func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+			if len(c.Header.Values(traceparentKey)) == 0 {
+				return next(ctx, c, emit) // nothing to carry (and no carrier to allocate)
+			}
+			return next(propagation.TraceContext{}.Extract(ctx, headerCarrier{c.Header}), c, emit)
 		}
-		return h(propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx}), req)
 	}
-	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		ctx := ss.Context()
-		return h(srv, &contextStream{ServerStream: ss, ctx: propagation.TraceContext{}.Extract(ctx, incomingCarrier{ctx})})
-	}
-	return unary, stream
 }
-
-// contextStream is a server stream with another context.
-type contextStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *contextStream) Context() context.Context { return s.ctx }

@@ -1,4 +1,4 @@
-package server
+package toolcall
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 // status converts err and logs its cause. Once the call's own deadline has
 // passed, that is what the caller hears about, even if the service's
 // reply about running out of time won the race.
-func (s *Server) status(ctx context.Context, err error, toolName string, tool *registry.Tool) error {
+func (s *Core) status(ctx context.Context, err error, toolName string, tool *registry.Tool) error {
 	if cerr := context.Cause(ctx); cerr != nil && errors.Is(cerr, context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w (the tool service answered: %v)", cerr, err) //nolint:errorlint // only the deadline may decide the status
 	}
@@ -121,3 +121,24 @@ func (s *Server) status(ctx context.Context, err error, toolName string, tool *r
 }
 
 func quote(s string) string { return `"` + s + `"` }
+
+// The reasons of the ErrorInfo (domain ErrorDomain) of errors the gateway
+// itself raises, so callers can tell them from a tool service's own (whose
+// reason is the service's error type, such as "not-found").
+const (
+	ReasonToolNotFound       = "TOOL_NOT_FOUND"
+	ReasonToolServiceMissing = "TOOL_SERVICE_NOT_FOUND"
+)
+
+func toolNotFound(name string) error {
+	return gatewayError(codes.NotFound, ReasonToolNotFound, fmt.Sprintf("tool %q not found", name), map[string]string{"tool": name})
+}
+
+// gatewayError is a status with an ErrorInfo in the gateway's domain.
+func gatewayError(code codes.Code, reason, msg string, md map[string]string) error {
+	st := status.New(code, msg)
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}); err == nil {
+		st = ds
+	}
+	return st.Err()
+}

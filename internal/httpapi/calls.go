@@ -1,0 +1,221 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/apiproto"
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// The verbs of POST /v1/tools/{name}:{verb}.
+const (
+	verbInvoke = "invoke"
+	verbStream = "stream"
+)
+
+// splitVerb splits "name:verb" at its last colon when verb is one of the
+// API's; verb is "" otherwise.
+func splitVerb(s string) (name, verb string) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return s, ""
+	}
+	switch v := s[i+1:]; v {
+	case verbInvoke, verbStream:
+		return s[:i], v
+	}
+	return s, ""
+}
+
+// newCall is the call of an HTTP request: its header and connection.
+func newCall(r *http.Request, op toolcall.Op) *toolcall.Call {
+	return &toolcall.Call{Op: op, Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}
+}
+
+// toolVerb serves POST /v1/tools/{name}:invoke and :stream.
+func (a *api) toolVerb(w http.ResponseWriter, r *http.Request) {
+	call := r.PathValue("call")
+	name, verb := splitVerb(call)
+	switch {
+	case verb == verbInvoke:
+		a.serveInvoke(w, r, name)
+	case verb == verbStream:
+		a.serveStream(w, r, name)
+	case strings.IndexByte(call, ':') >= 0:
+		writeStatus(w, http.StatusNotFound, codes.NotFound, "ROUTE_NOT_FOUND",
+			"no such path: "+r.URL.Path+" (POST /v1/tools/{name}:invoke or :stream; see /openapi.json)", nil)
+	default:
+		notAllowed(w, r, "GET, HEAD")
+	}
+}
+
+// serveInvoke serves InvokeTool: the output answered as
+// {"output": "...", "output_json": ...}.
+func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, name string) {
+	c := newCall(r, toolcall.OpInvoke)
+	c.Name = name
+	if err := decodeCall(r.Body, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
+	res, err := a.opts.Handler(r.Context(), c, nil)
+	setRequestID(w, c)
+	if err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(appendInvokeResponse(make([]byte, 0, len(res.Output)*2+32), res.Output))
+}
+
+func setRequestID(w http.ResponseWriter, c *toolcall.Call) {
+	if c.RequestID != "" {
+		w.Header()["X-Request-Id"] = []string{c.RequestID}
+	}
+}
+
+// appendInvokeResponse writes an invoke's answer: output always,
+// output_json when the output is valid JSON — the output text itself,
+// exactly as the tool service wrote it.
+func appendInvokeResponse(b []byte, output string) []byte {
+	b = append(b, `{"output":`...)
+	b = wire.AppendJSONString(b, output)
+	if raw := strings.TrimSpace(output); apiproto.IsJSON(raw) && jsonValid(raw) {
+		b = append(b, `,"output_json":`...)
+		b = append(b, raw...)
+	}
+	return append(b, '}')
+}
+
+func (a *api) listTools(w http.ResponseWriter, r *http.Request) {
+	c := newCall(r, toolcall.OpListTools)
+	if err := pageParams(r, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
+	res, err := a.run(w, r, c)
+	if err == nil {
+		a.writeMessage(w, r, apiproto.Tools(res.Tools, res.RegistryVersion, res.NextPageToken))
+	}
+}
+
+func (a *api) getTool(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, verb := splitVerb(name); verb != "" {
+		notAllowed(w, r, http.MethodPost)
+		return
+	}
+	c := newCall(r, toolcall.OpGetTool)
+	c.Name = name
+	res, err := a.run(w, r, c)
+	if err == nil {
+		a.writeMessage(w, r, apiproto.Tool(res.Tool, res.RegistryVersion)) // response_body: "tool"
+	}
+}
+
+func (a *api) listServices(w http.ResponseWriter, r *http.Request) {
+	c := newCall(r, toolcall.OpListServices)
+	if err := pageParams(r, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
+	res, err := a.run(w, r, c)
+	if err == nil {
+		a.writeMessage(w, r, apiproto.Services(res.Services, res.NextPageToken))
+	}
+}
+
+func (a *api) getService(w http.ResponseWriter, r *http.Request) {
+	c := newCall(r, toolcall.OpGetService)
+	c.Name = r.PathValue("id")
+	res, err := a.run(w, r, c)
+	if err == nil {
+		a.writeMessage(w, r, apiproto.Service(res.Service)) // response_body: "tool_service"
+	}
+}
+
+// run serves a unary call, answering its error itself.
+func (a *api) run(w http.ResponseWriter, r *http.Request, c *toolcall.Call) (toolcall.Result, error) {
+	res, err := a.opts.Handler(r.Context(), c, nil)
+	setRequestID(w, c)
+	if err != nil {
+		a.httpError(r.Context(), w, r, err)
+	}
+	return res, err
+}
+
+func (a *api) writeMessage(w http.ResponseWriter, r *http.Request, m proto.Message) {
+	body, err := a.m.Marshal(m)
+	if err != nil {
+		a.httpError(r.Context(), w, r, status.Error(codes.Internal, "the answer could not be written"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// pageParams reads page_size and page_token (or their JSON names) from
+// the query.
+func pageParams(r *http.Request, c *toolcall.Call) error {
+	q := r.URL.Query()
+	get := func(a, b string) string {
+		if v := q.Get(a); v != "" {
+			return v
+		}
+		return q.Get(b)
+	}
+	if v := get("page_size", "pageSize"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "page_size %q is not a whole number", v)
+		}
+		c.PageSize = int32(n)
+	}
+	c.PageToken = get("page_token", "pageToken")
+	return nil
+}
+
+func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
+	runtime.HTTPError(ctx, a.gw, a.m, w, r, err)
+}
+
+// decodeCall reads an invoke or stream body into c: the arguments as they
+// are, the timeout. The common body takes one pass over the text; a body
+// it cannot read is decoded in full to say what is wrong with it.
+func decodeCall(body io.Reader, c *toolcall.Call) error {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil // an empty body is an empty request
+	}
+	ok, err := callBody(data, c)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if ok {
+		return nil
+	}
+	req := &toolgatev1.InvokeToolRequest{}
+	if err := decodeRequest(data, req); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	// The full decoder took what the one pass did not (escapes in the
+	// body's own keys).
+	return status.Error(codes.InvalidArgument, "the request body could not be read; send {\"arguments\": {...}, \"timeout\": \"5s\"}")
+}
+
+func jsonValid(s string) bool { return json.Valid([]byte(s)) }

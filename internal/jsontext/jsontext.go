@@ -1,0 +1,267 @@
+// Package jsontext reads JSON objects as text: it checks and compacts a
+// call's arguments without decoding them into Go values, so that every
+// number, string and key reaches the tool service exactly as the caller
+// wrote it (only insignificant white space goes), and it splits an object
+// into its members for the checks against a tool's declared arguments.
+package jsontext
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// MaxDepth bounds the nesting of a value Compact accepts.
+const MaxDepth = 64
+
+// The errors Compact explains its refusals with (wrapped with detail).
+var (
+	ErrNotObject = errors.New("must be a JSON object")
+	ErrSyntax    = errors.New("is not valid JSON")
+	ErrUTF8      = errors.New("is not valid UTF-8")
+	ErrDepth     = fmt.Errorf("nests deeper than %d levels", MaxDepth)
+	ErrDuplicate = errors.New("has a key twice in one object")
+)
+
+// Compact returns the JSON object data without insignificant white space,
+// and every value otherwise exactly as written. It refuses text that is
+// not valid JSON, not an object, not valid UTF-8, nests deeper than
+// MaxDepth, or repeats a key within one object (decoders disagree on
+// which of two keys wins).
+func Compact(data []byte) ([]byte, error) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		if json.Valid(data) {
+			return nil, ErrNotObject
+		}
+		return nil, ErrSyntax
+	}
+	if !json.Valid(data) {
+		return nil, ErrSyntax
+	}
+	if !utf8.Valid(data) {
+		return nil, ErrUTF8
+	}
+	out, _, err := value(make([]byte, 0, len(data)), data, 0)
+	return out, err
+}
+
+// value appends the compact form of the JSON value at the start of data
+// (valid JSON, leading white space skipped) and returns what follows it.
+func value(out, data []byte, depth int) ([]byte, []byte, error) {
+	data = skipSpace(data)
+	switch c := data[0]; c {
+	case '{', '[':
+		if depth >= MaxDepth {
+			return nil, nil, ErrDepth
+		}
+		end := byte('}')
+		if c == '[' {
+			end = ']'
+		}
+		out = append(out, c)
+		data = skipSpace(data[1:])
+		if data[0] == end {
+			return append(out, end), data[1:], nil
+		}
+		var seen [16][]byte // this object's keys so far, to refuse repeats
+		keys := seen[:0]
+		var many map[string]bool // past len(seen) keys
+		for {
+			var err error
+			if c == '{' {
+				var key []byte
+				key, data = str(skipSpace(data))
+				k := key
+				if bytes.IndexByte(key, '\\') >= 0 {
+					var s string
+					if json.Unmarshal(key, &s) == nil {
+						k = []byte(`"` + s + `"`)
+					}
+				}
+				if many != nil {
+					if many[string(k)] {
+						return nil, nil, fmt.Errorf("%w: %s", ErrDuplicate, key)
+					}
+					many[string(k)] = true
+				} else {
+					for _, prev := range keys {
+						if bytes.Equal(prev, k) {
+							return nil, nil, fmt.Errorf("%w: %s", ErrDuplicate, key)
+						}
+					}
+					if len(keys) < len(seen) {
+						keys = append(keys, k)
+					} else {
+						many = make(map[string]bool, 2*len(keys))
+						for _, prev := range keys {
+							many[string(prev)] = true
+						}
+						many[string(k)] = true
+					}
+				}
+				out = append(out, key...)
+				data = skipSpace(data)[1:] // the colon
+				out = append(out, ':')
+			}
+			if out, data, err = value(out, data, depth+1); err != nil {
+				return nil, nil, err
+			}
+			data = skipSpace(data)
+			if data[0] == ',' {
+				out = append(out, ',')
+				data = data[1:]
+				continue
+			}
+			return append(out, end), data[1:], nil
+		}
+	case '"':
+		s, rest := str(data)
+		return append(out, s...), rest, nil
+	default: // a number, true, false or null: up to the next delimiter
+		n := 0
+		for n < len(data) {
+			switch data[n] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return append(out, data[:n]...), data[n:], nil
+			}
+			n++
+		}
+		return append(out, data...), nil, nil
+	}
+}
+
+// str returns the JSON string at the start of data (valid JSON), quotes
+// included, and what follows it.
+func str(data []byte) ([]byte, []byte) {
+	for i := 1; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return data[:i+1], data[i+1:]
+		}
+	}
+	return data, nil
+}
+
+func skipSpace(data []byte) []byte {
+	for len(data) > 0 && (data[0] == ' ' || data[0] == '\t' || data[0] == '\n' || data[0] == '\r') {
+		data = data[1:]
+	}
+	return data
+}
+
+// Member is one member of a JSON object: its key, as written between the
+// quotes, and its value's text.
+type Member struct {
+	Key   []byte
+	Value []byte
+}
+
+// Kind names the JSON type of a member's value as the registry's argument
+// types do: "string", "number", "boolean", "object", "array" or "null".
+func (m Member) Kind() string {
+	switch m.Value[0] {
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	default:
+		return "number"
+	}
+}
+
+// IsInteger reports whether a number member's value is a whole number, as
+// JSON Schema's "integer" reads it (1, -3, 1.0 and 1e3 are; 1.5 is not).
+func (m Member) IsInteger() bool {
+	if m.Kind() != "number" {
+		return false
+	}
+	if bytes.IndexAny(m.Value, ".eE") < 0 {
+		return true
+	}
+	var f json.Number = json.Number(m.Value)
+	if _, err := f.Int64(); err == nil {
+		return true
+	}
+	v, err := f.Float64()
+	return err == nil && v == float64(int64(v)) && v < 1e18 && v > -1e18
+}
+
+// Members appends the members of obj, a compact object from Compact, to
+// dst. ok is false only when obj is not such an object.
+func Members(obj []byte, dst []Member) ([]Member, bool) {
+	if len(obj) < 2 || obj[0] != '{' {
+		return dst, false
+	}
+	data := obj[1:]
+	if data[0] == '}' {
+		return dst, true
+	}
+	for {
+		if len(data) == 0 || data[0] != '"' {
+			return dst, false
+		}
+		key, rest := str(data)
+		if len(rest) == 0 || rest[0] != ':' {
+			return dst, false
+		}
+		v, after, ok := skipValue(rest[1:])
+		if !ok {
+			return dst, false
+		}
+		dst = append(dst, Member{Key: key[1 : len(key)-1], Value: v})
+		switch {
+		case len(after) > 0 && after[0] == ',':
+			data = after[1:]
+		case len(after) > 0 && after[0] == '}':
+			return dst, true
+		default:
+			return dst, false
+		}
+	}
+}
+
+// skipValue splits compact JSON text after its first value.
+func skipValue(data []byte) (v, rest []byte, ok bool) {
+	if len(data) == 0 {
+		return nil, nil, false
+	}
+	switch data[0] {
+	case '"':
+		s, rest := str(data)
+		return s, rest, true
+	case '{', '[':
+		depth := 0
+		for i := 0; i < len(data); i++ {
+			switch data[i] {
+			case '"':
+				_, rest := str(data[i:])
+				i = len(data) - len(rest) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return data[:i+1], data[i+1:], true
+				}
+			}
+		}
+		return nil, nil, false
+	default:
+		i := 0
+		for i < len(data) && data[i] != ',' && data[i] != '}' && data[i] != ']' {
+			i++
+		}
+		return data[:i], data[i:], i > 0
+	}
+}

@@ -1,0 +1,88 @@
+package toolcall
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/toolgate/toolgate/internal/jsontext"
+	"github.com/toolgate/toolgate/internal/registry"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// checkArguments checks a call's arguments, JSON object text, against the
+// tool's declared arguments and returns the text the envelope carries:
+// the same, compacted. A wrong type, a missing required argument, or (for
+// strict tools) an undeclared one is an INVALID_ARGUMENT naming the
+// argument; so is text that is not a JSON object.
+func checkArguments(t *registry.Tool, raw []byte) (string, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		raw = []byte("{}")
+	}
+	compact, err := jsontext.Compact(raw)
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "tool %q: the arguments %v", t.Name, err)
+	}
+	if len(t.Arguments) == 0 && !t.Strict {
+		return string(compact), nil
+	}
+	var buf [8]jsontext.Member
+	members, ok := jsontext.Members(compact, buf[:0])
+	if !ok {
+		return "", status.Errorf(codes.Internal, "tool %q: the arguments could not be read back", t.Name)
+	}
+	for _, a := range t.Arguments {
+		var v *jsontext.Member
+		for i := range members {
+			if keyIs(members[i].Key, a.Name) {
+				v = &members[i]
+				break
+			}
+		}
+		if v == nil {
+			if a.Required {
+				return "", status.Errorf(codes.InvalidArgument, "tool %q: missing required argument %q", t.Name, a.Name)
+			}
+			continue
+		}
+		if kind := v.Kind(); kind != a.Type && (a.Type != "integer" || !v.IsInteger()) {
+			return "", status.Errorf(codes.InvalidArgument, "tool %q: argument %q must be of type %s, got %s", t.Name, a.Name, a.Type, kind)
+		}
+	}
+	if t.Strict {
+		for _, m := range members {
+			if !declared(t, m.Key) {
+				return "", status.Errorf(codes.InvalidArgument, "tool %q: unknown argument %q (the tool accepts only its declared arguments)", t.Name, unescape(m.Key))
+			}
+		}
+	}
+	return string(compact), nil
+}
+
+// keyIs reports whether an object key, as written, names name.
+func keyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key) == name
+	}
+	return unescape(key) == name
+}
+
+func unescape(key []byte) string {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key)
+	}
+	var s string
+	if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &s) != nil {
+		return string(key)
+	}
+	return s
+}
+
+func declared(t *registry.Tool, key []byte) bool {
+	for _, a := range t.Arguments {
+		if keyIs(key, a.Name) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,213 @@
+// Package toolcall is the gateway's door-neutral core: a Call — a tool
+// invocation, a stream, or a look into the registry — as every front door
+// (gRPC, REST, MCP, Connect) hands it over, the middleware that every call
+// passes through (Middleware, written once over Call: authentication,
+// authorization, limits, the call log, metrics, spans), and the Core that
+// serves a call: registry lookup, argument checks on the arguments' JSON
+// text, the deadline, the envelope handed to the bridge, and the one
+// mapping of failures onto gRPC statuses.
+//
+// A door decodes its own wire format into a Call, runs the Handler it was
+// given (the middleware chain around Core.Handle) and encodes the Result,
+// the emitted Chunks or the status error in its own way. It knows nothing
+// of Pulsar or of another door; this package knows nothing of any door.
+package toolcall
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/registry"
+)
+
+// Op is what a call asks for.
+type Op uint8
+
+// The operations of the ToolService.
+const (
+	OpInvoke       Op = iota + 1 // run a tool, answer with its whole output
+	OpStream                     // run a tool, emit its output chunk by chunk
+	OpListTools                  // a page of the tools the caller may see
+	OpGetTool                    // one tool
+	OpListServices               // a page of the tool services
+	OpGetService                 // one tool service
+)
+
+// Method names of the ops: the gRPC full method names of the ToolService,
+// which the call log, metrics and spans report whichever door a call came
+// by (a door may prefix its own name, as MCP does: "mcp/InvokeTool").
+const (
+	MethodInvoke       = "/toolgate.v1.ToolService/InvokeTool"
+	MethodStream       = "/toolgate.v1.ToolService/StreamTool"
+	MethodListTools    = "/toolgate.v1.ToolService/ListTools"
+	MethodGetTool      = "/toolgate.v1.ToolService/GetTool"
+	MethodListServices = "/toolgate.v1.ToolService/ListToolServices"
+	MethodGetService   = "/toolgate.v1.ToolService/GetToolService"
+)
+
+// Method is op's ToolService method name.
+func (op Op) Method() string {
+	switch op {
+	case OpInvoke:
+		return MethodInvoke
+	case OpStream:
+		return MethodStream
+	case OpListTools:
+		return MethodListTools
+	case OpGetTool:
+		return MethodGetTool
+	case OpListServices:
+		return MethodListServices
+	case OpGetService:
+		return MethodGetService
+	}
+	return ""
+}
+
+// Header is a call's request metadata, read by lower-case name: the
+// credentials (authorization, x-api-key), the request id (x-request-id)
+// and the W3C trace context (traceparent, tracestate). http.Header
+// satisfies it; the gRPC door wraps the incoming metadata.
+type Header interface {
+	Values(key string) []string
+}
+
+// NoHeader is a Header without values.
+var NoHeader Header = noHeader{}
+
+type noHeader struct{}
+
+func (noHeader) Values(string) []string { return nil }
+
+// Caller is an authenticated caller: who the authentication middleware
+// established a call comes from.
+type Caller struct {
+	// User names the caller; it becomes the tool-service envelope's user.
+	User string
+	// Roles are the caller's roles, as its credential states them.
+	Roles []string
+	// Method says how the caller was authenticated ("api-key", "jwt",
+	// "mtls", "anonymous").
+	Method string
+}
+
+// HasRole reports whether the caller has role r.
+func (c Caller) HasRole(r string) bool { return slices.Contains(c.Roles, r) }
+
+// Call is one call as a door hands it over. The door fills in what the
+// caller asked; the middleware adds the caller and the request id.
+type Call struct {
+	Op Op
+	// Method names the call in logs, metrics and spans (default
+	// Op.Method()).
+	Method string
+	// Name is the tool (OpInvoke, OpStream, OpGetTool) or the tool
+	// service id (OpGetService).
+	Name string
+	// Args are the arguments of OpInvoke and OpStream: JSON object text
+	// exactly as the caller wrote it (nil or empty: none). The core checks
+	// it against the tool and passes it on unchanged but for white space.
+	Args []byte
+	// Timeout is the deadline the caller asked for when TimeoutSet (a
+	// context deadline may also bound the call); it must be positive.
+	Timeout    time.Duration
+	TimeoutSet bool
+	// PageSize and PageToken page OpListTools and OpListServices.
+	PageSize  int32
+	PageToken string
+	// Header is the request's metadata (never nil once a door built the
+	// call: NoHeader).
+	Header Header
+	// TLS is the connection's TLS state when it came over TLS, for a
+	// verified client certificate.
+	TLS *tls.ConnectionState
+	// Peer is the caller's network address, for the log.
+	Peer string
+
+	// Set by the middleware.
+
+	// Caller is who the call comes from; Authenticated says whether the
+	// authentication middleware established it.
+	Caller        Caller
+	Authenticated bool
+	// RequestID identifies the call in the log and to the caller, who
+	// hears it back as x-request-id.
+	RequestID string
+}
+
+// MethodName is c.Method, else the op's method.
+func (c *Call) MethodName() string {
+	if c.Method != "" {
+		return c.Method
+	}
+	return c.Op.Method()
+}
+
+// Chunk is one piece of a streamed output.
+type Chunk struct {
+	Text  string
+	Index int64
+	Last  bool
+}
+
+// Emit receives a stream's chunks in order. An error ends the call with
+// that error (the door's client went away).
+type Emit func(Chunk) error
+
+// Result is what a call answers, by op: Output (OpInvoke), Tools and
+// NextPageToken (OpListTools), Tool (OpGetTool), Services and
+// NextPageToken (OpListServices), Service (OpGetService). A stream's
+// output goes to its Emit; its Result is empty. RegistryVersion is the
+// version of the registry snapshot a registry answer comes from.
+type Result struct {
+	Output          string
+	Tools           []*registry.Tool
+	Tool            *registry.Tool
+	Services        []*registry.Service
+	Service         *registry.Service
+	NextPageToken   string
+	RegistryVersion int64
+}
+
+// Handler serves a call. emit is nil but for OpStream.
+type Handler func(ctx context.Context, c *Call, emit Emit) (Result, error)
+
+// Middleware wraps a Handler with what every call goes through.
+type Middleware func(next Handler) Handler
+
+// Chain wraps h in mws, the first the outermost.
+func Chain(h Handler, mws ...Middleware) Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			h = mws[i](h)
+		}
+	}
+	return h
+}
+
+// HTTPHeader is an HTTP request's header as a call's Header, the one rule
+// every HTTP door (REST, MCP, Connect) reads credentials, request id and
+// trace context by. The names the middleware asks for are looked up in
+// their canonical form without building it per call.
+func HTTPHeader(h http.Header) Header { return httpHeader(h) }
+
+type httpHeader http.Header
+
+func (h httpHeader) Values(key string) []string {
+	switch key {
+	case "authorization":
+		return h["Authorization"]
+	case "x-api-key":
+		return h["X-Api-Key"]
+	case "x-request-id":
+		return h["X-Request-Id"]
+	case "traceparent":
+		return h["Traceparent"]
+	case "tracestate":
+		return h["Tracestate"]
+	}
+	return http.Header(h).Values(key)
+}

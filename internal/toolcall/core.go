@@ -1,0 +1,265 @@
+package toolcall
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Bridge sends envelopes and returns the call to read replies from.
+type Bridge interface {
+	CallUntil(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time) (*bridge.Call, error)
+}
+
+// Snapshots gives the current registry snapshot.
+type Snapshots interface {
+	Snapshot() *registry.Snapshot
+}
+
+// Defaults of Options.
+const (
+	DefaultTimeout    = 30 * time.Second
+	DefaultMaxTimeout = 10 * time.Minute
+	DefaultUser       = "anonymous"
+	// DefaultPageSize and MaxPageSize bound a page of a list.
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Options tune the Core.
+type Options struct {
+	// DefaultTimeout applies when neither the caller nor the tool service
+	// sets one (DefaultTimeout).
+	DefaultTimeout time.Duration
+	// MaxTimeout caps any deadline a caller asks for (DefaultMaxTimeout).
+	MaxTimeout time.Duration
+	// StreamIdleTimeout ends a stream whose next chunk takes longer than
+	// this (0: only the call's deadline applies).
+	StreamIdleTimeout time.Duration
+	// DefaultUser is the envelope's user when the call has no
+	// authenticated caller (DefaultUser).
+	DefaultUser string
+	// Logger (default: discard).
+	Logger *slog.Logger
+	// Visible, when set, hides from the lists the tools a call's caller
+	// may not list; the authorization middleware enforces calls.
+	Visible func(c *Call, tool string) bool
+}
+
+// Core serves calls: the last Handler of every chain.
+type Core struct {
+	reg    Snapshots
+	bridge Bridge
+	opts   Options
+	log    *slog.Logger
+}
+
+// New returns a Core over the registry's snapshots and the bridge.
+func New(reg Snapshots, b Bridge, opts Options) *Core {
+	if opts.DefaultTimeout <= 0 {
+		opts.DefaultTimeout = DefaultTimeout
+	}
+	if opts.MaxTimeout <= 0 {
+		opts.MaxTimeout = DefaultMaxTimeout
+	}
+	if opts.DefaultUser == "" {
+		opts.DefaultUser = DefaultUser
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Core{reg: reg, bridge: b, opts: opts, log: opts.Logger}
+}
+
+// Handle serves c. It is a Handler.
+func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
+	switch c.Op {
+	case OpInvoke:
+		out, err := s.invoke(ctx, c)
+		return Result{Output: out}, err
+	case OpStream:
+		if emit == nil {
+			return Result{}, status.Error(codes.Internal, "a stream needs somewhere to send its chunks")
+		}
+		return Result{}, s.stream(ctx, c, emit)
+	case OpListTools:
+		return s.listTools(c)
+	case OpGetTool:
+		snap := s.reg.Snapshot()
+		t, ok := snap.Tool(c.Name)
+		if !ok {
+			return Result{}, toolNotFound(c.Name)
+		}
+		return Result{Tool: t, RegistryVersion: snap.Version}, nil
+	case OpListServices:
+		snap := s.reg.Snapshot()
+		svcs := snap.Services()
+		start, end, next, err := page(len(svcs), func(i int) string { return svcs[i].ID }, c.PageSize, c.PageToken)
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{Services: svcs[start:end], NextPageToken: next, RegistryVersion: snap.Version}, nil
+	case OpGetService:
+		sv, ok := s.reg.Snapshot().Service(c.Name)
+		if !ok {
+			return Result{}, gatewayError(codes.NotFound, ReasonToolServiceMissing, fmt.Sprintf("tool service %q not found", c.Name), map[string]string{"service": c.Name})
+		}
+		return Result{Service: sv}, nil
+	}
+	return Result{}, status.Errorf(codes.Unimplemented, "unknown operation %d", c.Op)
+}
+
+func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
+	tool, call, err := s.start(ctx, c)
+	if err != nil {
+		return "", s.status(ctx, err, c.Name, tool)
+	}
+	defer call.Close()
+	text, err := call.Wait(ctx)
+	if err != nil {
+		return "", s.status(ctx, err, c.Name, tool)
+	}
+	return text, nil
+}
+
+func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
+	tool, call, err := s.start(ctx, c)
+	if err != nil {
+		return s.status(ctx, err, c.Name, tool)
+	}
+	defer call.Close()
+	for i := int64(0); ; i++ {
+		ch, err := s.recv(ctx, call)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return s.status(ctx, err, c.Name, tool)
+		}
+		if err := emit(Chunk{Text: ch.Text, Index: i, Last: ch.Last}); err != nil {
+			return err
+		}
+	}
+}
+
+// start resolves the tool, checks the arguments, works out the call's
+// deadline and publishes the envelope. The deadline is the bridge call's
+// own (bridge.CallUntil) unless the caller's is the earlier: no context and
+// timer per call for it.
+func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call, error) {
+	tool, ok := s.reg.Snapshot().Tool(c.Name)
+	if !ok {
+		return nil, nil, toolNotFound(c.Name)
+	}
+	args, err := checkArguments(tool, c.Args)
+	if err != nil {
+		return tool, nil, err
+	}
+	var limit time.Duration
+	switch {
+	case c.TimeoutSet:
+		if c.Timeout <= 0 {
+			return tool, nil, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+		}
+		limit = min(c.Timeout, s.opts.MaxTimeout)
+	case hasDeadline(ctx):
+		limit = s.opts.MaxTimeout // the caller's deadline applies when earlier
+	case tool.Service.Timeout > 0:
+		limit = min(tool.Service.Timeout, s.opts.MaxTimeout)
+	default:
+		limit = s.opts.DefaultTimeout
+	}
+	user := s.opts.DefaultUser
+	if c.Authenticated && c.Caller.User != "" {
+		user = c.Caller.User
+	}
+	env := wire.Request{User: user, Config: tool.ConfigJSON, Arguments: args}
+	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, time.Now().Add(limit))
+	if err != nil {
+		return tool, nil, err
+	}
+	return tool, call, nil
+}
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
+}
+
+// errStreamIdle ends a stream whose next chunk is late.
+var errStreamIdle = fmt.Errorf("%w: stream idle", context.DeadlineExceeded)
+
+// recv reads the next chunk, bounded by the stream idle timeout.
+func (s *Core) recv(ctx context.Context, call *bridge.Call) (bridge.Chunk, error) {
+	if s.opts.StreamIdleTimeout <= 0 {
+		return call.Recv(ctx)
+	}
+	ictx, cancel := context.WithTimeoutCause(ctx, s.opts.StreamIdleTimeout, errStreamIdle)
+	defer cancel()
+	return call.Recv(ictx)
+}
+
+func (s *Core) listTools(c *Call) (Result, error) {
+	snap := s.reg.Snapshot()
+	tools := snap.Tools()
+	if s.opts.Visible != nil {
+		visible := make([]*registry.Tool, 0, len(tools))
+		for _, t := range tools {
+			if s.opts.Visible(c, t.Name) {
+				visible = append(visible, t)
+			}
+		}
+		tools = visible
+	}
+	start, end, next, err := page(len(tools), func(i int) string { return tools[i].Name }, c.PageSize, c.PageToken)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Tools: tools[start:end], NextPageToken: next, RegistryVersion: snap.Version}, nil
+}
+
+// page picks the slice of a sorted list that a page request asks for. The
+// token is the last key of the previous page, so pages stay consistent when
+// the registry reloads between them.
+func page(n int, key func(int) string, size int32, token string) (start, end int, next string, err error) {
+	switch {
+	case size < 0:
+		return 0, 0, "", status.Error(codes.InvalidArgument, "page_size must not be negative")
+	case size == 0:
+		size = DefaultPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
+	}
+	if token != "" {
+		raw, derr := base64.RawURLEncoding.DecodeString(token)
+		if derr != nil {
+			return 0, 0, "", status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+		}
+		after := string(raw)
+		lo, hi := 0, n
+		for lo < hi { // first key > after
+			m := (lo + hi) / 2
+			if key(m) <= after {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		start = lo
+	}
+	end = min(start+int(size), n)
+	if end < n && end > start {
+		next = base64.RawURLEncoding.EncodeToString([]byte(key(end - 1)))
+	}
+	return start, end, next, nil
+}

@@ -31,15 +31,12 @@ var (
 // MaxDepth, or repeats a key within one object (decoders disagree on
 // which of two keys wins).
 func Compact(data []byte) ([]byte, error) {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' {
-		if json.Valid(data) {
-			return nil, ErrNotObject
-		}
-		return nil, ErrSyntax
-	}
 	if !json.Valid(data) {
 		return nil, ErrSyntax
+	}
+	data = skipSpace(data)
+	if data[0] != '{' {
+		return nil, ErrNotObject
 	}
 	if !utf8.Valid(data) {
 		return nil, ErrUTF8

@@ -16,7 +16,7 @@ import (
 // strict tools) an undeclared one is an INVALID_ARGUMENT naming the
 // argument; so is text that is not a JSON object.
 func checkArguments(t *registry.Tool, raw []byte) (string, error) {
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+	if t := bytes.Trim(raw, " \t\r\n"); len(t) == 0 || string(t) == "null" {
 		raw = []byte("{}")
 	}
 	compact, err := jsontext.Compact(raw)

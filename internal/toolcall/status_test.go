@@ -1,0 +1,94 @@
+package toolcall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestToStatus(t *testing.T) {
+	t.Parallel()
+	tool := &registry.Tool{Name: "t", Service: &registry.Service{ID: "svc"}}
+	cases := []struct {
+		name   string
+		err    error
+		code   codes.Code
+		reason string
+		msg    string
+	}{
+		{"service invalid-argument", &wire.Error{Type: "invalid-argument", Message: "bad"}, codes.InvalidArgument, "invalid-argument", "bad"},
+		{"service bad-request", &wire.Error{Type: "bad-request", Message: "m"}, codes.InvalidArgument, "bad-request", "m"},
+		{"service not-found", &wire.Error{Type: "not-found", Message: "m"}, codes.NotFound, "not-found", "m"},
+		{"service permission-denied", &wire.Error{Type: "permission-denied", Message: "m"}, codes.PermissionDenied, "permission-denied", "m"},
+		{"service too-many-requests", &wire.Error{Type: "too-many-requests", Message: "m"}, codes.ResourceExhausted, "too-many-requests", "m"},
+		{"service timeout", &wire.Error{Type: "timeout", Message: "m"}, codes.DeadlineExceeded, "timeout", "m"},
+		{"service unavailable", &wire.Error{Type: "unavailable", Message: "m"}, codes.Unavailable, "unavailable", "m"},
+		{"python catch-all", &wire.Error{Type: "tool-service-error", Message: "boom"}, codes.Unknown, "tool-service-error", "boom"},
+		{"unknown type", &wire.Error{Type: "weird"}, codes.Unknown, "weird", "tool service reported weird"},
+		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "DEADLINE_EXCEEDED", `tool "t" did not answer before the deadline`},
+		{"stream idle", errStreamIdle, codes.DeadlineExceeded, "STREAM_IDLE", `tool "t" sent no chunk within the stream idle timeout`},
+		{"cancelled", context.Canceled, codes.Canceled, "CANCELLED", "call cancelled"},
+		{"overloaded", fmt.Errorf("%w: 5 calls", bridge.ErrOverloaded), codes.ResourceExhausted, "OVERLOADED", "the gateway is overloaded; retry shortly"},
+		{"slow reader", bridge.ErrSlowReader, codes.ResourceExhausted, "SLOW_READER", "the reply stream was not read fast enough"},
+		{"lost replies", &bridge.LostRepliesError{Lost: 2}, codes.Unavailable, "REPLY_LOST", `tool "t": 2 reply message(s) of this call were lost in transit (dropped by the broker); the reply is incomplete, retry the call`},
+		{"bad reply", fmt.Errorf("%w: x", bridge.ErrBadReply), codes.Internal, "BAD_REPLY", `tool "t" sent a malformed reply`},
+		{"no listener", fmt.Errorf("%w on topic-x", bridge.ErrNoListener), codes.Unavailable, "NO_LISTENER", `tool "t" is unavailable: no tool service is listening on topic-x`},
+		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down"},
+		{"broker down", fmt.Errorf("%w: dial", bridge.ErrUnavailable), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
+		{"anything else", errors.New("secret internals"), codes.Internal, "INTERNAL", "internal error"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			st := toStatus(c.err, "t", tool)
+			if st.Code() != c.code || st.Message() != c.msg {
+				t.Fatalf("got %v %q, want %v %q", st.Code(), st.Message(), c.code, c.msg)
+			}
+			var info *errdetails.ErrorInfo
+			var retry *errdetails.RetryInfo
+			for _, d := range st.Details() {
+				switch x := d.(type) {
+				case *errdetails.ErrorInfo:
+					info = x
+				case *errdetails.RetryInfo:
+					retry = x
+				}
+			}
+			if info == nil || info.Reason != c.reason || info.Domain != ErrorDomain || info.Metadata["tool"] != "t" || info.Metadata["service"] != "svc" {
+				t.Fatalf("ErrorInfo %v, want reason %s with tool and service", info, c.reason)
+			}
+			if (c.reason == "OVERLOADED" || c.reason == "REPLY_LOST") != (retry != nil) {
+				t.Fatalf("RetryInfo %v only on overload and lost replies", retry)
+			}
+		})
+	}
+	// A status passes through unchanged.
+	in := status.Error(codes.NotFound, "tool x not found")
+	if st := toStatus(in, "x", nil); st.Code() != codes.NotFound || st.Message() != "tool x not found" {
+		t.Fatalf("status changed: %v", st)
+	}
+}
+
+func TestOwnDeadlineWinsOverServiceReply(t *testing.T) {
+	t.Parallel()
+	s := New(nil, nil, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	err := s.status(ctx, &wire.Error{Type: "tool-service-error", Message: "context deadline exceeded"}, "t", &registry.Tool{Service: &registry.Service{ID: "svc"}})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DEADLINE_EXCEEDED once the call's deadline passed", err)
+	}
+	err = s.status(context.Background(), &wire.Error{Type: "tool-service-error", Message: "boom"}, "t", &registry.Tool{Service: &registry.Service{ID: "svc"}})
+	if status.Code(err) != codes.Unknown {
+		t.Fatalf("got %v, want UNKNOWN while the deadline has not passed", err)
+	}
+}

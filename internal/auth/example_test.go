@@ -4,20 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/limits"
-	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 )
 
-// Example_wiring shows how the composition root puts auth and limits
-// around the gRPC server and the REST side, then authenticates one call.
+// Example_wiring shows how the composition root puts auth and limits in
+// the one middleware chain every door runs, then makes two calls as an
+// HTTP door hands them over.
 func Example_wiring() {
-	log := slog.Default()
+	log := slog.New(slog.DiscardHandler)
 	keys, err := auth.LoadAPIKeys("testdata/apikeys.yaml") // --api-keys
 	if err != nil {
 		panic(err)
@@ -35,39 +35,34 @@ func Example_wiring() {
 	if err != nil {
 		panic(err)
 	}
-	// The envelope's user is the authenticated caller.
-	_ = server.Options{User: auth.User}
-	lim, err := limits.New(10, 20, limits.WithKey(auth.User), limits.WithLogger(log))
+	// Buckets are keyed by the caller's user.
+	lim, err := limits.New(10, 20, limits.WithLogger(log))
 	if err != nil {
 		panic(err)
 	}
 
-	// gRPC: authenticate first, so the limiter keys on the user.
-	grpcSrv := grpc.NewServer(
-		grpc.InTapHandle(authn.TapHandle()), // refuses reserved metadata
-		grpc.ChainUnaryInterceptor(authn.UnaryInterceptor(), lim.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(authn.StreamInterceptor(), lim.StreamInterceptor()),
-	)
+	// The core, standing in for toolcall.Core.Handle: the envelope's user
+	// is the authenticated caller. The real one also hides from its lists
+	// what the caller may not list: toolcall.Options{Visible: authn.Visible}.
+	core := func(_ context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
+		return toolcall.Result{Output: "a joke for " + c.Caller.User}, nil
+	}
+	// Authenticate first, so the limiter keys on the user.
+	calls := toolcall.Chain(core, authn.Middleware(), lim.Middleware())
+
+	// gRPC: the tap refuses reserved metadata before a call starts.
+	grpcSrv := grpc.NewServer(grpc.InTapHandle(authn.TapHandle()))
 	defer grpcSrv.Stop()
+	// HTTP: a body limit in front, and Retry-After on refusals.
+	_ = limits.MaxBody(limits.DefaultMaxBody, runtime.NewServeMux(runtime.WithErrorHandler(limits.ErrorHandler)))
 
-	// REST: served in process through the same interceptors; the mux
-	// forwards X-Api-Key and sets Retry-After.
-	gw := runtime.NewServeMux(
-		runtime.WithIncomingHeaderMatcher(auth.HeaderMatcher),
-		runtime.WithErrorHandler(limits.ErrorHandler),
-	)
-	_ = limits.MaxBody(limits.DefaultMaxBody, gw)
-
-	// One call as the interceptors see it: alice's key in the metadata.
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", "alice-test-key-not-secret"))
-	info := &grpc.UnaryServerInfo{FullMethod: toolgatev1.ToolService_InvokeTool_FullMethodName}
-	_, err = authn.UnaryInterceptor()(ctx, &toolgatev1.InvokeToolRequest{Name: "tell-joke"}, info,
-		func(ctx context.Context, _ any) (any, error) {
-			fmt.Println("caller:", auth.User(ctx))
-			return nil, nil
-		})
-	fmt.Println("error:", err)
+	for _, key := range []string{"alice-test-key-not-secret", "bob-test-key-not-secret"} {
+		h := http.Header{}
+		h.Set("X-Api-Key", key)
+		res, err := calls(context.Background(), &toolcall.Call{Op: toolcall.OpInvoke, Name: "tell-joke", Header: toolcall.HTTPHeader(h)}, nil)
+		fmt.Printf("output %q, error: %v\n", res.Output, err)
+	}
 	// Output:
-	// caller: alice
-	// error: <nil>
+	// output "a joke for alice", error: <nil>
+	// output "", error: rpc error: code = PermissionDenied desc = permission denied: user "svc-bob" may not invoke tool "tell-joke"
 }

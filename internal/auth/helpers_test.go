@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/url"
@@ -16,72 +17,64 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/grpctest"
-
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/grpc/metadata"
+	grpctap "google.golang.org/grpc/tap"
 )
 
-// echoServer answers every call with a description of the caller:
-// "user|method|role,role|hook".
-type echoServer struct {
-	toolgatev1.UnimplementedToolServiceServer
-}
-
-func describe(ctx context.Context) string {
-	id, ok := FromContext(ctx)
-	if !ok {
+// describe names the caller a call reached the next handler with:
+// "user|method|role,role", or "none" when it was not authenticated.
+func describe(c *toolcall.Call) string {
+	if !c.Authenticated {
 		return "none"
 	}
-	return fmt.Sprintf("%s|%s|%s", id.User, id.Method, strings.Join(id.Roles, ","))
+	return fmt.Sprintf("%s|%s|%s", c.Caller.User, c.Caller.Method, strings.Join(c.Caller.Roles, ","))
 }
 
-func (echoServer) InvokeTool(ctx context.Context, _ *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	return &toolgatev1.InvokeToolResponse{Output: describe(ctx)}, nil
-}
-
-func (echoServer) StreamTool(_ *toolgatev1.StreamToolRequest, s toolgatev1.ToolService_StreamToolServer) error {
-	return s.Send(&toolgatev1.StreamToolResponse{Output: describe(s.Context()), Last: true})
-}
-
-func (echoServer) ListTools(context.Context, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	return &toolgatev1.ListToolsResponse{}, nil
-}
-
-func (echoServer) GetTool(ctx context.Context, req *toolgatev1.GetToolRequest) (*toolgatev1.GetToolResponse, error) {
-	return &toolgatev1.GetToolResponse{Tool: &toolgatev1.Tool{Name: req.GetName(), Description: describe(ctx)}}, nil
-}
-
-// serve runs a real gRPC server with a's interceptors (see listen) and
-// returns a connection to it, without TLS.
-func serve(t *testing.T, a *Authenticator) *grpc.ClientConn {
-	t.Helper()
-	return dial(t, listen(t, a, nil), grpc.WithTransportCredentials(insecure.NewCredentials()))
-}
-
-// listen runs a real gRPC server with a's tap and interceptors, the echo service
-// and the health service on an in-memory listener; serverCreds, when set,
-// puts TLS on it.
-func listen(t *testing.T, a *Authenticator, serverCreds credentials.TransportCredentials) *bufconn.Listener {
-	t.Helper()
-	opts := []grpc.ServerOption{
-		grpc.InTapHandle(a.TapHandle()),
-		grpc.ChainUnaryInterceptor(a.UnaryInterceptor()),
-		grpc.ChainStreamInterceptor(a.StreamInterceptor()),
+// echo is the handler behind the middleware under test: it answers every
+// call with a description of its caller, a stream as one chunk.
+func echo(_ context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+	if c.Op == toolcall.OpStream {
+		return toolcall.Result{}, emit(toolcall.Chunk{Text: describe(c), Last: true})
 	}
-	if serverCreds != nil {
-		opts = append(opts, grpc.Creds(serverCreds))
-	}
-	return grpctest.Listen(t, echoServer{}, opts...)
+	return toolcall.Result{Output: describe(c)}, nil
 }
 
-// dial connects to lis; opts must include transport credentials.
-func dial(t *testing.T, lis *bufconn.Listener, opts ...grpc.DialOption) *grpc.ClientConn {
-	t.Helper()
-	return grpctest.Dial(t, lis, opts...)
+// mdHeader is gRPC metadata as a call's Header, read as the gRPC door
+// reads it (lower-case keys).
+type mdHeader metadata.MD
+
+func (h mdHeader) Values(key string) []string { return metadata.MD(h).Get(key) }
+
+// newCall is a call of op on name with metadata pairs, as the gRPC door
+// hands it over.
+func newCall(op toolcall.Op, name string, md ...string) *toolcall.Call {
+	return &toolcall.Call{Op: op, Name: name, Header: mdHeader(metadata.Pairs(md...))}
+}
+
+// run runs c through a's middleware in front of echo and returns the
+// caller echo saw: the output, or a stream's chunks joined.
+func run(ctx context.Context, a *Authenticator, c *toolcall.Call) (string, error) {
+	var chunks []string
+	var emit toolcall.Emit
+	if c.Op == toolcall.OpStream {
+		emit = func(ch toolcall.Chunk) error { chunks = append(chunks, ch.Text); return nil }
+	}
+	res, err := toolcall.Chain(echo, a.Middleware())(ctx, c, emit)
+	if c.Op == toolcall.OpStream {
+		return strings.Join(chunks, ""), err
+	}
+	return res.Output, err
+}
+
+// grpcRun drives a call as the gRPC server does: its tap first, over the
+// transport's metadata, then the middleware over the call.
+func grpcRun(ctx context.Context, a *Authenticator, c *toolcall.Call) (string, error) {
+	md := metadata.MD(c.Header.(mdHeader))
+	if _, err := a.TapHandle()(ctx, &grpctap.Info{FullMethodName: c.MethodName(), Header: md}); err != nil {
+		return "", err
+	}
+	return run(ctx, a, c)
 }
 
 // pki is a test certificate authority.
@@ -156,4 +149,36 @@ func (p *pki) issue(t *testing.T, subject pkix.Name, usage x509.ExtKeyUsage, dns
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// handshake runs a real TLS handshake between client and server over an
+// in-memory connection and returns the server side's connection state:
+// what a door puts in toolcall.Call.TLS. The error is the server's when
+// its handshake fails.
+func handshake(t *testing.T, server, client *tls.Config) (*tls.ConnectionState, error) {
+	t.Helper()
+	sc, cc := net.Pipe()
+	srv, cli := tls.Server(sc, server), tls.Client(cc, client)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cli.Close()
+		if cli.HandshakeContext(t.Context()) != nil {
+			return
+		}
+		// Read until the server closes, taking its alert or close_notify
+		// (net.Pipe has no buffer: an unread write would block it).
+		_, _ = io.Copy(io.Discard, cli)
+	}()
+	err := srv.HandshakeContext(t.Context())
+	var cs tls.ConnectionState
+	if err == nil {
+		cs = srv.ConnectionState()
+	}
+	_ = srv.Close()
+	<-done
+	if err != nil {
+		return nil, err
+	}
+	return &cs, nil
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,31 +20,63 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// restGateway serves grpc-gateway, configured as the gateway's REST side
-// should be (ErrorHandler, MaxBody), in front of a gRPC server with l's
-// interceptors. The X-User header names the bucket.
-func restGateway(t *testing.T, l *Limiter, maxBody int64) string {
+// restDoor serves POST /v1/tools/{name}:invoke the way the gateway's
+// REST door does: MaxBody in front, the body read into a toolcall.Call,
+// the call run through l's middleware, and an error answered by
+// runtime.HTTPError with ErrorHandler as the mux's error handler. The
+// X-User header names the bucket (userKey).
+func restDoor(t *testing.T, l *Limiter, maxBody int64) string {
 	t.Helper()
-	conn := serve(t, l)
-	gw := runtime.NewServeMux(
-		runtime.WithErrorHandler(ErrorHandler),
-		runtime.WithIncomingHeaderMatcher(func(k string) (string, bool) {
-			if strings.EqualFold(k, "X-User") {
-				return "x-user", true
-			}
-			return runtime.DefaultHeaderMatcher(k)
-		}),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
-		}),
-	)
-	if err := toolgatev1.RegisterToolServiceHandler(t.Context(), gw, conn); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(MaxBody(maxBody, gw))
+	h := toolcall.Chain(ok, l.Middleware())
+	gw := runtime.NewServeMux(runtime.WithErrorHandler(ErrorHandler))
+	m := &runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tools/{call}", func(w http.ResponseWriter, r *http.Request) {
+		name, isInvoke := strings.CutSuffix(r.PathValue("call"), ":invoke")
+		if !isInvoke {
+			http.NotFound(w, r)
+			return
+		}
+		c := &toolcall.Call{Op: toolcall.OpInvoke, Name: name, Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}
+		if err := decodeBody(r.Body, c); err != nil {
+			runtime.HTTPError(r.Context(), gw, m, w, r, err)
+			return
+		}
+		res, err := h(r.Context(), c, nil)
+		if err != nil {
+			runtime.HTTPError(r.Context(), gw, m, w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"output": res.Output})
+	})
+	srv := httptest.NewServer(MaxBody(maxBody, mux))
 	t.Cleanup(srv.Close)
 	t.Cleanup(srv.Client().CloseIdleConnections)
 	return srv.URL
+}
+
+// decodeBody reads {"arguments": {...}} into c; what it cannot read is
+// InvalidArgument, as the REST door answers it (a body cut off by
+// MaxBody included).
+func decodeBody(body io.Reader, c *toolcall.Call) error {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	var req struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return status.Error(codes.InvalidArgument, "invalid request body: "+err.Error())
+	}
+	c.Args = req.Arguments
+	return nil
 }
 
 type httpStep struct {
@@ -68,7 +100,7 @@ func TestHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := restGateway(t, l, 0)
+	url := restDoor(t, l, 0)
 	const invoke = "/v1/tools/t:invoke"
 	tooLarge := `{"code":8,"message":"request body larger than 1048576 bytes","details":[]}`
 	tests := []struct {

@@ -2,91 +2,79 @@ package limits
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/grpctest"
-
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-type okServer struct {
-	toolgatev1.UnimplementedToolServiceServer
+// ok is the handler behind the limiter: it answers "ok <tool>", a stream
+// as one chunk.
+func ok(_ context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+	if c.Op == toolcall.OpStream {
+		return toolcall.Result{}, emit(toolcall.Chunk{Text: "ok " + c.Name, Last: true})
+	}
+	return toolcall.Result{Output: "ok " + c.Name}, nil
 }
 
-func (okServer) InvokeTool(_ context.Context, req *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	return &toolgatev1.InvokeToolResponse{Output: "ok " + req.GetName()}, nil
-}
-
-func (okServer) StreamTool(req *toolgatev1.StreamToolRequest, s toolgatev1.ToolService_StreamToolServer) error {
-	return s.Send(&toolgatev1.StreamToolResponse{Output: "ok " + req.GetName(), Last: true})
-}
-
-// userKey keys buckets by the "x-user" metadata, standing in for the
-// authenticated identity.
-func userKey(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get("x-user"); len(v) > 0 {
+// userKey keys buckets by the "x-user" header, standing in for the
+// authenticated caller.
+func userKey(c *toolcall.Call) string {
+	if v := c.Header.Values("x-user"); len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
-// serve runs a real gRPC server with l's interceptors on an in-memory
-// listener and returns a connection to it.
-func serve(t *testing.T, l *Limiter) *grpc.ClientConn {
-	t.Helper()
-	return grpctest.Start(t, okServer{}, grpc.ChainUnaryInterceptor(l.UnaryInterceptor()), grpc.ChainStreamInterceptor(l.StreamInterceptor()))
-}
+// header is a call's Header from pairs of lower-case names and values.
+type header map[string][]string
 
-func TestInterceptors(t *testing.T) {
+func (h header) Values(key string) []string { return h[key] }
+
+func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	// One call a minute, bursts of two.
 	l, err := New(1.0/60, 2, WithKey(userKey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := serve(t, l)
-	client := toolgatev1.NewToolServiceClient(conn)
-	invoke := func(ctx context.Context) error {
-		_, err := client.InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: "t"})
-		return err
-	}
-	stream := func(ctx context.Context) error {
-		s, err := client.StreamTool(ctx, &toolgatev1.StreamToolRequest{Name: "t"})
-		if err != nil {
+	h := toolcall.Chain(ok, l.Middleware())
+	call := func(op toolcall.Op) func(context.Context, string) error {
+		return func(ctx context.Context, user string) error {
+			var got string
+			c := &toolcall.Call{Op: op, Name: "t", Header: header{"x-user": {user}}}
+			res, err := h(ctx, c, func(ch toolcall.Chunk) error { got += ch.Text; return nil })
+			if op != toolcall.OpStream {
+				got = res.Output
+			}
+			if err == nil && got != "ok t" {
+				t.Fatalf("%s answered %q", op.Method(), got)
+			}
 			return err
 		}
-		_, err = s.Recv()
-		return err
 	}
-	health := func(ctx context.Context) error {
-		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		return err
-	}
+	invoke, stream, list := call(toolcall.OpInvoke), call(toolcall.OpStream), call(toolcall.OpListTools)
 	tests := []struct {
 		name  string
 		user  string
-		calls []func(context.Context) error
+		calls []func(context.Context, string) error
 		codes []codes.Code
 	}{
-		{"unary over the limit", "ann", []func(context.Context) error{invoke, invoke, invoke}, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}},
-		{"streams over the limit", "ben", []func(context.Context) error{stream, stream, stream}, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}},
-		{"unary and streams share the bucket", "cat", []func(context.Context) error{stream, invoke, stream}, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}},
-		{"health checks are exempt", "dan", []func(context.Context) error{health, health, health, health}, []codes.Code{codes.OK, codes.OK, codes.OK, codes.OK}},
+		{"unary over the limit", "ann", []func(context.Context, string) error{invoke, invoke, invoke}, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}},
+		{"streams over the limit", "ben", []func(context.Context, string) error{stream, stream, stream}, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}},
+		{"unary and streams share the bucket", "cat", []func(context.Context, string) error{stream, invoke, stream}, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}},
+		{"registry calls count too", "dan", []func(context.Context, string) error{list, invoke, list}, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := metadata.AppendToOutgoingContext(t.Context(), "x-user", tc.user)
 			for i, c := range tc.calls {
-				err := c(ctx)
+				err := c(t.Context(), tc.user)
 				if status.Code(err) != tc.codes[i] {
 					t.Fatalf("call %d: %v, want %v", i, err, tc.codes[i])
 				}
@@ -95,6 +83,71 @@ func TestInterceptors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMiddlewareKey: by default the bucket is the caller's user, as the
+// authentication middleware (run before) sets it; callers without one
+// share the bucket "".
+func TestMiddlewareKey(t *testing.T) {
+	t.Parallel()
+	l, err := New(1.0/60, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reached atomic.Int32
+	next := func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+		reached.Add(1)
+		return ok(ctx, c, emit)
+	}
+	// Stands in for auth: the caller is the "x-user" header.
+	authn := func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+			if u := userKey(c); u != "" {
+				c.Caller, c.Authenticated = toolcall.Caller{User: u, Method: "api-key"}, true
+			}
+			return next(ctx, c, emit)
+		}
+	}
+	h := toolcall.Chain(next, authn, l.Middleware())
+	steps := []struct {
+		user string // "" for no caller
+		code codes.Code
+	}{
+		{"ann", codes.OK},
+		{"ann", codes.ResourceExhausted},
+		{"ben", codes.OK},
+		{"", codes.OK},
+		{"", codes.ResourceExhausted},
+		{"ben", codes.ResourceExhausted},
+	}
+	for i, s := range steps {
+		_, err := h(t.Context(), &toolcall.Call{Op: toolcall.OpInvoke, Name: "t", Header: header{"x-user": {s.user}}}, nil)
+		if status.Code(err) != s.code {
+			t.Fatalf("step %d (%q): %v, want %v", i, s.user, err, s.code)
+		}
+	}
+	// A refused call never reaches the handler.
+	if n := reached.Load(); n != 3 {
+		t.Fatalf("the handler ran %d times, want 3", n)
+	}
+}
+
+// TestMiddlewareNoLimit: without a limit the middleware adds nothing.
+func TestMiddlewareNoLimit(t *testing.T) {
+	t.Parallel()
+	l, err := New(0, 0, WithKey(func(*toolcall.Call) string { panic("no limit needs no key") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := toolcall.Chain(ok, l.Middleware())
+	for i := range 100 {
+		if _, err := h(t.Context(), &toolcall.Call{Op: toolcall.OpInvoke, Name: "t"}, nil); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if l.Len() != 0 {
+		t.Fatalf("%d buckets without a limit", l.Len())
 	}
 }
 
@@ -119,7 +172,7 @@ func checkExceeded(t *testing.T, err error, most time.Duration) {
 	if ei == nil || ei.GetReason() != ReasonRateLimited || ei.GetDomain() != ErrorDomain {
 		t.Fatalf("ErrorInfo %v, want reason %s", ei, ReasonRateLimited)
 	}
-	if want := "rate limit exceeded: retry in "; len(st.Message()) <= len(want) || st.Message()[:len(want)] != want {
+	if want := "rate limit exceeded: retry in "; !strings.HasPrefix(st.Message(), want) || len(st.Message()) <= len(want) {
 		t.Fatalf("message %q", st.Message())
 	}
 }

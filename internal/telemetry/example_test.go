@@ -8,15 +8,15 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/telemetry"
-	"google.golang.org/grpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
-// The gRPC server's telemetry, in order: the tracing stats handler (a span
-// around everything), the call log first so refused calls are logged, the
-// metrics so refused calls are counted, authentication, and the call
-// log's user interceptor to note who the caller turned out to be.
+// The telemetry of the call chain every door runs, in order: the trace
+// middleware (a span around everything when tracing is on, else only the
+// caller's trace context passed on), the call log first so refused calls
+// are logged, the metrics so refused calls are counted, then
+// authentication, which names the caller the call log reports.
 func Example() {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
@@ -27,25 +27,27 @@ func Example() {
 	defer func() { _ = shutdown(ctx) }()
 
 	var (
-		authUnary  grpc.UnaryServerInterceptor                        = pass // auth.Authenticator.UnaryInterceptor()
-		authStream grpc.StreamServerInterceptor                              // auth.Authenticator.StreamInterceptor()
-		user       = func(context.Context) string { return "alice" }         // auth.User
-		known      = func(tool string) bool { return tool == "echo" }        // a lookup in the registry snapshot
+		authn   toolcall.Middleware = pass                                             // auth.Authenticator.Middleware()
+		known                       = func(tool string) bool { return tool == "echo" } // a lookup in the registry snapshot
+		tracing                     = false                                            // an OTLP endpoint configured
 	)
+	core := func(context.Context, *toolcall.Call, toolcall.Emit) (toolcall.Result, error) { // toolcall.Core.Handle
+		return toolcall.Result{Output: "hi"}, nil
+	}
 	metrics := telemetry.NewMetrics(telemetry.WithKnownTools(known), telemetry.WithoutRuntimeMetrics())
-	calls := telemetry.NewCallLog(log, telemetry.WithUser(user))
-	spanUnary, spanStream := telemetry.ServerSpanInterceptors(nil) // with tracing on
-	unary := []grpc.UnaryServerInterceptor{spanUnary, calls.UnaryServerInterceptor(), metrics.UnaryServerInterceptor(), authUnary, calls.UnaryUserInterceptor()}
-	_ = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(spanStream, calls.StreamServerInterceptor(), metrics.StreamServerInterceptor(), calls.StreamUserInterceptor()),
-	)
-	_ = authStream
+	calls := telemetry.NewCallLog(log)
+	trace := telemetry.TraceContextMiddleware()
+	if tracing {
+		trace = telemetry.SpanMiddleware(nil)
+	}
+	h := toolcall.Chain(core, trace, calls.Middleware(), metrics.Middleware(), authn)
 
-	// One call through the metrics interceptor, then a scrape.
-	info := &grpc.UnaryServerInfo{FullMethod: toolgatev1.ToolService_InvokeTool_FullMethodName}
-	_, _ = metrics.UnaryServerInterceptor()(ctx, &toolgatev1.InvokeToolRequest{Name: "echo"}, info,
-		func(context.Context, any) (any, error) { return &toolgatev1.InvokeToolResponse{}, nil })
+	// One call, as a door builds it, then a scrape.
+	c := &toolcall.Call{Op: toolcall.OpInvoke, Name: "echo", Args: []byte(`{}`), Header: toolcall.HTTPHeader(http.Header{"X-Request-Id": {"req-1"}})}
+	if _, err := h(ctx, c, nil); err != nil {
+		panic(err)
+	}
+	fmt.Println("x-request-id:", c.RequestID) // the door answers it
 	rec := httptest.NewRecorder()
 	metrics.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
@@ -54,10 +56,9 @@ func Example() {
 		}
 	}
 	// Output:
+	// x-request-id: req-1
 	// toolgate_calls_total{code="OK",method="/toolgate.v1.ToolService/InvokeTool",tool="echo"} 1
 }
 
-// pass is an interceptor that lets every call through.
-func pass(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	return h(ctx, req)
-}
+// pass is a middleware that lets every call through.
+func pass(next toolcall.Handler) toolcall.Handler { return next }

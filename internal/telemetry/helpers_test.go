@@ -4,38 +4,43 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
+	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/grpctest"
-
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// pulsar-client-go v0.19 (the propagation tests on Pulsar): a
+		// closed producer's send-timeout goroutine only notices the close
+		// when its timer (SendTimeout) next fires.
+		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).failTimeoutMessages"),
+	)
+}
 
-// stubService answers by tool name:
+// stubService answers calls by tool name, as the core would:
 //
 //	echo       the name, or three chunks on a stream
 //	fail       UNAVAILABLE with ErrorInfo reason BROKER_UNAVAILABLE
 //	bad        INVALID_ARGUMENT
 //	cancelled  a bare context.Canceled
 //	block      signals entered, then waits for release
-//	publish    starts a publish span, injects the trace context into
-//	           properties and sends them on props
+//	publish    does what the bridge's publish hook does (internal/app's
+//	           publishSpan): starts a publish span, injects the trace
+//	           context into the message properties, and sends them on
+//	           props
 //	other      NOT_FOUND
+//
+// Ops other than OpInvoke and OpStream are UNIMPLEMENTED.
 type stubService struct {
-	toolgatev1.UnimplementedToolServiceServer
 	entered chan string
 	release chan struct{}
 	props   chan map[string]string
@@ -81,101 +86,102 @@ func (s *stubService) answer(ctx context.Context, name string) error {
 	}
 }
 
-func (s *stubService) InvokeTool(ctx context.Context, req *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	if err := s.answer(ctx, req.GetName()); err != nil {
-		return nil, err
-	}
-	return &toolgatev1.InvokeToolResponse{Output: req.GetName()}, nil
-}
-
-func (s *stubService) StreamTool(req *toolgatev1.StreamToolRequest, stream grpc.ServerStreamingServer[toolgatev1.StreamToolResponse]) error {
-	if err := s.answer(stream.Context(), req.GetName()); err != nil {
-		return err
-	}
-	for i := range 3 {
-		if err := stream.Send(&toolgatev1.StreamToolResponse{Output: req.GetName(), Index: int64(i), Last: i == 2}); err != nil {
-			return err
+// handle is the stub as the last handler of a chain.
+func (s *stubService) handle(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+	switch c.Op {
+	case toolcall.OpInvoke:
+		if err := s.answer(ctx, c.Name); err != nil {
+			return toolcall.Result{}, err
 		}
-	}
-	return nil
-}
-
-// startServer serves the stub (and the health service) in process and
-// returns a connection to it.
-func startServer(t *testing.T, stub *stubService, opts ...grpc.ServerOption) *grpc.ClientConn {
-	t.Helper()
-	return grpctest.Start(t, stub, opts...)
-}
-
-// invoke calls InvokeTool and returns the call's error.
-func invoke(ctx context.Context, conn *grpc.ClientConn, name string, opts ...grpc.CallOption) error {
-	args, _ := structpb.NewStruct(map[string]any{"secret": "hunter2", "n": 3})
-	_, err := toolgatev1.NewToolServiceClient(conn).InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: name, Arguments: args}, opts...)
-	return err
-}
-
-// stream calls StreamTool, reads it to its end and returns the response
-// header and the stream's error (nil for a clean end).
-func stream(ctx context.Context, conn *grpc.ClientConn, name string) (metadata.MD, error) {
-	args, _ := structpb.NewStruct(map[string]any{"secret": "hunter2"})
-	st, err := toolgatev1.NewToolServiceClient(conn).StreamTool(ctx, &toolgatev1.StreamToolRequest{Name: name, Arguments: args})
-	if err != nil {
-		return nil, err
-	}
-	for {
-		if _, err := st.Recv(); err != nil {
-			hdr, _ := st.Header()
-			if errors.Is(err, io.EOF) {
-				return hdr, nil
+		return toolcall.Result{Output: c.Name}, nil
+	case toolcall.OpStream:
+		if err := s.answer(ctx, c.Name); err != nil {
+			return toolcall.Result{}, err
+		}
+		for i := range 3 {
+			if err := emit(toolcall.Chunk{Text: c.Name, Index: int64(i), Last: i == 2}); err != nil {
+				return toolcall.Result{}, err
 			}
-			return hdr, err
+		}
+		return toolcall.Result{}, nil
+	}
+	return toolcall.Result{}, status.Errorf(codes.Unimplemented, "method %s not implemented", c.MethodName())
+}
+
+// header is a call's Header as an HTTP door builds it, from name/value
+// pairs (names in any case, as net/http canonicalizes them).
+func header(pairs ...string) toolcall.Header {
+	if len(pairs)%2 != 0 {
+		panic(fmt.Sprintf("header: odd number of strings %q", pairs))
+	}
+	h := http.Header{}
+	for i := 0; i < len(pairs); i += 2 {
+		h.Add(pairs[i], pairs[i+1])
+	}
+	return toolcall.HTTPHeader(h)
+}
+
+// mdHeader is a call's Header as gRPC metadata holds it: lower-case
+// names.
+type mdHeader map[string][]string
+
+func (h mdHeader) Values(key string) []string { return h[key] }
+
+// Arguments of the calls invokeCall and streamCall build.
+const (
+	invokeArgs = `{"secret": "hunter2", "n": 3}`
+	streamArgs = `{"secret": "hunter2"}`
+)
+
+// invokeCall is the call a door builds for InvokeTool of name.
+func invokeCall(name string, h toolcall.Header) *toolcall.Call {
+	if h == nil {
+		h = toolcall.NoHeader
+	}
+	return &toolcall.Call{Op: toolcall.OpInvoke, Name: name, Args: []byte(invokeArgs), Header: h}
+}
+
+// streamCall is the call a door builds for StreamTool of name.
+func streamCall(name string, h toolcall.Header) *toolcall.Call {
+	if h == nil {
+		h = toolcall.NoHeader
+	}
+	return &toolcall.Call{Op: toolcall.OpStream, Name: name, Args: []byte(streamArgs), Header: h}
+}
+
+// serve runs c through h as a door does, collecting a stream's chunks.
+func serve(ctx context.Context, h toolcall.Handler, c *toolcall.Call) (toolcall.Result, []toolcall.Chunk, error) {
+	var (
+		mu     sync.Mutex
+		chunks []toolcall.Chunk
+		emit   toolcall.Emit
+	)
+	if c.Op == toolcall.OpStream {
+		emit = func(ch toolcall.Chunk) error {
+			mu.Lock()
+			defer mu.Unlock()
+			chunks = append(chunks, ch)
+			return nil
 		}
 	}
+	res, err := h(ctx, c, emit)
+	mu.Lock()
+	defer mu.Unlock()
+	return res, chunks, err
 }
 
-// fakeAuth stands for the auth package: calls need a "user" metadata
-// entry (health checks excepted), which it puts into the context.
-type fakeAuth struct{}
-
-type fakeUserKey struct{}
-
-func fakeUser(ctx context.Context) string {
-	u, _ := ctx.Value(fakeUserKey{}).(string)
-	return u
-}
-
-func (fakeAuth) authenticate(ctx context.Context, method string) (context.Context, error) {
-	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
-		return ctx, nil
+// fakeAuth stands for the auth middleware: calls need a "user" header,
+// which becomes the call's authenticated caller.
+func fakeAuth(next toolcall.Handler) toolcall.Handler {
+	return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+		u := c.Header.Values("user")
+		if len(u) == 0 || u[0] == "" {
+			return toolcall.Result{}, status.Error(codes.Unauthenticated, "credentials required")
+		}
+		c.Caller = toolcall.Caller{User: u[0], Method: "fake"}
+		c.Authenticated = true
+		return next(ctx, c, emit)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if u := md.Get("user"); len(u) > 0 {
-		return context.WithValue(ctx, fakeUserKey{}, u[0]), nil
-	}
-	return nil, status.Error(codes.Unauthenticated, "credentials required")
-}
-
-func (a fakeAuth) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, err := a.authenticate(ctx, info.FullMethod)
-	if err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
-}
-
-type ctxStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s ctxStream) Context() context.Context { return s.ctx }
-
-func (a fakeAuth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, err := a.authenticate(ss.Context(), info.FullMethod)
-	if err != nil {
-		return err
-	}
-	return handler(srv, ctxStream{ss, ctx})
 }
 
 // logBuffer is a goroutine-safe buffer of JSON log lines.
@@ -212,5 +218,3 @@ func (b *logBuffer) lines(t *testing.T) []map[string]any {
 	}
 	return out
 }
-
-func structpbStruct(m map[string]any) (*structpb.Struct, error) { return structpb.NewStruct(m) }

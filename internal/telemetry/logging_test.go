@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,25 +10,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/argsjson"
-	"google.golang.org/grpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 )
 
 var generatedID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
-// logServer serves the stub behind the call log, the fake auth and the
-// call log's user interceptor, in the order the gateway uses.
-func logServer(t *testing.T, level slog.Level) (*grpc.ClientConn, *logBuffer) {
+// logChain is the stub behind the call log and the fake auth, in the
+// order the gateway uses, and the buffer the log writes to.
+func logChain(level slog.Level) (toolcall.Handler, *logBuffer) {
 	buf := &logBuffer{}
-	cl := NewCallLog(slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: level})), WithUser(fakeUser))
-	var a fakeAuth
-	conn := startServer(t, newStub(),
-		grpc.ChainUnaryInterceptor(cl.UnaryServerInterceptor(), a.unary, cl.UnaryUserInterceptor()),
-		grpc.ChainStreamInterceptor(cl.StreamServerInterceptor(), a.stream, cl.StreamUserInterceptor()))
-	return conn, buf
+	cl := NewCallLog(slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: level})))
+	return toolcall.Chain(newStub().handle, cl.Middleware(), fakeAuth), buf
 }
 
 func TestCallLog(t *testing.T) {
@@ -36,11 +30,10 @@ func TestCallLog(t *testing.T) {
 	tests := []struct {
 		name  string
 		level slog.Level
-		md    []string // outgoing metadata pairs
-		call  func(ctx context.Context, conn *grpc.ClientConn) (metadata.MD, error)
+		call  *toolcall.Call
 		want  map[string]any // fields the line must have
-		// wantID: the request id the line and the response header carry;
-		// "" for a generated one.
+		// wantID: the request id the line and the call (which the door
+		// answers as x-request-id) carry; "" for a generated one.
 		wantID  string
 		absent  []string // fields the line must not have
 		noLine  bool
@@ -48,45 +41,61 @@ func TestCallLog(t *testing.T) {
 	}{
 		{
 			name: "invoke ok keeps the caller's request id", level: slog.LevelInfo,
-			md:     []string{"user", "alice", RequestIDHeader, "req-1.2_3"},
-			call:   invokeWithHeader("echo"),
+			call:   invokeCall("echo", header("user", "alice", RequestIDHeader, "req-1.2_3")),
 			want:   map[string]any{"level": "INFO", "msg": "call", "method": mInvoke, "tool": "echo", "user": "alice", "code": "OK"},
 			wantID: "req-1.2_3", absent: []string{"arguments", "error", "reason"}, notSeen: []string{"hunter2"},
 		},
 		{
+			name: "request id from gRPC metadata", level: slog.LevelInfo,
+			call:   invokeCall("echo", mdHeader{"user": {"alice"}, RequestIDHeader: {"md-7"}}),
+			want:   map[string]any{"code": "OK", "user": "alice"},
+			wantID: "md-7",
+		},
+		{
+			name: "first of several request ids", level: slog.LevelInfo,
+			call:   invokeCall("echo", header("user", "alice", RequestIDHeader, "first", RequestIDHeader, "second")),
+			want:   map[string]any{"code": "OK"},
+			wantID: "first", notSeen: []string{"second"},
+		},
+		{
 			name: "request id with bad characters is replaced", level: slog.LevelInfo,
-			md:   []string{"user", "alice", RequestIDHeader, "bad id/../!"},
-			call: invokeWithHeader("echo"),
-			want: map[string]any{"code": "OK"},
+			call: invokeCall("echo", header("user", "alice", RequestIDHeader, "bad id/../!")),
+			want: map[string]any{"code": "OK"}, notSeen: []string{"bad id"},
 		},
 		{
 			name: "request id too long is replaced", level: slog.LevelInfo,
-			md:   []string{"user", "alice", RequestIDHeader, long},
-			call: invokeWithHeader("echo"),
+			call: invokeCall("echo", header("user", "alice", RequestIDHeader, long)),
 			want: map[string]any{"code": "OK"}, notSeen: []string{long},
 		},
 		{
+			name: "empty request id is replaced", level: slog.LevelInfo,
+			call: invokeCall("echo", header("user", "alice", RequestIDHeader, "")),
+			want: map[string]any{"code": "OK"},
+		},
+		{
 			name: "service failure warns with the reason", level: slog.LevelInfo,
-			md:     []string{"user", "bob"},
-			call:   invokeWithHeader("fail"),
+			call:   invokeCall("fail", header("user", "bob")),
 			want:   map[string]any{"level": "WARN", "tool": "fail", "user": "bob", "code": "Unavailable", "reason": "BROKER_UNAVAILABLE"},
 			absent: []string{"error"},
 		},
 		{
 			name: "caller's mistake is info", level: slog.LevelInfo,
-			md:   []string{"user", "bob"},
-			call: invokeWithHeader("bad"),
+			call: invokeCall("bad", header("user", "bob")),
 			want: map[string]any{"level": "INFO", "code": "InvalidArgument"},
 		},
 		{
+			name: "bare context error is Canceled", level: slog.LevelInfo,
+			call: invokeCall("cancelled", header("user", "bob")),
+			want: map[string]any{"level": "INFO", "code": "Canceled"},
+		},
+		{
 			name: "unauthenticated calls are logged", level: slog.LevelInfo,
-			call: invokeWithHeader("echo"),
+			call: invokeCall("echo", nil),
 			want: map[string]any{"level": "INFO", "tool": "echo", "user": "", "code": "Unauthenticated"},
 		},
 		{
 			name: "debug logs arguments and the status message", level: slog.LevelDebug,
-			md:   []string{"user", "carol"},
-			call: invokeWithHeader("bad"),
+			call: invokeCall("bad", header("user", "carol")),
 			want: map[string]any{
 				"level": "INFO", "code": "InvalidArgument", "user": "carol",
 				"arguments": map[string]any{"secret": "hunter2", "n": 3.0},
@@ -95,41 +104,55 @@ func TestCallLog(t *testing.T) {
 		},
 		{
 			name: "stream", level: slog.LevelInfo,
-			md:     []string{"user", "dave", RequestIDHeader, "s-1"},
-			call:   func(ctx context.Context, c *grpc.ClientConn) (metadata.MD, error) { return stream(ctx, c, "echo") },
+			call:   streamCall("echo", header("user", "dave", RequestIDHeader, "s-1")),
 			want:   map[string]any{"level": "INFO", "method": mStream, "tool": "echo", "user": "dave", "code": "OK"},
 			wantID: "s-1", absent: []string{"arguments"}, notSeen: []string{"hunter2"},
 		},
 		{
 			name: "stream debug logs arguments", level: slog.LevelDebug,
-			md:   []string{"user", "dave"},
-			call: func(ctx context.Context, c *grpc.ClientConn) (metadata.MD, error) { return stream(ctx, c, "echo") },
+			call: streamCall("echo", header("user", "dave")),
 			want: map[string]any{"tool": "echo", "arguments": map[string]any{"secret": "hunter2"}},
 		},
 		{
-			name: "stream refused before its first message", level: slog.LevelInfo,
-			call: func(ctx context.Context, c *grpc.ClientConn) (metadata.MD, error) { return stream(ctx, c, "echo") },
-			want: map[string]any{"method": mStream, "tool": "", "user": "", "code": "Unauthenticated"},
+			// A door decodes the whole request before the chain runs, so a
+			// refused stream is logged with the tool it named.
+			name: "stream refused", level: slog.LevelInfo,
+			call: streamCall("echo", nil),
+			want: map[string]any{"method": mStream, "tool": "echo", "user": "", "code": "Unauthenticated"},
 		},
 		{
-			name: "health checks are quiet at info", level: slog.LevelInfo,
-			call: healthCheck, noLine: true,
+			name: "registry call has no arguments", level: slog.LevelDebug,
+			call:   &toolcall.Call{Op: toolcall.OpListTools, Header: header("user", "erin")},
+			want:   map[string]any{"method": mList, "tool": "", "user": "erin", "code": "Unimplemented"},
+			absent: []string{"arguments"},
 		},
 		{
-			name: "health checks log at debug", level: slog.LevelDebug,
-			call: healthCheck,
-			want: map[string]any{"level": "DEBUG", "method": "/grpc.health.v1.Health/Check", "code": "OK"},
+			name: "a door's method name", level: slog.LevelInfo,
+			call: &toolcall.Call{Op: toolcall.OpInvoke, Method: "mcp/InvokeTool", Name: "echo", Header: header("user", "frank")},
+			want: map[string]any{"method": "mcp/InvokeTool", "tool": "echo", "code": "OK"},
+		},
+		{
+			name: "long tool names are cut", level: slog.LevelInfo,
+			call: invokeCall(strings.Repeat("t", 300), header("user", "bob")),
+			want: map[string]any{"tool": strings.Repeat("t", maxToolLen) + "…", "code": "NotFound"},
+		},
+		{
+			// Successful calls are logged at Info: not at all by a logger
+			// at Warn (as at --log-level warn).
+			name: "successes are quiet at warn", level: slog.LevelWarn,
+			call: invokeCall("echo", header("user", "alice")), noLine: true,
+		},
+		{
+			name: "failures still warn at warn", level: slog.LevelWarn,
+			call: invokeCall("fail", header("user", "alice")),
+			want: map[string]any{"level": "WARN", "code": "Unavailable"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			conn, buf := logServer(t, tt.level)
-			ctx := t.Context()
-			if len(tt.md) > 0 {
-				ctx = metadata.AppendToOutgoingContext(ctx, tt.md...)
-			}
-			hdr, _ := tt.call(ctx, conn)
+			h, buf := logChain(tt.level)
+			_, _, _ = serve(t.Context(), h, tt.call)
 			lines := buf.lines(t)
 			for _, s := range tt.notSeen {
 				if strings.Contains(buf.String(), s) {
@@ -166,52 +189,92 @@ func TestCallLog(t *testing.T) {
 			case tt.wantID == "" && !generatedID.MatchString(id):
 				t.Errorf("request_id = %q, want a generated one", id)
 			}
-			if got := hdr.Get(RequestIDHeader); len(got) != 1 || got[0] != id {
-				t.Errorf("response header %s = %q, want [%q]", RequestIDHeader, got, id)
+			// What the door answers as x-request-id.
+			if tt.call.RequestID != id {
+				t.Errorf("Call.RequestID = %q, want the logged %q", tt.call.RequestID, id)
 			}
 		})
 	}
 }
 
-func invokeWithHeader(name string) func(ctx context.Context, conn *grpc.ClientConn) (metadata.MD, error) {
-	return func(ctx context.Context, conn *grpc.ClientConn) (metadata.MD, error) {
-		var hdr metadata.MD
-		err := invoke(ctx, conn, name, grpc.Header(&hdr))
-		return hdr, err
-	}
-}
-
-func healthCheck(ctx context.Context, conn *grpc.ClientConn) (metadata.MD, error) {
-	var hdr metadata.MD
-	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
-	return hdr, err
-}
-
-// The call log may also come after authentication: then it asks the user
-// function on its own context and needs no user interceptor.
-func TestCallLogAfterAuth(t *testing.T) {
+// The call log gives every call its request id, whether or not it writes
+// a line, before the rest of the chain runs (so that a refused call has
+// one too), and a new one per call.
+func TestCallLogSetsRequestID(t *testing.T) {
 	t.Parallel()
-	buf := &logBuffer{}
-	cl := NewCallLog(slog.New(slog.NewJSONHandler(buf, nil)), WithUser(fakeUser))
-	var a fakeAuth
-	conn := startServer(t, newStub(),
-		grpc.ChainUnaryInterceptor(a.unary, cl.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(a.stream, cl.StreamServerInterceptor()))
-	ctx := metadata.AppendToOutgoingContext(t.Context(), "user", "erin")
-	if err := invoke(ctx, conn, "echo"); err != nil {
+	cl := NewCallLog(slog.New(slog.NewJSONHandler(&bytes.Buffer{}, &slog.HandlerOptions{Level: slog.LevelError})))
+	var seen string
+	h := toolcall.Chain(func(_ context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
+		seen = c.RequestID
+		return toolcall.Result{}, nil
+	}, cl.Middleware())
+
+	c := invokeCall("echo", header(RequestIDHeader, "abc-1"))
+	if _, _, err := serve(t.Context(), h, c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream(ctx, conn, "echo"); err != nil {
+	if c.RequestID != "abc-1" || seen != "abc-1" {
+		t.Errorf("RequestID = %q (handler saw %q), want the caller's abc-1", c.RequestID, seen)
+	}
+
+	ids := map[string]bool{}
+	for range 3 {
+		c := invokeCall("echo", nil)
+		if _, _, err := serve(t.Context(), h, c); err != nil {
+			t.Fatal(err)
+		}
+		if !generatedID.MatchString(c.RequestID) || seen != c.RequestID {
+			t.Errorf("RequestID = %q (handler saw %q), want a generated one", c.RequestID, seen)
+		}
+		ids[c.RequestID] = true
+	}
+	if len(ids) != 3 {
+		t.Errorf("generated ids %v, want three different", ids)
+	}
+
+	// A refused call has one too.
+	c = invokeCall("echo", header(RequestIDHeader, "refused-1"))
+	_, _, _ = serve(t.Context(), toolcall.Chain(newStub().handle, cl.Middleware(), fakeAuth), c)
+	if c.RequestID != "refused-1" {
+		t.Errorf("refused call's RequestID = %q, want refused-1", c.RequestID)
+	}
+}
+
+// The call log names the caller the authentication established, whether
+// it runs before authentication (as the gateway has it) or after; a
+// caller not marked authenticated is not named.
+func TestCallLogUser(t *testing.T) {
+	t.Parallel()
+	buf := &logBuffer{}
+	cl := NewCallLog(slog.New(slog.NewJSONHandler(buf, nil)))
+	stub := newStub()
+	for _, h := range []toolcall.Handler{
+		toolcall.Chain(stub.handle, cl.Middleware(), fakeAuth),
+		toolcall.Chain(stub.handle, fakeAuth, cl.Middleware()),
+	} {
+		if _, _, err := serve(t.Context(), h, invokeCall("echo", header("user", "erin"))); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := serve(t.Context(), h, streamCall("echo", header("user", "erin"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unmarked := invokeCall("echo", nil)
+	unmarked.Caller = toolcall.Caller{User: "mallory"}
+	if _, _, err := serve(t.Context(), toolcall.Chain(stub.handle, cl.Middleware()), unmarked); err != nil {
 		t.Fatal(err)
 	}
 	lines := buf.lines(t)
-	if len(lines) != 2 {
-		t.Fatalf("want two lines, got:\n%s", buf)
+	if len(lines) != 5 {
+		t.Fatalf("want five lines, got:\n%s", buf)
 	}
-	for _, l := range lines {
+	for _, l := range lines[:4] {
 		if l["user"] != "erin" {
 			t.Errorf("user = %v, want erin", l["user"])
 		}
+	}
+	if l := lines[4]; l["user"] != "" {
+		t.Errorf("caller not authenticated: user = %v, want none", l["user"])
 	}
 }
 
@@ -257,13 +320,12 @@ func TestSaneRequestID(t *testing.T) {
 func TestArgumentsJSONIsBounded(t *testing.T) {
 	t.Parallel()
 	cl := NewCallLog(nil, WithMaxLoggedArguments(20))
-	args := map[string]any{"text": strings.Repeat("é", 50)}
-	s, _ := structpbStruct(args)
-	raw, _ := json.Marshal(args)
-	for name, got := range map[string]json.RawMessage{
-		"Struct":    cl.argumentsJSON(context.Background(), s),
-		"JSON text": cl.argumentsJSON(argsjson.NewContext(context.Background(), raw), nil),
+	long, _ := json.Marshal(map[string]any{"text": strings.Repeat("é", 50)})
+	for name, args := range map[string][]byte{
+		"long JSON text": long,
+		"not JSON":       []byte(`{"text": "` + strings.Repeat("é", 50)),
 	} {
+		got := cl.arguments(&toolcall.Call{Op: toolcall.OpInvoke, Args: args})
 		var str string
 		if err := json.Unmarshal(got, &str); err != nil {
 			t.Fatalf("%s: cut arguments are not a JSON string: %s", name, got)
@@ -272,7 +334,34 @@ func TestArgumentsJSONIsBounded(t *testing.T) {
 			t.Errorf("%s: cut arguments = %q", name, str)
 		}
 	}
-	if got := cl.argumentsJSON(argsjson.NewContext(context.Background(), []byte(`{"a":1}`)), nil); string(got) != `{"a":1}` {
-		t.Errorf("arguments from JSON text = %s", got)
+	for _, tt := range []struct {
+		call *toolcall.Call
+		want string
+	}{
+		{&toolcall.Call{Op: toolcall.OpInvoke, Args: []byte(`{"a":1}`)}, `{"a":1}`},
+		{&toolcall.Call{Op: toolcall.OpStream, Args: []byte(`{"a":1}`)}, `{"a":1}`},
+		{&toolcall.Call{Op: toolcall.OpInvoke}, `{}`},
+		{&toolcall.Call{Op: toolcall.OpStream, Args: []byte{}}, `{}`},
+		{&toolcall.Call{Op: toolcall.OpListTools, Args: []byte(`{"a":1}`)}, ``},
+		{&toolcall.Call{Op: toolcall.OpGetTool, Name: "echo"}, ``},
+	} {
+		if got := cl.arguments(tt.call); string(got) != tt.want {
+			t.Errorf("arguments of op %d with %q = %s, want %s", tt.call.Op, tt.call.Args, got, tt.want)
+		}
+	}
+}
+
+// At Debug, arguments that are not JSON are logged as a string, and the
+// line stays valid JSON.
+func TestCallLogArgumentsNotJSON(t *testing.T) {
+	t.Parallel()
+	h, buf := logChain(slog.LevelDebug)
+	c := &toolcall.Call{Op: toolcall.OpInvoke, Name: "echo", Args: []byte(`{"a": `), Header: header("user", "alice")}
+	if _, _, err := serve(t.Context(), h, c); err != nil {
+		t.Fatal(err)
+	}
+	lines := buf.lines(t)
+	if len(lines) != 1 || lines[0]["arguments"] != `{"a": ` {
+		t.Errorf("lines %v, want one with the arguments as a string", lines)
 	}
 }

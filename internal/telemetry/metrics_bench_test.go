@@ -4,23 +4,22 @@ import (
 	"context"
 	"testing"
 
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"google.golang.org/grpc"
+	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
-// BenchmarkMetricsInterceptor is the metrics interceptor's cost per unary
-// call: in-flight gauge, call counter and duration histogram.
-func BenchmarkMetricsInterceptor(b *testing.B) {
+// BenchmarkMetricsMiddleware is the metrics middleware's cost per call:
+// in-flight gauge, call counter and duration histogram.
+func BenchmarkMetricsMiddleware(b *testing.B) {
 	m := NewMetrics(WithKnownTools(func(string) bool { return true }), WithoutRuntimeMetrics())
-	ic := m.UnaryServerInterceptor()
-	info := &grpc.UnaryServerInfo{FullMethod: toolgatev1.ToolService_InvokeTool_FullMethodName}
-	req := &toolgatev1.InvokeToolRequest{Name: "echo"}
-	h := func(context.Context, any) (any, error) { return nil, nil }
+	h := toolcall.Chain(func(context.Context, *toolcall.Call, toolcall.Emit) (toolcall.Result, error) {
+		return toolcall.Result{}, nil
+	}, m.Middleware())
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
+		c := &toolcall.Call{Op: toolcall.OpInvoke, Name: "echo", Header: toolcall.NoHeader}
 		for pb.Next() {
-			_, _ = ic(ctx, req, info, h)
+			_, _ = h(ctx, c, nil)
 		}
 	})
 }

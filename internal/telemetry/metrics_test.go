@@ -12,25 +12,22 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
+	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
 const (
-	mInvoke = "/toolgate.v1.ToolService/InvokeTool"
-	mStream = "/toolgate.v1.ToolService/StreamTool"
-	mList   = "/toolgate.v1.ToolService/ListTools"
+	mInvoke = toolcall.MethodInvoke
+	mStream = toolcall.MethodStream
+	mList   = toolcall.MethodListTools
 )
 
 var knownTools = []string{"echo", "fail", "bad", "cancelled", "block"}
 
 func isKnown(tool string) bool { return slices.Contains(knownTools, tool) }
 
-func metricsServer(t *testing.T, m *Metrics, stub *stubService) *grpc.ClientConn {
-	return startServer(t, stub,
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(m.StreamServerInterceptor()))
+// metricsChain is the stub behind the metrics middleware.
+func metricsChain(m *Metrics, stub *stubService) toolcall.Handler {
+	return toolcall.Chain(stub.handle, m.Middleware())
 }
 
 // histCount is the number of observations of the duration histogram.
@@ -80,30 +77,33 @@ func TestCallMetrics(t *testing.T) {
 	type series struct{ method, tool, code string }
 	tests := []struct {
 		name string
-		call func(ctx context.Context, conn *grpc.ClientConn) error
+		call *toolcall.Call
 		want series
 	}{
-		{"invoke ok", func(ctx context.Context, c *grpc.ClientConn) error { return invoke(ctx, c, "echo") }, series{mInvoke, "echo", "OK"}},
-		{"invoke service failure", func(ctx context.Context, c *grpc.ClientConn) error { return invoke(ctx, c, "fail") }, series{mInvoke, "fail", "Unavailable"}},
-		{"invoke bad arguments", func(ctx context.Context, c *grpc.ClientConn) error { return invoke(ctx, c, "bad") }, series{mInvoke, "bad", "InvalidArgument"}},
-		{"invoke bare context error", func(ctx context.Context, c *grpc.ClientConn) error { return invoke(ctx, c, "cancelled") }, series{mInvoke, "cancelled", "Canceled"}},
-		{"invoke unknown tool", func(ctx context.Context, c *grpc.ClientConn) error { return invoke(ctx, c, "no-such-tool") }, series{mInvoke, UnknownTool, "NotFound"}},
-		{"stream ok", func(ctx context.Context, c *grpc.ClientConn) error { _, err := stream(ctx, c, "echo"); return err }, series{mStream, "echo", "OK"}},
-		{"stream unknown tool", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := stream(ctx, c, "no-such-tool")
-			return err
-		}, series{mStream, UnknownTool, "NotFound"}},
-		{"method without a tool", func(ctx context.Context, c *grpc.ClientConn) error {
-			_, err := toolgatev1.NewToolServiceClient(c).ListTools(ctx, &toolgatev1.ListToolsRequest{})
-			return err
-		}, series{mList, "", "Unimplemented"}},
+		{"invoke ok", invokeCall("echo", nil), series{mInvoke, "echo", "OK"}},
+		{"invoke service failure", invokeCall("fail", nil), series{mInvoke, "fail", "Unavailable"}},
+		{"invoke bad arguments", invokeCall("bad", nil), series{mInvoke, "bad", "InvalidArgument"}},
+		{"invoke bare context error", invokeCall("cancelled", nil), series{mInvoke, "cancelled", "Canceled"}},
+		{"invoke unknown tool", invokeCall("no-such-tool", nil), series{mInvoke, UnknownTool, "NotFound"}},
+		{"stream ok", streamCall("echo", nil), series{mStream, "echo", "OK"}},
+		{"stream unknown tool", streamCall("no-such-tool", nil), series{mStream, UnknownTool, "NotFound"}},
+		{"method without a tool", &toolcall.Call{Op: toolcall.OpListTools, Header: toolcall.NoHeader}, series{mList, "", "Unimplemented"}},
+		// GetToolService's name is a service id, never a tool label.
+		{"service id is no tool", &toolcall.Call{Op: toolcall.OpGetService, Name: "echo", Header: toolcall.NoHeader},
+			series{toolcall.MethodGetService, "", "Unimplemented"}},
+		{"get tool", &toolcall.Call{Op: toolcall.OpGetTool, Name: "echo", Header: toolcall.NoHeader},
+			series{toolcall.MethodGetTool, "echo", "Unimplemented"}},
+		// A door that names its calls (MCP) is counted under its name.
+		{"door's method name", &toolcall.Call{Op: toolcall.OpInvoke, Method: "mcp/InvokeTool", Name: "echo", Header: toolcall.NoHeader},
+			series{"mcp/InvokeTool", "echo", "OK"}},
+		{"door's method name, unknown tool", &toolcall.Call{Op: toolcall.OpInvoke, Method: "mcp/InvokeTool", Name: "no-such-tool", Header: toolcall.NoHeader},
+			series{"mcp/InvokeTool", UnknownTool, "NotFound"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
-			conn := metricsServer(t, m, newStub())
-			_ = tt.call(t.Context(), conn)
+			_, _, _ = serve(t.Context(), metricsChain(m, newStub()), tt.call)
 
 			if got := testutil.ToFloat64(m.calls.WithLabelValues(tt.want.method, tt.want.tool, tt.want.code)); got != 1 {
 				t.Errorf("toolgate_calls_total%v = %v, want 1", tt.want, got)
@@ -125,6 +125,39 @@ func TestCallMetrics(t *testing.T) {
 	}
 }
 
+// Calls by the gRPC method name and by a door's own name (MCP) are
+// counted apart, and logged under the same names.
+func TestDoorMethodNames(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
+	buf := &logBuffer{}
+	cl := NewCallLog(slog.New(slog.NewJSONHandler(buf, nil)))
+	h := toolcall.Chain(newStub().handle, cl.Middleware(), m.Middleware())
+	for _, c := range []*toolcall.Call{
+		{Op: toolcall.OpInvoke, Method: "mcp/InvokeTool", Name: "echo", Header: toolcall.NoHeader},
+		{Op: toolcall.OpInvoke, Method: "mcp/InvokeTool", Name: "echo", Header: toolcall.NoHeader},
+		{Op: toolcall.OpListTools, Method: "mcp/ListTools", Header: toolcall.NoHeader},
+		{Op: toolcall.OpInvoke, Name: "echo", Header: toolcall.NoHeader},
+	} {
+		_, _, _ = serve(t.Context(), h, c)
+	}
+	for _, c := range []struct {
+		method, tool, code string
+		want               float64
+	}{{"mcp/InvokeTool", "echo", "OK", 2}, {"mcp/ListTools", "", "Unimplemented", 1}, {mInvoke, "echo", "OK", 1}} {
+		if got := testutil.ToFloat64(m.calls.WithLabelValues(c.method, c.tool, c.code)); got != c.want {
+			t.Errorf("calls{method=%q,tool=%q} = %v, want %v", c.method, c.tool, got, c.want)
+		}
+	}
+	var methods []string
+	for _, l := range buf.lines(t) {
+		methods = append(methods, l["method"].(string))
+	}
+	if want := []string{"mcp/InvokeTool", "mcp/InvokeTool", "mcp/ListTools", mInvoke}; !slices.Equal(methods, want) {
+		t.Errorf("logged methods %v, want %v", methods, want)
+	}
+}
+
 func TestToolLabelWithoutKnownTools(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(WithoutRuntimeMetrics())
@@ -140,19 +173,19 @@ func TestCallsInFlight(t *testing.T) {
 	tests := []struct {
 		name   string
 		method string
-		call   func(ctx context.Context, c *grpc.ClientConn) error
+		call   func() *toolcall.Call
 	}{
-		{"unary", mInvoke, func(ctx context.Context, c *grpc.ClientConn) error { return invoke(ctx, c, "block") }},
-		{"stream", mStream, func(ctx context.Context, c *grpc.ClientConn) error { _, err := stream(ctx, c, "block"); return err }},
+		{"unary", mInvoke, func() *toolcall.Call { return invokeCall("block", nil) }},
+		{"stream", mStream, func() *toolcall.Call { return streamCall("block", nil) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
 			stub := newStub()
-			conn := metricsServer(t, m, stub)
+			h := metricsChain(m, stub)
 			errc := make(chan error, 1)
-			go func() { errc <- tt.call(t.Context(), conn) }()
+			go func() { _, _, err := serve(t.Context(), h, tt.call()); errc <- err }()
 			select {
 			case <-stub.entered:
 			case <-time.After(10 * time.Second):
@@ -161,8 +194,10 @@ func TestCallsInFlight(t *testing.T) {
 			if got := testutil.ToFloat64(m.inFlight.WithLabelValues(tt.method, "block")); got != 1 {
 				t.Errorf("in flight{tool=block} = %v, want 1", got)
 			}
+			// The door names the tool before the chain runs: a call is
+			// never in flight under tool="".
 			if got := testutil.ToFloat64(m.inFlight.WithLabelValues(tt.method, "")); got != 0 {
-				t.Errorf("in flight{tool=\"\"} = %v, want 0 once the tool is known", got)
+				t.Errorf("in flight{tool=\"\"} = %v, want 0", got)
 			}
 			close(stub.release)
 			if err := <-errc; err != nil {
@@ -229,8 +264,7 @@ toolgate_registry_version 7
 func TestMetricsHandler(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(WithKnownTools(isKnown))
-	conn := metricsServer(t, m, newStub())
-	if err := invoke(t.Context(), conn, "echo"); err != nil {
+	if _, _, err := serve(t.Context(), metricsChain(m, newStub()), invokeCall("echo", nil)); err != nil {
 		t.Fatal(err)
 	}
 	problems, err := testutil.GatherAndLint(m.Registry())
@@ -265,57 +299,45 @@ func TestMetricsHandler(t *testing.T) {
 	}
 }
 
-// BenchmarkInterceptors measures what the metrics and call log
-// interceptors add to a unary call, without the network.
-func BenchmarkInterceptors(b *testing.B) {
+// BenchmarkMiddleware measures what the metrics and call log middleware
+// add to a call, as a door runs it: a new Call per request.
+func BenchmarkMiddleware(b *testing.B) {
 	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
-	cl := NewCallLog(slog.New(slog.NewJSONHandler(io.Discard, nil)), WithUser(fakeUser))
-	quiet := NewCallLog(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})), WithUser(fakeUser))
-	chain := []grpc.UnaryServerInterceptor{cl.UnaryServerInterceptor(), m.UnaryServerInterceptor()}
-	handler := func(context.Context, any) (any, error) { return nil, nil }
-	info := &grpc.UnaryServerInfo{FullMethod: mInvoke}
-	req := &toolgatev1.InvokeToolRequest{Name: "echo"}
-	// A stream to take the x-request-id header, as gRPC and the REST
-	// front door give every call.
-	ctx := grpc.NewContextWithServerTransportStream(context.Background(), headerSink{})
+	cl := NewCallLog(slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	quiet := NewCallLog(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	handler := func(context.Context, *toolcall.Call, toolcall.Emit) (toolcall.Result, error) {
+		return toolcall.Result{}, nil
+	}
+	hdr := header("User", "alice")
+	ctx := context.Background()
 	for _, bc := range []struct {
 		name string
-		n    int
-	}{{"metrics", 1}, {"log+metrics", 2}, {"log(warn)+metrics", 3}} {
+		mws  []toolcall.Middleware
+	}{
+		{"metrics", []toolcall.Middleware{m.Middleware()}},
+		{"log+metrics", []toolcall.Middleware{cl.Middleware(), m.Middleware()}},
+		// The call log on, its lines not written (as at --log-level warn).
+		{"log(warn)+metrics", []toolcall.Middleware{quiet.Middleware(), m.Middleware()}},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
-			ics := chain[2-min(bc.n, 2):]
-			if bc.n == 3 { // the call log on, its lines not written (as at --log-level warn)
-				ics = []grpc.UnaryServerInterceptor{quiet.UnaryServerInterceptor(), chain[1]}
-			}
+			h := toolcall.Chain(handler, bc.mws...)
 			for b.Loop() {
-				h := handler
-				for i := len(ics) - 1; i >= 0; i-- {
-					ic, next := ics[i], h
-					h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
-				}
-				_, _ = h(ctx, req)
+				c := &toolcall.Call{Op: toolcall.OpInvoke, Name: "echo", Header: hdr}
+				_, _ = h(ctx, c, nil)
 			}
 		})
 	}
 }
 
-// headerSink is a grpc.ServerTransportStream that drops what it is given.
-type headerSink struct{}
-
-func (headerSink) Method() string               { return mInvoke }
-func (headerSink) SetHeader(metadata.MD) error  { return nil }
-func (headerSink) SendHeader(metadata.MD) error { return nil }
-func (headerSink) SetTrailer(metadata.MD) error { return nil }
-
 // Repeated calls reuse the cached series and count every call.
 func TestCallMetricsRepeated(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
-	conn := metricsServer(t, m, newStub())
+	h := metricsChain(m, newStub())
 	for range 3 {
-		_ = invoke(t.Context(), conn, "echo")
-		_ = invoke(t.Context(), conn, "fail")
+		_, _, _ = serve(t.Context(), h, invokeCall("echo", nil))
+		_, _, _ = serve(t.Context(), h, invokeCall("fail", nil))
 	}
 	for _, c := range []struct{ tool, code string }{{"echo", "OK"}, {"fail", "Unavailable"}} {
 		if got := testutil.ToFloat64(m.calls.WithLabelValues(mInvoke, c.tool, c.code)); got != 3 {
@@ -327,5 +349,39 @@ func TestCallMetricsRepeated(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m.calls); n != 2 {
 		t.Errorf("%d call series, want 2", n)
+	}
+}
+
+// Calls from many goroutines at once are all counted (run with -race).
+func TestCallMetricsConcurrent(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
+	h := metricsChain(m, newStub())
+	const workers, each = 8, 50
+	done := make(chan struct{})
+	for range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range each {
+				_, _, _ = serve(context.Background(), h, invokeCall("echo", nil))
+				_, _, _ = serve(context.Background(), h, streamCall("fail", nil))
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	if got := testutil.ToFloat64(m.calls.WithLabelValues(mInvoke, "echo", "OK")); got != workers*each {
+		t.Errorf("invoke calls = %v, want %d", got, workers*each)
+	}
+	if got := testutil.ToFloat64(m.calls.WithLabelValues(mStream, "fail", "Unavailable")); got != workers*each {
+		t.Errorf("stream calls = %v, want %d", got, workers*each)
+	}
+	for _, method := range []string{mInvoke, mStream} {
+		for _, tool := range []string{"echo", "fail"} {
+			if got := testutil.ToFloat64(m.inFlight.WithLabelValues(method, tool)); got != 0 {
+				t.Errorf("in flight{%s,%s} = %v, want 0", method, tool, got)
+			}
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.opentelemetry.io/otel"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -21,7 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // inMemoryTracing returns a tracer provider that records spans
@@ -56,21 +58,22 @@ func TestTraceparentJoinsTheServiceToTheTrace(t *testing.T) {
 	tests := []struct {
 		name        string
 		traceparent string // sent by the caller; "" for none
+		call        func(name string, h toolcall.Header) *toolcall.Call
 	}{
-		{"new trace", ""},
-		{"caller's trace", callerTraceparent},
+		{"new trace", "", invokeCall},
+		{"caller's trace", callerTraceparent, invokeCall},
+		{"stream in the caller's trace", callerTraceparent, streamCall},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tp, exp := inMemoryTracing(t)
 			stub := newStub()
-			conn := startServer(t, stub, spanUnary(tp), spanStream(tp))
-			ctx := t.Context()
+			var hdr toolcall.Header
 			if tt.traceparent != "" {
-				ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", tt.traceparent)
+				hdr = header("traceparent", tt.traceparent)
 			}
-			if err := invoke(ctx, conn, "publish"); err != nil {
+			if _, _, err := serve(t.Context(), toolcall.Chain(stub.handle, SpanMiddleware(tp)), tt.call("publish", hdr)); err != nil {
 				t.Fatal(err)
 			}
 			props := <-stub.props
@@ -119,20 +122,25 @@ func TestTracingOffPassesTheCallersTraceOn(t *testing.T) {
 		name        string
 		traceparent string
 		wantTrace   string // "" for no traceparent property
+		// trace is the chain's trace middleware: the gateway runs
+		// TraceContextMiddleware when tracing is off; SpanMiddleware over
+		// a provider that records nothing must pass the trace on too.
+		trace toolcall.Middleware
 	}{
-		{"no trace context", "", ""},
-		{"caller's trace context", callerTraceparent, callerTraceID},
+		{"no trace context", "", "", TraceContextMiddleware()},
+		{"caller's trace context", callerTraceparent, callerTraceID, TraceContextMiddleware()},
+		{"spans off, no trace context", "", "", SpanMiddleware(noop.NewTracerProvider())},
+		{"spans off, caller's trace context", callerTraceparent, callerTraceID, SpanMiddleware(noop.NewTracerProvider())},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			stub := newStub()
-			conn := startServer(t, stub, spanUnary(noop.NewTracerProvider()), spanStream(noop.NewTracerProvider()))
-			ctx := t.Context()
+			var hdr toolcall.Header
 			if tt.traceparent != "" {
-				ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", tt.traceparent)
+				hdr = header("Traceparent", tt.traceparent)
 			}
-			if err := invoke(ctx, conn, "publish"); err != nil {
+			if _, _, err := serve(t.Context(), toolcall.Chain(stub.handle, tt.trace), invokeCall("publish", hdr)); err != nil {
 				t.Fatal(err)
 			}
 			props := <-stub.props
@@ -144,6 +152,11 @@ func TestTracingOffPassesTheCallersTraceOn(t *testing.T) {
 			}
 			if tp := props["traceparent"]; !strings.Contains(tp, tt.wantTrace) {
 				t.Errorf("traceparent %q, want trace %s", tp, tt.wantTrace)
+			}
+			// As the Go SDK reads it: a remote parent in the caller's trace.
+			sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(props)))
+			if sc.TraceID().String() != tt.wantTrace || !sc.IsRemote() {
+				t.Errorf("the service sees span context %v, want the caller's trace %s", sc, tt.wantTrace)
 			}
 		})
 	}
@@ -206,10 +219,8 @@ func TestDurationExemplar(t *testing.T) {
 	t.Parallel()
 	tp, exp := inMemoryTracing(t)
 	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
-	conn := startServer(t, newStub(),
-		spanUnary(tp), spanStream(tp),
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor()))
-	if err := invoke(t.Context(), conn, "echo"); err != nil {
+	h := toolcall.Chain(newStub().handle, SpanMiddleware(tp), m.Middleware())
+	if _, _, err := serve(t.Context(), h, invokeCall("echo", nil)); err != nil {
 		t.Fatal(err)
 	}
 	traceID := spanOfKind(t, exp.GetSpans(), trace.SpanKindServer).SpanContext.TraceID().String()
@@ -355,47 +366,81 @@ func BenchmarkInjectTraceparent(b *testing.B) {
 	}
 }
 
-// A call served in process gets one server span, a child of the
-// caller's trace, marked failed when the call fails.
-func TestServerSpanInterceptor(t *testing.T) {
-	// Not parallel: the interceptor uses OpenTelemetry's global provider.
+// A call gets one server span, named after its method, a child of the
+// caller's trace and in the handler's context, marked failed when the
+// call fails; SpanMiddleware(nil) takes OpenTelemetry's global provider.
+func TestSpanMiddleware(t *testing.T) {
+	// Not parallel: the middleware uses OpenTelemetry's global provider.
 	tp, exp := inMemoryTracing(t)
 	otel.SetTracerProvider(tp)
 	defer otel.SetTracerProvider(noop.NewTracerProvider())
-	ic, _ := ServerSpanInterceptors(nil)
-	const tp1 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs("traceparent", tp1))
-	info := &grpc.UnaryServerInfo{FullMethod: "/toolgate.v1.ToolService/InvokeTool"}
+	mw := SpanMiddleware(nil)
 	var inner trace.SpanContext
-	_, _ = ic(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+	ok := toolcall.Chain(func(ctx context.Context, _ *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
 		inner = trace.SpanContextFromContext(ctx)
-		return nil, nil
-	})
-	_, _ = ic(t.Context(), nil, info, func(context.Context, any) (any, error) { return nil, errors.New("boom") })
+		return toolcall.Result{}, nil
+	}, mw)
+	failing := toolcall.Chain(func(context.Context, *toolcall.Call, toolcall.Emit) (toolcall.Result, error) {
+		return toolcall.Result{}, errors.New("boom")
+	}, mw)
+	refusing := toolcall.Chain(func(context.Context, *toolcall.Call, toolcall.Emit) (toolcall.Result, error) {
+		return toolcall.Result{}, status.Error(codes.PermissionDenied, "no")
+	}, mw)
+	_, _, _ = serve(t.Context(), ok, invokeCall("echo", mdHeader{"traceparent": {callerTraceparent}}))
+	_, _, _ = serve(t.Context(), failing, invokeCall("echo", nil))
+	_, _, _ = serve(t.Context(), refusing, &toolcall.Call{Op: toolcall.OpInvoke, Method: "mcp/InvokeTool", Name: "echo", Header: toolcall.NoHeader})
+	okInner := inner
+	_, _, _ = serve(t.Context(), ok, &toolcall.Call{Op: toolcall.OpListTools, Header: header("Traceparent", callerTraceparent)})
 	spans := exp.GetSpans()
-	if len(spans) != 2 {
-		t.Fatalf("%d spans, want 2", len(spans))
+	if len(spans) != 4 {
+		t.Fatalf("%d spans, want 4", len(spans))
 	}
-	ok, failed := spans[0], spans[1]
-	if ok.SpanKind != trace.SpanKindServer || ok.Name != "toolgate.v1.ToolService/InvokeTool" {
-		t.Errorf("span %q of kind %v, want a server span named after the method", ok.Name, ok.SpanKind)
+	okSpan, failed, refused, list := spans[0], spans[1], spans[2], spans[3]
+	if okSpan.SpanKind != trace.SpanKindServer || okSpan.Name != "toolgate.v1.ToolService/InvokeTool" {
+		t.Errorf("span %q of kind %v, want a server span named after the method", okSpan.Name, okSpan.SpanKind)
 	}
-	if ok.Parent.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || inner.SpanID() != ok.SpanContext.SpanID() {
+	if okSpan.Parent.TraceID().String() != callerTraceID || !okSpan.Parent.IsRemote() || okInner.SpanID() != okSpan.SpanContext.SpanID() {
 		t.Errorf("span not a child of the caller's trace, or not in the handler's context")
 	}
-	if failed.Status.Code != otelcodes.Error {
-		t.Errorf("failed call's span status %v, want Error", failed.Status.Code)
+	if okSpan.Status.Code == otelcodes.Error {
+		t.Errorf("successful call's span status %v", okSpan.Status)
+	}
+	if failed.Status.Code != otelcodes.Error || failed.Parent.IsValid() {
+		t.Errorf("failed call's span: status %v, parent %v; want Error and a new trace", failed.Status.Code, failed.Parent)
+	}
+	if attr(failed, "rpc.grpc.status_code") != "Unknown" || attr(refused, "rpc.grpc.status_code") != "PermissionDenied" {
+		t.Errorf("status code attributes %q, %q; want Unknown, PermissionDenied",
+			attr(failed, "rpc.grpc.status_code"), attr(refused, "rpc.grpc.status_code"))
+	}
+	if refused.Name != "mcp/InvokeTool" || attr(refused, "rpc.method") != "mcp/InvokeTool" {
+		t.Errorf("a door's method: span %q, rpc.method %q; want mcp/InvokeTool", refused.Name, attr(refused, "rpc.method"))
+	}
+	if list.Name != "toolgate.v1.ToolService/ListTools" || list.Parent.TraceID().String() != callerTraceID || inner.SpanID() != list.SpanContext.SpanID() {
+		t.Errorf("ListTools span %q in trace %s", list.Name, list.Parent.TraceID())
 	}
 }
 
-// spanUnary and spanStream install ServerSpanInterceptors(tp) as the
-// outermost interceptors of a test server.
-func spanUnary(tp trace.TracerProvider) grpc.ServerOption {
-	u, _ := ServerSpanInterceptors(tp)
-	return grpc.ChainUnaryInterceptor(u)
+// The call log notes the request id and the tool on the call's span.
+func TestCallLogSpanAttributes(t *testing.T) {
+	t.Parallel()
+	tp, exp := inMemoryTracing(t)
+	cl := NewCallLog(nil)
+	h := toolcall.Chain(newStub().handle, SpanMiddleware(tp), cl.Middleware())
+	if _, _, err := serve(t.Context(), h, invokeCall("echo", header(RequestIDHeader, "span-1"))); err != nil {
+		t.Fatal(err)
+	}
+	s := spanOfKind(t, exp.GetSpans(), trace.SpanKindServer)
+	if attr(s, "toolgate.request_id") != "span-1" || attr(s, "toolgate.tool") != "echo" {
+		t.Errorf("span attributes %v", s.Attributes)
+	}
 }
 
-func spanStream(tp trace.TracerProvider) grpc.ServerOption {
-	_, s := ServerSpanInterceptors(tp)
-	return grpc.ChainStreamInterceptor(s)
+// attr is the value of a span's attribute, "" without it.
+func attr(s tracetest.SpanStub, key string) string {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value.String()
+		}
+	}
+	return ""
 }

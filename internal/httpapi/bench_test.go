@@ -7,27 +7,24 @@ import (
 	"strings"
 	"testing"
 
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
-type benchService struct {
-	toolgatev1.UnimplementedToolServiceServer
+// echoArgs answers a call with its arguments' text.
+func echoArgs(_ context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
+	return toolcall.Result{Output: string(c.Args)}, nil
 }
 
-func (benchService) InvokeTool(_ context.Context, r *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	return &toolgatev1.InvokeToolResponse{Output: r.GetArguments().GetFields()["msg"].GetStringValue()}, nil
-}
-
-// BenchmarkInvoke is the HTTP side's own cost of one REST call: routing,
-// request decoding, the in-process call and the response, with a service
-// that answers at once.
+// BenchmarkInvoke is the REST door's own cost of one call: routing,
+// request decoding, the call and the response, with a handler that answers
+// at once.
 func BenchmarkInvoke(b *testing.B) {
 	for _, bc := range []struct{ name, body string }{
 		{"text", `{"arguments": {"msg": "abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz01"}}`},
-		{"json-answer", `{"arguments": {"msg": "{\"a\": [1, 2, 3], \"b\": {\"c\": \"d\"}}"}}`},
+		{"json-answer", `{"arguments": {"msg": "x", "a": [1, 2, 3], "b": {"c": "d"}}}`},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			h, err := New(context.Background(), Options{Service: benchService{}})
+			h, err := New(Options{Handler: echoArgs})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,92 +11,81 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/argsjson"
-	"google.golang.org/grpc"
+	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// fakeService answers from its fields; StreamTool sends chunks, then
-// fails with failAt's error when set.
+// fakeService is the call handler: it answers from its fields; a stream
+// sends chunks, then fails with failErr when set.
 type fakeService struct {
-	toolgatev1.UnimplementedToolServiceServer
 	chunks  int
 	gap     time.Duration
 	failErr error // returned after the chunks
 	mu      sync.Mutex
-	lastReq *toolgatev1.InvokeToolRequest
-	lastArg any        // the arguments InvokeTool got, as JSON, from either form
-	ended   chan error // StreamTool's context error when it returns
+	last    toolcall.Call
+	lastArg any        // the arguments the last call carried, decoded
+	ended   chan error // a stream's context error when it returns
 }
 
-func (f *fakeService) InvokeTool(ctx context.Context, r *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	var args any
-	if raw, ok := argsjson.FromContext(ctx); ok && r.GetArguments() == nil {
-		if err := json.Unmarshal(raw, &args); err != nil {
-			return nil, status.Errorf(codes.Internal, "arguments in the context are not JSON: %v", err)
-		}
-	} else if r.GetArguments() != nil {
-		args = r.GetArguments().AsMap()
-	}
-	f.mu.Lock()
-	f.lastReq, f.lastArg = r, args
-	f.mu.Unlock()
-	if r.GetName() == "missing" {
-		return nil, status.Error(codes.NotFound, `tool "missing" not found`)
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", "rid-"+strings.Join(md.Get("x-api-key"), ",")))
-	return &toolgatev1.InvokeToolResponse{Output: "ok"}, nil
-}
-
-func (f *fakeService) ListTools(context.Context, *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	return &toolgatev1.ListToolsResponse{Tools: []*toolgatev1.Tool{{Name: "t"}}}, nil
-}
-
-func (f *fakeService) StreamTool(r *toolgatev1.StreamToolRequest, ss grpc.ServerStreamingServer[toolgatev1.StreamToolResponse]) error {
-	_ = ss.SetHeader(metadata.Pairs("x-request-id", "rid-1"))
-	defer func() {
-		if f.ended != nil {
-			f.ended <- ss.Context().Err()
-		}
-	}()
-	for i := range f.chunks {
-		if i > 0 && f.gap > 0 {
-			select {
-			case <-time.After(f.gap):
-			case <-ss.Context().Done():
-				return status.FromContextError(ss.Context().Err()).Err()
+func (f *fakeService) handle(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+	switch c.Op {
+	case toolcall.OpInvoke:
+		var args any
+		if len(c.Args) > 0 {
+			if err := json.Unmarshal(c.Args, &args); err != nil {
+				return toolcall.Result{}, status.Errorf(codes.Internal, "arguments are not JSON: %v", err)
 			}
 		}
-		if err := ss.Send(&toolgatev1.StreamToolResponse{Output: r.GetName() + "\n\"" + string(rune('a'+i%26)), Index: int64(i), Last: i == f.chunks-1 && f.failErr == nil}); err != nil {
-			return err
+		f.mu.Lock()
+		f.last, f.lastArg = *c, args
+		f.mu.Unlock()
+		c.RequestID = "rid-" + strings.Join(c.Header.Values("x-api-key"), ",")
+		if c.Name == "missing" {
+			return toolcall.Result{}, status.Error(codes.NotFound, `tool "missing" not found`)
 		}
+		return toolcall.Result{Output: "ok"}, nil
+	case toolcall.OpListTools:
+		return toolcall.Result{Tools: []*registry.Tool{{Name: "t", Service: &registry.Service{ID: "s"}}}}, nil
+	case toolcall.OpStream:
+		c.RequestID = "rid-1"
+		defer func() {
+			if f.ended != nil {
+				f.ended <- ctx.Err()
+			}
+		}()
+		for i := range f.chunks {
+			if i > 0 && f.gap > 0 {
+				select {
+				case <-time.After(f.gap):
+				case <-ctx.Done():
+					return toolcall.Result{}, status.FromContextError(ctx.Err()).Err()
+				}
+			}
+			if err := emit(toolcall.Chunk{Text: c.Name + "\n\"" + string(rune('a'+i%26)), Index: int64(i), Last: i == f.chunks-1 && f.failErr == nil}); err != nil {
+				return toolcall.Result{}, err
+			}
+		}
+		return toolcall.Result{}, f.failErr
 	}
-	return f.failErr
+	return toolcall.Result{}, status.Error(codes.Unimplemented, "not in this fake")
 }
 
 func newServer(t *testing.T, f *fakeService, mod func(*Options)) *httptest.Server {
 	t.Helper()
-	opts := Options{Service: f, SSEHeartbeat: -1, ResponseHeader: func(k string) (string, bool) {
-		if k == "x-request-id" {
-			return "X-Request-Id", true
-		}
-		return "", false
-	}}
+	opts := Options{Handler: f.handle, SSEHeartbeat: -1}
 	if mod != nil {
 		mod(&opts)
 	}
-	h, err := New(t.Context(), opts)
+	h, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,11 +206,12 @@ func TestRequestBodies(t *testing.T) {
 		code       int
 		msg        string
 		timeout    time.Duration
-		args       string // the arguments the service gets, as JSON ("" = none)
+		args       string // the arguments the call carries, as JSON ("" = none: the core sends {})
 	}{
-		{"protobuf duration", `{"timeout": "0.25s"}`, 200, "", 250 * time.Millisecond, `{}`},
+		{"protobuf duration", `{"timeout": "0.25s"}`, 200, "", 250 * time.Millisecond, ``},
 		{"Go duration", `{"arguments": {"a": [1]}, "timeout": "1m30s"}`, 200, "", 90 * time.Second, `{"a": [1]}`},
-		{"milliseconds", `{"timeout": "200ms"}`, 200, "", 200 * time.Millisecond, `{}`},
+		{"milliseconds", `{"timeout": "200ms"}`, 200, "", 200 * time.Millisecond, ``},
+		{"numbers as written", `{"arguments": {"big": 123456789012345678}}`, 200, "", 0, `{"big": 123456789012345678}`},
 		{"empty body", ``, 200, "", 0, ``},
 		{"arguments only", ` {"arguments": {"msg": "hi", "n": 3, "o": {"x": [true, null]}}} `, 200, "", 0, `{"msg": "hi", "n": 3, "o": {"x": [true, null]}}`},
 		{"fractions go the full way", `{"arguments": {"n": 1.5, "big": 1e300}, "name": "ignored"}`, 200, "", 0, `{"n": 1.5, "big": 1e300}`},
@@ -249,7 +238,7 @@ func TestRequestBodies(t *testing.T) {
 			continue
 		}
 		f.mu.Lock()
-		got, args := f.lastReq.GetTimeout().AsDuration(), f.lastArg
+		got, args := f.last.Timeout, f.lastArg
 		f.mu.Unlock()
 		if got != tc.timeout {
 			t.Fatalf("%s: timeout %v, want %v", tc.name, got, tc.timeout)
@@ -349,7 +338,7 @@ func FuzzAppendChunk(f *testing.F) {
 	m := newMarshaler()
 	f.Fuzz(func(t *testing.T, out string, index int64, last bool) {
 		c := &toolgatev1.StreamToolResponse{Output: out, Index: index, Last: last}
-		got := appendChunk(nil, c)
+		got := appendChunk(nil, toolcall.Chunk{Text: out, Index: index, Last: last})
 		if !utf8.ValidString(out) {
 			// protojson refuses such text; the chunk is still valid JSON,
 			// with U+FFFD for each bad byte, as encoding/json writes it.
@@ -402,50 +391,46 @@ func FuzzDecodeRequest(f *testing.F) {
 	})
 }
 
-// FuzzInvokeFastPath: whatever body the fast path takes, the full decoder
-// reads the same way — same arguments, same timeout.
-func FuzzInvokeFastPath(f *testing.F) {
-	for _, s := range []string{`{}`, `{"arguments": {"a": 1}, "timeout": "200ms"}`, `{"timeout": "1.5s", "name": "x"}`, `{"arguments": []}`, `{"arguments": {"a": {"b": [1, "c"]}}}`, `{"timeout": "1h"}`} {
+// FuzzCallBody: whatever body the one pass takes, the full decoder reads
+// the same way — the same arguments, the same timeout.
+func FuzzCallBody(f *testing.F) {
+	for _, s := range []string{`{}`, `{"arguments": {"a": 1}, "timeout": "200ms"}`, `{"timeout": "1.5s", "name": "x"}`, `{"arguments": []}`, `{"arguments": {"a": {"b": [1, "c"]}}}`, `{"timeout": "1h"}`, `{"arguments": {"n": 1.5e3}}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		args, timeout, ok := invokeFastPath(data)
-		if !ok {
+		var c toolcall.Call
+		ok, err := callBody(data, &c)
+		if err != nil || !ok {
 			return
 		}
 		var req toolgatev1.InvokeToolRequest
 		if err := decodeRequest(data, &req); err != nil {
-			t.Fatalf("fast path took %q, the full decoder refuses it: %v", data, err)
+			t.Fatalf("the one pass took %q, the full decoder refuses it: %v", data, err)
 		}
-		var got any
-		if err := json.Unmarshal(args, &got); err != nil {
-			t.Fatalf("fast path arguments %q are not JSON: %v", args, err)
+		var got any = map[string]any{}
+		if len(c.Args) > 0 {
+			if err := json.Unmarshal(c.Args, &got); err != nil {
+				t.Fatalf("arguments %q are not JSON: %v", c.Args, err)
+			}
 		}
 		want := map[string]any{}
 		if req.GetArguments() != nil {
 			want = req.GetArguments().AsMap()
 		}
 		if !reflect.DeepEqual(got, any(want)) {
-			t.Fatalf("%q: fast path arguments %v, full decoder %v", data, got, want)
+			t.Fatalf("%q: arguments %v, full decoder %v", data, got, want)
 		}
-		if timeout.AsDuration() != req.GetTimeout().AsDuration() || (timeout == nil) != (req.GetTimeout() == nil) {
-			t.Fatalf("%q: fast path timeout %v, full decoder %v", data, timeout, req.GetTimeout())
+		if c.Timeout != req.GetTimeout().AsDuration() || c.TimeoutSet != (req.GetTimeout() != nil) {
+			t.Fatalf("%q: timeout %v (%v), full decoder %v", data, c.Timeout, c.TimeoutSet, req.GetTimeout())
 		}
 	})
 }
 
-// The invoke route answers what protojson would, reads the headers the
-// interceptors need as metadata, and passes response headers on.
+// The invoke route answers what protojson would, gives the call the
+// request's header, and answers its request id.
 func TestInvokeResponse(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &fakeService{}, func(o *Options) {
-		o.IncomingHeader = func(k string) (string, bool) {
-			if strings.EqualFold(k, "X-Api-Key") {
-				return "x-api-key", true
-			}
-			return "", false
-		}
-	})
+	srv := newServer(t, &fakeService{}, nil)
 	resp, raw := do(t, srv, http.MethodPost, "/v1/tools/x:invoke", `{}`, "X-Api-Key", "k1")
 	if resp.StatusCode != http.StatusOK || string(raw) != `{"output":"ok"}` || resp.Header.Get("X-Request-Id") != "rid-k1" ||
 		resp.Header.Get("Content-Type") != "application/json" {
@@ -457,7 +442,7 @@ func TestInvokeResponse(t *testing.T) {
 		if protojson.Unmarshal([]byte(out), &v) == nil {
 			r.OutputJson = &v
 		}
-		got := appendInvokeResponse(nil, r)
+		got := appendInvokeResponse(nil, out)
 		want, err := newMarshaler().Marshal(r)
 		if err != nil {
 			t.Fatal(err)
@@ -475,49 +460,44 @@ func TestInvokeResponse(t *testing.T) {
 	}
 }
 
-// callContext asks the matcher once per header name, keeps a bounded
-// number of answers, and passes every value of the headers it maps.
-func TestCallContextHeaders(t *testing.T) {
+// A call's header is the request's, read by the one rule of the HTTP
+// doors: every value of the headers the middleware reads.
+func TestCallHeader(t *testing.T) {
 	t.Parallel()
-	var asked atomic.Int32
-	a := &api{opts: Options{IncomingHeader: func(k string) (string, bool) {
-		asked.Add(1)
-		switch k {
-		case "X-Api-Key", "X-Key-Too":
-			return "x-api-key", true
-		case "X-Request-Id":
-			return "X-Request-Id", true
-		}
-		return "", false
-	}}}
 	r := httptest.NewRequest(http.MethodPost, "/v1/tools/t:invoke", nil)
 	r.Header.Add("Authorization", "Bearer a")
 	r.Header.Add("X-Api-Key", "k1")
-	r.Header.Add("X-Key-Too", "k2")
+	r.Header.Add("X-Api-Key", "k2")
 	r.Header.Add("X-Request-Id", "rid")
-	r.Header.Add("User-Agent", "test")
-	for range 3 {
-		md, _ := metadata.FromIncomingContext(a.callContext(r))
-		keys := md.Get("x-api-key")
-		slices.Sort(keys)
-		if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer a" {
-			t.Fatalf("authorization = %q", got)
+	c := newCall(r, toolcall.OpInvoke)
+	if got := c.Header.Values("authorization"); !slices.Equal(got, []string{"Bearer a"}) {
+		t.Fatalf("authorization = %q", got)
+	}
+	if got := c.Header.Values("x-api-key"); !slices.Equal(got, []string{"k1", "k2"}) {
+		t.Fatalf("x-api-key = %q", got)
+	}
+	if got := c.Header.Values("x-request-id"); !slices.Equal(got, []string{"rid"}) {
+		t.Fatalf("x-request-id = %q", got)
+	}
+	if c.Op != toolcall.OpInvoke || c.Peer == "" {
+		t.Fatalf("call %+v", c)
+	}
+}
+
+// The arguments reach the call as the caller wrote them, numbers included.
+func TestArgumentsExactly(t *testing.T) {
+	t.Parallel()
+	f := &fakeService{}
+	srv := newServer(t, f, nil)
+	for _, args := range []string{`{"big":123456789012345678}`, `{"p":9007199254740993,"z":-0.0,"t":1e-400,"f":1.10}`} {
+		if resp, raw := do(t, srv, "POST", "/v1/tools/x:invoke", `{"arguments": `+args+`}`); resp.StatusCode != 200 {
+			t.Fatalf("HTTP %d %s", resp.StatusCode, raw)
 		}
-		if !slices.Equal(keys, []string{"k1", "k2"}) || len(md.Get("x-request-id")) != 1 || len(md) != 3 {
-			t.Fatalf("metadata = %v", md)
+		f.mu.Lock()
+		got := string(f.last.Args)
+		f.mu.Unlock()
+		if got != args {
+			t.Errorf("arguments %s, want %s exactly", got, args)
 		}
-	}
-	if n := asked.Load(); n != 4 { // every name but Authorization, once
-		t.Fatalf("the matcher was asked %d times, want 4", n)
-	}
-	if got := r.Header.Values("X-Api-Key"); !slices.Equal(got, []string{"k1"}) {
-		t.Fatalf("the request's header changed: %q", got)
-	}
-	for i := range 2 * maxHeaderKeys {
-		r.Header.Set(fmt.Sprintf("X-Junk-%d", i), "v")
-	}
-	a.callContext(r)
-	if n := a.headerKeyN.Load(); n > maxHeaderKeys {
-		t.Fatalf("%d header answers kept, want at most %d", n, maxHeaderKeys)
 	}
 }

@@ -12,22 +12,21 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/sdkopts"
-	"github.com/toolgate/toolgate/internal/server"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -48,46 +47,36 @@ tool:
   extra-2: {type: tool-service, service: echo-service}
 `
 
-// recorder is the ToolService the endpoint is given: the real server, with
-// the incoming metadata and the fate of each call's context noted.
+// recorder is the handler the endpoint is given: the real core, with the
+// header of each call and the fate of its context noted.
 type recorder struct {
-	toolgatev1.ToolServiceServer
+	core      toolcall.Handler
 	mu        sync.Mutex
-	md        []metadata.MD
+	calls     []toolcall.Call
 	cancelled chan struct{} // a call's context ended before it returned
 }
 
-func (r *recorder) note(ctx context.Context) {
-	md, _ := metadata.FromIncomingContext(ctx)
+func (r *recorder) handle(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
 	r.mu.Lock()
-	r.md = append(r.md, md)
+	r.calls = append(r.calls, *c)
 	r.mu.Unlock()
-}
-
-func (r *recorder) lastMD() metadata.MD {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.md) == 0 {
-		return nil
-	}
-	return r.md[len(r.md)-1]
-}
-
-func (r *recorder) InvokeTool(ctx context.Context, in *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
-	r.note(ctx)
-	resp, err := r.ToolServiceServer.InvokeTool(ctx, in)
+	res, err := r.core(ctx, c, emit)
 	if ctx.Err() != nil {
 		select {
 		case r.cancelled <- struct{}{}:
 		default:
 		}
 	}
-	return resp, err
+	return res, err
 }
 
-func (r *recorder) ListTools(ctx context.Context, in *toolgatev1.ListToolsRequest) (*toolgatev1.ListToolsResponse, error) {
-	r.note(ctx)
-	return r.ToolServiceServer.ListTools(ctx, in)
+func (r *recorder) last() toolcall.Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.calls) == 0 {
+		return toolcall.Call{Header: toolcall.NoHeader}
+	}
+	return r.calls[len(r.calls)-1]
 }
 
 type fixture struct {
@@ -125,15 +114,15 @@ func newFixture(t *testing.T, opts mcp.Options) *fixture {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return mem.Subscribers("non-persistent://tg/request/echo") > 0 })
-	raw := server.New(registry.New(snap), b, server.Options{
+	core := toolcall.New(registry.New(snap), b, toolcall.Options{
 		DefaultTimeout: 5 * time.Second, MaxTimeout: time.Minute,
-		Allowed: func(_ context.Context, _, tool string) bool { return tool != "hidden" },
+		Visible: func(_ *toolcall.Call, tool string) bool { return tool != "hidden" },
 	})
-	rec := &recorder{ToolServiceServer: raw, cancelled: make(chan struct{}, 1)}
+	rec := &recorder{core: core.Handle, cancelled: make(chan struct{}, 1)}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &fixture{srv: mcp.New(rec, opts), rec: rec}
+	f := &fixture{srv: mcp.New(rec.handle, opts), rec: rec}
 	hs := httptest.NewServer(f.srv)
 	t.Cleanup(hs.Close)
 	f.url = hs.URL
@@ -413,34 +402,39 @@ func TestStreamError(t *testing.T) {
 	}
 }
 
-func TestHeadersBecomeMetadata(t *testing.T) {
+// TestHeadersReachTheCall: the request's header is the call's, read by
+// the HTTP doors' one rule, and the calls are named for MCP.
+func TestHeadersReachTheCall(t *testing.T) {
 	f := newFixture(t, mcp.Options{})
 	cs := f.connect(t, map[string]string{"Authorization": "Bearer k1", "X-Api-Key": "k2", "X-Request-Id": "req-42",
 		"Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "X-Other": "dropped"}, nil)
 	if _, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"msg": "x"}}); err != nil {
 		t.Fatal(err)
 	}
-	md := f.rec.lastMD()
+	c := f.rec.last()
 	for k, want := range map[string]string{"authorization": "Bearer k1", "x-api-key": "k2", "x-request-id": "req-42",
 		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"} {
-		if v := md.Get(k); len(v) != 1 || v[0] != want {
-			t.Errorf("metadata %s = %v, want %q", k, v, want)
+		if v := c.Header.Values(k); len(v) != 1 || v[0] != want {
+			t.Errorf("header %s = %v, want %q", k, v, want)
 		}
 	}
-	if v := md.Get("x-other"); len(v) != 0 {
-		t.Errorf("x-other forwarded: %v", v)
+	if c.MethodName() != "mcp/InvokeTool" || c.Name != "echo" || string(c.Args) != `{"msg":"x"}` {
+		t.Errorf("call %s %s %s, want mcp/InvokeTool echo {\"msg\":\"x\"}", c.MethodName(), c.Name, c.Args)
 	}
 }
 
 func TestAuthenticate(t *testing.T) {
-	f := newFixture(t, mcp.Options{Authenticate: func(ctx context.Context) error {
-		v := metadata.ValueFromIncomingContext(ctx, "x-api-key")
+	var authentications atomic.Int32
+	f := newFixture(t, mcp.Options{Authenticate: func(_ context.Context, c *toolcall.Call) error {
+		authentications.Add(1)
+		v := c.Header.Values("x-api-key")
 		switch {
 		case len(v) == 0:
 			return status.Error(codes.Unauthenticated, "missing credentials")
 		case v[0] != "good":
 			return status.Error(codes.PermissionDenied, "not you")
 		}
+		c.Caller, c.Authenticated = toolcall.Caller{User: "good-user"}, true
 		return nil
 	}})
 	if _, err := f.dial(t, nil, nil); err == nil {
@@ -467,8 +461,16 @@ func TestAuthenticate(t *testing.T) {
 		}
 	}
 	cs := f.connect(t, map[string]string{"X-Api-Key": "good"}, nil)
+	before := authentications.Load()
 	if _, err := cs.ListTools(t.Context(), nil); err != nil {
 		t.Fatal(err)
+	}
+	// One authentication per request, and its calls carry the caller.
+	if n := authentications.Load() - before; n != 1 {
+		t.Errorf("tools/list authenticated %d times, want once", n)
+	}
+	if c := f.rec.last(); !c.Authenticated || c.Caller.User != "good-user" {
+		t.Errorf("the call's caller: %+v (authenticated %v), want good-user", c.Caller, c.Authenticated)
 	}
 }
 

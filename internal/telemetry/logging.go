@@ -37,7 +37,6 @@ const DefaultMaxLoggedArguments = 4096
 type CallLog struct {
 	log     *slog.Logger
 	level   func(codes.Code) slog.Level
-	quiet   []string
 	maxArgs int
 }
 
@@ -100,12 +99,12 @@ func (l *CallLog) arguments(c *toolcall.Call) json.RawMessage {
 	if len(b) == 0 {
 		b = []byte("{}")
 	}
-	if !json.Valid(b) {
-		q, _ := json.Marshal(truncate(string(b), max(l.maxArgs, 1)))
-		return q
-	}
-	if l.maxArgs > 0 && len(b) > l.maxArgs {
-		q, _ := json.Marshal(truncate(string(b), l.maxArgs))
+	if !json.Valid(b) || (l.maxArgs > 0 && len(b) > l.maxArgs) {
+		n := len(b)
+		if l.maxArgs > 0 {
+			n = min(n, l.maxArgs)
+		}
+		q, _ := json.Marshal(truncate(string(b), n))
 		return q
 	}
 	return b

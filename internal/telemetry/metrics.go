@@ -201,10 +201,6 @@ func (m *Metrics) toolLabel(name string) string {
 	}
 }
 
-func (m *Metrics) observe(ctx context.Context, method, tool string, code codes.Code, d time.Duration) {
-	m.observeSeries(ctx, m.seriesFor(method, tool), method, tool, code, d)
-}
-
 func (m *Metrics) observeSeries(ctx context.Context, s *callSeries, method, tool string, code codes.Code, d time.Duration) {
 	m.counter(s, method, tool, code).Inc()
 	h := s.duration

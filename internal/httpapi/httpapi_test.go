@@ -490,7 +490,7 @@ func TestArgumentsExactly(t *testing.T) {
 	f := &fakeService{}
 	srv := newServer(t, f, nil)
 	for _, args := range []string{`{"big":123456789012345678}`, `{"p":9007199254740993,"z":-0.0,"t":1e-400,"f":1.10}`} {
-		if resp, raw := do(t, srv, "POST", "/v1/tools/x:invoke", `{"arguments": `+args+`}`); resp.StatusCode != 200 {
+		if resp, raw := do(t, srv, "POST", "/v1/tools/x:invoke", `{"arguments": `+args+`}`); resp.StatusCode != http.StatusOK {
 			t.Fatalf("HTTP %d %s", resp.StatusCode, raw)
 		}
 		f.mu.Lock()

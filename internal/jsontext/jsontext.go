@@ -183,10 +183,10 @@ func (m Member) IsInteger() bool {
 	if m.Kind() != "number" {
 		return false
 	}
-	if bytes.IndexAny(m.Value, ".eE") < 0 {
+	if !bytes.ContainsAny(m.Value, ".eE") {
 		return true
 	}
-	var f json.Number = json.Number(m.Value)
+	f := json.Number(m.Value)
 	if _, err := f.Int64(); err == nil {
 		return true
 	}

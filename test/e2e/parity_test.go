@@ -1,0 +1,424 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const (
+	parityKey    = "parity-alice-key-0123456789"
+	parityLimKey = "parity-lim-key-0123456789"
+)
+
+// outcome is what a call came to, in terms every door can express: the
+// gRPC code, the reason (ErrorInfo, or the error type MCP reports; empty
+// when it only restates the code), the output (chunks joined).
+type outcome struct {
+	code   codes.Code
+	reason string
+	output string
+}
+
+func (o outcome) String() string { return fmt.Sprintf("%v/%s %q", o.code, o.reason, o.output) }
+
+// normReason drops a reason that only restates the code in kebab case
+// (what MCP's error type is when there is no ErrorInfo).
+func normReason(c codes.Code, reason string) string {
+	if reason == kebabCode(c) {
+		return ""
+	}
+	return reason
+}
+
+func kebabCode(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// parityCall is one row of the table: who calls what, how.
+type parityCall struct {
+	name    string
+	key     string            // API key; "" for none
+	headers map[string]string // more request headers (metadata on gRPC)
+	tool    string
+	args    string
+	timeout time.Duration
+	stream  bool
+	want    outcome
+}
+
+// TestDoorParity sends one table of calls through every door — gRPC, REST
+// and MCP — and wants the same outcome from each: the same code, the same
+// reason, and the same user at the tool service.
+func TestDoorParity(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	reg := write("registry.yaml", fmt.Sprintf(`tool-service:
+  echo-service: {topic: %s}
+tool:
+  echo: {type: tool-service, service: echo-service}
+  hidden-echo: {type: tool-service, service: echo-service}
+  strict-echo:
+    type: tool-service
+    service: echo-service
+    strict: true
+    arguments: [{name: mode, type: string, description: m, required: true}]
+`, env.echoTopic))
+	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: alice, roles: [user]}\n  - {hash: %q, user: lim, roles: [user]}\n",
+		auth.HashKey(parityKey), auth.HashKey(parityLimKey)))
+	policy := write("policy.yaml", "rules:\n  - {roles: [user], tools: [\"echo\", \"strict-echo\", \"missing-*\"], actions: [list, invoke]}\n")
+	cfg, err := config.Parse([]string{
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", testenv.PulsarURL(),
+		"--registry", reg, "--api-keys", keys, "--policy", policy, "--rate-limit", "0.2", "--rate-burst", "60",
+	}, func(string) string { return "" }, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := app.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	})
+	base := "http://" + gw.HTTPAddr()
+	if err := waitReady(base, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	grpcCli := toolgatev1.NewToolServiceClient(conn)
+
+	// lim spends its whole burst on listing, so that its calls are refused.
+	limCtx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", parityLimKey)
+	for i := 0; ; i++ {
+		_, err := grpcCli.ListTools(limCtx, &toolgatev1.ListToolsRequest{})
+		if status.Code(err) == codes.ResourceExhausted {
+			break
+		}
+		if err != nil || i > 200 {
+			t.Fatalf("exhausting lim's burst: %d calls, %v", i, err)
+		}
+	}
+
+	rows := []parityCall{
+		{name: "ok", key: parityKey, tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.OK, "", "alice"}},
+		{name: "unknown tool", key: parityKey, tool: "missing-tool", args: `{}`, want: outcome{codes.NotFound, "TOOL_NOT_FOUND", ""}},
+		// A name the policy does not grant is refused before it is looked
+		// up: whether it exists is not the caller's to learn.
+		{name: "unknown tool outside the policy", key: parityKey, tool: "no-such-tool", args: `{}`, want: outcome{codes.PermissionDenied, "", ""}},
+		{name: "policy-hidden tool", key: parityKey, tool: "hidden-echo", args: `{"mode": "user"}`, want: outcome{codes.PermissionDenied, "", ""}},
+		{name: "bad arguments", key: parityKey, tool: "strict-echo", args: `{"mode": 5}`, want: outcome{codes.InvalidArgument, "", ""}},
+		{name: "deadline exceeded", key: parityKey, tool: "echo", args: `{"mode": "sleep", "ms": 3000}`, timeout: 300 * time.Millisecond,
+			want: outcome{codes.DeadlineExceeded, "DEADLINE_EXCEEDED", ""}},
+		{name: "stream", key: parityKey, tool: "echo", args: `{"mode": "stream", "n": 3}`, stream: true, want: outcome{codes.OK, "", "0,1,2"}},
+		{name: "service error", key: parityKey, tool: "echo", args: `{"mode": "fail", "type": "not-found", "message": "nope"}`,
+			want: outcome{codes.NotFound, "", ""}},
+		{name: "rate limited", key: parityLimKey, tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.ResourceExhausted, "RATE_LIMITED", ""}},
+		{name: "unauthenticated", tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.Unauthenticated, "", ""}},
+		{name: "spoofed identity header", key: parityKey, headers: map[string]string{"User": "mallory", "X-Forwarded-User": "mallory", "X-Auth-Request-User": "mallory"},
+			tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.OK, "", "alice"}},
+	}
+	doors := []struct {
+		name string
+		call func(t *testing.T, c parityCall) outcome
+	}{
+		{"grpc", func(t *testing.T, c parityCall) outcome { return grpcParity(t, grpcCli, c) }},
+		{"rest", func(t *testing.T, c parityCall) outcome { return restParity(t, base, c) }},
+		{"mcp", func(t *testing.T, c parityCall) outcome { return mcpParity(t, base, c) }},
+	}
+	for _, row := range rows {
+		t.Run(row.name, func(t *testing.T) {
+			for _, d := range doors {
+				got := d.call(t, row)
+				got.reason = normReason(got.code, got.reason)
+				if got.code != row.want.code || got.reason != row.want.reason || (row.want.code == codes.OK && got.output != row.want.output) {
+					t.Errorf("%s: %v, want %v", d.name, got, row.want)
+				}
+			}
+		})
+	}
+}
+
+func grpcParity(t *testing.T, cli toolgatev1.ToolServiceClient, c parityCall) outcome {
+	t.Helper()
+	md := metadata.MD{}
+	if c.key != "" {
+		md.Set("x-api-key", c.key)
+	}
+	for k, v := range c.headers {
+		md.Set(strings.ToLower(k), v)
+	}
+	ctx := metadata.NewOutgoingContext(t.Context(), md)
+	var args structpb.Struct
+	if err := args.UnmarshalJSON([]byte(c.args)); err != nil {
+		t.Fatal(err)
+	}
+	var timeout *durationpb.Duration
+	if c.timeout > 0 {
+		timeout = durationpb.New(c.timeout)
+	}
+	fail := func(err error) outcome {
+		st := status.Convert(err)
+		reason := ""
+		if ei := errorInfo(st); ei != nil {
+			reason = ei.GetReason()
+		}
+		return outcome{code: st.Code(), reason: reason}
+	}
+	if !c.stream {
+		resp, err := cli.InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: c.tool, Arguments: &args, Timeout: timeout})
+		if err != nil {
+			return fail(err)
+		}
+		return outcome{output: resp.GetOutput()}
+	}
+	st, err := cli.StreamTool(ctx, &toolgatev1.StreamToolRequest{Name: c.tool, Arguments: &args, Timeout: timeout})
+	if err != nil {
+		return fail(err)
+	}
+	var out strings.Builder
+	for {
+		m, err := st.Recv()
+		if err == io.EOF {
+			return outcome{output: out.String()}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		out.WriteString(m.GetOutput())
+	}
+}
+
+// statusBody is a google.rpc.Status as the REST door writes it.
+type statusBody struct {
+	Code    codes.Code `json:"code"`
+	Message string     `json:"message"`
+	Details []struct {
+		Reason string `json:"reason"`
+	} `json:"details"`
+}
+
+func (s statusBody) outcome() outcome {
+	o := outcome{code: s.Code}
+	for _, d := range s.Details {
+		if d.Reason != "" {
+			o.reason = d.Reason
+		}
+	}
+	return o
+}
+
+func restParity(t *testing.T, base string, c parityCall) outcome {
+	t.Helper()
+	body := `{"arguments": ` + c.args
+	if c.timeout > 0 {
+		body += fmt.Sprintf(`, "timeout": %q`, c.timeout.String())
+	}
+	body += "}"
+	verb := ":invoke"
+	if c.stream {
+		verb = ":stream"
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/tools/"+c.tool+verb, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.key != "" {
+		req.Header.Set("X-Api-Key", c.key)
+	}
+	for k, v := range c.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		var st statusBody
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatalf("REST %d %s: %v", resp.StatusCode, raw, err)
+		}
+		return st.outcome()
+	}
+	if !c.stream {
+		var out struct{ Output string }
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("REST answer %s: %v", raw, err)
+		}
+		return outcome{output: out.Output}
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		var line struct {
+			Output *string `json:"output"`
+			statusBody
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatalf("NDJSON line %s: %v", sc.Bytes(), err)
+		}
+		if line.Output == nil {
+			return line.statusBody.outcome() // the error line
+		}
+		out.WriteString(*line.Output)
+	}
+	return outcome{output: out.String()}
+}
+
+func mcpParity(t *testing.T, base string, c parityCall) outcome {
+	t.Helper()
+	params := map[string]any{"name": c.tool, "arguments": json.RawMessage(c.args)}
+	meta := map[string]any{}
+	if c.timeout > 0 {
+		meta["timeout"] = c.timeout.String()
+	}
+	if c.stream {
+		meta["progressToken"] = "p1"
+	}
+	if len(meta) > 0 {
+		params["_meta"] = meta
+	}
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/mcp", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.key != "" {
+		req.Header.Set("X-Api-Key", c.key)
+	}
+	for k, v := range c.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	type rpcError struct {
+		Data struct {
+			Code   string `json:"code"`
+			Reason string `json:"reason"`
+		} `json:"data"`
+	}
+	type message struct {
+		ID     any       `json:"id"`
+		Method string    `json:"method"`
+		Error  *rpcError `json:"error"`
+		Params struct {
+			Message string `json:"message"`
+		} `json:"params"`
+		Result *struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+			StructuredContent struct {
+				Error struct {
+					Type string `json:"type"`
+					Code string `json:"code"`
+				} `json:"error"`
+			} `json:"structuredContent"`
+		} `json:"result"`
+	}
+	var msgs []message
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		for _, line := range strings.Split(string(raw), "\n") {
+			if data, ok := strings.CutPrefix(line, "data: "); ok {
+				var m message
+				if err := json.Unmarshal([]byte(data), &m); err != nil {
+					t.Fatalf("MCP event %s: %v", data, err)
+				}
+				msgs = append(msgs, m)
+			}
+		}
+	} else {
+		var m message
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("MCP %d %s: %v", resp.StatusCode, raw, err)
+		}
+		msgs = append(msgs, m)
+	}
+	code := func(name string) codes.Code {
+		for c := codes.OK; c <= codes.Unauthenticated; c++ {
+			if c.String() == name {
+				return c
+			}
+		}
+		t.Fatalf("MCP code %q", name)
+		return codes.Unknown
+	}
+	var progress strings.Builder
+	for _, m := range msgs {
+		switch {
+		case m.Method == "notifications/progress":
+			progress.WriteString(m.Params.Message)
+		case m.Error != nil:
+			return outcome{code: code(m.Error.Data.Code), reason: m.Error.Data.Reason}
+		case m.Result != nil && m.Result.IsError:
+			e := m.Result.StructuredContent.Error
+			return outcome{code: code(e.Code), reason: e.Type}
+		case m.Result != nil:
+			if c.stream && progress.String() != m.Result.Content[0].Text {
+				t.Errorf("MCP progress %q, result %q", progress.String(), m.Result.Content[0].Text)
+			}
+			return outcome{output: m.Result.Content[0].Text}
+		}
+	}
+	t.Fatalf("MCP %d: no answer in %s", resp.StatusCode, raw)
+	return outcome{}
+}

@@ -683,7 +683,7 @@ func (r *Report) markdown() string {
 		p.markdown(&b)
 	}
 
-	w("## Reproduce\n\n```sh\nmake bench        # this report (docs/benchmarks/latest.*), about %d minutes\nmake bench-quick  # about 2 minutes, written to .cache/bench/quick/\n```\n\nGo microbenchmarks of the hot-path pieces: `go test -run '^$' -bench . -benchmem ./wire ./internal/bridge ./internal/server`.\n", int(math.Ceil(r.ElapsedS/60)))
+	w("## Reproduce\n\n```sh\nmake bench        # this report (docs/benchmarks/latest.*), about %d minutes\nmake bench-quick  # about 2 minutes, written to .cache/bench/quick/\n```\n\nGo microbenchmarks of the hot-path pieces: `go test -run '^$' -bench . -benchmem ./wire ./internal/bridge ./internal/toolcall`.\n", int(math.Ceil(r.ElapsedS/60)))
 	return b.String()
 }
 

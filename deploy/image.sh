@@ -25,6 +25,9 @@ source scripts/lib/common.sh
 cache_dir image
 OUT="$CACHE"
 GO="${GO:-go}"
+# Build with the toolchain go.mod names, as the Makefile does: the image
+# ships the standard library's security fixes.
+export GOTOOLCHAIN=auto
 VERSION="${IMAGE_VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo devel)}"
 ARCH="${IMAGE_ARCH:-$("$GO" env GOARCH)}"
 CA="${IMAGE_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"

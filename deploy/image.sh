@@ -14,8 +14,8 @@
 # NOASSERTION while the repository declares no licence), IMAGE_CA_BUNDLE
 # (the build machine's CA certificates, installed for TLS to Pulsar and the
 # OTLP collector), SOURCE_DATE_EPOCH (default: the last commit's time). The
-# image and its files are dated SOURCE_DATE_EPOCH, so the same commit and
-# toolchain give the same image digest. IMAGE_BIN names a folder of
+# image and its files are dated SOURCE_DATE_EPOCH, so the same commit,
+# toolchain and CA bundle give the same image digest. IMAGE_BIN names a folder of
 # binaries built already (as above) to pack instead of building them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

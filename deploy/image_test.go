@@ -33,9 +33,10 @@ var imageCommands = []string{"gateway", "echo-service", "joke-service"}
 
 // TestImage builds the image with make image, unpacks it as a container
 // runtime would, and runs what it holds: every command's --version, then
-// the entrypoint with the image's user, environment and filesystem (chroot
-// into the unpacked layers when the test runs as root) against the test
-// broker until /readyz answers, and a SIGTERM it must survive cleanly.
+// echo-service and the entrypoint with the image's user, environment and
+// filesystem (chroot into the unpacked layers when the test runs as root)
+// against the test broker, a call through the gateway to the service, and
+// a SIGTERM each must survive cleanly.
 // Packing the same binaries again must give the same digest.
 func TestImage(t *testing.T) {
 	t.Parallel()
@@ -117,93 +118,163 @@ func makeImage(t *testing.T, cache string, env ...string) string {
 	return filepath.Join(cache, "image")
 }
 
-// startGateway runs the image's entrypoint with its user and environment,
-// against the test broker, until /readyz answers 200; then stops it with
-// SIGTERM, which must end it with status 0.
+// startGateway runs the image's echo-service and its entrypoint, the
+// gateway, each with the image's user and environment, against the test
+// broker (on an announcement topic and a request topic of their own, so
+// that other tests' gateways see neither); waits for /readyz, calls the
+// echo tool the service announced through the gateway's REST API, and
+// stops both with SIGTERM, which must end them with status 0.
 func startGateway(t *testing.T, root string, cfg imageConfig) {
 	t.Helper()
+	id := testenv.UniqueTopic("imagetest")
+	announce := "persistent://tg/config/" + id
+	echo := startInImage(t, root, cfg, []string{"/usr/local/bin/echo-service",
+		"--id", id, "--topic", id, "--announce-topic", announce}, "TOOLGATE_PULSAR_URL="+testenv.PulsarURL())
 	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(cfg.Entrypoint[0])
-	cmd.Env = append(slices.Clone(cfg.Env),
+	gw := startInImage(t, root, cfg, cfg.Entrypoint,
 		"TOOLGATE_PULSAR_URL="+testenv.PulsarURL(),
 		"TOOLGATE_PULSAR_ADMIN_URL="+testenv.AdminURL(),
 		"TOOLGATE_HTTP_ADDR="+httpAddr,
 		"TOOLGATE_GRPC_ADDR="+grpcAddr,
 		"TOOLGATE_ALLOW_ANONYMOUS=true",
-		"TOOLGATE_INSTANCE_ID="+testenv.UniqueTopic("imagetest"),
+		"TOOLGATE_ANNOUNCE_TOPIC="+announce,
+		"TOOLGATE_INSTANCE_ID="+id,
 	)
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	base := "http://" + httpAddr
+	gw.await(t, "/readyz to answer 200", func() error {
+		_, err := get(client, base+"/readyz")
+		return err
+	})
+	gw.await(t, "the announced echo tool to be listed", func() error {
+		body, err := get(client, base+"/v1/tools")
+		if err == nil && !strings.Contains(body, `"echo"`) {
+			err = fmt.Errorf("not listed yet: %s", body)
+		}
+		return err
+	})
+	resp, err := client.Post(base+"/v1/tools/echo:invoke", "application/json", strings.NewReader(`{"arguments": {"msg": "hello from the image"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"hello from the image"`) {
+		t.Errorf("POST /v1/tools/echo:invoke: %s %s", resp.Status, body)
+	}
+	gw.stop(t)
+	echo.stop(t)
+}
+
+// A process runs a command of the unpacked image.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	exited  chan error
+	running bool
+	logs    bytes.Buffer
+}
+
+// startInImage runs argv from the image at root with the image's
+// environment plus env. As root it runs as a container runtime would: in
+// a chroot of the image's files, as the image's user. The process is
+// killed when the test ends, and its output logged if the test failed.
+func startInImage(t *testing.T, root string, cfg imageConfig, argv []string, env ...string) *process {
+	t.Helper()
+	p := &process{name: filepath.Base(argv[0]), exited: make(chan error, 1)}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.Env = append(slices.Clone(cfg.Env), env...)
 	if os.Geteuid() == 0 {
-		// As a container runtime would: the image's files only, as its user.
 		uid, gid := parseUser(t, cfg.User)
-		cmd.Dir = cfg.WorkingDir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+		p.cmd.Dir = cfg.WorkingDir
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
 	} else {
-		t.Logf("not root: running %s from the unpacked image without chroot or its user", cfg.Entrypoint[0])
-		cmd.Path = filepath.Join(root, cfg.Entrypoint[0])
+		t.Logf("not root: running %s from the unpacked image without chroot or its user", argv[0])
+		p.cmd.Path = filepath.Join(root, argv[0])
 	}
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the entrypoint: %v", err)
+	p.cmd.Stdout, p.cmd.Stderr = &p.logs, &p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", argv[0], err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	running := true
-	defer func() {
-		if running {
-			_ = cmd.Process.Kill()
-			t.Logf("gateway killed: %v", <-exited)
+	p.running = true
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.running {
+			_ = p.cmd.Process.Kill()
+			t.Logf("%s killed: %v", p.name, <-p.exited)
 		}
 		if t.Failed() {
-			t.Logf("gateway output:\n%s", logs.String())
+			t.Logf("%s output:\n%s", p.name, p.logs.String())
 		}
-	}()
+	})
+	if p.cmd.SysProcAttr != nil {
+		// It runs in the image's files, as the image's user.
+		uid, _ := parseUser(t, cfg.User)
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+		if err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^Uid:\t%d\t`, uid)).Match(status) {
+			t.Errorf("%s does not run as uid %d (%v):\n%s", p.name, uid, err, status)
+		}
+		if got, err := os.Readlink(fmt.Sprintf("/proc/%d/root", p.cmd.Process.Pid)); err != nil || got != root {
+			t.Errorf("%s's root is %q (%v), want the unpacked image %s", p.name, got, err, root)
+		}
+	}
+	return p
+}
 
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+// await polls check until it returns nil, for at most 60 s; it fails the
+// test if the process ends first.
+func (p *process) await(t *testing.T, what string, check func() error) {
+	t.Helper()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := client.Get("http://" + httpAddr + "/readyz")
+		err := check()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-			err = errors.New(resp.Status)
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz did not answer 200 within 60 s (last: %v)", err)
+			t.Fatalf("waited 60 s for %s (last: %v)", what, err)
 		}
 		select {
-		case err := <-exited:
-			running = false
-			t.Fatalf("the gateway exited before it was ready: %v", err)
+		case err := <-p.exited:
+			p.running = false
+			t.Fatalf("%s exited while the test waited for %s: %v", p.name, what, err)
 		case <-tick.C:
 		}
 	}
-	if cmd.SysProcAttr != nil {
-		// It runs in the image's files, as the image's user.
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
-		if uid, _ := parseUser(t, cfg.User); err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^Uid:\t%d\t`, uid)).Match(status) {
-			t.Errorf("the gateway does not run as uid %d (%v):\n%s", uid, err, status)
-		}
-		if got, err := os.Readlink(fmt.Sprintf("/proc/%d/root", cmd.Process.Pid)); err != nil || got != root {
-			t.Errorf("the gateway's root is %q (%v), want the unpacked image %s", got, err, root)
-		}
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+}
+
+// stop sends SIGTERM and wants status 0 within 30 s.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
-		running = false
+	case err := <-p.exited:
+		p.running = false
 		if err != nil {
-			t.Errorf("the gateway ended with %v after SIGTERM, want status 0", err)
+			t.Errorf("%s ended with %v after SIGTERM, want status 0", p.name, err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Errorf("the gateway still runs 30 s after SIGTERM")
+		t.Errorf("%s still runs 30 s after SIGTERM", p.name)
 	}
+}
+
+// get returns the body of a 200 answer to GET url.
+func get(c *http.Client, url string) (string, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return string(body), err
 }
 
 func parseUser(t *testing.T, user string) (uint32, uint32) {

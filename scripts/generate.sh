@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates gen/ (Go code: messages, gRPC, grpc-gateway), api/openapi/
+# Regenerates gen/ (Go code: messages, gRPC, Connect, grpc-gateway), api/openapi/
 # (the OpenAPI 2 document from protoc-gen-openapiv2 and the OpenAPI 3.1 one
 # that internal/openapi31 makes of it) and test/e2e/oapiclient/ (a Go client
 # of the 3.1 document, by oapi-codegen) from proto/, reproducibly: buf and
@@ -19,7 +19,7 @@ echo "==> building code generators (first run takes minutes)…"
 # Build (or find in the Go build cache) every tool up front, so a slow first
 # build shows here and not as a long silence inside buf.
 go tool -modfile=tools/buf/go.mod -n buf >/dev/null
-for gen in protoc-gen-go protoc-gen-go-grpc protoc-gen-grpc-gateway protoc-gen-openapiv2 oapi-codegen; do
+for gen in protoc-gen-go protoc-gen-go-grpc protoc-gen-connect-go protoc-gen-grpc-gateway protoc-gen-openapiv2 oapi-codegen; do
 	go tool -modfile=tools/go.mod -n "$gen" >/dev/null
 done
 

@@ -8,6 +8,7 @@ module github.com/toolgate/toolgate/tools
 go 1.26.8
 
 tool (
+	connectrpc.com/connect/cmd/protoc-gen-connect-go
 	github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
 	github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
 	github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv3
@@ -17,6 +18,7 @@ tool (
 )
 
 require (
+	connectrpc.com/connect v1.21.1 // indirect
 	github.com/dprotaso/go-yit v0.0.0-20220510233725-9ba8df137936 // indirect
 	github.com/getkin/kin-openapi v0.142.0 // indirect
 	github.com/go-openapi/jsonpointer v0.23.1 // indirect

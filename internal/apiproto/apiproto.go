@@ -1,11 +1,22 @@
-// Package apiproto writes what the core answers as the toolgate.v1 API's
-// protobuf messages, which the gRPC door sends and the REST door writes as
-// JSON: tools, tool services, and a tool's output as a JSON value.
+// Package apiproto converts between the core's calls and the toolgate.v1
+// API's protobuf messages, for the doors that speak them (gRPC and Connect
+// send them, REST writes them as JSON): a request's arguments and timeout
+// into a Call, and tools, tool services and a tool's output as a JSON
+// value out of a Result.
 package apiproto
 
 import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -81,4 +92,104 @@ func JSONValue(text string) *structpb.Value {
 		return nil
 	}
 	return v
+}
+
+// Request puts a request's arguments (written as JSON object text) and
+// timeout into c. A malformed timeout or arguments that cannot be written
+// as JSON are INVALID_ARGUMENT.
+func Request(c *toolcall.Call, args *structpb.Struct, timeout *durationpb.Duration) error {
+	if timeout != nil {
+		c.TimeoutSet = true
+		if err := timeout.CheckValid(); err != nil {
+			return status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+		}
+		c.Timeout = timeout.AsDuration()
+	}
+	b, err := Arguments(args)
+	if err != nil {
+		return err
+	}
+	c.Args = b
+	return nil
+}
+
+// maxDepth bounds the nesting of argument values.
+const maxDepth = 64
+
+// Arguments writes a request's arguments as the JSON object text a Call
+// carries, keys sorted; nil is an empty object. Numbers are what the
+// google.protobuf.Struct holds: doubles, integers written without a
+// fraction.
+func Arguments(args *structpb.Struct) ([]byte, error) {
+	fields := args.GetFields()
+	if len(fields) == 0 {
+		return []byte("{}"), nil
+	}
+	b, err := appendStruct(make([]byte, 0, 64), fields, 0)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "arguments: %v", err)
+	}
+	return b, nil
+}
+
+// appendStruct writes fields as a JSON object with sorted keys.
+func appendStruct(b []byte, fields map[string]*structpb.Value, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("arguments nest deeper than %d levels", maxDepth)
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	b = append(b, '{')
+	var err error
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = wire.AppendJSONString(b, k)
+		b = append(b, ':')
+		if b, err = appendValue(b, fields[k], depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+func appendValue(b []byte, v *structpb.Value, depth int) ([]byte, error) {
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return wire.AppendJSONString(b, x.StringValue), nil
+	case *structpb.Value_NumberValue:
+		f := x.NumberValue
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("numbers must be finite")
+		}
+		if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+			return strconv.AppendInt(b, int64(f), 10), nil
+		}
+		return strconv.AppendFloat(b, f, 'g', -1, 64), nil
+	case *structpb.Value_BoolValue:
+		return strconv.AppendBool(b, x.BoolValue), nil
+	case *structpb.Value_StructValue:
+		return appendStruct(b, x.StructValue.GetFields(), depth)
+	case *structpb.Value_ListValue:
+		if depth > maxDepth {
+			return nil, fmt.Errorf("arguments nest deeper than %d levels", maxDepth)
+		}
+		b = append(b, '[')
+		var err error
+		for i, e := range x.ListValue.GetValues() {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendValue(b, e, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	default:
+		return append(b, "null"...), nil
+	}
 }

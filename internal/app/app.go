@@ -19,6 +19,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/connectapi"
 	"github.com/toolgate/toolgate/internal/docs"
 	"github.com/toolgate/toolgate/internal/grpcapi"
 	"github.com/toolgate/toolgate/internal/httpapi"
@@ -169,8 +170,10 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate})
 		mcpHandler = g.mcp
 	}
+	connectPath, connectHandler := connectapi.New(calls)
 	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.ready,
-		Handler:      calls,
+		Handler: calls,
+		Connect: connectHandler, ConnectPath: connectPath,
 		ErrorHandler: limits.ErrorHandler, Metrics: g.metrics.Handler(),
 		Docs:        docs.New(docs.Options{Logger: log}),
 		MCP:         mcpHandler,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/apiproto"
 	"github.com/toolgate/toolgate/internal/grpcapi"
 	"github.com/toolgate/toolgate/internal/grpctest"
 	"github.com/toolgate/toolgate/internal/registry"
@@ -45,13 +46,13 @@ func TestArguments(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, err := grpcapi.Arguments(s)
+		got, err := apiproto.Arguments(s)
 		if err != nil || string(got) != c.want || !json.Valid(got) {
 			t.Errorf("%s: %s, %v; want %s", c.name, got, err, c.want)
 		}
 	}
 	nan := &structpb.Struct{Fields: map[string]*structpb.Value{"n": structpb.NewNumberValue(math.NaN())}}
-	if _, err := grpcapi.Arguments(nan); status.Code(err) != codes.InvalidArgument {
+	if _, err := apiproto.Arguments(nan); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("NaN: %v", err)
 	}
 	v := structpb.NewStringValue("leaf")
@@ -59,7 +60,7 @@ func TestArguments(t *testing.T) {
 		v = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{v}})
 	}
 	deep := &structpb.Struct{Fields: map[string]*structpb.Value{"d": v}}
-	if _, err := grpcapi.Arguments(deep); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nest deeper") {
+	if _, err := apiproto.Arguments(deep); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nest deeper") {
 		t.Errorf("deep nesting: %v", err)
 	}
 }

@@ -9,7 +9,7 @@
 // gRPC code to. It also serves health, readiness, the OpenAPI documents
 // and whatever else the gateway mounts (metrics, docs, MCP), and owns
 // HTTP semantics: 404 and 405 with Allow, HEAD, CORS, header size, and
-// JSON bodies for every error.
+// JSON bodies for every error. The Connect door is mounted here too.
 package httpapi
 
 import (
@@ -69,6 +69,10 @@ type Options struct {
 	// MCP, when set, is served at /mcp (the Model Context Protocol
 	// endpoint); it checks its own methods.
 	MCP http.Handler
+	// Connect, when set, serves POST requests under ConnectPath (the
+	// Connect door: Connect, gRPC-Web and gRPC for the ToolService).
+	Connect     http.Handler
+	ConnectPath string
 }
 
 // api is the handler New returns.
@@ -106,8 +110,9 @@ func New(opts Options) (http.Handler, error) {
 			AllowedOrigins: opts.CORSOrigins,
 			AllowedMethods: []string{http.MethodGet, http.MethodHead, http.MethodPost},
 			AllowedHeaders: []string{"Authorization", "Content-Type", "Accept", "X-Api-Key", "X-Request-Id", "Traceparent", "Tracestate",
-				"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id"},
-			ExposedHeaders: []string{"X-Request-Id", "Retry-After", "Mcp-Session-Id"},
+				"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id",
+				"Connect-Protocol-Version", "Connect-Timeout-Ms", "Grpc-Timeout", "X-Grpc-Web", "X-User-Agent"},
+			ExposedHeaders: []string{"X-Request-Id", "Retry-After", "Mcp-Session-Id", "Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"},
 			MaxAge:         600,
 		}).Handler(h)
 	}
@@ -141,6 +146,9 @@ func (a *api) routes() {
 		for _, method := range []string{"GET", "POST", "DELETE"} {
 			m.Handle(method+" /mcp", a.opts.MCP)
 		}
+	}
+	if a.opts.Connect != nil {
+		m.Handle("POST "+a.opts.ConnectPath, a.opts.Connect)
 	}
 	m.HandleFunc("/", a.unrouted)
 }
@@ -194,6 +202,9 @@ func (a *api) allowed(path string) string {
 	}
 	if a.opts.Docs != nil && (path == "/docs" || strings.HasPrefix(path, "/docs/")) {
 		return get
+	}
+	if a.opts.Connect != nil && strings.HasPrefix(path, a.opts.ConnectPath) {
+		return http.MethodPost
 	}
 	if rest, ok := strings.CutPrefix(path, "/v1/tool-services/"); ok && rest != "" && !strings.Contains(rest, "/") {
 		return get

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,11 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
 	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/testenv"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -80,8 +84,8 @@ type parityCall struct {
 	want    outcome
 }
 
-// TestDoorParity sends one table of calls through every door — gRPC, REST
-// and MCP — and wants the same outcome from each: the same code, the same
+// TestDoorParity sends one table of calls through every door — gRPC, REST,
+// MCP, Connect and gRPC-Web — and wants the same outcome from each: the same code, the same
 // reason, and the same user at the tool service.
 func TestDoorParity(t *testing.T) {
 	dir := t.TempDir()
@@ -136,6 +140,8 @@ tool:
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	grpcCli := toolgatev1.NewToolServiceClient(conn)
+	connectCli := toolgatev1connect.NewToolServiceClient(http.DefaultClient, base)
+	grpcWebCli := toolgatev1connect.NewToolServiceClient(http.DefaultClient, base, connect.WithGRPCWeb())
 
 	// lim spends its whole burst on listing, so that its calls are refused.
 	limCtx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", parityLimKey)
@@ -174,6 +180,8 @@ tool:
 		{"grpc", func(t *testing.T, c parityCall) outcome { return grpcParity(t, grpcCli, c) }},
 		{"rest", func(t *testing.T, c parityCall) outcome { return restParity(t, base, c) }},
 		{"mcp", func(t *testing.T, c parityCall) outcome { return mcpParity(t, base, c) }},
+		{"connect", func(t *testing.T, c parityCall) outcome { return connectParity(t, connectCli, c) }},
+		{"grpc-web", func(t *testing.T, c parityCall) outcome { return connectParity(t, grpcWebCli, c) }},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -228,7 +236,7 @@ func grpcParity(t *testing.T, cli toolgatev1.ToolServiceClient, c parityCall) ou
 	var out strings.Builder
 	for {
 		m, err := st.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return outcome{output: out.String()}
 		}
 		if err != nil {
@@ -310,7 +318,7 @@ func restParity(t *testing.T, base string, c parityCall) outcome {
 			t.Fatalf("NDJSON line %s: %v", sc.Bytes(), err)
 		}
 		if line.Output == nil {
-			return line.statusBody.outcome() // the error line
+			return line.outcome() // the error line
 		}
 		out.WriteString(*line.Output)
 	}
@@ -421,4 +429,65 @@ func mcpParity(t *testing.T, base string, c parityCall) outcome {
 	}
 	t.Fatalf("MCP %d: no answer in %s", resp.StatusCode, raw)
 	return outcome{}
+}
+
+func connectParity(t *testing.T, cli toolgatev1connect.ToolServiceClient, c parityCall) outcome {
+	t.Helper()
+	var args structpb.Struct
+	if err := args.UnmarshalJSON([]byte(c.args)); err != nil {
+		t.Fatal(err)
+	}
+	var timeout *durationpb.Duration
+	if c.timeout > 0 {
+		timeout = durationpb.New(c.timeout)
+	}
+	header := func(h http.Header) {
+		if c.key != "" {
+			h.Set("X-Api-Key", c.key)
+		}
+		for k, v := range c.headers {
+			h.Set(k, v)
+		}
+	}
+	fail := func(err error) outcome {
+		o := outcome{code: codes.Code(connect.CodeOf(err))}
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			for _, d := range ce.Details() {
+				if v, derr := d.Value(); derr == nil {
+					if ei, ok := v.(*errdetails.ErrorInfo); ok {
+						o.reason = ei.GetReason()
+					}
+				}
+			}
+		}
+		return o
+	}
+	if !c.stream {
+		req := connect.NewRequest(&toolgatev1.InvokeToolRequest{Name: c.tool, Arguments: &args, Timeout: timeout})
+		header(req.Header())
+		resp, err := cli.InvokeTool(t.Context(), req)
+		if err != nil {
+			return fail(err)
+		}
+		if resp.Header().Get("X-Request-Id") == "" {
+			t.Errorf("no X-Request-Id in the answer")
+		}
+		return outcome{output: resp.Msg.GetOutput()}
+	}
+	req := connect.NewRequest(&toolgatev1.StreamToolRequest{Name: c.tool, Arguments: &args, Timeout: timeout})
+	header(req.Header())
+	st, err := cli.StreamTool(t.Context(), req)
+	if err != nil {
+		return fail(err)
+	}
+	defer st.Close()
+	var out strings.Builder
+	for st.Receive() {
+		out.WriteString(st.Msg().GetOutput())
+	}
+	if err := st.Err(); err != nil {
+		return fail(err)
+	}
+	return outcome{output: out.String()}
 }

@@ -1,0 +1,181 @@
+// Package connectapi is the Connect door: the toolgate.v1 ToolService for
+// browsers and Connect clients, served on the HTTP listener by connect-go,
+// which speaks the Connect protocol, gRPC-Web and gRPC over one handler.
+// Each method turns its request into a toolcall.Call (apiproto.Request),
+// runs the call handler — the middleware every door shares, then the core
+// — and answers the result, the chunks or the status as a Connect error
+// with its details. The request id goes back as the X-Request-Id header.
+package connectapi
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
+	"github.com/toolgate/toolgate/internal/apiproto"
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+)
+
+// New returns the path prefix the ToolService is served under
+// ("/toolgate.v1.ToolService/") and its handler.
+func New(h toolcall.Handler) (string, http.Handler) {
+	path, handler := toolgatev1connect.NewToolServiceHandler(&service{h: h})
+	// connect-go hands methods no *http.Request: the connection's TLS
+	// state (for client certificates) rides in the context.
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			r = r.WithContext(context.WithValue(r.Context(), tlsKey{}, r.TLS))
+		}
+		handler.ServeHTTP(w, r)
+	})
+}
+
+type tlsKey struct{}
+
+type service struct {
+	toolgatev1connect.UnimplementedToolServiceHandler
+	h toolcall.Handler
+}
+
+// request is what every Connect request tells a call.
+type request interface {
+	Header() http.Header
+	Peer() connect.Peer
+}
+
+func newCall(ctx context.Context, op toolcall.Op, r request) *toolcall.Call {
+	c := &toolcall.Call{Op: op, Header: toolcall.HTTPHeader(r.Header()), Peer: r.Peer().Addr}
+	c.TLS, _ = ctx.Value(tlsKey{}).(*tls.ConnectionState)
+	return c
+}
+
+// connectError is err (a gRPC status from the core) as a Connect error
+// with the same code, message and details.
+func connectError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return ce
+		}
+		return connect.NewError(connect.CodeUnknown, err)
+	}
+	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
+	for _, d := range st.Details() {
+		if m, ok := d.(protoadapt.MessageV1); ok {
+			if detail, derr := connect.NewErrorDetail(protoadapt.MessageV2Of(m)); derr == nil {
+				ce.AddDetail(detail)
+			}
+		}
+	}
+	return ce
+}
+
+// answer runs c; the request id goes into header.
+func (s *service) answer(ctx context.Context, c *toolcall.Call, header http.Header) (toolcall.Result, error) {
+	res, err := s.h(ctx, c, nil)
+	if c.RequestID != "" {
+		header.Set("X-Request-Id", c.RequestID)
+	}
+	if err != nil {
+		ce := connectError(err)
+		var e *connect.Error
+		if errors.As(ce, &e) && c.RequestID != "" {
+			e.Meta().Set("X-Request-Id", c.RequestID)
+		}
+		return res, ce
+	}
+	return res, nil
+}
+
+func (s *service) InvokeTool(ctx context.Context, req *connect.Request[toolgatev1.InvokeToolRequest]) (*connect.Response[toolgatev1.InvokeToolResponse], error) {
+	c := newCall(ctx, toolcall.OpInvoke, req)
+	c.Name = req.Msg.GetName()
+	if err := apiproto.Request(c, req.Msg.GetArguments(), req.Msg.GetTimeout()); err != nil {
+		return nil, connectError(err)
+	}
+	out := connect.NewResponse(&toolgatev1.InvokeToolResponse{})
+	res, err := s.answer(ctx, c, out.Header())
+	if err != nil {
+		return nil, err
+	}
+	out.Msg.Output, out.Msg.OutputJson = res.Output, apiproto.JSONValue(res.Output)
+	return out, nil
+}
+
+func (s *service) StreamTool(ctx context.Context, req *connect.Request[toolgatev1.StreamToolRequest], ss *connect.ServerStream[toolgatev1.StreamToolResponse]) error {
+	c := newCall(ctx, toolcall.OpStream, req)
+	c.Name = req.Msg.GetName()
+	if err := apiproto.Request(c, req.Msg.GetArguments(), req.Msg.GetTimeout()); err != nil {
+		return connectError(err)
+	}
+	var msg toolgatev1.StreamToolResponse
+	_, err := s.h(ctx, c, func(ch toolcall.Chunk) error {
+		if c.RequestID != "" && ss.ResponseHeader().Get("X-Request-Id") == "" {
+			ss.ResponseHeader().Set("X-Request-Id", c.RequestID)
+		}
+		msg.Output, msg.Index, msg.Last = ch.Text, ch.Index, ch.Last
+		return ss.Send(&msg)
+	})
+	if c.RequestID != "" && ss.ResponseHeader().Get("X-Request-Id") == "" {
+		ss.ResponseHeader().Set("X-Request-Id", c.RequestID)
+	}
+	if err != nil {
+		return connectError(err)
+	}
+	return nil
+}
+
+func (s *service) ListTools(ctx context.Context, req *connect.Request[toolgatev1.ListToolsRequest]) (*connect.Response[toolgatev1.ListToolsResponse], error) {
+	c := newCall(ctx, toolcall.OpListTools, req)
+	c.PageSize, c.PageToken = req.Msg.GetPageSize(), req.Msg.GetPageToken()
+	out := connect.NewResponse(&toolgatev1.ListToolsResponse{})
+	res, err := s.answer(ctx, c, out.Header())
+	if err != nil {
+		return nil, err
+	}
+	out.Msg = apiproto.Tools(res.Tools, res.RegistryVersion, res.NextPageToken)
+	return out, nil
+}
+
+func (s *service) GetTool(ctx context.Context, req *connect.Request[toolgatev1.GetToolRequest]) (*connect.Response[toolgatev1.GetToolResponse], error) {
+	c := newCall(ctx, toolcall.OpGetTool, req)
+	c.Name = req.Msg.GetName()
+	out := connect.NewResponse(&toolgatev1.GetToolResponse{})
+	res, err := s.answer(ctx, c, out.Header())
+	if err != nil {
+		return nil, err
+	}
+	out.Msg.Tool = apiproto.Tool(res.Tool, res.RegistryVersion)
+	return out, nil
+}
+
+func (s *service) ListToolServices(ctx context.Context, req *connect.Request[toolgatev1.ListToolServicesRequest]) (*connect.Response[toolgatev1.ListToolServicesResponse], error) {
+	c := newCall(ctx, toolcall.OpListServices, req)
+	c.PageSize, c.PageToken = req.Msg.GetPageSize(), req.Msg.GetPageToken()
+	out := connect.NewResponse(&toolgatev1.ListToolServicesResponse{})
+	res, err := s.answer(ctx, c, out.Header())
+	if err != nil {
+		return nil, err
+	}
+	out.Msg = apiproto.Services(res.Services, res.NextPageToken)
+	return out, nil
+}
+
+func (s *service) GetToolService(ctx context.Context, req *connect.Request[toolgatev1.GetToolServiceRequest]) (*connect.Response[toolgatev1.GetToolServiceResponse], error) {
+	c := newCall(ctx, toolcall.OpGetService, req)
+	c.Name = req.Msg.GetId()
+	out := connect.NewResponse(&toolgatev1.GetToolServiceResponse{})
+	res, err := s.answer(ctx, c, out.Header())
+	if err != nil {
+		return nil, err
+	}
+	out.Msg.ToolService = apiproto.Service(res.Service)
+	return out, nil
+}

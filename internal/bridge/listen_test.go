@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,4 +181,49 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Track called again and again while the background worker subscribes and
+// releases (a registry updated by a stream of announcements) never
+// deadlocks, and ends with exactly the topics named last.
+func TestTrackConcurrentUpdates(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	b := bridge.New(m, bridge.Options{})
+	defer b.Close()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3000 {
+				var topics []string
+				for j := range i % 40 {
+					topics = append(topics, fmt.Sprintf("resp/%d", j))
+				}
+				b.Track(topics)
+				_ = b.Failing()
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Track blocked")
+	}
+	b.Track([]string{"resp/1"})
+	waitUntil(t, func() bool {
+		for j := range 40 {
+			want := 0
+			if j == 1 {
+				want = 1
+			}
+			if m.Subscribers(fmt.Sprintf("resp/%d", j)) != want {
+				return false
+			}
+		}
+		return true
+	})
 }

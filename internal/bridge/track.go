@@ -32,6 +32,7 @@ type tracker struct {
 	stop chan struct{}
 	done chan struct{}
 
+	// mu is taken before the bridge's own lock when both are held.
 	mu sync.Mutex
 	// wanted is the topics Track named last (nil before its first call:
 	// then nothing is released).
@@ -265,18 +266,21 @@ func (b *Bridge) release(wanted map[string]bool) (busy bool) {
 	inUse := map[string]bool{}
 	b.pending.each(func(c *Call) { inUse[c.respTopic] = true })
 	var subs []*listener
+	// Locks in the order Track takes them: the tracker's, then the bridge's.
+	b.track.mu.Lock()
 	b.mu.Lock()
 	for _, topic := range candidates {
 		if inUse[topic] {
 			busy = true
 			continue
 		}
-		if l, ok := b.topics[topic]; ok && !b.track.isWanted(topic) {
+		if l, ok := b.topics[topic]; ok && b.track.wanted != nil && !b.track.wanted[topic] {
 			delete(b.topics, topic)
 			subs = append(subs, l)
 		}
 	}
 	b.mu.Unlock()
+	b.track.mu.Unlock()
 	for _, l := range subs {
 		if l.sub != nil {
 			_ = l.sub.Close()
@@ -288,8 +292,3 @@ func (b *Bridge) release(wanted map[string]bool) (busy bool) {
 	return busy
 }
 
-func (t *tracker) isWanted(topic string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.wanted == nil || t.wanted[topic]
-}

@@ -1,0 +1,234 @@
+// Package registry tests, on the real broker, what the gateway does with
+// what tool services announce: one bad announcement does not hold up
+// readiness, and withdrawn services leave nothing behind.
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/testenv"
+)
+
+type gateway struct {
+	base string
+}
+
+// startGateway runs a gateway in this process that reads announcements
+// from topic and has no registry file.
+func startGateway(t *testing.T, topic string) *gateway {
+	t.Helper()
+	args := []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
+		"--allow-anonymous", "--announcements", "--announce-topic", topic}
+	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	gw, err := app.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	})
+	return &gateway{base: "http://" + gw.HTTPAddr()}
+}
+
+// ready returns /readyz's status code and details.
+func (g *gateway) ready(t *testing.T) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(g.base + "/readyz")
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Details map[string]any `json:"details"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body.Details
+}
+
+func (g *gateway) waitReady(t *testing.T, d time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		code, details := g.ready(t)
+		if code == http.StatusOK {
+			return details
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d after %v: %v", code, d, details)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (g *gateway) tools(t *testing.T) int {
+	_, d := g.ready(t)
+	n, _ := d["tools"].(float64)
+	return int(n)
+}
+
+func producer(t *testing.T, topic string) (pulsar.Client, pulsar.Producer) {
+	t.Helper()
+	testenv.RequirePulsar(t)
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return c, p
+}
+
+func announcement(id, responseQueue string) []byte {
+	return fmt.Appendf(nil, `{"tool-service": {%q: {"request-queue": "non-persistent://tg/request/%s", "response-queue": %q}},
+"tool": {%q: {"type": "tool-service", "service": %q, "description": "announced"}}}`, id, id, responseQueue, id+"-tool", id)
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > d {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// An announcement naming a response topic in a tenant that does not exist
+// does not keep a gateway started afterwards from turning ready: the bad
+// topic is listed in /readyz, the good service's tool is served.
+func TestBadResponseTopicDoesNotHoldUpReadiness(t *testing.T) {
+	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	_, p := producer(t, topic)
+	good, bad := testenv.UniqueTopic("good"), testenv.UniqueTopic("bad")
+	badTopic := "non-persistent://nosuch-" + bad + "/response/" + bad
+	for _, m := range []*pulsar.ProducerMessage{
+		{Key: bad, Payload: announcement(bad, badTopic)},
+		{Key: good, Payload: announcement(good, "non-persistent://tg/response/"+good)},
+	} {
+		if _, err := p.Send(t.Context(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	g := startGateway(t, topic)
+	details := g.waitReady(t, 60*time.Second)
+	t.Logf("ready %v after start", time.Since(start))
+	if n := g.tools(t); n != 2 {
+		t.Errorf("%d tools served, want 2", n)
+	}
+	// The bad topic is shown once its subscription has failed.
+	waitFor(t, 60*time.Second, "the bad response topic listed in /readyz", func() bool {
+		_, details = g.ready(t)
+		return strings.Contains(fmt.Sprint(details["response_topics_failing"]), badTopic)
+	})
+	if code, _ := g.ready(t); code != http.StatusOK {
+		t.Fatalf("/readyz %d with one bad topic", code)
+	}
+	t.Logf("response_topics_failing: %v", details["response_topics_failing"])
+}
+
+func heap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// Withdrawing announced services releases their response subscriptions:
+// goroutines and heap come back to where they were before the services
+// announced, and the broker lists no consumer on their topics.
+func TestWithdrawReleasesSubscriptions(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 100
+	}
+	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	_, p := producer(t, topic)
+	g := startGateway(t, topic)
+	g.waitReady(t, 60*time.Second)
+	time.Sleep(time.Second) // the gateway's own start-up settles
+	goroutines0, heap0 := runtime.NumGoroutine(), heap()
+
+	prefix := testenv.UniqueTopic("svc")
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	send := func(msg *pulsar.ProducerMessage) {
+		p.SendAsync(t.Context(), msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			if err != nil {
+				t.Errorf("send: %v", err)
+			}
+		})
+	}
+	for _, id := range ids {
+		send(&pulsar.ProducerMessage{Key: id, Payload: announcement(id, "non-persistent://tg/response/"+id)})
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(t, 3*time.Minute, "every announced tool served", func() bool { return g.tools(t) == n })
+	sample := []string{ids[0], ids[n/2], ids[n-1]}
+	took += waitFor(t, 3*time.Minute, "the response topics subscribed", func() bool {
+		for _, id := range sample {
+			if testenv.Subscriptions("non-persistent://tg/response/"+id) == 0 {
+				return false
+			}
+		}
+		_, d := g.ready(t)
+		return fmt.Sprint(d["response_topics_failing"]) == "[]"
+	})
+	time.Sleep(2 * time.Second) // the last subscriptions complete
+	goroutines1, heap1 := runtime.NumGoroutine(), heap()
+	t.Logf("%d services announced and subscribed in %v: goroutines %d → %d, heap %.1f → %.1f MB",
+		n, took, goroutines0, goroutines1, float64(heap0)/1e6, float64(heap1)/1e6)
+
+	for _, id := range ids {
+		send(&pulsar.ProducerMessage{Key: id}) // a tombstone
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	took = waitFor(t, 3*time.Minute, "every tool withdrawn", func() bool { return g.tools(t) == 0 })
+	var goroutines2 int
+	var heap2 uint64
+	took += waitFor(t, 2*time.Minute, "goroutines and heap back to the baseline", func() bool {
+		goroutines2, heap2 = runtime.NumGoroutine(), heap()
+		return goroutines2 <= goroutines0+25 && heap2 <= heap0+16<<20
+	})
+	t.Logf("withdrawn and released in %v: goroutines %d, heap %.1f MB", took, goroutines2, float64(heap2)/1e6)
+	for _, id := range sample {
+		if c := testenv.Subscriptions("non-persistent://tg/response/" + id); c != 0 {
+			t.Errorf("the broker still lists %d consumer(s) on %s's response topic", c, id)
+		}
+	}
+}

@@ -291,4 +291,3 @@ func (b *Bridge) release(wanted map[string]bool) (busy bool) {
 	}
 	return busy
 }
-

@@ -25,7 +25,7 @@ WORK="$(mktemp -d -t toolgate-ab-XXXXXX)"
 trap 'git worktree prune; rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
 
-"$GO" build -o "$WORK/tools/" ./bench/cmd/benchrun ./cmd/echo-service ./cmd/loadgen
+"$GO" build -o "$WORK/tools/" ./bench/cmd/benchrun ./cmd/echo-service ./bench/cmd/loadgen
 names=()
 for v in "$@"; do
 	name=${v%%=*} commit=${v#*=}

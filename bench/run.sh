@@ -97,7 +97,7 @@ fi
 
 # 3. binaries
 mkdir -p bin
-"$GO" build -o bin/ ./cmd/gateway ./cmd/echo-service ./cmd/loadgen
+"$GO" build -o bin/ ./cmd/gateway ./cmd/echo-service ./bench/cmd/loadgen
 "$GO" build -o "$WORK/" ./bench/cmd/benchrun ./bench/cmd/gatewayprof ./bench/cmd/floorgw
 
 # 4. the matrix, then the plot

@@ -1,4 +1,4 @@
-// Package loadresult is the JSON a benchmark load client (cmd/loadgen, and
+// Package loadresult is the JSON a benchmark load client (bench/cmd/loadgen, and
 // bench/python/tg_load.py in the same shape) prints for one measured point,
 // and that the benchmark orchestrator (bench/cmd/benchrun) reads.
 package loadresult

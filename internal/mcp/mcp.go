@@ -84,6 +84,10 @@ type Options struct {
 	Authenticate func(ctx context.Context, c *toolcall.Call) error
 	// Version is the server version reported to clients.
 	Version string
+	// NoFastPath sends every request through the SDK, even the stateless
+	// tools/call the endpoint answers itself, the same, at a fraction of
+	// the cost (fast.go). For tests and comparisons.
+	NoFastPath bool
 }
 
 // Server is the MCP endpoint, an http.Handler. It is safe for concurrent
@@ -181,6 +185,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
+	}
+	if !s.opts.NoFastPath && s.serveFast(w, r, req) {
+		return
 	}
 	s.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 }

@@ -89,7 +89,7 @@ type (
 func main() {
 	var o Options
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
-	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | direct-stream | grpc-stream | rest-stream (NDJSON) | rest-sse | mcp | inflight")
+	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | connect | grpcweb | direct-stream | grpc-stream | rest-stream (NDJSON) | rest-sse | connect-stream | mcp | inflight")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "calls in flight at once (workers); for inflight: calls to park")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "load before the window, not counted")
@@ -182,6 +182,12 @@ func newCaller(ctx context.Context, o Options) (Caller, error) {
 		return newREST(o, msg, true, true), nil
 	case "mcp":
 		return newMCP(o, msg), nil
+	case "connect":
+		return newConnect(o, msg, false, false)
+	case "connect-stream":
+		return newConnect(o, msg, true, false)
+	case "grpcweb":
+		return newConnect(o, msg, false, true)
 	}
 	return nil, fmt.Errorf("unknown mode %q", o.Mode)
 }

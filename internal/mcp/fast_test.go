@@ -1,0 +1,153 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// fixedHandler answers by tool name, the same every time.
+func fixedHandler(_ context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
+	switch c.Name {
+	case "json":
+		return toolcall.Result{Output: `{"a": [1, 2.50, "x"], "big": 123456789012345678}`}, nil
+	case "text":
+		return toolcall.Result{Output: "plain text with \"quotes\" and \u00e9 " + string(c.Args)}, nil
+	case "missing":
+		st, _ := status.New(codes.NotFound, `tool "missing" not found`).WithDetails(&errdetails.ErrorInfo{Reason: "TOOL_NOT_FOUND", Domain: "toolgate"})
+		return toolcall.Result{}, st.Err()
+	case "denied":
+		return toolcall.Result{}, status.Error(codes.PermissionDenied, "permission denied")
+	case "fails":
+		st, _ := status.New(codes.Unavailable, "gone").WithDetails(&errdetails.ErrorInfo{Reason: "unavailable", Domain: "toolgate"})
+		return toolcall.Result{}, st.Err()
+	case "bad-args":
+		return toolcall.Result{}, status.Error(codes.InvalidArgument, `tool "bad-args": missing required argument "s"`)
+	case "plain-error":
+		return toolcall.Result{}, errors.New("not a status")
+	case "timeout":
+		return toolcall.Result{Output: c.Timeout.String()}, nil
+	}
+	return toolcall.Result{Output: "echo:" + c.Name}, nil
+}
+
+// answer is one response as a client reads it.
+type answer struct {
+	code        int
+	contentType string
+	message     any // the JSON-RPC message, decoded
+	raw         string
+}
+
+func post(t *testing.T, h http.Handler, body string, header map[string]string) answer {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	a := answer{code: w.Code, contentType: w.Header().Get("Content-Type"), raw: w.Body.String()}
+	for _, line := range strings.Split(w.Body.String(), "\n") {
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			d := json.NewDecoder(strings.NewReader(data))
+			d.UseNumber()
+			if err := d.Decode(&a.message); err != nil {
+				t.Fatalf("event data %q: %v", data, err)
+			}
+		}
+	}
+	return a
+}
+
+var fastCases = []struct {
+	name   string
+	body   string
+	header map[string]string
+	fast   bool // the fast path answers it
+}{
+	{"JSON output", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"json","arguments":{"msg":"x"}}}`, nil, true},
+	{"text output", `{"jsonrpc":"2.0","id":"abc","method":"tools/call","params":{"name":"text","arguments":{"n":12345678901234567890}}}`, nil, true},
+	{"id past 64 bits", `{"jsonrpc":"2.0","id":12345678901234567890,"method":"tools/call","params":{"name":"text"}}`, nil, false},
+	{"fraction id", `{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"text"}}`, nil, false},
+	{"negative id", `{"jsonrpc":"2.0","id":-7,"method":"tools/call","params":{"name":"echo","arguments":null}}`, nil, true},
+	{"unknown tool", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"missing"}}`, nil, true},
+	{"denied", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"denied"}}`, nil, true},
+	{"service error", `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fails"}}`, nil, true},
+	{"bad arguments", `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bad-args","arguments":{}}}`, nil, true},
+	{"plain error", `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"plain-error"}}`, nil, true},
+	{"arguments not an object", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":[1]}}`, nil, true},
+	{"no name", `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"arguments":{}}}`, nil, true},
+	{"timeout", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"timeout","_meta":{"timeout":"1.5s"}}}`, nil, true},
+	{"bad timeout", `{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"timeout","_meta":{"timeout":"banana"}}}`, nil, true},
+	{"protocol 2025-06-18", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "2025-06-18"}, true},
+	{"protocol 2025-11-25", `{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, true},
+	// Not taken: the SDK answers these.
+	{"progress token", `{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"json","_meta":{"progressToken":1}}}`, nil, false},
+	{"tools/list", `{"jsonrpc":"2.0","id":14,"method":"tools/list"}`, nil, false},
+	{"notification", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"json"}}`, nil, false},
+	{"null id", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"json"}}`, nil, false},
+	{"batch", `[{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"json"}}]`, nil, false},
+	{"extra member", `{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"json","task":{}}}`, nil, false},
+	{"newest protocol", `{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "2026-07-28"}, false},
+	{"unknown protocol", `{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "banana"}, false},
+	{"wrong jsonrpc", `{"jsonrpc":"1.0","id":19,"method":"tools/call","params":{"name":"json"}}`, nil, false},
+	{"form body", `name=json`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, false},
+	{"only JSON accepted", `{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Accept": "application/json"}, false},
+}
+
+// TestFastPathMatchesSDK sends each request to the endpoint with and
+// without the fast path and wants the same answer: status, content type
+// and JSON-RPC message; and the fast path takes what it should.
+func TestFastPathMatchesSDK(t *testing.T) {
+	t.Parallel()
+	fast := New(fixedHandler, Options{})
+	sdkOnly := New(fixedHandler, Options{NoFastPath: true})
+	for _, c := range fastCases {
+		t.Run(c.name, func(t *testing.T) {
+			got, want := post(t, fast, c.body, c.header), post(t, sdkOnly, c.body, c.header)
+			if got.code != want.code || got.contentType != want.contentType || !reflect.DeepEqual(got.message, want.message) {
+				t.Errorf("fast path:\n %d %s %s\nSDK:\n %d %s %s", got.code, got.contentType, got.raw, want.code, want.contentType, want.raw)
+			}
+			req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(c.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			for k, v := range c.header {
+				req.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			taken := fast.serveFast(w, req, &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}})
+			if taken != c.fast {
+				t.Errorf("fast path taken: %v, want %v", taken, c.fast)
+			}
+		})
+	}
+}
+
+// FuzzFastPath: for any tools/call body, the fast path answers as the SDK
+// does, or leaves the request to it.
+func FuzzFastPath(f *testing.F) {
+	for _, c := range fastCases {
+		f.Add(c.body)
+	}
+	fast := New(fixedHandler, Options{})
+	sdkOnly := New(fixedHandler, Options{NoFastPath: true})
+	f.Fuzz(func(t *testing.T, body string) {
+		got, want := post(t, fast, body, nil), post(t, sdkOnly, body, nil)
+		if got.code != want.code || got.contentType != want.contentType || !reflect.DeepEqual(got.message, want.message) {
+			t.Fatalf("%q\nfast path: %d %s %s\nSDK:       %d %s %s", body, got.code, got.contentType, got.raw, want.code, want.contentType, want.raw)
+		}
+	})
+}

@@ -6,11 +6,11 @@
 // Modes (each a separate load-generator process, the gateway and the echo
 // services separate processes too):
 //
-//	direct      cmd/loadgen doing request/reply over Pulsar itself
-//	grpc        cmd/loadgen → gateway (gRPC) → Pulsar → echo-service
-//	rest        cmd/loadgen → gateway (HTTP/JSON) → Pulsar → echo-service
-//	floor-grpc  cmd/loadgen → floorgw (gRPC) → Pulsar → echo-service
-//	floor-rest  cmd/loadgen → floorgw (HTTP/JSON) → Pulsar → echo-service
+//	direct      bench/cmd/loadgen doing request/reply over Pulsar itself
+//	grpc        bench/cmd/loadgen → gateway (gRPC) → Pulsar → echo-service
+//	rest        bench/cmd/loadgen → gateway (HTTP/JSON) → Pulsar → echo-service
+//	floor-grpc  bench/cmd/loadgen → floorgw (gRPC) → Pulsar → echo-service
+//	floor-rest  bench/cmd/loadgen → floorgw (HTTP/JSON) → Pulsar → echo-service
 //	python      bench/python/tg_load.py (TrustGraph's RequestResponseClient) → Pulsar → echo-service
 //
 // The gateway runs as production would: API keys required (a key file

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,8 +22,11 @@ type FileSource struct {
 	sink     Sink
 	log      *slog.Logger
 	maxBytes int64
-	failures atomic.Int64
-	lastErr  atomic.Pointer[string]
+	// reloading serializes reloads (the watcher's and SIGHUP's): the
+	// second then finds the document unchanged instead of parsing it too.
+	reloading sync.Mutex
+	failures  atomic.Int64
+	lastErr   atomic.Pointer[string]
 }
 
 // FileOption tunes a FileSource.
@@ -86,6 +90,8 @@ func (f *FileSource) LastError() string {
 // Reload reads the file again and hands it to the sink, which swaps in a
 // new snapshot if it is valid.
 func (f *FileSource) Reload() error {
+	f.reloading.Lock()
+	defer f.reloading.Unlock()
 	data, err := readRegular(f.path, f.maxBytes)
 	if err == nil {
 		// The sink's error holds the file's problems as a *LoadError.

@@ -194,14 +194,9 @@ func decodeDocument(data []byte) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not valid YAML or JSON: %w", err)
 	}
-	// Round-trip through JSON so YAML and JSON documents look alike.
-	jb, err := json.Marshal(y)
-	if err != nil {
-		return nil, fmt.Errorf("YAML holds something JSON cannot: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(jb))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil || doc == nil {
+	// decodeYAML gives what JSON decoding gives: YAML and JSON documents
+	// look alike.
+	if doc, _ = y.(map[string]any); doc == nil {
 		return nil, errors.New("the document is not a mapping with tool-service and tool sections")
 	}
 	return doc, nil

@@ -1,15 +1,18 @@
 package registry
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"gopkg.in/yaml.v3"
 )
 
-// decodeYAML decodes a YAML document into the values yaml.v3 gives for an
-// `any` (maps with string keys, slices, strings, numbers, booleans, nil),
-// in time linear in its size. yaml.v3's own decoding into a map compares
+// decodeYAML decodes a YAML document into the values encoding/json gives
+// (with UseNumber) for what yaml.v3 decodes into an `any` (maps with string
+// keys, slices, strings, json.Number, booleans, nil), in time linear in its
+// size. yaml.v3's own decoding into a map compares
 // every key of a mapping with every other one to find duplicates, which
 // takes minutes for a mapping of 100,000 tools; here the document is
 // parsed into nodes and converted with a set per mapping. Aliases are
@@ -69,12 +72,18 @@ func (c *yamlConv) value(n *yaml.Node) (any, error) {
 			return n.Value, nil
 		case "!!null":
 			return nil, nil
-		default: // numbers, booleans, timestamps, binary: as yaml.v3 has them
-			var v any
+		case "!!bool":
+			var v bool
 			if err := n.Decode(&v); err != nil {
 				return nil, err
 			}
 			return v, nil
+		default: // numbers, timestamps, binary: as yaml.v3 has them, as JSON has them
+			var v any
+			if err := n.Decode(&v); err != nil {
+				return nil, err
+			}
+			return asJSON(v)
 		}
 	case yaml.SequenceNode:
 		out := make([]any, 0, len(n.Content))
@@ -161,4 +170,20 @@ func (c *yamlConv) merge(out map[string]any, m *yaml.Node) error {
 		}
 	}
 	return nil
+}
+
+// asJSON turns a scalar as yaml.v3 decodes it (a number, a time, …) into
+// what encoding/json gives for it, decoded with UseNumber.
+func asJSON(v any) (any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("YAML holds something JSON cannot: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var out any
+	if err := dec.Decode(&out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,15 +24,22 @@ import (
 
 type gateway struct {
 	base string
+	gw   *app.Gateway
+	stop func() error // ends Run (as SIGTERM does) and returns its error
 }
 
 // startGateway runs a gateway in this process that reads announcements
 // from topic and has no registry file.
 func startGateway(t *testing.T, topic string) *gateway {
 	t.Helper()
-	args := []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+	return startGatewayWith(t, "--announcements", "--announce-topic", topic)
+}
+
+func startGatewayWith(t *testing.T, extra ...string) *gateway {
+	t.Helper()
+	args := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
 		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
-		"--allow-anonymous", "--announcements", "--announce-topic", topic}
+		"--allow-anonymous"}, extra...)
 	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -44,13 +52,18 @@ func startGateway(t *testing.T, topic string) *gateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- gw.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("gateway: %v", err)
 		}
 	})
-	return &gateway{base: "http://" + gw.HTTPAddr()}
+	return &gateway{base: "http://" + gw.HTTPAddr(), gw: gw, stop: stop}
 }
 
 // ready returns /readyz's status code and details.

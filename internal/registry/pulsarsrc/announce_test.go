@@ -155,7 +155,8 @@ func (s *timingSink) Apply(u registry.Update) error {
 func TestAnnouncementFloodDoesNotHoldUpOthers(t *testing.T) {
 	c := client(t)
 	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
-	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: time.Minute})
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: time.Minute,
+		MaxPendingMessages: 8}) // a flood of large messages at the pace the broker takes them
 	if err != nil {
 		t.Fatal(err)
 	}

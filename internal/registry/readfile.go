@@ -12,12 +12,12 @@ import (
 // 100,000-tool file takes about 30 MB).
 const DefaultMaxFileBytes int64 = 64 << 20
 
-// ErrNotRegularFile: the registry path names something other than a
+// ErrNotRegularFile says the registry path names something other than a
 // regular file (after symbolic links are followed), such as a device or a
 // named pipe, which could be read forever or block the reader.
 var ErrNotRegularFile = errors.New("not a regular file")
 
-// ErrFileTooLarge: the registry file is larger than the limit.
+// ErrFileTooLarge says the registry file is larger than the limit.
 var ErrFileTooLarge = errors.New("file too large")
 
 // readRegular reads path, which must be a regular file (symbolic links are

@@ -206,7 +206,7 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	for _, id := range ids {
 		send(&pulsar.ProducerMessage{Key: id, Payload: announcement(id, "non-persistent://tg/response/"+id)})
 	}
-	if err := p.Flush(); err != nil {
+	if err := p.FlushWithCtx(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	took := waitFor(t, 3*time.Minute, "every announced tool served", func() bool { return g.tools(t) == n })
@@ -228,7 +228,7 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	for _, id := range ids {
 		send(&pulsar.ProducerMessage{Key: id}) // a tombstone
 	}
-	if err := p.Flush(); err != nil {
+	if err := p.FlushWithCtx(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	took = waitFor(t, 3*time.Minute, "every tool withdrawn", func() bool { return g.tools(t) == 0 })

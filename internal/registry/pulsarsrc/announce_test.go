@@ -167,7 +167,12 @@ func TestAnnouncementFloodDoesNotHoldUpOthers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- NewAnnouncements(c, topic, nil).Run(ctx, sink) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("source: %v", err)
+		}
+	}()
 	if missing := m.WaitSynced(20 * time.Second); len(missing) > 0 {
 		t.Fatalf("not synced: %v", missing)
 	}

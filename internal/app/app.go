@@ -167,7 +167,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	var mcpHandler http.Handler
 	if cfg.MCP {
-		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate})
+		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.CORSOrigins})
 		mcpHandler = g.mcp
 	}
 	connectPath, connectHandler := connectapi.New(calls)

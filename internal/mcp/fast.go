@@ -1,11 +1,9 @@
 package mcp
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -94,15 +92,10 @@ func loopback(hostport string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// serveFast answers r when the fast path takes it, and reports whether it
-// did; when it did not, r's body is as it was.
-func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, req *request) bool {
-	if !fastEligible(r) || r.Body == nil {
-		return false
-	}
-	body, err := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil || len(body) == 0 || body[0] != '{' {
+// serveFast answers r, whose body is body, when the fast path takes it,
+// and reports whether it did.
+func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, req *request) bool {
+	if !fastEligible(r) || len(body) == 0 || body[0] != '{' {
 		return false
 	}
 	var in fastRequest

@@ -99,7 +99,6 @@ var fastCases = []struct {
 	{"tools/list", `{"jsonrpc":"2.0","id":14,"method":"tools/list"}`, nil, false},
 	{"notification", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"json"}}`, nil, false},
 	{"null id", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"json"}}`, nil, false},
-	{"batch", `[{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"json"}}]`, nil, false},
 	{"extra member", `{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"json","task":{}}}`, nil, false},
 	{"newest protocol", `{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "2026-07-28"}, false},
 	{"unknown protocol", `{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "banana"}, false},
@@ -128,7 +127,7 @@ func TestFastPathMatchesSDK(t *testing.T) {
 				req.Header.Set(k, v)
 			}
 			w := httptest.NewRecorder()
-			taken := fast.serveFast(w, req, &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}})
+			taken := fast.serveFast(w, req, []byte(c.body), &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}})
 			if taken != c.fast {
 				t.Errorf("fast path taken: %v, want %v", taken, c.fast)
 			}
@@ -150,4 +149,40 @@ func FuzzFastPath(f *testing.F) {
 			t.Fatalf("%q\nfast path: %d %s %s\nSDK:       %d %s %s", body, got.code, got.contentType, got.raw, want.code, want.contentType, want.raw)
 		}
 	})
+}
+
+// A page on another site may not drive the endpoint (DNS rebinding,
+// cross-site requests); the endpoint's own origin, listed origins and
+// requests without Origin may. Batches are refused whole.
+func TestOriginsAndBatches(t *testing.T) {
+	t.Parallel()
+	srv := New(fixedHandler, Options{AllowedOrigins: []string{"https://app.example.com"}})
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"json"}}`
+	for _, c := range []struct {
+		origin string
+		code   int
+	}{
+		{"", http.StatusOK},
+		{"http://example.com", http.StatusOK}, // httptest's Host
+		{"https://app.example.com", http.StatusOK},
+		{"http://evil.com", http.StatusForbidden},
+		{"null", http.StatusForbidden},
+		{"http://example.com.evil.com", http.StatusForbidden},
+	} {
+		header := map[string]string{}
+		if c.origin != "" {
+			header["Origin"] = c.origin
+		}
+		a := post(t, srv, call, header)
+		if a.code != c.code {
+			t.Errorf("Origin %q: HTTP %d %s, want %d", c.origin, a.code, a.raw, c.code)
+		}
+		if c.code == http.StatusForbidden && (a.contentType != "application/json" || !strings.Contains(a.raw, `"code":-32600`)) {
+			t.Errorf("Origin %q: refusal %s %s is not a JSON-RPC error", c.origin, a.contentType, a.raw)
+		}
+	}
+	a := post(t, srv, " ["+call+","+call+"]", nil)
+	if a.code != http.StatusBadRequest || a.contentType != "application/json" || !strings.Contains(a.raw, "batches are not supported") {
+		t.Errorf("batch: HTTP %d %s %s", a.code, a.contentType, a.raw)
+	}
 }

@@ -36,11 +36,16 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -84,6 +89,10 @@ type Options struct {
 	Authenticate func(ctx context.Context, c *toolcall.Call) error
 	// Version is the server version reported to clients.
 	Version string
+	// AllowedOrigins are the browser origins besides the endpoint's own
+	// that may call it ("*": any); a request without Origin (not from a
+	// browser) is not checked.
+	AllowedOrigins []string
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -176,6 +185,30 @@ type request struct {
 
 // ServeHTTP serves the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin, r) {
+		s.log.InfoContext(r.Context(), "MCP request refused: origin not allowed", "origin", origin, "host", r.Host, "peer", r.RemoteAddr)
+		writeRPCError(w, http.StatusForbidden, codeInvalidRequest,
+			"origin "+strconv.Quote(origin)+" may not call this MCP endpoint (allowed: the endpoint's own origin and --cors-origins)")
+		return
+	}
+	var body []byte
+	if r.Method == http.MethodPost && r.Body != nil {
+		var err error
+		if body, err = io.ReadAll(r.Body); err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeRPCError(w, http.StatusRequestEntityTooLarge, codeInvalidRequest, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+				return
+			}
+			writeRPCError(w, http.StatusBadRequest, codeParseError, "the request body could not be read")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "JSON-RPC batches are not supported: send one request per POST")
+			return
+		}
+	}
 	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}}
 	if s.opts.Authenticate != nil {
 		c := req.base
@@ -186,10 +219,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
 	}
-	if !s.opts.NoFastPath && s.serveFast(w, r, req) {
+	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
 	s.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+}
+
+// originAllowed reports whether a browser page of origin may call: its
+// own origin (scheme and host as the request reached the gateway) always
+// may, others when Options.AllowedOrigins lists them ("*": any). The
+// Origin check keeps a page on another site — or a DNS-rebound name —
+// from driving the endpoint with a user's credentials.
+func (s *Server) originAllowed(origin string, r *http.Request) bool {
+	for _, o := range s.opts.AllowedOrigins {
+		if o == "*" || strings.EqualFold(o, origin) {
+			return true
+		}
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && (u.Scheme == "http" || u.Scheme == "https")
+}
+
+// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body.
+func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(body)
 }
 
 // refuse answers a request that failed authentication.
@@ -277,8 +333,10 @@ func toolOf(t *registry.Tool) *sdk.Tool {
 
 // Codes of the JSON-RPC errors this endpoint answers with.
 const (
-	codeInvalidParams = -32602
-	codeInternal      = -32603
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
+	codeInvalidParams  = -32602
+	codeInternal       = -32603
 	// codeRefused is a request without acceptable credentials, in the
 	// range JSON-RPC leaves to servers.
 	codeRefused = -32001

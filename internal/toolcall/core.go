@@ -120,22 +120,22 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 }
 
 func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
-	tool, call, err := s.start(ctx, c)
+	tool, call, deadline, err := s.start(ctx, c)
 	if err != nil {
-		return "", s.status(ctx, err, c.Name, tool)
+		return "", s.status(ctx, err, c.Name, tool, deadline)
 	}
 	defer call.Close()
 	text, err := call.Wait(ctx)
 	if err != nil {
-		return "", s.status(ctx, err, c.Name, tool)
+		return "", s.status(ctx, err, c.Name, tool, deadline)
 	}
 	return text, nil
 }
 
 func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
-	tool, call, err := s.start(ctx, c)
+	tool, call, deadline, err := s.start(ctx, c)
 	if err != nil {
-		return s.status(ctx, err, c.Name, tool)
+		return s.status(ctx, err, c.Name, tool, deadline)
 	}
 	defer call.Close()
 	for i := int64(0); ; i++ {
@@ -144,7 +144,7 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 			return nil
 		}
 		if err != nil {
-			return s.status(ctx, err, c.Name, tool)
+			return s.status(ctx, err, c.Name, tool, deadline)
 		}
 		if err := emit(Chunk{Text: ch.Text, Index: i, Last: ch.Last}); err != nil {
 			return err
@@ -155,21 +155,21 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 // start resolves the tool, checks the arguments, works out the call's
 // deadline and publishes the envelope. The deadline is the bridge call's
 // own (bridge.CallUntil) unless the caller's is the earlier: no context and
-// timer per call for it.
-func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call, error) {
+// timer per call for it. It returns the deadline in force.
+func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call, time.Time, error) {
 	tool, ok := s.reg.Snapshot().Tool(c.Name)
 	if !ok {
-		return nil, nil, toolNotFound(c.Name)
+		return nil, nil, time.Time{}, toolNotFound(c.Name)
 	}
 	args, err := checkArguments(tool, c.Args)
 	if err != nil {
-		return tool, nil, err
+		return tool, nil, time.Time{}, err
 	}
 	var limit time.Duration
 	switch {
 	case c.TimeoutSet:
 		if c.Timeout <= 0 {
-			return tool, nil, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+			return tool, nil, time.Time{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
 		}
 		limit = min(c.Timeout, s.opts.MaxTimeout)
 	case hasDeadline(ctx):
@@ -184,11 +184,15 @@ func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call
 		user = c.Caller.User
 	}
 	env := wire.Request{User: user, Config: tool.ConfigJSON, Arguments: args}
-	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, time.Now().Add(limit))
-	if err != nil {
-		return tool, nil, err
+	deadline := time.Now().Add(limit)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
 	}
-	return tool, call, nil
+	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, deadline)
+	if err != nil {
+		return tool, nil, deadline, err
+	}
+	return tool, call, deadline, nil
 }
 
 func hasDeadline(ctx context.Context) bool {

@@ -102,12 +102,21 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 	}
 }
 
-// status converts err and logs its cause. Once the call's own deadline has
+// deadlineSlack is how early a reply may come and still count as after
+// the deadline: the request carries the deadline in whole milliseconds,
+// so a service that runs out of time answers up to 1 ms before it.
+const deadlineSlack = 2 * time.Millisecond
+
+// status converts err and logs its cause. Once the call's deadline has
 // passed, that is what the caller hears about, even if the service's
-// reply about running out of time won the race.
-func (s *Core) status(ctx context.Context, err error, toolName string, tool *registry.Tool) error {
+// reply about running out of time won the race: the answer does not
+// depend on which of the two came first.
+func (s *Core) status(ctx context.Context, err error, toolName string, tool *registry.Tool, deadline time.Time) error {
+	passed := !deadline.IsZero() && time.Until(deadline) <= deadlineSlack
 	if cerr := context.Cause(ctx); cerr != nil && errors.Is(cerr, context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w (the tool service answered: %v)", cerr, err) //nolint:errorlint // only the deadline may decide the status
+	} else if passed && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w (the tool service answered: %v)", context.DeadlineExceeded, err) //nolint:errorlint // only the deadline may decide the status
 	}
 	st := toStatus(err, toolName, tool)
 	// The per-call log line reports the code; this one keeps the cause,

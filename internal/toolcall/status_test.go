@@ -83,12 +83,23 @@ func TestOwnDeadlineWinsOverServiceReply(t *testing.T) {
 	s := New(nil, nil, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
 	defer cancel()
-	err := s.status(ctx, &wire.Error{Type: "tool-service-error", Message: "context deadline exceeded"}, "t", &registry.Tool{Service: &registry.Service{ID: "svc"}})
+	tool := &registry.Tool{Service: &registry.Service{ID: "svc"}}
+	err := s.status(ctx, &wire.Error{Type: "tool-service-error", Message: "context deadline exceeded"}, "t", tool, time.Time{})
 	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("got %v, want DEADLINE_EXCEEDED once the call's deadline passed", err)
+		t.Fatalf("got %v, want DEADLINE_EXCEEDED once the caller's deadline passed", err)
 	}
-	err = s.status(context.Background(), &wire.Error{Type: "tool-service-error", Message: "boom"}, "t", &registry.Tool{Service: &registry.Service{ID: "svc"}})
+	err = s.status(context.Background(), &wire.Error{Type: "tool-service-error", Message: "boom"}, "t", tool, time.Now().Add(time.Minute))
 	if status.Code(err) != codes.Unknown {
 		t.Fatalf("got %v, want UNKNOWN while the deadline has not passed", err)
+	}
+	// The call's own deadline (a timeout the caller asked for, which lives
+	// in the bridge call, not in ctx) decides the same way, whether the
+	// service's "timeout" came just before (within the deadline's
+	// millisecond rounding) or after it.
+	for _, dl := range []time.Time{time.Now().Add(time.Millisecond), time.Now().Add(-time.Second)} {
+		err = s.status(context.Background(), &wire.Error{Type: "timeout", Message: "deadline passed while sleeping"}, "t", tool, dl)
+		if status.Code(err) != codes.DeadlineExceeded || reasonOf(err) != "DEADLINE_EXCEEDED" {
+			t.Fatalf("deadline %v: got %v (%s), want the gateway's DEADLINE_EXCEEDED", time.Until(dl), err, reasonOf(err))
+		}
 	}
 }

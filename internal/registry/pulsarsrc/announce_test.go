@@ -127,7 +127,7 @@ func TestAnnouncementBounds(t *testing.T) {
 // The flood of TestAnnouncementFloodDoesNotHoldUpOthers; larger ones are
 // measured with, for example, -args -flood-big=0 -flood-over=1000.
 var (
-	floodBig       = flag.Int("flood-big", 30, "valid announcements of about 900 KB in the flood")
+	floodBig       = flag.Int("flood-big", 20, "valid announcements of about 900 KB in the flood")
 	floodOver      = flag.Int("flood-over", 10, "announcements over the size limit in the flood")
 	floodOverBytes = flag.Int("flood-over-bytes", 4<<20, "size of each announcement over the limit")
 )

@@ -141,17 +141,20 @@ func subName(prefix string) string {
 
 // session runs until a request fails for good or ctx ends.
 func (c *ConfigService) session(ctx context.Context, sink registry.Sink) error {
+	gone := closeWatch{make(chan error, 1)}
 	pushes := make(chan pulsar.ConsumerMessage, 64)
 	// Pushes first: one that arrives while we read is not lost.
 	push, err := c.client.Subscribe(pulsar.ConsumerOptions{Topic: c.opts.PushTopic, SubscriptionName: subName("toolgate-push-"),
-		Type: pulsar.Exclusive, SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest, MessageChannel: pushes})
+		Type: pulsar.Exclusive, SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest, MessageChannel: pushes,
+		Interceptors: pulsar.ConsumerInterceptors{gone}})
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", c.opts.PushTopic, err)
 	}
 	defer push.Close()
 	replies := make(chan pulsar.ConsumerMessage, 64)
 	resp, err := c.client.Subscribe(pulsar.ConsumerOptions{Topic: c.opts.ResponseTopic, SubscriptionName: subName("toolgate-rr-"),
-		Type: pulsar.Exclusive, SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest, MessageChannel: replies})
+		Type: pulsar.Exclusive, SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest, MessageChannel: replies,
+		Interceptors: pulsar.ConsumerInterceptors{gone}})
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", c.opts.ResponseTopic, err)
 	}
@@ -188,6 +191,8 @@ func (c *ConfigService) session(ctx context.Context, sink registry.Sink) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-gone.ch:
+			return fmt.Errorf("consumer closed by the client: %w", err)
 		case <-resync.C:
 			if err := read(); err != nil {
 				return err
@@ -207,6 +212,26 @@ func (c *ConfigService) session(ctx context.Context, sink registry.Sink) error {
 			if err := read(); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// closeWatch reports a consumer that the client closed for good (as
+// pulsar-client-go does on a non-retriable error when it reconnects:
+// TopicNotFound, ConsumerBusy, …); the session then starts again.
+type closeWatch struct{ ch chan error }
+
+func (closeWatch) BeforeConsume(pulsar.ConsumerMessage)                   {}
+func (closeWatch) OnAcknowledge(pulsar.Consumer, pulsar.MessageID)        {}
+func (closeWatch) OnNegativeAcksSend(pulsar.Consumer, []pulsar.MessageID) {}
+
+// OnConsumerClose implements pulsar.ConsumerCloseInterceptor; err is nil
+// when we closed it ourselves.
+func (w closeWatch) OnConsumerClose(_ pulsar.Consumer, err error) {
+	if err != nil {
+		select {
+		case w.ch <- err:
+		default:
 		}
 	}
 }

@@ -86,6 +86,10 @@ type Config struct {
 	// InterleaveSlices windows each (interleave.go); empty skips it.
 	Interleave       []int `json:"interleave_concurrencies,omitempty"`
 	InterleaveSlices int   `json:"interleave_windows,omitempty"`
+	// Doors are the gateway modes the doors phase interleaves on one
+	// gateway at DoorsConcurrency (doors.go); fewer than two skip it.
+	Doors            []string `json:"doors,omitempty"`
+	DoorsConcurrency int      `json:"doors_concurrency,omitempty"`
 }
 
 type env struct {
@@ -126,7 +130,8 @@ func main() {
 	var reps, msgSize int
 	var duration, warmup time.Duration
 	var paced float64
-	var concs, modes, profile, interleave string
+	var concs, modes, profile, interleave, doors string
+	var doorsConc int
 	var slices int
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
 	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (about 2 min)")
@@ -134,10 +139,12 @@ func main() {
 	fs.DurationVar(&duration, "duration", 0, "measured window per point (default 10s; quick 2s)")
 	fs.DurationVar(&warmup, "warmup", 0, "warm-up per point (default 2s; quick 0.5s)")
 	fs.StringVar(&concs, "concurrency", "1,16,64,256", "concurrencies")
-	fs.StringVar(&modes, "modes", "direct,grpc,rest,mcp,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, floor-grpc, floor-rest, python)")
+	fs.StringVar(&modes, "modes", "direct,grpc,rest,mcp,connect,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, connect, floor-grpc, floor-rest, python)")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
+	fs.StringVar(&doors, "doors", "rest,mcp,connect,grpc", "after each repetition, these doors take turns on one gateway (\"off\" skips): rest, mcp, connect, grpcweb, grpc")
+	fs.IntVar(&doorsConc, "doors-concurrency", 64, "concurrency of the doors phase")
 	fs.IntVar(&slices, "interleave-windows", 4, "windows per server and concurrency in the interleaved phase (each -duration / this long)")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
@@ -196,8 +203,23 @@ func main() {
 	}
 	c.Modes = splitList(modes)
 	for _, m := range c.Modes {
-		if m != "direct" && m != "grpc" && m != "rest" && m != "mcp" && m != "floor-grpc" && m != "floor-rest" && m != "python" {
+		if m != "direct" && m != "grpc" && m != "rest" && m != "mcp" && m != "connect" && m != "floor-grpc" && m != "floor-rest" && m != "python" {
 			fatalf("-modes: unknown mode %q", m)
+		}
+	}
+	if doors != "off" && doors != "" {
+		c.Doors, c.DoorsConcurrency = splitList(doors), doorsConc
+		for _, d := range c.Doors {
+			if d != "rest" && d != "mcp" && d != "connect" && d != "grpcweb" && d != "grpc" {
+				fatalf("-doors: unknown door %q", d)
+			}
+		}
+		hasREST := false
+		for _, d := range c.Doors {
+			hasREST = hasREST || d == "rest"
+		}
+		if !hasREST {
+			fatalf("-doors: the doors are compared with rest, which must be one of them")
 		}
 	}
 	switch profile {
@@ -305,6 +327,9 @@ func (e *env) run(ctx context.Context) error {
 			}
 		}
 		if err := e.pacedRep(ctx, rep, r); err != nil {
+			return err
+		}
+		if err := e.doorsRep(ctx, rep, r); err != nil {
 			return err
 		}
 		if err := e.interleavedRep(ctx, rep, r); err != nil {

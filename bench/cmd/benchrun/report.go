@@ -144,8 +144,12 @@ type Report struct {
 	Paced        []PacedRow `json:"paced,omitempty"`
 	// InterleavedSamples are the interleaved phase's windows
 	// (interleave.go); Interleaved summarizes them.
-	InterleavedSamples []*Sample        `json:"interleaved_samples,omitempty"`
-	Interleaved        []InterleavedRow `json:"interleaved,omitempty"`
+	InterleavedSamples []*Sample `json:"interleaved_samples,omitempty"`
+	// DoorSamples are the doors phase's windows (doors.go); Doors its
+	// summary.
+	DoorSamples []*Sample        `json:"door_samples,omitempty"`
+	Doors       []DoorRow        `json:"doors,omitempty"`
+	Interleaved []InterleavedRow `json:"interleaved,omitempty"`
 }
 
 // PacedRow is the gateway beside the floor at the same paced load: medians
@@ -160,7 +164,7 @@ type PacedRow struct {
 	Ratios      []float64 `json:"cpu_vs_floor_per_repetition,omitempty"`
 }
 
-var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "mcp": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
+var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "mcp": 2, "connect": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
 	"direct-stream": 6, "grpc-stream": 7, "rest-stream": 8, "rest-sse": 9, "floor-grpc-stream": 10}
 
 // FloorRow is the gateway and the floor on one protocol at one
@@ -333,7 +337,7 @@ func (r *Report) summarize() {
 	for _, c := range r.Config.Concurrencies {
 		d := find(r.Runs, "direct", c)
 		py := find(r.Runs, "python", c)
-		for _, m := range []string{"grpc", "rest", "mcp"} {
+		for _, m := range []string{"grpc", "rest", "mcp", "connect"} {
 			p := find(r.Runs, m, c)
 			if p == nil {
 				continue
@@ -392,6 +396,7 @@ func (r *Report) summarize() {
 	r.summarizeFloor()
 	r.summarizePaced()
 	r.summarizeInterleaved()
+	r.summarizeDoors()
 }
 
 // summarizePaced sets the equal-load rows and cpu_vs_floor_*_equal_load.
@@ -814,6 +819,7 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 	w("\n")
 	r.pacedMarkdown(b)
 	r.interleavedMarkdown(b)
+	r.doorsMarkdown(b)
 }
 
 // pacedMarkdown is the equal-load table.

@@ -19,7 +19,7 @@ import (
 
 // doorsWanted says whether the doors phase runs.
 func (e *env) doorsWanted() bool {
-	return len(e.cfg.Doors) > 1 && e.cfg.DoorsConcurrency > 0 && e.cfg.InterleaveSlices > 0
+	return len(e.cfg.Doors) > 1 && e.cfg.DoorsConcurrency > 0 && e.cfg.DoorsWindows > 0
 }
 
 // doorsOrder is the order of the windows in repetition r: n blocks, each
@@ -60,10 +60,10 @@ func (e *env) doorsRep(ctx context.Context, rep *Report, r int) error {
 		return nil
 	}
 	defer gw.stop(15 * time.Second)
-	winS := e.cfg.DurationS / float64(e.cfg.InterleaveSlices)
+	winS := e.cfg.DurationS / float64(e.cfg.DoorsWindows)
 	warmS := min(e.cfg.WarmupS, 1)
 	c := e.cfg.DoorsConcurrency
-	for i, mode := range doorsOrder(e.cfg.Doors, e.cfg.InterleaveSlices, r) {
+	for i, mode := range doorsOrder(e.cfg.Doors, e.cfg.DoorsWindows, r) {
 		s := e.load(ctx, mode, c, warmS, winS, 0, 0, target{srv: gw, echo: echo, topic: topic})
 		s.Rep, s.Window, s.Protocol = r, i, "doors"
 		rep.DoorSamples = append(rep.DoorSamples, s)
@@ -101,7 +101,7 @@ func (r *Report) summarizeDoors() {
 	repList := slices.Sorted(maps.Keys(reps))
 	c := r.Config.DoorsConcurrency
 	for _, door := range r.Config.Doors {
-		row := DoorRow{Door: door, Concurrency: c, Windows: r.Config.InterleaveSlices}
+		row := DoorRow{Door: door, Concurrency: c, Windows: r.Config.DoorsWindows}
 		var side sideVals
 		var mratios []float64
 		for _, rp := range repList {
@@ -148,11 +148,15 @@ func (r *Report) doorsMarkdown(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("### The doors on one gateway, interleaved\n\n")
 	w("After each repetition a fresh gateway behind a fresh echo service serves each door in turn at c=%d, in %s s windows (%d per door, each block a rotation of the last). Each door's windows in a repetition are added up; a ratio to REST is the median of the per-repetition ratios (listed).\n\n",
-		r.Config.DoorsConcurrency, trimFloat(r.Config.DurationS/float64(max(r.Config.InterleaveSlices, 1))), r.Config.InterleaveSlices)
+		r.Config.DoorsConcurrency, trimFloat(r.Config.DurationS/float64(max(r.Config.DoorsWindows, 1))), r.Config.DoorsWindows)
 	w("| door | CPU ms / call | × REST (per repetition) | allocs / call | × REST | p50 ms | p99 ms | calls/s |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range r.Doors {
-		w("| %s | %.3f | %s (%s) | %.0f | %s | %.2f | %.2f | %.0f |\n", row.Door, row.Side.CPUMSPerCall, cell2(row.CPUvsREST), list2(row.CPURatios),
+		cpu := cell2(row.CPUvsREST)
+		if len(row.CPURatios) > 0 {
+			cpu += " (" + list2(row.CPURatios) + ")"
+		}
+		w("| %s | %.3f | %s | %.0f | %s | %.2f | %.2f | %.0f |\n", row.Door, row.Side.CPUMSPerCall, cpu,
 			row.Side.MallocsPerCall, cell2(row.MallocsVsREST), row.Side.P50MS, row.Side.P99MS, row.Side.RPS)
 	}
 	w("\n")

@@ -21,7 +21,7 @@ func TestDoorsOrder(t *testing.T) {
 }
 
 func TestSummarizeDoors(t *testing.T) {
-	r := &Report{Config: Config{Doors: []string{"rest", "mcp"}, DoorsConcurrency: 64, InterleaveSlices: 2, DurationS: 10}, Ratios: map[string]any{}}
+	r := &Report{Config: Config{Doors: []string{"rest", "mcp"}, DoorsConcurrency: 64, DoorsWindows: 2, DurationS: 10}, Ratios: map[string]any{}}
 	r.DoorSamples = []*Sample{
 		// repetition 0: MCP twice REST's CPU, 1.5× its allocations
 		window("doors", "rest", 64, 0, 1000, 5, 9, 0.10, 100),

@@ -90,6 +90,7 @@ type Config struct {
 	// gateway at DoorsConcurrency (doors.go); fewer than two skip it.
 	Doors            []string `json:"doors,omitempty"`
 	DoorsConcurrency int      `json:"doors_concurrency,omitempty"`
+	DoorsWindows     int      `json:"doors_windows,omitempty"`
 }
 
 type env struct {
@@ -208,7 +209,7 @@ func main() {
 		}
 	}
 	if doors != "off" && doors != "" {
-		c.Doors, c.DoorsConcurrency = splitList(doors), doorsConc
+		c.Doors, c.DoorsConcurrency, c.DoorsWindows = splitList(doors), doorsConc, max(slices, 1)
 		for _, d := range c.Doors {
 			if d != "rest" && d != "mcp" && d != "connect" && d != "grpcweb" && d != "grpc" {
 				fatalf("-doors: unknown door %q", d)

@@ -639,6 +639,7 @@ func (r *Report) markdown() string {
 	w("\n")
 
 	r.floorMarkdown(&b)
+	r.doorsMarkdown(&b)
 
 	if len(r.Streaming) > 0 {
 		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); `rest-stream` reads NDJSON, `rest-sse` Server-Sent Events; chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)
@@ -819,7 +820,6 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 	w("\n")
 	r.pacedMarkdown(b)
 	r.interleavedMarkdown(b)
-	r.doorsMarkdown(b)
 }
 
 // pacedMarkdown is the equal-load table.

@@ -76,6 +76,8 @@ type Merger struct {
 	maxAnnounceBytes int
 	maxAnnounced     int
 
+	swapMu sync.Mutex // orders publishing and onSwap
+
 	mu        sync.Mutex
 	parts     map[Origin]map[string]*part
 	states    map[Origin]*originState
@@ -116,7 +118,8 @@ func WithMaxAnnouncedServices(n int) MergerOption {
 
 // NewMerger returns a merger whose registry serves an empty snapshot until
 // the first update. onSwap, if set, is called after each new snapshot is
-// published, with the merger's lock not held.
+// published, with the merger's lock not held, one snapshot at a time and in
+// version order; it must not call Apply.
 func NewMerger(log *slog.Logger, onSwap func(*Snapshot), opts ...MergerOption) *Merger {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -235,6 +238,11 @@ func (m *Merger) Apply(u Update) error {
 		}
 	}
 
+	// Snapshots are published, and onSwap told of them, one update at a
+	// time in version order (parsing, above, is concurrent): an older
+	// snapshot's onSwap never comes after a newer one's.
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
 	m.mu.Lock()
 	units := m.parts[u.Origin]
 	old := units[u.Unit]

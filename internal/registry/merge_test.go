@@ -2,8 +2,11 @@ package registry
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func announcement(id, tool string) []byte {
@@ -143,5 +146,52 @@ func TestMergeConfigServiceLenient(t *testing.T) {
 	st := m.Status()
 	if len(st) != 1 || st[0].Origin != OriginConfigService || st[0].Rejected != 2 || !strings.Contains(st[0].LastRejection, "broken") {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// Updates applied at once from many goroutines reach onSwap one at a time
+// and in version order, so what onSwap hands on (the bridge's response
+// topics) ends as the newest snapshot says.
+func TestOnSwapInVersionOrder(t *testing.T) {
+	var mu sync.Mutex
+	var versions []int64
+	inSwap := false
+	m := NewMerger(nil, func(s *Snapshot) {
+		mu.Lock()
+		if inSwap {
+			t.Error("onSwap called while another call runs")
+		}
+		inSwap = true
+		versions = append(versions, s.Version)
+		mu.Unlock()
+		time.Sleep(100 * time.Microsecond)
+		mu.Lock()
+		inSwap = false
+		mu.Unlock()
+	})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 50 {
+				id := fmt.Sprintf("s%d-%d", i, j)
+				doc := fmt.Sprintf(`{"tool-service": {%q: {"topic": %q}}}`, id, id)
+				if err := m.Apply(Update{Origin: OriginAnnouncement, Unit: id, Doc: []byte(doc)}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(versions); i++ {
+		if versions[i] <= versions[i-1] {
+			t.Fatalf("onSwap saw version %d after %d", versions[i], versions[i-1])
+		}
+	}
+	if len(versions) != 400 {
+		t.Fatalf("%d swaps, want 400", len(versions))
 	}
 }

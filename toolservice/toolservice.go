@@ -54,9 +54,12 @@ type Request struct {
 	ID string
 	// User is the caller's identity, as the gateway authenticated it.
 	User string
-	// Config holds the configuration values of the tool that was called.
+	// Config holds the configuration values of the tool that was called
+	// (numbers as json.Number, as in Arguments).
 	Config map[string]any
-	// Arguments holds the call's arguments.
+	// Arguments holds the call's arguments. Numbers are json.Number,
+	// exactly as the caller wrote them (123456789012345678 stays that,
+	// which a float64 cannot hold): use their Int64, Float64 or String.
 	Arguments map[string]any
 	// Properties are the request message's properties (id, deadline,
 	// traceparent, …).
@@ -512,8 +515,13 @@ func decodeObject(s string) (map[string]any, error) {
 		return map[string]any{}, nil
 	}
 	var m map[string]any
-	if err := json.Unmarshal([]byte(s), &m); err != nil {
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
 		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if d.More() {
+		return nil, errors.New("not a JSON object: text after it")
 	}
 	if m == nil {
 		m = map[string]any{}

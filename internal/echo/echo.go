@@ -13,6 +13,7 @@ package echo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -73,8 +74,16 @@ func Handle(ctx context.Context, r *toolservice.Request) (any, error) {
 }
 
 func intArg(a map[string]any, k string, def int) int {
-	if f, ok := a[k].(float64); ok {
-		return int(f)
+	switch v := a[k].(type) {
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return int(n)
+		}
+		if f, err := v.Float64(); err == nil {
+			return int(f)
+		}
+	case float64: // a Request a test built itself
+		return int(v)
 	}
 	return def
 }

@@ -1,8 +1,14 @@
 package toolservice
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
 )
 
 // Numbers reach the handler exactly as the caller wrote them, and go back
@@ -31,5 +37,32 @@ func TestDecodeObjectKeepsNumbers(t *testing.T) {
 	}
 	if m, err := decodeObject(" "); err != nil || len(m) != 0 {
 		t.Errorf("empty: %v, %v", m, err)
+	}
+}
+
+// The last reply waits for room in a full producer queue instead of being
+// dropped; other errors, and the end of its time, are not retried.
+func TestRetryQueueFull(t *testing.T) {
+	n := 0
+	err := retryQueueFull(t.Context(), func(context.Context) error {
+		n++
+		if n < 4 {
+			return fmt.Errorf("%w: topic", transport.ErrQueueFull)
+		}
+		return nil
+	})
+	if err != nil || n != 4 {
+		t.Fatalf("%d tries, %v; want success on the 4th", n, err)
+	}
+	n = 0
+	other := errors.New("broker gone")
+	if err := retryQueueFull(t.Context(), func(context.Context) error { n++; return other }); !errors.Is(err, other) || n != 1 {
+		t.Fatalf("other error: %d tries, %v", n, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	err = retryQueueFull(ctx, func(context.Context) error { return transport.ErrQueueFull })
+	if !errors.Is(err, transport.ErrQueueFull) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("gave up with %v", err)
 	}
 }

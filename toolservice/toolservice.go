@@ -437,7 +437,12 @@ func (s *Service) serve(m transport.Message) {
 		if chunks != nil {
 			seq = chunks.seq
 		}
-		return s.broker.Publish(pctx, replyTopic, transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}})
+		msg := transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}}
+		// The last reply is the one the caller waits for: when the
+		// producer's queue is full (a burst of chunks), it waits for room
+		// instead of being dropped, which would leave the caller to its
+		// deadline.
+		return retryQueueFull(pctx, func(ctx context.Context) error { return s.broker.Publish(ctx, replyTopic, msg) })
 	}
 	fail := func(typ, msg string) {
 		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {
@@ -527,4 +532,24 @@ func decodeObject(s string) (map[string]any, error) {
 		m = map[string]any{}
 	}
 	return m, nil
+}
+
+// retryQueueFull runs publish until it does not fail with a full queue,
+// waiting a little longer each time, or until ctx ends.
+func retryQueueFull(ctx context.Context, publish func(context.Context) error) error {
+	wait := 5 * time.Millisecond
+	for {
+		err := publish(ctx)
+		if !errors.Is(err, transport.ErrQueueFull) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (gave up: %w)", err, context.Cause(ctx))
+		case <-t.C:
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
 }

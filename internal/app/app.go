@@ -120,7 +120,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		telemetry.WithBridgeStats(func() telemetry.BridgeStats {
 			s := g.bridge.Stats()
 			return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
-				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies}
+				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies}
 		}),
 		telemetry.WithRegistryStats(func() telemetry.RegistryStats {
 			snap := g.reg.Snapshot()

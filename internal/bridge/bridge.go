@@ -96,6 +96,11 @@ type Stats struct {
 	Replies       int64 // reply chunks delivered to a waiting call
 	OrphanReplies int64 // replies for no waiting call (late, cancelled, or another instance's)
 	BadReplies    int64 // replies that could not be decoded
+	// RefusedReplies are replies for a waiting call that the bridge did
+	// not take: from a topic where that call's replies are not expected,
+	// a number the call had already had (a replay), or none from a
+	// service that numbers its replies.
+	RefusedReplies int64
 	// RepliesViaReplyTo counts the replies (of Replies and OrphanReplies)
 	// that came on the instance's own reply topic.
 	RepliesViaReplyTo int64
@@ -127,7 +132,12 @@ type Bridge struct {
 	replies       atomic.Int64
 	orphans       atomic.Int64
 	badReplies    atomic.Int64
-	viaReplyTo    atomic.Int64
+	refused       atomic.Int64
+	// numbering holds the response topics whose services number their
+	// replies (wire.PropSeq): a reply without a number for a call to one
+	// of them is refused.
+	numbering  sync.Map
+	viaReplyTo atomic.Int64
 }
 
 type listener struct {
@@ -174,6 +184,8 @@ func (b *Bridge) Stats() Stats {
 		Replies:       b.replies.Load(),
 		OrphanReplies: b.orphans.Load(),
 		BadReplies:    b.badReplies.Load(),
+
+		RefusedReplies: b.refused.Load(),
 
 		RepliesViaReplyTo: b.viaReplyTo.Load(),
 	}
@@ -348,7 +360,13 @@ func publishError(err error) error {
 	}
 }
 
-// route hands one reply message to the call waiting for its id.
+// route hands one reply message to the call waiting for its id. The bus
+// is a trust boundary: a reply is taken only from where the call's
+// replies are expected — this instance's reply topic, or the called
+// service's response topic unless that service is known to answer on the
+// reply topic — and, from a service that numbers its replies, only with
+// the number due next or a later one (a gap is lost replies). Anything
+// else is refused, counted and logged, and the call goes on.
 func (b *Bridge) route(topic string, m transport.Message) {
 	id := m.Properties[wire.PropID]
 	viaReplyTo := topic == b.opts.ReplyTopic && topic != ""
@@ -359,6 +377,22 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	if c == nil {
 		b.orphans.Add(1)
 		return
+	}
+	seq := m.Properties[wire.PropSeq]
+	if !viaReplyTo {
+		_, honours := b.honouring.Load(c.respTopic)
+		if topic != c.respTopic || honours {
+			b.refuse(topic, id, "the reply came from a topic where this call's replies are not expected", "response_topic", c.respTopic)
+			return
+		}
+	}
+	if seq == "" {
+		if _, numbers := b.numbering.Load(c.respTopic); numbers || viaReplyTo {
+			b.refuse(topic, id, "the reply has no sequence number, though its service numbers its replies")
+			return
+		}
+	} else if _, ok := b.numbering.Load(c.respTopic); !ok {
+		b.numbering.Store(c.respTopic, struct{}{})
 	}
 	if viaReplyTo {
 		if _, ok := b.honouring.Load(c.respTopic); !ok {
@@ -373,8 +407,17 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		c.finish(fmt.Errorf("%w: %w", ErrBadReply, err))
 		return
 	}
+	if !c.deliver(resp, seq) {
+		b.refuse(topic, id, "the reply repeats a sequence number the call already had", "seq", seq)
+		return
+	}
 	b.replies.Add(1)
-	c.deliver(resp, m.Properties[wire.PropSeq])
+}
+
+// refuse counts and logs a reply the bridge does not take.
+func (b *Bridge) refuse(topic, id, why string, attrs ...any) {
+	b.refused.Add(1)
+	b.log.Warn("reply refused: "+why, append([]any{"topic", topic, "id", id}, attrs...)...)
 }
 
 // ListenAll subscribes to the reply topic and to every response topic

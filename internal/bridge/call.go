@@ -45,23 +45,26 @@ func (c *Call) signal() {
 }
 
 // deliver queues one decoded reply message. It never blocks: a reader that
-// falls too far behind ends its own call with ErrSlowReader.
-func (c *Call) deliver(r wire.Response, seq string) {
+// falls too far behind ends its own call with ErrSlowReader. It reports
+// false for a message it refuses: one whose number (seq) the call has had
+// already — a replay, or a forgery racing the real reply.
+func (c *Call) deliver(r wire.Response, seq string) bool {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return
+		return true
 	}
 	lost := 0
 	if seq != "" {
 		// Replies of one call come in order; a number past the one
 		// expected means the broker dropped the ones between.
-		if n, err := strconv.Atoi(seq); err == nil {
-			if n > c.nextSeq {
-				lost = n - c.nextSeq
-			}
-			c.nextSeq = n + 1
+		n, err := strconv.Atoi(seq)
+		if err != nil || n < c.nextSeq {
+			c.mu.Unlock()
+			return false
 		}
+		lost = n - c.nextSeq
+		c.nextSeq = n + 1
 	}
 	switch {
 	case lost > 0:
@@ -83,6 +86,7 @@ func (c *Call) deliver(r wire.Response, seq string) {
 		c.remove()
 	}
 	c.signal()
+	return true
 }
 
 // finish ends the call with err unless it already ended.

@@ -27,7 +27,7 @@ func FuzzRoute(f *testing.F) {
 		m := transport.NewMem()
 		b := New(m, Options{})
 		defer b.Close()
-		c := &Call{b: b, id: "fuzz", notify: make(chan struct{}, 1)}
+		c := &Call{b: b, id: "fuzz", notify: make(chan struct{}, 1), respTopic: "t"}
 		b.inFlight.Add(1)
 		b.pending.store(c.id, c)
 		b.route("t", transport.Message{Payload: payload, Properties: map[string]string{wire.PropID: "fuzz"}})

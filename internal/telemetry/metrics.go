@@ -34,6 +34,9 @@ type BridgeStats struct {
 	Replies       int64 // reply chunks delivered to a waiting call
 	OrphanReplies int64 // replies for no waiting call
 	BadReplies    int64 // replies that could not be decoded
+	// RefusedReplies: replies from where the call's are not expected,
+	// replays, unnumbered ones from a numbering service.
+	RefusedReplies int64
 }
 
 // RegistryStats describe the tool registry, as WithRegistryStats reads them.
@@ -255,8 +258,10 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 	replies := prometheus.NewDesc("toolgate_bridge_replies_total", "Reply chunks delivered to a waiting call.", nil, nil)
 	orphans := prometheus.NewDesc("toolgate_bridge_orphan_replies_total", "Replies for no waiting call (late, cancelled, or another instance's).", nil, nil)
 	bad := prometheus.NewDesc("toolgate_bridge_bad_replies_total", "Replies that could not be decoded.", nil, nil)
+	refused := prometheus.NewDesc("toolgate_bridge_refused_replies_total",
+		"Replies refused for a waiting call: from a topic where its replies are not expected, a replayed sequence number, or none from a service that numbers its replies.", nil, nil)
 	return &funcCollector{
-		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad},
+		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad, refused},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := f()
 			ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
@@ -265,6 +270,7 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 			ch <- prometheus.MustNewConstMetric(replies, prometheus.CounterValue, float64(s.Replies))
 			ch <- prometheus.MustNewConstMetric(orphans, prometheus.CounterValue, float64(s.OrphanReplies))
 			ch <- prometheus.MustNewConstMetric(bad, prometheus.CounterValue, float64(s.BadReplies))
+			ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, float64(s.RefusedReplies))
 		},
 	}
 }

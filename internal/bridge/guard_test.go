@@ -1,0 +1,180 @@
+package bridge_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// reply is one message a scripted service sends: on which topic ("" = the
+// call's response topic), with which number ("-" = none), saying what.
+type reply struct {
+	topic string
+	seq   string
+	text  string
+	last  bool
+}
+
+// TestReplyGuardRails: the bus is a trust boundary. Replies from a topic
+// where the call's replies are not expected, replays of a number already
+// had, and unnumbered messages from a service that numbers its replies
+// are refused and counted; the call takes the real reply, whole, and no
+// false REPLY_LOST follows.
+func TestReplyGuardRails(t *testing.T) {
+	for _, bk := range brokers(t) {
+		t.Run(bk.name, func(t *testing.T) {
+			br := bk.new(t)
+			f := start(t, br, nil)
+			// Another service's response topic, which this gateway also
+			// reads (it calls that service too).
+			other := wire.ResponseTopic(testenv.UniqueTopic("other"))
+			if err := f.b.Listen(t.Context(), other); err != nil {
+				t.Fatal(err)
+			}
+			cases := []struct {
+				name    string
+				script  []reply
+				want    string
+				refused int64
+			}{
+				{"forged reply on another service's topic", []reply{
+					{topic: other, seq: "0", text: "FORGED|", last: false},
+					{seq: "0", text: "REAL", last: true},
+				}, "REAL", 1},
+				{"replayed chunk", []reply{
+					{seq: "0", text: "a"},
+					{seq: "0", text: "a-again"},
+					{seq: "1", text: "b", last: true},
+				}, "ab", 1},
+				{"unnumbered chunk from a numbering service", []reply{
+					{seq: "0", text: "a"},
+					{seq: "-", text: "SPLICED"},
+					{seq: "1", text: "b", last: true},
+				}, "ab", 1},
+				{"a number that is not one", []reply{
+					{seq: "0", text: "a"},
+					{seq: "x", text: "BAD"},
+					{seq: "1", text: "b", last: true},
+				}, "ab", 1},
+			}
+			var mu sync.Mutex
+			var script []reply
+			sub, err := br.Subscribe(t.Context(), f.target.RequestTopic, "scripted", transport.Shared, func(m transport.Message) {
+				mu.Lock()
+				s := script
+				mu.Unlock()
+				for _, r := range s {
+					topic := r.topic
+					if topic == "" {
+						topic = f.target.ResponseTopic
+					}
+					before := f.b.Stats().RefusedReplies
+					props := map[string]string{wire.PropID: m.Properties[wire.PropID]}
+					if r.seq != "-" {
+						props[wire.PropSeq] = r.seq
+					}
+					_ = br.Publish(context.Background(), topic, transport.Message{
+						Payload: wire.EncodeResponse(wire.Response{Response: r.text, EndOfStream: r.last}), Properties: props})
+					if topic != f.target.ResponseTopic {
+						// Topics are not ordered with each other: let the
+						// forgery arrive before the real reply.
+						for end := time.Now().Add(5 * time.Second); f.b.Stats().RefusedReplies == before && time.Now().Before(end); {
+							time.Sleep(5 * time.Millisecond)
+						}
+					}
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			waitSubscribed(t, br, f.target.RequestTopic, nil)
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					mu.Lock()
+					script = tc.script
+					mu.Unlock()
+					before := f.b.Stats().RefusedReplies
+					c, err := f.b.Call(t.Context(), f.target, wire.Request{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					got, err := c.Wait(ctxTimeout(t, 10*time.Second))
+					if err != nil || got != tc.want {
+						t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+					}
+					waitFor(t, 5*time.Second, func() bool { return f.b.Stats().RefusedReplies-before >= tc.refused })
+					if n := f.b.Stats().RefusedReplies - before; n != tc.refused {
+						t.Fatalf("%d replies refused, want %d", n, tc.refused)
+					}
+				})
+			}
+		})
+	}
+}
+
+// A service known to answer on this instance's reply topic has its
+// replies taken there only: the same id on its response topic is refused.
+func TestReplyToServiceAnswersOnlyThere(t *testing.T) {
+	br := transport.NewMem()
+	t.Cleanup(br.Close)
+	replyTopic := wire.ReplyTopic("guard-" + strconv.FormatInt(time.Now().UnixNano(), 36))
+	b := bridge.New(br, bridge.Options{ReplyTopic: replyTopic})
+	t.Cleanup(b.Close)
+	target := bridge.Target{RequestTopic: wire.RequestTopic("guard"), ResponseTopic: wire.ResponseTopic("guard")}
+	if err := b.ListenAll(t.Context(), func() []string { return []string{target.ResponseTopic} }); err != nil {
+		t.Fatal(err)
+	}
+	var forge atomic.Bool
+	sub, err := br.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(m transport.Message) {
+		id := m.Properties[wire.PropID]
+		if forge.Load() {
+			before := b.Stats().RefusedReplies
+			_ = br.Publish(context.Background(), target.ResponseTopic, transport.Message{
+				Payload: wire.EncodeResponse(wire.Response{Response: "FORGED", EndOfStream: true}), Properties: map[string]string{wire.PropID: id, wire.PropSeq: "0"}})
+			// Topics are not ordered with each other: let the forgery
+			// arrive before the real reply.
+			for end := time.Now().Add(5 * time.Second); b.Stats().RefusedReplies == before && time.Now().Before(end); {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		_ = br.Publish(context.Background(), m.Properties[wire.PropReplyTo], transport.Message{
+			Payload: wire.EncodeResponse(wire.Response{Response: "REAL", EndOfStream: true}), Properties: map[string]string{wire.PropID: id, wire.PropSeq: "0"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// The first call teaches the bridge that the service answers on the
+	// reply topic.
+	c, err := b.Call(t.Context(), target, wire.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctxTimeout(t, 5*time.Second)); err != nil || got != "REAL" {
+		t.Fatalf("first call: %q, %v", got, err)
+	}
+	c.Close()
+	forge.Store(true)
+	before := b.Stats().RefusedReplies
+	c, err = b.Call(t.Context(), target, wire.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := c.Wait(ctxTimeout(t, 5*time.Second)); err != nil || got != "REAL" {
+		t.Fatalf("got %q, %v; want the reply from the reply topic", got, err)
+	}
+	if n := b.Stats().RefusedReplies - before; n != 1 {
+		t.Fatalf("%d refused, want the forged one", n)
+	}
+}

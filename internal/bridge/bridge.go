@@ -285,7 +285,8 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request) (*Call, e
 // CallUntil is Call with a deadline of the call's own, besides ctx's: the
 // message carries the earlier of the two, and Recv abandons the call when
 // it passes. A caller that has no deadline in ctx saves a context and its
-// timer per call this way. A zero deadline is none.
+// timer for the wait for replies this way (the publish alone is bounded by
+// one). A zero deadline is none.
 func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, deadline time.Time) (*Call, error) {
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
@@ -322,15 +323,24 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
 	}
 	b.pending.store(c.id, c)
-	pctx, done := ctx, func(error) {}
+	// The publish ends by the call's own deadline too: while a broker
+	// fails over, the broker's receipt can be longer in coming than the
+	// call may last. The bound is released once the publish has its
+	// outcome.
+	pctx, release := ctx, func() {}
+	if !c.deadline.IsZero() && time.Until(c.deadline) > 0 {
+		pctx, release = context.WithDeadline(ctx, c.deadline)
+	}
+	done := func(error) {}
 	if b.opts.OnPublish != nil {
-		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
+		pctx, done = b.opts.OnPublish(pctx, t.RequestTopic, props)
 	}
 	// The caller does not wait for the broker's receipt through another
 	// goroutine (one wake-up less per call): a failure that arrives later
 	// ends the call, and its reader sees it from Recv. Where the broker can
 	// send on this goroutine when idle, it does (one hand-off less again).
 	err := b.publish(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
+		release()
 		done(err)
 		if err != nil {
 			b.publishErrors.Add(1)
@@ -340,6 +350,7 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 		b.published.Add(1)
 	})
 	if err != nil {
+		release()
 		done(err)
 		b.publishErrors.Add(1)
 		c.Close()

@@ -37,6 +37,14 @@ pulsar-up:
 pulsar-down:
 	scripts/pulsar.sh down
 
+## cluster-up / cluster-down: a local Pulsar cluster (ZooKeeper, a bookie, two brokers on 26xxx); see docs/scaling.md
+.PHONY: cluster-up cluster-down
+cluster-up:
+	scripts/pulsar-cluster.sh up
+
+cluster-down:
+	scripts/pulsar-cluster.sh down
+
 ## generate: regenerate gen/, api/openapi/ and test/e2e/oapiclient/ from proto/ with pinned tools
 generate:
 	scripts/generate.sh

@@ -50,10 +50,14 @@ echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"
 # (partitionProducer.grabCnx writes the encryptor that a concurrent send
 # reads), which -race reports whenever a broker restarts under load.
 read -r -a gotest_flags <<<"${GOTEST_FLAGS:-}" # extra flags, split on white space
-mapfile -t packages < <(go list ./... | grep -v '/test/restart$')
+mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/cluster$')
 go test -race -count=1 -timeout 15m "${gotest_flags[@]}" "${packages[@]}"
 echo "==> go test ./test/restart (a broker of its own, stopped and restarted under load)"
 go test -count=1 -timeout 10m "${gotest_flags[@]}" ./test/restart
+# test/cluster too runs without the race detector, for the same reason: it
+# kills a broker under load.
+echo "==> go test ./test/cluster (a cluster of its own: two brokers, one moved from and one killed under load)"
+go test -count=1 -timeout 15m "${gotest_flags[@]}" ./test/cluster
 echo "==> scripts/run-check.sh (make run on ports of its own reaches only its own broker)"
 scripts/run-check.sh
 echo "==> all tests passed in $((SECONDS - t0)) s"

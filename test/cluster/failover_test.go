@@ -1,0 +1,545 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsar/backoff"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/toolservice"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const (
+	// callTimeout is the deadline every call of the load carries (the
+	// request's timeout field, which the gateway enforces).
+	callTimeout = 3 * time.Second
+	// grace is how long past its deadline the caller waits for the
+	// gateway's answer before calling the call late (scheduling on a
+	// busy 2-core machine, not a promise of the gateway's).
+	grace = time.Second
+	// slowMS is how long the slow calls of the load take at the service,
+	// so that some are always in flight when topics move or a broker dies.
+	slowMS = 300
+)
+
+// call is the record of one call of the load.
+type call struct {
+	gw         string
+	start, end time.Time
+	code       codes.Code
+	late       bool // the gateway had not answered by the deadline plus grace
+	wrong      bool // answered with another call's output
+}
+
+type recorder struct {
+	mu    sync.Mutex
+	calls []call
+}
+
+func (r *recorder) add(c call) {
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// gateway is one toolgate gateway run in the test process.
+type gateway struct {
+	name, id, url string
+	gw            *app.Gateway
+	conn          *grpc.ClientConn
+	client        toolgatev1.ToolServiceClient
+	stop          func()
+}
+
+func startGateway(t *testing.T, name, url string, log *slog.Logger) *gateway {
+	t.Helper()
+	id := testenv.UniqueTopic("cluster-" + name)
+	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", url,
+		"--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", id}, func(string) string { return "" }, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := app.New(cfg, log.With("gateway", name))
+	if err != nil {
+		t.Fatalf("gateway %s: %v", name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := gw.Run(ctx); err != nil {
+			t.Errorf("gateway %s: %v", name, err)
+		}
+	}()
+	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateway{name: name, id: id, url: url, gw: gw, conn: conn, client: toolgatev1.NewToolServiceClient(conn)}
+	g.stop = sync.OnceFunc(func() { conn.Close(); cancel(); <-done })
+	t.Cleanup(g.stop)
+	return g
+}
+
+func (g *gateway) invoke(ctx context.Context, args map[string]any) (string, error) {
+	s, err := structpb.NewStruct(args)
+	if err != nil {
+		return "", err
+	}
+	r, err := g.client.InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: "echo", Arguments: s, Timeout: durationpb.New(callTimeout)})
+	return r.GetOutput(), err
+}
+
+func (g *gateway) hasTool(name string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r, err := g.client.ListTools(ctx, &toolgatev1.ListToolsRequest{})
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(r.GetTools(), func(x *toolgatev1.Tool) bool { return x.GetName() == name })
+}
+
+// get fetches one of the gateway's HTTP endpoints (/readyz, /metrics).
+func (g *gateway) get(path string) (int, string) {
+	resp, err := adminClient.Get("http://" + g.gw.HTTPAddr() + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metric sums the samples of a metric family in the gateway's /metrics.
+func (g *gateway) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	code, body := g.get("/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("gateway %s: /metrics answered %d", g.name, code)
+	}
+	var sum float64
+	found := false
+	for line := range strings.Lines(body) {
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		var v float64
+		f := strings.Fields(line)
+		if _, err := fmt.Sscan(f[len(f)-1], &v); err == nil {
+			sum += v
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("gateway %s: /metrics lacks %s", g.name, name)
+	}
+	return sum
+}
+
+// load calls the echo tool through g until ctx ends, one call after the
+// other, each with its own output so that a reply given to the wrong
+// caller shows; slow calls take slowMS at the service.
+func load(ctx context.Context, g *gateway, worker int, slow bool, rec *recorder) {
+	for seq := 0; ctx.Err() == nil; seq++ {
+		msg := fmt.Sprintf("gw%s-%d-%d", g.name, worker, seq)
+		args := map[string]any{"msg": msg}
+		if slow {
+			args["mode"], args["ms"] = "sleep", float64(slowMS)
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), callTimeout+grace)
+		c := call{gw: g.name, start: time.Now()}
+		out, err := g.invoke(cctx, args)
+		c.end, c.code = time.Now(), status.Code(err)
+		c.late = cctx.Err() != nil // the caller gave up: no answer by the deadline plus grace
+		cancel()
+		c.wrong = err == nil && out != msg
+		rec.add(c)
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// spy reads a gateway's reply topic on a subscription of its own and
+// counts the replies there that belong to another gateway's callers.
+type spy struct {
+	mu              sync.Mutex
+	seen, misrouted map[string]int
+	examples        []string
+}
+
+func (s *spy) run(ctx context.Context, t *testing.T, c pulsar.Client, g *gateway, wg *sync.WaitGroup) {
+	t.Helper()
+	cons, err := c.Subscribe(pulsar.ConsumerOptions{Topic: wire.ReplyTopic(g.id), SubscriptionName: "spy", Type: pulsar.Exclusive,
+		BackOffPolicyFunc: func() backoff.Policy { return steadyBackoff{} }})
+	if err != nil {
+		t.Fatalf("spy on %s: %v", wire.ReplyTopic(g.id), err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer cons.Close()
+		for {
+			m, err := cons.Receive(ctx)
+			if err != nil {
+				return
+			}
+			p := string(m.Payload())
+			s.mu.Lock()
+			s.seen[g.name]++
+			// every reply of the load names its caller's gateway: "gwA-…"
+			if i := strings.Index(p, `"gw`); i >= 0 && !strings.HasPrefix(p[i:], `"gw`+g.name+"-") {
+				s.misrouted[g.name]++
+				if len(s.examples) < 5 {
+					s.examples = append(s.examples, g.name+": "+p)
+				}
+			}
+			s.mu.Unlock()
+		}
+	}()
+}
+
+// steadyBackoff has the spy retry every 200 ms (the client library's own
+// policy backs off up to a minute), so that it is back on the reply topic
+// as soon as the gateway is.
+type steadyBackoff struct{}
+
+func (steadyBackoff) Next() time.Duration       { return 200 * time.Millisecond }
+func (steadyBackoff) IsMaxBackoffReached() bool { return false }
+func (steadyBackoff) Reset()                    {}
+
+func (s *spy) count(gw string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[gw]
+}
+
+// window sums up the calls started in [from, to).
+func window(calls []call, from, to time.Time) string {
+	var n, ok int
+	var durs []time.Duration
+	for _, c := range calls {
+		if c.start.Before(from) || !c.start.Before(to) {
+			continue
+		}
+		n++
+		if c.code == codes.OK {
+			ok++
+		}
+		durs = append(durs, c.end.Sub(c.start))
+	}
+	if n == 0 {
+		return "no calls"
+	}
+	slices.Sort(durs)
+	return fmt.Sprintf("%d calls, %d ok, median %s, max %s", n, ok, durs[n/2].Round(time.Millisecond), durs[n-1].Round(time.Millisecond))
+}
+
+// recovery returns, for the calls of gateway gw, when it recovered after
+// at: the end of the first successful call started after at after which
+// no call started failed (zero when there is none yet).
+func recovery(calls []call, gw string, at time.Time) time.Time {
+	var first time.Time
+	for _, c := range calls {
+		if c.gw != gw || c.start.Before(at) {
+			continue
+		}
+		switch {
+		case c.code != codes.OK:
+			first = time.Time{}
+		case first.IsZero():
+			first = c.end
+		}
+	}
+	return first
+}
+
+// okRate is the successful calls per second that started in [from, to).
+func okRate(calls []call, from, to time.Time) float64 {
+	n := 0
+	for _, c := range calls {
+		if c.code == codes.OK && !c.start.Before(from) && c.start.Before(to) {
+			n++
+		}
+	}
+	return float64(n) / to.Sub(from).Seconds()
+}
+
+// outcomes counts the codes of the calls in flight at some moment in [from, to].
+func outcomes(calls []call, from, to time.Time) map[codes.Code]int {
+	m := map[codes.Code]int{}
+	for _, c := range calls {
+		if c.start.Before(to) && c.end.After(from) {
+			m[c.code]++
+		}
+	}
+	return m
+}
+
+// retryable are the codes a call may end with when its topic moves or its
+// broker dies: the caller can try again.
+var retryable = []codes.Code{codes.OK, codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted}
+
+func TestFailover(t *testing.T) {
+	c := startCluster(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
+	// Two replicas of one Go SDK service, each looking topics up at a
+	// different broker first; they announce the echo tool on the
+	// persistent, compacted announcements topic.
+	const svcTopic = "cluster-echo"
+	reqTopic, respTopic := wire.RequestTopic(svcTopic), wire.ResponseTopic(svcTopic)
+	announce := &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "echo", Description: "echoes msg",
+		Arguments: []toolservice.Argument{{Name: "msg"}, {Name: "mode"}, {Name: "ms", Type: "number"}}}}}
+	svcCtx, svcCancel := context.WithCancel(context.Background())
+	var svcWG sync.WaitGroup
+	defer func() { svcCancel(); svcWG.Wait() }()
+	for i := range 2 {
+		svc, err := toolservice.New(toolservice.Config{ID: "cluster-echo", Topic: svcTopic, PulsarURL: c.serviceURL(i),
+			MaxConcurrency: 256, StopGrace: time.Second, Logger: log.With("service", i), Announce: announce}, echo.Handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcWG.Add(1)
+		go func() {
+			defer svcWG.Done()
+			if err := svc.Run(svcCtx); err != nil {
+				t.Errorf("echo service %d: %v", i, err)
+			}
+		}()
+	}
+	waitUntil(t, 60*time.Second, "both service replicas subscribed", func() bool { return c.consumers(reqTopic) >= 2 })
+
+	// Two gateways, each given a different broker first.
+	gws := []*gateway{startGateway(t, "A", c.serviceURL(0), log), startGateway(t, "B", c.serviceURL(1), log)}
+	for _, g := range gws {
+		waitUntil(t, 60*time.Second, "gateway "+g.name+" lists the announced echo tool", func() bool { return g.hasTool("echo") })
+	}
+	waitUntil(t, 60*time.Second, "both gateways subscribed to the response topic", func() bool { return c.consumers(respTopic) >= 2 })
+
+	spyClient, err := pulsar.NewClient(pulsar.ClientOptions{URL: c.serviceURL(0), ConnectionTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spyClient.Close()
+	spyCtx, spyCancel := context.WithCancel(context.Background())
+	var spyWG sync.WaitGroup
+	defer func() { spyCancel(); spyWG.Wait() }()
+	sp := &spy{seen: map[string]int{}, misrouted: map[string]int{}}
+	for _, g := range gws {
+		sp.run(spyCtx, t, spyClient, g, &spyWG)
+		waitUntil(t, 60*time.Second, "gateway "+g.name+" and the spy on its reply topic", func() bool { return c.consumers(wire.ReplyTopic(g.id)) >= 2 })
+		if out, err := g.invoke(t.Context(), map[string]any{"msg": "gw" + g.name + "-first"}); err != nil || out != "gw"+g.name+"-first" {
+			t.Fatalf("first call through gateway %s: %q %v", g.name, out, err)
+		}
+		if code, body := g.get("/readyz"); code != http.StatusOK {
+			t.Fatalf("gateway %s /readyz before the load: %d %s", g.name, code, body)
+		}
+	}
+
+	// Steady load through both gateways: per gateway two fast callers and
+	// one slow one.
+	rec := &recorder{}
+	loadCtx, loadCancel := context.WithCancel(context.Background())
+	var loadWG sync.WaitGroup
+	stopLoad := sync.OnceFunc(func() { loadCancel(); loadWG.Wait() })
+	defer stopLoad()
+	for _, g := range gws {
+		for w := range 3 {
+			loadWG.Add(1)
+			go func() { defer loadWG.Done(); load(loadCtx, g, w, w == 2, rec) }()
+		}
+	}
+	time.Sleep(3 * time.Second)
+	t.Logf("the first 3 s of load: %s", window(rec.snapshot(), time.Now().Add(-3*time.Second), time.Now()))
+
+	// (1) The bundles of tg/request and tg/response are unloaded to the
+	// other broker: the topics move under the load.
+	from, err := c.owner(reqTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := 1 - from
+	tUnload := time.Now()
+	c.place(t, "tg/request", reqTopic, to)
+	c.place(t, "tg/response", respTopic, to)
+	tMoved := time.Now()
+	for _, g := range gws {
+		waitUntil(t, 60*time.Second, "calls through gateway "+g.name+" succeed after the move", func() bool {
+			return !recovery(rec.snapshot(), g.name, tMoved).IsZero()
+		})
+	}
+	time.Sleep(2 * time.Second)
+	calls := rec.snapshot()
+	moveRecovery := max(recovery(calls, "A", tMoved).Sub(tUnload), recovery(calls, "B", tMoved).Sub(tUnload))
+	t.Logf("unload of tg/request and tg/response to broker%d took %s; calls in flight: %v; every gateway answering again %s after the unload",
+		to+1, tMoved.Sub(tUnload).Round(time.Millisecond), outcomes(calls, tUnload, tMoved), moveRecovery.Round(time.Millisecond))
+
+	// (2) Everything the calls use (request, response and reply topics, and
+	// the announcements) is put on one broker, which is then SIGKILLed.
+	victim, survivor := to, from
+	c.place(t, "tg/config", toolservice.DefaultAnnounceTopic, victim)
+	for _, topic := range []string{reqTopic, respTopic, wire.ReplyTopic(gws[0].id), wire.ReplyTopic(gws[1].id), toolservice.DefaultAnnounceTopic} {
+		if o, err := c.owner(topic); err != nil || o != victim {
+			t.Fatalf("before the kill, %s is owned by broker%d (%v), want broker%d", topic, o+1, err, victim+1)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	tKill := time.Now()
+	spyAtKill := [2]int{sp.count("A"), sp.count("B")}
+	t.Logf("the 3 s before the kill: %s", window(rec.snapshot(), tKill.Add(-3*time.Second), tKill))
+	c.kill(t, victim)
+	t.Logf("SIGKILLed broker%d, owner of the request, response, reply and announcement topics", victim+1)
+
+	var readyDuring []string
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		calls := rec.snapshot()
+		rA, rB := recovery(calls, "A", tKill), recovery(calls, "B", tKill)
+		if !rA.IsZero() && !rB.IsZero() && time.Since(rA) > 3*time.Second && time.Since(rB) > 3*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateways did not recover within 3 minutes of the kill (calls since: %v)", outcomes(calls, tKill, time.Now()))
+		}
+		if len(readyDuring) == 0 && time.Since(tKill) > 2*time.Second {
+			for _, g := range gws {
+				code, body := g.get("/readyz")
+				readyDuring = append(readyDuring, fmt.Sprintf("%s: %d %s", g.name, code, strings.TrimSpace(body)))
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	calls = rec.snapshot()
+	now := time.Now()
+	var ttr [2]time.Duration
+	for i, g := range gws {
+		ttr[i] = recovery(calls, g.name, tKill).Sub(tKill)
+	}
+	var failed int
+	var longest time.Duration
+	for _, cl := range calls {
+		if cl.start.After(tKill.Add(-callTimeout)) {
+			if cl.code != codes.OK {
+				failed++
+			}
+			if d := cl.end.Sub(cl.start); d > longest {
+				longest = d
+			}
+		}
+	}
+	before, after := okRate(calls, tKill.Add(-3*time.Second), tKill), okRate(calls, now.Add(-3*time.Second), now)
+	t.Logf("FAILOVER broker%d SIGKILLed: time to recovery A %s, B %s (metadata-store session timeout 10 s); calls since the kill: %v; "+
+		"failed %d, longest %s (deadline %s); throughput %.0f calls/s before, %.0f calls/s after",
+		victim+1, ttr[0].Round(time.Millisecond), ttr[1].Round(time.Millisecond), outcomes(calls, tKill, now), failed,
+		longest.Round(time.Millisecond), callTimeout, before, after)
+	t.Logf("the 3 s after recovery: %s", window(calls, now.Add(-3*time.Second), now))
+	t.Logf("/readyz 2 s into the outage: %s", strings.Join(readyDuring, "; "))
+
+	// The topics are the survivor's now, and the services and gateways
+	// are back on them without a restart.
+	for _, topic := range []string{reqTopic, respTopic, wire.ReplyTopic(gws[0].id), wire.ReplyTopic(gws[1].id)} {
+		if o, err := c.owner(topic); err != nil || o != survivor {
+			t.Errorf("after the kill, %s is owned by broker%d (%v), want broker%d", topic, o+1, err, survivor+1)
+		}
+	}
+	waitUntil(t, 30*time.Second, "both service replicas subscribed on the survivor", func() bool { return c.consumers(reqTopic) >= 2 })
+
+	// (3) A gateway started after the kill finds the announcement, kept
+	// on the bookie, through the survivor.
+	gC := startGateway(t, "C", c.serviceURL(survivor), log)
+	waitUntil(t, 60*time.Second, "gateway C (started after the kill) lists the announced echo tool", func() bool { return gC.hasTool("echo") })
+	waitUntil(t, 30*time.Second, "gateway C answers", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout+grace)
+		defer cancel()
+		out, err := gC.invoke(ctx, map[string]any{"msg": "gwC-after-kill"})
+		return err == nil && out == "gwC-after-kill"
+	})
+	loadWG.Add(1)
+	go func() { defer loadWG.Done(); load(loadCtx, gC, 0, false, rec) }()
+	time.Sleep(2 * time.Second)
+	stopLoad()
+
+	// (4) Every call ended by its deadline, each answer reached its own
+	// caller, and the reply topics carried only their gateway's replies.
+	calls = rec.snapshot()
+	perGW := map[string]int{}
+	var late, wrong int
+	for _, cl := range calls {
+		if cl.code == codes.OK {
+			perGW[cl.gw]++
+		}
+		if cl.late {
+			late++
+			if late <= 5 {
+				t.Errorf("a call through gateway %s started %s after the kill outlived its deadline (%s + %s grace): %v",
+					cl.gw, cl.start.Sub(tKill).Round(time.Millisecond), callTimeout, grace, cl.code)
+			}
+		}
+		if cl.wrong {
+			wrong++
+		}
+		if !slices.Contains(retryable, cl.code) {
+			t.Errorf("a call through gateway %s ended with %v: not a retryable outcome", cl.gw, cl.code)
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d calls were answered with another call's output", wrong)
+	}
+	sp.mu.Lock()
+	t.Logf("%d calls, %v successful per gateway, %d late, %d wrong; replies seen on the reply topics %v, misrouted %v",
+		len(calls), perGW, late, wrong, sp.seen, sp.misrouted)
+	for i, g := range gws {
+		if sp.seen[g.name] <= spyAtKill[i] {
+			t.Errorf("the spy saw no replies on gateway %s's reply topic after the kill (%d before it)", g.name, spyAtKill[i])
+		}
+	}
+	if len(sp.examples) > 0 {
+		t.Errorf("replies on another gateway's reply topic: %q", sp.examples)
+	}
+	sp.mu.Unlock()
+	if perGW["C"] == 0 {
+		t.Error("no call through gateway C succeeded")
+	}
+
+	for _, g := range append(gws, gC) {
+		if code, body := g.get("/readyz"); code != http.StatusOK || !strings.Contains(body, `"broker_connected":true`) || !strings.Contains(body, `"status":"ready"`) {
+			t.Errorf("gateway %s /readyz after the failover: %d %s", g.name, code, body)
+		}
+		total := g.metric(t, "toolgate_calls_total")
+		t.Logf("gateway %s metrics: toolgate_calls_total %.0f, toolgate_bridge_orphan_replies_total %.0f, toolgate_bridge_publish_errors_total %.0f",
+			g.name, total, g.metric(t, "toolgate_bridge_orphan_replies_total"), g.metric(t, "toolgate_bridge_publish_errors_total"))
+		if total < float64(perGW[g.name]) {
+			t.Errorf("gateway %s counts %.0f calls, fewer than the %d that succeeded through it", g.name, total, perGW[g.name])
+		}
+	}
+}

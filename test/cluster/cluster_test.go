@@ -186,8 +186,12 @@ func (c *pulsarCluster) owner(topic string) (int, error) {
 		}
 		err = json.NewDecoder(resp.Body).Decode(&r)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || err != nil {
-			last = fmt.Errorf("lookup of %s at broker%d: %s %v", topic, i+1, resp.Status, err)
+		if resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("lookup of %s at broker%d: %s", topic, i+1, resp.Status)
+			continue
+		}
+		if err != nil {
+			last = fmt.Errorf("lookup of %s at broker%d: %w", topic, i+1, err)
 			continue
 		}
 		for j := range 2 {

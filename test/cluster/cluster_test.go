@@ -47,7 +47,8 @@ func (c *pulsarCluster) brokerURL(i int) string {
 }
 
 // serviceURL names both brokers, broker first: a client looks topics up
-// at either, so it can still find the topics' new owner when one broker is
+// at either (pulsar-client-go starts at a random one of the list and goes
+// round it), so it can still find the topics' new owner when one broker is
 // gone (a URL with only the dead broker never could).
 func (c *pulsarCluster) serviceURL(first int) string {
 	return fmt.Sprintf("pulsar://127.0.0.1:%d,127.0.0.1:%d", c.brokerPorts[first], c.brokerPorts[1-first])

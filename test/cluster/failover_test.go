@@ -334,8 +334,8 @@ func TestFailover(t *testing.T) {
 	c := startCluster(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 
-	// Two replicas of one Go SDK service, each looking topics up at a
-	// different broker first; they announce the echo tool on the
+	// Two replicas of one Go SDK service, each given both brokers (a
+	// different one first); they announce the echo tool on the
 	// persistent, compacted announcements topic.
 	const svcTopic = "cluster-echo"
 	reqTopic, respTopic := wire.RequestTopic(svcTopic), wire.ResponseTopic(svcTopic)
@@ -374,7 +374,7 @@ tool:
 	}
 	startPythonJokes(t, c, c.serviceURL(1), pyTopic)
 
-	// Two gateways, each given a different broker first.
+	// Two gateways, each given both brokers, a different one first.
 	gws := []*gateway{startGateway(t, "A", c.serviceURL(0), registry, log), startGateway(t, "B", c.serviceURL(1), registry, log)}
 	for _, g := range gws {
 		waitUntil(t, 60*time.Second, "gateway "+g.name+" lists the announced echo tool", func() bool { return g.hasTool("echo") })

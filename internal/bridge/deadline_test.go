@@ -1,0 +1,47 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// stalled is a broker whose inline publish waits for the broker's
+// receipt until its context ends, as it does while the request topic's
+// broker fails over and the topic has no owner yet.
+type stalled struct{ *transport.Mem }
+
+func (s stalled) PublishInline(ctx context.Context, _ string, _ transport.Message, done func(error)) error {
+	<-ctx.Done()
+	done(ctx.Err())
+	return nil
+}
+
+// A call's own deadline (CallUntil) ends a publish that waits for the
+// broker, also when the caller's context lasts longer.
+func TestCallUntilDeadlineEndsAStalledPublish(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	b := bridge.New(stalled{m}, bridge.Options{})
+	t.Cleanup(b.Close)
+	target := bridge.Target{RequestTopic: wire.RequestTopic("stalled"), ResponseTopic: wire.ResponseTopic("stalled")}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // the caller's, far later than the call's own
+	defer cancel()
+	start := time.Now()
+	c, err := b.CallUntil(ctx, target, wire.Request{}, start.Add(200*time.Millisecond))
+	if err == nil {
+		defer c.Close()
+		_, err = c.Wait(ctx)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want deadline exceeded", err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the call ended %v after it started; its own deadline was 200ms", waited)
+	}
+}

@@ -20,12 +20,14 @@ import (
 )
 
 // answering is a broker that answers every request at once, inside
-// Publish, with replies (one message each, in order).
+// Publish, with replies (one message each, in order) on the request
+// topic's response topic.
 func answering(replies ...[]byte) *transporttest.Fake {
 	f := &transporttest.Fake{}
-	f.OnPublish = func(_ string, m transport.Message) error {
+	f.OnPublish = func(topic string, m transport.Message) error {
+		resp := strings.Replace(topic, "/request/", "/response/", 1)
 		for _, r := range replies {
-			f.Deliver(transport.Message{Payload: r, Properties: map[string]string{wire.PropID: m.Properties[wire.PropID]}})
+			f.DeliverTo(resp, transport.Message{Payload: r, Properties: map[string]string{wire.PropID: m.Properties[wire.PropID]}})
 		}
 		return nil
 	}

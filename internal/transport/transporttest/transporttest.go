@@ -20,8 +20,9 @@ type Fake struct {
 	OnPublish func(topic string, m transport.Message) error
 	Later     bool
 
-	mu sync.Mutex
-	h  transport.Handler
+	mu      sync.Mutex
+	h       transport.Handler
+	byTopic map[string]transport.Handler
 }
 
 var _ transport.Broker = (*Fake)(nil)
@@ -45,12 +46,28 @@ func (f *Fake) PublishAsync(ctx context.Context, topic string, m transport.Messa
 	return nil
 }
 
-// Subscribe keeps h as the handler Deliver calls.
-func (f *Fake) Subscribe(_ context.Context, _, _ string, _ transport.SubscriptionType, h transport.Handler) (transport.Subscription, error) {
+// Subscribe keeps h as the handler Deliver calls, and as topic's for
+// DeliverTo.
+func (f *Fake) Subscribe(_ context.Context, topic, _ string, _ transport.SubscriptionType, h transport.Handler) (transport.Subscription, error) {
 	f.mu.Lock()
 	f.h = h
+	if f.byTopic == nil {
+		f.byTopic = map[string]transport.Handler{}
+	}
+	f.byTopic[topic] = h
 	f.mu.Unlock()
 	return noSub{}, nil
+}
+
+// DeliverTo hands m to the handler of the last subscription to topic, as a
+// reply arriving there would; without one it is dropped.
+func (f *Fake) DeliverTo(topic string, m transport.Message) {
+	f.mu.Lock()
+	h := f.byTopic[topic]
+	f.mu.Unlock()
+	if h != nil {
+		h(m)
+	}
 }
 
 // Deliver hands m to the last subscription's handler, as a reply arriving

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -64,10 +65,12 @@ func (a *api) toolVerb(w http.ResponseWriter, r *http.Request) {
 // serveInvoke serves InvokeTool: the output answered as
 // {"output": "...", "output_json": ...}.
 func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, name string) {
+	if !acceptJSON(w, r) {
+		return
+	}
 	c := newCall(r, toolcall.OpInvoke)
 	c.Name = name
-	if err := decodeCall(r.Body, c); err != nil {
-		a.httpError(r.Context(), w, r, err)
+	if !a.readCall(w, r, c) {
 		return
 	}
 	res, err := a.opts.Handler(r.Context(), c, nil)
@@ -100,6 +103,9 @@ func appendInvokeResponse(b []byte, output string) []byte {
 }
 
 func (a *api) listTools(w http.ResponseWriter, r *http.Request) {
+	if !acceptJSON(w, r) {
+		return
+	}
 	c := newCall(r, toolcall.OpListTools)
 	if err := pageParams(r, c); err != nil {
 		a.httpError(r.Context(), w, r, err)
@@ -112,6 +118,9 @@ func (a *api) listTools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) getTool(w http.ResponseWriter, r *http.Request) {
+	if !acceptJSON(w, r) {
+		return
+	}
 	name := r.PathValue("name")
 	if _, verb := splitVerb(name); verb != "" {
 		notAllowed(w, r, http.MethodPost)
@@ -126,6 +135,9 @@ func (a *api) getTool(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) listServices(w http.ResponseWriter, r *http.Request) {
+	if !acceptJSON(w, r) {
+		return
+	}
 	c := newCall(r, toolcall.OpListServices)
 	if err := pageParams(r, c); err != nil {
 		a.httpError(r.Context(), w, r, err)
@@ -138,6 +150,9 @@ func (a *api) listServices(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) getService(w http.ResponseWriter, r *http.Request) {
+	if !acceptJSON(w, r) {
+		return
+	}
 	c := newCall(r, toolcall.OpGetService)
 	c.Name = r.PathValue("id")
 	res, err := a.run(w, r, c)
@@ -167,38 +182,61 @@ func (a *api) writeMessage(w http.ResponseWriter, r *http.Request, m proto.Messa
 }
 
 // pageParams reads page_size and page_token (or their JSON names) from
-// the query.
+// the query. Each may be given once; page_size is a whole number.
 func pageParams(r *http.Request, c *toolcall.Call) error {
 	q := r.URL.Query()
-	get := func(a, b string) string {
-		if v := q.Get(a); v != "" {
-			return v
+	get := func(name, jsonName string) (string, bool, error) {
+		vs := slices.Concat(q[name], q[jsonName])
+		switch len(vs) {
+		case 0:
+			return "", false, nil
+		case 1:
+			return vs[0], true, nil
 		}
-		return q.Get(b)
+		return "", false, status.Errorf(codes.InvalidArgument, "%s is given %d times; give it once", name, len(vs))
 	}
-	if v := get("page_size", "pageSize"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 32)
+	size, ok, err := get("page_size", "pageSize")
+	if err != nil {
+		return err
+	}
+	if ok {
+		n, err := strconv.ParseInt(size, 10, 32)
 		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "page_size %q is not a whole number", v)
+			return status.Errorf(codes.InvalidArgument, "page_size %q is not a whole number", size)
 		}
 		c.PageSize = int32(n)
 	}
-	c.PageToken = get("page_token", "pageToken")
-	return nil
+	token, _, err := get("page_token", "pageToken")
+	c.PageToken = token
+	return err
 }
 
 func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
 	runtime.HTTPError(ctx, a.gw, a.m, w, r, err)
 }
 
+// readCall reads the body of an invoke or stream request into c; when it
+// cannot, it answers the error and returns false.
+func (a *api) readCall(w http.ResponseWriter, r *http.Request, c *toolcall.Call) bool {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return false
+	}
+	if !checkBodyType(w, r, data) {
+		return false
+	}
+	if err := decodeCall(data, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return false
+	}
+	return true
+}
+
 // decodeCall reads an invoke or stream body into c: the arguments as they
 // are, the timeout. The common body takes one pass over the text; a body
 // it cannot read is decoded in full to say what is wrong with it.
-func decodeCall(body io.Reader, c *toolcall.Call) error {
-	data, err := io.ReadAll(body)
-	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
+func decodeCall(data []byte, c *toolcall.Call) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil // an empty body is an empty request
 	}

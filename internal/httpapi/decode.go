@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/toolgate/toolgate/internal/jsontext"
+	"github.com/toolgate/toolgate/internal/openapi31"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -73,8 +76,13 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 		return false, nil
 	}
 	for _, m := range members {
+		switch string(m.Key) {
+		case "arguments", "timeout", "name":
+		default:
+			return false, nil // unknown, even when null
+		}
 		if string(m.Value) == "null" {
-			continue
+			continue // not set
 		}
 		switch string(m.Key) {
 		case "arguments":
@@ -89,15 +97,13 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 			}
 			d, err := parseDuration(string(s[1 : len(s)-1]))
 			if err != nil {
-				return false, nil
+				return false, fmt.Errorf("%s; %s is not one", timeoutHint, s)
 			}
 			c.Timeout, c.TimeoutSet = d, true
 		case "name":
 			if m.Value[0] != '"' {
 				return false, nil
 			}
-		default:
-			return false, nil
 		}
 	}
 	return true, nil
@@ -199,15 +205,21 @@ func diagnose(data []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
 	return out, nil
 }
 
-// parseDuration accepts Go durations ("200ms", "1m30s") and protobuf's
-// seconds form ("0.2s"), both non-negative.
+// durationRE is what a "timeout" may be: the pattern the OpenAPI
+// document gives it.
+var durationRE = regexp.MustCompile(openapi31.DurationPattern)
+
+// parseDuration accepts what the OpenAPI document says a timeout is: Go
+// durations ("200ms", "1m30s") and protobuf's seconds form ("0.2s"), of a
+// nanosecond or more. A duration longer than time.Duration holds is the
+// longest one (the core caps it at its MaxTimeout).
 func parseDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
-		return 0, err
+	if !durationRE.MatchString(s) {
+		return 0, errors.New("not a duration")
 	}
-	if d < 0 {
-		return 0, errors.New("negative")
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return math.MaxInt64, nil // the pattern admits only overflow here
 	}
 	return d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -216,8 +217,15 @@ func TestRequestBodies(t *testing.T) {
 		{"arguments only", ` {"arguments": {"msg": "hi", "n": 3, "o": {"x": [true, null]}}} `, 200, "", 0, `{"msg": "hi", "n": 3, "o": {"x": [true, null]}}`},
 		{"fractions go the full way", `{"arguments": {"n": 1.5, "big": 1e300}, "name": "ignored"}`, 200, "", 0, `{"n": 1.5, "big": 1e300}`},
 		{"null arguments", `{"arguments": null}`, 200, "", 0, ``},
+		{"null timeout", `{"timeout": null, "arguments": {}}`, 200, "", 0, `{}`},
+		{"unknown null member", `{"": null}`, 400, `unknown field ""`, 0, ""},
 		{"bad duration", `{"timeout": "later"}`, 400, `"timeout" must be a duration such as "5s", "0.2s" or "200ms"; "later" is not one`, 0, ""},
 		{"negative Go duration", `{"timeout": "-1ms"}`, 400, `"timeout" must be a duration`, 0, ""},
+		{"zero duration", `{"timeout": "0s"}`, 400, `"timeout" must be a duration`, 0, ""},
+		{"less than a nanosecond", `{"timeout": "0.1ns"}`, 400, `"timeout" must be a duration`, 0, ""},
+		{"spaces around a duration", `{"timeout": " 5s"}`, 400, `"timeout" must be a duration`, 0, ""},
+		{"a nanosecond", `{"timeout": "0m1ns"}`, 200, "", time.Nanosecond, ``},
+		{"longer than time.Duration holds", `{"timeout": "99999999999999h"}`, 200, "", math.MaxInt64, ``},
 		{"number duration", `{"timeout": 3}`, 400, `as a JSON string`, 0, ""},
 		{"array arguments", `{"arguments": ["a"]}`, 400, `"arguments" must be a JSON object, such as {"topic": "cats"}, not an array`, 0, ""},
 		{"string arguments", `{"arguments": "a"}`, 400, `not a string`, 0, ""},
@@ -320,6 +328,16 @@ func TestStreamFormatNegotiation(t *testing.T) {
 		{"text/*", true, true},
 		{"application/xml", false, false},
 		{"text/event-stream;q=0", false, false},
+		// Equal weights: the first the header names.
+		{"application/x-ndjson, text/event-stream", false, true},
+		{"text/event-stream, application/x-ndjson", true, true},
+		{"application/x-ndjson, text/event-stream, application/json", false, true},
+		// A range that names a type exactly outranks a wildcard.
+		{"*/*, text/event-stream", true, true},
+		{"application/*", false, true},
+		{"application/x-ndjson;q=0, */*", true, true},
+		{"text/html", false, false},
+		{"not a media type", false, false},
 	}
 	for _, tc := range tests {
 		sse, ok := streamFormat(tc.accept)
@@ -498,6 +516,92 @@ func TestArgumentsExactly(t *testing.T) {
 		f.mu.Unlock()
 		if got != args {
 			t.Errorf("arguments %s, want %s exactly", got, args)
+		}
+	}
+}
+
+// TestMediaTypes: one Accept rule for every API endpoint (406 with a
+// Status and ErrorInfo when it allows nothing the endpoint answers), and
+// 415 for a body that says it is not JSON.
+func TestMediaTypes(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &fakeService{chunks: 1}, nil)
+	tests := []struct {
+		name, method, path, body string
+		hdr                      []string
+		code                     int
+		reason                   string // of the ErrorInfo
+		contentType              string // of a 200
+	}{
+		{"invoke, no Accept", "POST", "/v1/tools/x:invoke", `{}`, nil, 200, "", "application/json"},
+		{"invoke, browser Accept", "POST", "/v1/tools/x:invoke", `{}`, []string{"Accept", "text/html,application/xhtml+xml,*/*;q=0.8"}, 200, "", "application/json"},
+		{"invoke, HTML only", "POST", "/v1/tools/x:invoke", `{}`, []string{"Accept", "text/html"}, 406, "NOT_ACCEPTABLE", ""},
+		{"stream, HTML only", "POST", "/v1/tools/x:stream", `{}`, []string{"Accept", "text/html"}, 406, "NOT_ACCEPTABLE", ""},
+		{"invoke, NDJSON only", "POST", "/v1/tools/x:invoke", `{}`, []string{"Accept", "application/x-ndjson"}, 406, "NOT_ACCEPTABLE", ""},
+		{"list, HTML only", "GET", "/v1/tools", ``, []string{"Accept", "text/html"}, 406, "NOT_ACCEPTABLE", ""},
+		{"stream, generated clients' Accept", "POST", "/v1/tools/x:stream", `{}`, []string{"Accept", "application/x-ndjson, text/event-stream"}, 200, "", "application/x-ndjson"},
+		{"JSON body", "POST", "/v1/tools/x:invoke", `{"arguments": {}}`, []string{"Content-Type", "application/json; charset=utf-8"}, 200, "", "application/json"},
+		{"+json body", "POST", "/v1/tools/x:invoke", `{"arguments": {}}`, []string{"Content-Type", "application/merge-patch+json"}, 200, "", "application/json"},
+		{"curl -d with JSON", "POST", "/v1/tools/x:invoke", `{"arguments": {}}`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 200, "", "application/json"},
+		{"fetch with a JSON string", "POST", "/v1/tools/x:stream", `{"arguments": {}}`, []string{"Content-Type", "text/plain;charset=UTF-8"}, 200, "", "application/x-ndjson"},
+		{"form body", "POST", "/v1/tools/x:invoke", `topic=cats`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"form body, stream", "POST", "/v1/tools/x:stream", `topic=cats`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"XML body", "POST", "/v1/tools/x:invoke", `{"arguments": {}}`, []string{"Content-Type", "application/xml"}, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"multipart without boundary", "POST", "/v1/tools/x:invoke", ``, []string{"Content-Type", "multipart/form-data"}, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"unknown verb", "POST", "/v1/tools/x:call", `{}`, nil, 404, "ROUTE_NOT_FOUND", ""},
+	}
+	for _, tc := range tests {
+		resp, raw := do(t, srv, tc.method, tc.path, tc.body, tc.hdr...)
+		if resp.StatusCode != tc.code {
+			t.Errorf("%s: HTTP %d %s, want %d", tc.name, resp.StatusCode, raw, tc.code)
+			continue
+		}
+		if tc.code == 200 {
+			if ct := resp.Header.Get("Content-Type"); ct != tc.contentType {
+				t.Errorf("%s: Content-Type %q, want %q", tc.name, ct, tc.contentType)
+			}
+			continue
+		}
+		var st struct {
+			Code    int
+			Message string
+			Details []struct {
+				Type   string `json:"@type"`
+				Reason string
+				Domain string
+			}
+		}
+		if err := json.Unmarshal(raw, &st); err != nil || st.Code != int(codes.InvalidArgument) && st.Code != int(codes.NotFound) || st.Message == "" {
+			t.Errorf("%s: body %s is not a Status (%v)", tc.name, raw, err)
+			continue
+		}
+		if len(st.Details) != 1 || st.Details[0].Reason != tc.reason || st.Details[0].Domain != ErrorDomain {
+			t.Errorf("%s: details %+v, want ErrorInfo %s", tc.name, st.Details, tc.reason)
+		}
+	}
+}
+
+func TestPageParams(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, &fakeService{}, nil)
+	for _, tc := range []struct {
+		query string
+		code  int
+	}{
+		{"", 200},
+		{"?page_size=5&page_token=abc", 200},
+		{"?pageSize=5&pageToken=abc", 200},
+		{"?page_token=", 200},
+		{"?page_size=", 400},
+		{"?page_size=x", 400},
+		{"?page_size=99999999999", 400},
+		{"?page_size=&page_size=x", 400},
+		{"?page_size=1&pageSize=2", 400},
+		{"?page_token=a&page_token=b", 400},
+	} {
+		resp, raw := do(t, srv, "GET", "/v1/tools"+tc.query, "")
+		if resp.StatusCode != tc.code {
+			t.Errorf("GET /v1/tools%s: HTTP %d %s, want %d", tc.query, resp.StatusCode, raw, tc.code)
 		}
 	}
 }

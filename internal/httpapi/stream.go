@@ -3,10 +3,8 @@ package httpapi
 import (
 	"context"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,44 +21,13 @@ const (
 	ContentTypeSSE    = "text/event-stream"
 )
 
-// streamFormat picks the response format from Accept: SSE when the caller
-// asks for text/event-stream, NDJSON otherwise; ok is false when Accept
-// names only types this endpoint cannot produce.
+// streamFormat picks the response format from Accept (negotiate):
+// NDJSON, the default, or SSE; application/json, which generated clients
+// send when errors are JSON, takes NDJSON. ok is false when Accept allows
+// neither.
 func streamFormat(accept string) (sse bool, ok bool) {
-	if strings.TrimSpace(accept) == "" {
-		return false, true
-	}
-	best, bestQ := "", -1.0
-	for _, part := range strings.Split(accept, ",") {
-		mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-		if err != nil {
-			continue
-		}
-		q := 1.0
-		if s, ok := params["q"]; ok {
-			if f, err := strconv.ParseFloat(s, 64); err == nil {
-				q = f
-			}
-		}
-		if q <= 0 {
-			continue
-		}
-		switch mt {
-		case ContentTypeSSE, ContentTypeNDJSON, "application/json", "application/*", "*/*", "text/*":
-		default:
-			continue
-		}
-		if q > bestQ || (q == bestQ && mt == ContentTypeSSE) {
-			best, bestQ = mt, q
-		}
-	}
-	switch best {
-	case "":
-		return false, false
-	case ContentTypeSSE, "text/*":
-		return true, true
-	}
-	return false, true
+	mt, ok := negotiate(accept, ContentTypeNDJSON, ContentTypeSSE, mediaJSON)
+	return mt == ContentTypeSSE, ok
 }
 
 // serveStream serves StreamTool: each chunk is written and flushed as it
@@ -69,14 +36,12 @@ func (a *api) serveStream(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := r.Context()
 	sse, ok := streamFormat(r.Header.Get("Accept"))
 	if !ok {
-		a.httpError(ctx, w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusNotAcceptable,
-			Err: status.Errorf(codes.InvalidArgument, "this endpoint answers %s (the default) or %s; the Accept header asks for neither", ContentTypeNDJSON, ContentTypeSSE)})
+		notAcceptable(w, r, ContentTypeNDJSON, ContentTypeSSE)
 		return
 	}
 	c := newCall(r, toolcall.OpStream)
 	c.Name = name
-	if err := decodeCall(r.Body, c); err != nil {
-		a.httpError(ctx, w, r, err)
+	if !a.readCall(w, r, c) {
 		return
 	}
 	s := &httpStream{ctx: ctx, w: w, rc: http.NewResponseController(w), sse: sse, call: c,

@@ -38,12 +38,12 @@ const operationPrefix = "ToolService_"
 // Every operation of the input must have an entry, so a new RPC cannot reach
 // the document without its errors.
 var opErrors = map[string][]int{
-	"ListTools":        {400, 401, 403, 405, 429, 500, 503},
-	"GetTool":          {401, 403, 404, 405, 429, 500, 503},
-	"InvokeTool":       {400, 401, 403, 404, 405, 413, 429, 500, 503, 504},
-	"StreamTool":       {400, 401, 403, 404, 405, 413, 429, 500, 503, 504},
-	"ListToolServices": {400, 401, 403, 405, 429, 500, 503},
-	"GetToolService":   {401, 403, 404, 405, 429, 500, 503},
+	"ListTools":        {400, 401, 403, 405, 406, 429, 500, 503},
+	"GetTool":          {401, 403, 404, 405, 406, 429, 500, 503},
+	"InvokeTool":       {400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503, 504},
+	"StreamTool":       {400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503, 504},
+	"ListToolServices": {400, 401, 403, 405, 406, 429, 500, 503},
+	"GetToolService":   {401, 403, 404, 405, 406, 429, 500, 503},
 }
 
 // streamOps are the server-streaming operations.
@@ -71,6 +71,7 @@ func Convert(v2 []byte) ([]byte, error) {
 
 	out := obj("openapi", Version)
 	out.Set("info", convertInfo(src.Obj("info")))
+	out.Set("servers", servers())
 	if tags, ok := src.Get("tags"); ok {
 		out.Set("tags", tags)
 	}
@@ -111,6 +112,61 @@ func Convert(v2 []byte) ([]byte, error) {
 	}
 	ind.WriteByte('\n')
 	return ind.Bytes(), nil
+}
+
+// servers is the document's one server: a gateway's HTTP listener, by
+// default the --http-addr a gateway starts with. Generated clients take
+// their base URL from it; every client can be given another.
+func servers() []any {
+	return []any{obj(
+		"url", "{scheme}://{host}",
+		"description", "A toolgate gateway's HTTP listener (--http-addr).",
+		"variables", obj(
+			"scheme", obj("default", "http", "enum", []any{"http", "https"}),
+			"host", obj("default", DefaultHost, "description", "host:port of the gateway's HTTP listener."),
+		),
+	)}
+}
+
+// DefaultHost is the host:port of the document's server: the gateway's
+// default --http-addr.
+const DefaultHost = "127.0.0.1:8081"
+
+// PageTokenPattern is what a page_token is: unpadded base64url in its
+// canonical form (the unused bits of the last character are zero). The
+// gateway answers INVALID_ARGUMENT to any other token; a token of this form
+// that names no item is a page past it.
+const PageTokenPattern = `^(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2}[AEIMQUYcgkosw048]|[A-Za-z0-9_-][AQgw])?$`
+
+// DurationPattern is what a call's "timeout" is: one or more components of
+// digits (with an optional fraction) and a unit — h, m, s, ms, us or ns —
+// at least one of them worth a nanosecond or more. It takes protobuf's JSON
+// form ("5s", "0.25s") and Go's ("200ms", "1m30s"), never a sign, spaces or
+// a duration of zero; the gateway answers INVALID_ARGUMENT to anything
+// else. Durations too long for the gateway are its --max-timeout.
+const DurationPattern = `^(?:` + anyComponent + `)*(?:` + nonZeroComponent + `)(?:` + anyComponent + `)*$`
+
+const (
+	anyComponent     = `[0-9]+(?:\.[0-9]+)?(?:h|m|s|ms|us|ns)`
+	nonZeroComponent = nonZeroNumber + `(?:h|m|s|ms|us|ns)|` +
+		// A fraction alone is worth a nanosecond when its first non-zero
+		// digit is within the unit's nanoseconds.
+		`[0-9]+\.0{0,8}[1-9][0-9]*(?:h|m|s)|` +
+		`[0-9]+\.0{0,5}[1-9][0-9]*ms|` +
+		`[0-9]+\.0{0,2}[1-9][0-9]*us`
+	nonZeroNumber = `[0-9]*[1-9][0-9]*(?:\.[0-9]+)?`
+)
+
+// patchParam adds to a query parameter's schema the bounds the gateway
+// enforces.
+func patchParam(name string, schema *Object) {
+	switch name {
+	case "page_size":
+		schema.Set("minimum", 0)
+		schema.Set("maximum", 2147483647)
+	case "page_token":
+		schema.Set("pattern", PageTokenPattern)
+	}
 }
 
 func convertInfo(in *Object) *Object {
@@ -209,12 +265,16 @@ func convertOperation(method, path string, op *Object) (*Object, string, error) 
 			}
 			req, _ := p.Get("required")
 			np.Set("required", in == "path" || req == true)
+			patchParam(p.Str("name"), schema)
 			np.Set("schema", schema)
 			outParams = append(outParams, np)
 		case "body":
 			schema, _ := p.Get("schema")
+			// Not required: every member of a call's body is optional, and
+			// an empty body is an empty request (a tool without arguments
+			// is called with a bare POST), as grpc-gateway has it.
 			out.Set("requestBody", obj(
-				"required", true,
+				"required", false,
 				"content", obj(mediaJSON, obj("schema", convertSchema(schema))),
 			))
 		default:
@@ -259,18 +319,25 @@ func convertOperation(method, path string, op *Object) (*Object, string, error) 
 const streamDescription = `StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives.
 The Accept header chooses the format of a successful answer:
 
-- ` + "`application/x-ndjson`" + ` (the default, also for ` + "`*/*`" + ` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a ` + "`code`" + ` member; a chunk never does).
+- ` + "`application/x-ndjson`" + ` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a ` + "`code`" + ` member; a chunk never does).
 - ` + "`text/event-stream`" + ` (server-sent events): every chunk is an event ` + "`chunk`" + ` whose data is a StreamToolResponse; the stream ends with an event ` + "`done`" + ` (data ` + "`{}`" + `) or with an event ` + "`error`" + ` whose data is a Status. Idle streams get comment lines ` + "`: keep-alive`" + `.
 
-An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.`
+An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.`
 
 func streamResponse() *Object {
 	return obj(
 		"description", "The answer, chunk by chunk, in the format the Accept header asks for.",
 		"content", obj(
+			// The schema and examples are of one line: a JSON value each.
 			MediaNDJSON, obj(
 				"schema", obj("$ref", "#/components/schemas/StreamLine"),
-				"example", `{"output":"0,","index":"0","last":false}`+"\n"+`{"output":"1","index":"1","last":true}`+"\n",
+				"examples", obj(
+					"chunk", obj("summary", "A chunk (one line; the next chunk is the next line)",
+						"value", obj("output", "0,", "index", "0", "last", false)),
+					"last", obj("summary", "The last chunk", "value", obj("output", "1", "index", "1", "last", true)),
+					"error", obj("summary", "The last line of a stream that failed after its first chunk",
+						"value", statusExample(4, "deadline exceeded", nil)),
+				),
 			),
 			MediaSSE, obj(
 				"schema", obj(
@@ -310,8 +377,17 @@ var errorKinds = map[int]errorKind{
 	405: {name: "MethodNotAllowed", description: "The path exists but not with this HTTP method; `Allow` lists the methods it takes.",
 		example: statusExample(12, "Method Not Allowed", nil),
 		headers: obj("Allow", obj("description", "The methods the path takes.", "schema", obj("type", "string"), "example", "POST"))},
+	406: {name: "NotAcceptable", description: "INVALID_ARGUMENT: the Accept header allows no media type the operation answers " +
+		"(`application/json`; for StreamTool `application/x-ndjson` or `text/event-stream`). ErrorInfo reason `NOT_ACCEPTABLE`.",
+		example: statusExample(3, "this endpoint answers application/json; the Accept header does not allow it", obj(
+			"@type", typeErrorInfo, "reason", "NOT_ACCEPTABLE", "domain", "toolgate", "metadata", obj("accept", "text/html")))},
 	413: {name: "ContentTooLarge", description: "RESOURCE_EXHAUSTED: the request body is larger than the gateway's --max-body-bytes.",
 		example: statusExample(8, "request body larger than 1048576 bytes", nil)},
+	415: {name: "UnsupportedMediaType", description: "INVALID_ARGUMENT: the request body is not JSON: send it with " +
+		"`Content-Type: application/json` (or none). ErrorInfo reason `UNSUPPORTED_MEDIA_TYPE`.",
+		example: statusExample(3, "the request body must be JSON (Content-Type: application/json), not application/x-www-form-urlencoded", obj(
+			"@type", typeErrorInfo, "reason", "UNSUPPORTED_MEDIA_TYPE", "domain", "toolgate",
+			"metadata", obj("content_type", "application/x-www-form-urlencoded")))},
 	429: {name: "TooManyRequests", description: "RESOURCE_EXHAUSTED: the caller's rate limit, or the gateway's bound on calls in flight. " +
 		"Retry after `Retry-After` seconds; the RetryInfo detail has the same delay.",
 		example: statusExample(8, "rate limit exceeded", obj("@type", typeRetryInfo, "retry_delay", "1s")),
@@ -431,6 +507,9 @@ func patchSchemas(s *Object) error {
 		if err != nil {
 			return err
 		}
+		// null is "not set", as in protobuf's JSON mapping; clients that
+		// write every member (Jackson, System.Text.Json) send it.
+		args.Set("type", []any{"object", "null"})
 		args.Set("additionalProperties", true)
 		args.Set("examples", []any{obj("topic", "programming")})
 		timeout, err := prop(body, name, "timeout")
@@ -439,6 +518,8 @@ func patchSchemas(s *Object) error {
 		}
 		timeout.Set("description", unwrap(timeout.Str("description"))+" "+durationText)
 		timeout.Set("examples", []any{"5s", "200ms", "1m30s", "0.25s"})
+		timeout.Set("type", []any{"string", "null"})
+		timeout.Set("pattern", DurationPattern)
 		// The gateway rejects unknown members (400).
 		body.Set("additionalProperties", false)
 	}
@@ -486,6 +567,10 @@ func patchSchemas(s *Object) error {
 	idx.Set("pattern", "^[0-9]+$")
 	idx.Set("examples", []any{"0"})
 	chunk.Set("required", []any{"output", "index", "last"})
+	// A chunk and a Status share no member, and neither takes members of
+	// the other: a client tells the lines of a stream apart by their
+	// members (a Status has "code").
+	chunk.Set("additionalProperties", false)
 
 	if _, err := need("Status"); err != nil {
 		return err
@@ -511,7 +596,7 @@ func patchSchemas(s *Object) error {
 	s.Set("StreamLine", obj(
 		"description", "One line of an `application/x-ndjson` StreamTool answer: a StreamToolResponse, "+
 			"or, as the last line of a stream that failed after its first chunk, a Status.",
-		"anyOf", []any{obj("$ref", "#/components/schemas/StreamToolResponse"), obj("$ref", "#/components/schemas/Status")},
+		"oneOf", []any{obj("$ref", "#/components/schemas/StreamToolResponse"), obj("$ref", "#/components/schemas/Status")},
 	))
 	return nil
 }
@@ -532,6 +617,7 @@ func statusSchema() *Object {
 				"items", obj("$ref", "#/components/schemas/StatusDetail")),
 		),
 		"required", []any{"code", "message"},
+		"additionalProperties", false,
 	)
 }
 

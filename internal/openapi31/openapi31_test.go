@@ -2,9 +2,11 @@ package openapi31
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -155,13 +157,14 @@ func TestOperations(t *testing.T) {
 				}
 			}
 			if strings.HasPrefix(path, "/v1/tools/{name}:") {
-				for _, c := range []string{"400", "404", "413", "504"} {
+				for _, c := range []string{"400", "404", "406", "413", "415", "504"} {
 					if _, ok := rs[c]; !ok {
 						t.Errorf("%s: no %s response", id, c)
 					}
 				}
-				if at(t, op, "requestBody", "required") != true {
-					t.Errorf("%s: body not required", id)
+				// An empty body is an empty request.
+				if at(t, op, "requestBody", "required") != false {
+					t.Errorf("%s: body required", id)
 				}
 			}
 		}
@@ -196,9 +199,33 @@ func TestStreamResponse(t *testing.T) {
 	if ref := at(t, content, MediaNDJSON, "schema", "$ref"); ref != "#/components/schemas/StreamLine" {
 		t.Errorf("ndjson schema %v", ref)
 	}
-	line := at(t, doc, "components", "schemas", "StreamLine", "anyOf").([]any)
+	line := at(t, doc, "components", "schemas", "StreamLine", "oneOf").([]any)
 	if len(line) != 2 || at(t, line[0], "$ref") != "#/components/schemas/StreamToolResponse" || at(t, line[1], "$ref") != "#/components/schemas/Status" {
 		t.Errorf("StreamLine = %v", line)
+	}
+	// The two shapes of a line are disjoint: each requires members the
+	// other does not allow.
+	shapes := map[string]map[string]any{}
+	for _, name := range []string{"StreamToolResponse", "Status"} {
+		shape := at(t, doc, "components", "schemas", name).(map[string]any)
+		if shape["additionalProperties"] != false {
+			t.Errorf("%s allows members it does not declare", name)
+		}
+		shapes[name] = shape
+	}
+	for a, b := range map[string]string{"StreamToolResponse": "Status", "Status": "StreamToolResponse"} {
+		props := shapes[b]["properties"].(map[string]any)
+		for _, r := range shapes[a]["required"].([]any) {
+			if _, ok := props[r.(string)]; ok {
+				t.Errorf("%s's required member %v is a member of %s too", a, r, b)
+			}
+		}
+	}
+	// Examples are values of the schema (one line each), not text.
+	for name, ex := range at(t, content, MediaNDJSON, "examples").(map[string]any) {
+		if _, ok := at(t, ex, "value").(map[string]any); !ok {
+			t.Errorf("ndjson example %s is not a JSON object", name)
+		}
 	}
 	desc := at(t, doc, "paths", "/v1/tools/{name}:stream", "post", "description").(string)
 	for _, w := range []string{"event `chunk`", "event `done`", "event `error`", "keep-alive", "application/x-ndjson"} {
@@ -212,15 +239,19 @@ func TestTimeoutAndArguments(t *testing.T) {
 	_, doc := converted(t)
 	for _, body := range []string{"InvokeToolBody", "StreamToolBody"} {
 		timeout := at(t, doc, "components", "schemas", body, "properties", "timeout")
-		if at(t, timeout, "type") != "string" {
-			t.Errorf("%s.timeout type %v", body, at(t, timeout, "type"))
+		// null is "not set", as protobuf's JSON mapping has it.
+		if ty := at(t, timeout, "type").([]any); !slices.Equal(ty, []any{"string", "null"}) {
+			t.Errorf("%s.timeout type %v", body, ty)
+		}
+		if at(t, timeout, "pattern") != DurationPattern {
+			t.Errorf("%s.timeout has no pattern", body)
 		}
 		ex := at(t, timeout, "examples").([]any)
 		if !slices.Contains(ex, any("5s")) || !slices.Contains(ex, any("200ms")) {
 			t.Errorf("%s.timeout examples %v", body, ex)
 		}
 		args := at(t, doc, "components", "schemas", body, "properties", "arguments")
-		if at(t, args, "type") != "object" || at(t, args, "additionalProperties") != true {
+		if ty := at(t, args, "type").([]any); !slices.Equal(ty, []any{"object", "null"}) || at(t, args, "additionalProperties") != true {
 			t.Errorf("%s.arguments = %v", body, args)
 		}
 		if at(t, doc, "components", "schemas", body, "additionalProperties") != false {
@@ -308,4 +339,75 @@ func TestObjectKeepsOrder(t *testing.T) {
 func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
+}
+
+func TestPatterns(t *testing.T) {
+	for _, c := range []struct {
+		pattern string
+		good    []string
+		bad     []string
+	}{
+		{DurationPattern,
+			[]string{"5s", "0.25s", "200ms", "1m30s", "1m0s", "1h", "1ns", "0.000000001s", "0.001us", "0.000001ms", "0s1ns", "1.5ns", "99999999999999999999h"},
+			[]string{"", "0s", "0ms0s", "0.1ns", "0.0000000001s", "0.0001us", "-5s", "+5s", " 5s", "5s ", "5s\n", "5", "5 s", ".5s", "5.s", "5d", "1e3s", "zzz"}},
+		{PageTokenPattern,
+			[]string{"", "ZWNobw", "dGVsbC1qb2tl", "YQ", "YWI", "_-_-"},
+			[]string{"zzz", "z", "YR", "YWJ", "ZWNobw==", "ab+/", "ab\n", "a b"}},
+	} {
+		re := regexp.MustCompile(c.pattern)
+		for _, s := range c.good {
+			if !re.MatchString(s) {
+				t.Errorf("%s does not match %q", c.pattern, s)
+			}
+		}
+		for _, s := range c.bad {
+			if re.MatchString(s) {
+				t.Errorf("%s matches %q", c.pattern, s)
+			}
+		}
+	}
+	// Every string the token pattern takes is a token base64url decodes
+	// strictly, and the other way round (checked over short strings).
+	re := regexp.MustCompile(PageTokenPattern)
+	alphabet := "AQgwzY_-="
+	var walk func(s string)
+	walk = func(s string) {
+		_, err := base64.RawURLEncoding.Strict().DecodeString(s)
+		if re.MatchString(s) != (err == nil) {
+			t.Errorf("%q: pattern %v, strict decoding error %v", s, re.MatchString(s), err)
+		}
+		if len(s) < 5 {
+			for _, r := range alphabet {
+				walk(s + string(r))
+			}
+		}
+	}
+	walk("")
+}
+
+func TestServersAndComments(t *testing.T) {
+	raw, doc := converted(t)
+	srv := at(t, doc, "servers").([]any)
+	if len(srv) != 1 || at(t, srv[0], "url") != "{scheme}://{host}" || at(t, srv[0], "variables", "host", "default") != DefaultHost {
+		t.Errorf("servers %v", srv)
+	}
+	// Generated clients copy descriptions into comments: "*/" would end a
+	// C-style comment.
+	if bytes.Contains(raw, []byte("*/")) {
+		t.Error(`the document contains "*/"`)
+	}
+	for _, p := range []string{"/v1/tools", "/v1/tool-services"} {
+		for _, param := range at(t, doc, "paths", p, "get", "parameters").([]any) {
+			switch at(t, param, "name") {
+			case "page_size":
+				if at(t, param, "schema", "minimum") != float64(0) {
+					t.Errorf("%s page_size has no minimum 0", p)
+				}
+			case "page_token":
+				if at(t, param, "schema", "pattern") != PageTokenPattern {
+					t.Errorf("%s page_token has no pattern", p)
+				}
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
@@ -245,8 +246,10 @@ func page(n int, key func(int) string, size int32, token string) (start, end int
 		size = MaxPageSize
 	}
 	if token != "" {
-		raw, derr := base64.RawURLEncoding.DecodeString(token)
-		if derr != nil {
+		// Strict: the canonical form only, as the OpenAPI document's
+		// pattern has it; the decoder would skip line breaks.
+		raw, derr := base64.RawURLEncoding.Strict().DecodeString(token)
+		if derr != nil || strings.ContainsAny(token, "\r\n") {
 			return 0, 0, "", status.Error(codes.InvalidArgument, "page_token is not one this server issued")
 		}
 		after := string(raw)

@@ -191,6 +191,12 @@ func TestHandleOps(t *testing.T) {
 	}
 	if res, err = core.Handle(ctx, &Call{Op: OpListTools, PageSize: 1}, nil); err != nil || len(res.Tools) != 1 || res.NextPageToken == "" {
 		t.Errorf("page of one: %d tools, next %q, %v", len(res.Tools), res.NextPageToken, err)
+	} else if res, err = core.Handle(ctx, &Call{Op: OpListTools, PageToken: res.NextPageToken}, nil); err != nil || len(res.Tools) != 1 || res.Tools[0].Name != "typed" {
+		t.Errorf("second page: %v, %v", res.Tools, err)
+	}
+	// A token of the right form that names no tool is a page past it.
+	if res, err = core.Handle(ctx, &Call{Op: OpListTools, PageToken: "cGxhaW5lcw"}, nil); err != nil || len(res.Tools) != 1 || res.Tools[0].Name != "typed" {
+		t.Errorf("page after %q: %v, %v", "plaines", res.Tools, err)
 	}
 	if res, err = core.Handle(ctx, &Call{Op: OpGetTool, Name: "typed"}, nil); err != nil || res.Tool.Name != "typed" {
 		t.Errorf("get tool: %+v, %v", res.Tool, err)
@@ -214,6 +220,9 @@ func TestHandleOps(t *testing.T) {
 		{&Call{Op: OpInvoke, Name: "typed", Args: []byte(`{"s": 1}`)}, codes.InvalidArgument, ""},
 		{&Call{Op: OpInvoke, Name: "typed", Args: []byte(`[1]`)}, codes.InvalidArgument, ""},
 		{&Call{Op: OpListTools, PageSize: -1}, codes.InvalidArgument, ""},
+		{&Call{Op: OpListTools, PageToken: "zzz"}, codes.InvalidArgument, ""}, // not canonical base64url
+		{&Call{Op: OpListTools, PageToken: "cGxhaW4="}, codes.InvalidArgument, ""},
+		{&Call{Op: OpListServices, PageToken: "cGxh\naW4"}, codes.InvalidArgument, ""},
 		{&Call{Op: 99}, codes.Unimplemented, ""},
 	} {
 		var emit Emit

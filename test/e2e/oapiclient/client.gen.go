@@ -266,6 +266,9 @@ type InternalError = Status
 // MethodNotAllowed google.rpc.Status: the body of every error answer.
 type MethodNotAllowed = Status
 
+// NotAcceptable google.rpc.Status: the body of every error answer.
+type NotAcceptable = Status
+
 // NotFound google.rpc.Status: the body of every error answer.
 type NotFound = Status
 
@@ -280,6 +283,9 @@ type Unauthenticated = Status
 
 // Unavailable google.rpc.Status: the body of every error answer.
 type Unavailable = Status
+
+// UnsupportedMediaType google.rpc.Status: the body of every error answer.
+type UnsupportedMediaType = Status
 
 // ListToolServicesParams defines parameters for ListToolServices.
 type ListToolServicesParams struct {
@@ -637,10 +643,10 @@ type ClientInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 	//
-	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -651,10 +657,10 @@ type ClientInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 	//
-	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -764,10 +770,10 @@ func (c *Client) InvokeTool(ctx context.Context, name string, body InvokeToolJSO
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 //
-// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
 // Takes any type of body and a specified content type.
 //
@@ -788,10 +794,10 @@ func (c *Client) StreamToolWithBody(ctx context.Context, name string, contentTyp
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 //
-// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1196,10 +1202,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 	//
-	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1210,10 +1216,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 	//
-	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1244,6 +1250,8 @@ type ListToolServicesReply struct {
 	JSON403 *PermissionDenied
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -1281,6 +1289,11 @@ func (r ListToolServicesReply) GetJSON403() *PermissionDenied {
 // GetJSON405 returns the response for an HTTP 405 `application/json` response
 func (r ListToolServicesReply) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
+}
+
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r ListToolServicesReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -1355,6 +1368,8 @@ type GetToolServiceReply struct {
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -1392,6 +1407,11 @@ func (r GetToolServiceReply) GetJSON404() *NotFound {
 // GetJSON405 returns the response for an HTTP 405 `application/json` response
 func (r GetToolServiceReply) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
+}
+
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r GetToolServiceReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -1466,6 +1486,8 @@ type ListToolsReply struct {
 	JSON403 *PermissionDenied
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -1503,6 +1525,11 @@ func (r ListToolsReply) GetJSON403() *PermissionDenied {
 // GetJSON405 returns the response for an HTTP 405 `application/json` response
 func (r ListToolsReply) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
+}
+
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r ListToolsReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -1577,6 +1604,8 @@ type GetToolReply struct {
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -1614,6 +1643,11 @@ func (r GetToolReply) GetJSON404() *NotFound {
 // GetJSON405 returns the response for an HTTP 405 `application/json` response
 func (r GetToolReply) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
+}
+
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r GetToolReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -1690,8 +1724,12 @@ type InvokeToolReply struct {
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *ContentTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -1738,9 +1776,19 @@ func (r InvokeToolReply) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
 }
 
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r InvokeToolReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
+}
+
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r InvokeToolReply) GetJSON413() *ContentTooLarge {
 	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r InvokeToolReply) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -1820,8 +1868,12 @@ type StreamToolReply struct {
 	JSON404 *NotFound
 	// JSON405 the response for an HTTP 405 `application/json` response
 	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *ContentTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
@@ -1863,9 +1915,19 @@ func (r StreamToolReply) GetJSON405() *MethodNotAllowed {
 	return r.JSON405
 }
 
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r StreamToolReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
+}
+
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r StreamToolReply) GetJSON413() *ContentTooLarge {
 	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r StreamToolReply) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -2008,10 +2070,10 @@ func (c *ClientWithResponses) InvokeToolWithResponse(ctx context.Context, name s
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 //
-// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2028,10 +2090,10 @@ func (c *ClientWithResponses) StreamToolWithBodyWithResponse(ctx context.Context
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default, also for `*/*` or no Accept): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
 //
-// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool.
+// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2092,6 +2154,13 @@ func ParseListToolServicesReply(rsp *http.Response) (*ListToolServicesReply, err
 			return nil, err
 		}
 		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
@@ -2198,6 +2267,13 @@ func ParseGetToolServiceReply(rsp *http.Response) (*GetToolServiceReply, error) 
 		}
 		response.JSON405 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2303,6 +2379,13 @@ func ParseListToolsReply(rsp *http.Response) (*ListToolsReply, error) {
 		}
 		response.JSON405 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -2407,6 +2490,13 @@ func ParseGetToolReply(rsp *http.Response) (*GetToolReply, error) {
 			return nil, err
 		}
 		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
@@ -2520,12 +2610,26 @@ func ParseInvokeToolReply(rsp *http.Response) (*InvokeToolReply, error) {
 		}
 		response.JSON405 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest ContentTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
@@ -2639,12 +2743,26 @@ func ParseStreamToolReply(rsp *http.Response) (*StreamToolReply, error) {
 		}
 		response.JSON405 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest ContentTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests

@@ -9,6 +9,8 @@
 //	/docs, /docs/            the "try it" page
 //	/docs/assets/{file}      its stylesheet and script
 //	/docs/reference          the API reference (Swagger UI), its assets below it
+//	/favicon.ico             the pages' icon (an SVG), for browsers that ask
+//	                         there; the server mounts it when it wants it
 package docs
 
 import (
@@ -45,9 +47,14 @@ var static embed.FS
 
 // assets are the files served under {Path}/assets/, with their types.
 var assets = map[string]string{
-	"try.css": "text/css; charset=utf-8",
-	"try.js":  "text/javascript; charset=utf-8",
+	"try.css":     "text/css; charset=utf-8",
+	"try.js":      "text/javascript; charset=utf-8",
+	"favicon.svg": "image/svg+xml",
 }
+
+// FaviconPath is where browsers look for a site's icon; New's handler
+// serves the pages' icon there too.
+const FaviconPath = "/favicon.ico"
 
 // pagePolicy keeps the "try it" page to its own origin: its script, its
 // stylesheet and the API calls it makes.
@@ -110,6 +117,9 @@ func New(opts Options) http.Handler {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rest, ok := strings.CutPrefix(r.URL.Path, h.path)
+	if r.URL.Path == FaviconPath {
+		rest, ok = "/assets/favicon.svg", true
+	}
 	if !ok || (rest != "" && rest[0] != '/') {
 		http.NotFound(w, r)
 		return

@@ -141,6 +141,7 @@ func (a *api) routes() {
 		m.Handle("GET /{$}", http.RedirectHandler("/docs", http.StatusFound))
 		m.Handle("GET /docs", a.opts.Docs)
 		m.Handle("GET /docs/", a.opts.Docs)
+		m.Handle("GET /favicon.ico", a.opts.Docs) // the pages' icon: browsers ask on every load
 	}
 	if a.opts.MCP != nil {
 		for _, method := range []string{"GET", "POST", "DELETE"} {
@@ -191,7 +192,7 @@ func (a *api) allowed(path string) string {
 		if a.opts.Metrics != nil {
 			return get
 		}
-	case "/":
+	case "/", "/favicon.ico":
 		if a.opts.Docs != nil {
 			return get
 		}

@@ -283,6 +283,8 @@ func TestRoutes(t *testing.T) {
 		{"GET", "/v1/tools/", nil, 404, ""},
 		{"GET", "/elsewhere", nil, 404, ""},
 		{"GET", "/docs/x", nil, 200, ""},
+		{"GET", "/favicon.ico", nil, 200, ""},
+		{"POST", "/favicon.ico", nil, 405, "GET, HEAD"},
 		{"GET", "/openapi.json", nil, 200, ""},
 		{"GET", "/openapi.v2.json", nil, 200, ""},
 		{"GET", "/readyz", nil, 200, ""},

@@ -163,6 +163,35 @@ func TestDocsBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("stop a stream", func(t *testing.T) {
+		card := tool("echo")
+		if err := chromedp.Do(ctx,
+			chromedp.SetValue(chromedp.CSS(card+` [data-arg-extra]`), `{"mode": "stream", "n": 1000, "gap_ms": 50}`),
+			chromedp.Click(chromedp.CSS(card+` [data-action="stream"]`)),
+		); err != nil {
+			t.Fatal(err)
+		}
+		must(t, ctx, chromedp.Poll[bool](`document.querySelectorAll('article[data-tool="echo"] [data-role="chunks"] li').length >= 2`,
+			chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(card+` [data-action="stop"]`))); err != nil {
+			t.Fatal(err)
+		}
+		state := must(t, ctx, chromedp.Poll[string](`(() => {
+			const s = document.querySelector('article[data-tool="echo"] [data-role="status"]').dataset.state;
+			return s === "streaming" || s === "pending" ? false : s;
+		})()`, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
+		// A stop is not a failure: no error, and what arrived stays.
+		if st := text(t, ctx, card+` [data-role="status"]`); state != "stopped" || !strings.HasPrefix(st, "Stopped after ") {
+			t.Errorf("after Stop: state %q, status line %q; want stopped, Stopped after …", state, st)
+		}
+		if hidden := must(t, ctx, chromedp.Evaluate[bool](`document.querySelector('article[data-tool="echo"] [data-role="error"]').hidden`)); !hidden {
+			t.Errorf("after Stop the page shows an error: %s", text(t, ctx, card+` [data-role="error"]`))
+		}
+		if out := text(t, ctx, card+` [data-role="output"]`); !strings.HasPrefix(out, "0,1,") {
+			t.Errorf("after Stop the output is %q, want the chunks that arrived", out)
+		}
+	})
+
 	if err := chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.CSS(tool("echo")))); err != nil {
 		t.Fatal(err)
 	}
@@ -442,6 +471,11 @@ func watchPage(t *testing.T, ctx context.Context, origin string) *pageWatch {
 			w.mu.Unlock()
 			if u != origin && !strings.HasPrefix(u, origin+"/") && !strings.HasPrefix(u, "data:") {
 				add("request to another origin: %s", u)
+			}
+		case *network.EventResponseReceived:
+			// Browsers ask for the site's icon on every load.
+			if strings.HasSuffix(ev.Response.URL, "/favicon.ico") && ev.Response.Status >= 400 {
+				add("%s answered %d", ev.Response.URL, ev.Response.Status)
 			}
 		case *runtime.EventExceptionThrown:
 			add("uncaught exception: %s", (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())

@@ -225,7 +225,7 @@
         if (action === "stream") await stream(tool.name, body, view, controller.signal);
         else await invoke(tool.name, body, view, controller.signal);
       } catch (e) {
-        if (e.name === "AbortError") view.fail({ message: "Stopped.", local: true });
+        if (e.name === "AbortError") view.stopped();
         else if (e instanceof SyntaxError) view.fail({ message: "The gateway's answer is not valid JSON: " + e.message, local: true });
         else view.fail({ message: "Could not reach the gateway: " + e.message, local: true });
       } finally {
@@ -326,6 +326,7 @@
     if (action === "stream") parts.push("-N -H 'Accept: text/event-stream'");
     if (apiKey()) parts.push('-H "Authorization: Bearer $TOOLGATE_API_KEY"');
     parts.push("-X POST " + shellQuote(location.origin + callURL(name, action)));
+    parts.push("-H 'Content-Type: application/json'");
     parts.push("-d " + shellQuote(JSON.stringify(body)));
     return parts.join(" \\\n     ");
   }
@@ -374,6 +375,12 @@
       },
       keepAlive() {
         if (status.dataset.state === "pending") setState(status, "streaming", "Streaming… waiting for the first chunk · " + elapsed());
+      },
+      // stopped: the caller pressed Stop. Not a failure: what arrived
+      // stays on the page.
+      stopped() {
+        const got = box.dataset.action === "stream" ? " after " + count + (count === 1 ? " chunk" : " chunks") : "";
+        setState(status, "stopped", "Stopped" + got + " · " + elapsed());
       },
       done(note) {
         setState(status, "ok", "Done · " + count + (count === 1 ? " chunk" : " chunks") + " · " + elapsed() + (note ? " · " + note : ""));

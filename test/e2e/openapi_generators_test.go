@@ -1,0 +1,65 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// generate runs openapi-generator (scripts/openapi-generator.sh) on the
+// served document and returns the output directory. Any error, and any
+// warning beyond the generator's standing ones, fails the test.
+func generate(t *testing.T, ctx context.Context, generator string, args ...string) string {
+	t.Helper()
+	root := repoRoot(t)
+	_, spec := liveSpec(t)
+	out := filepath.Join(t.TempDir(), generator)
+	log := runTool(t, ctx, root, nil, filepath.Join(root, "scripts", "openapi-generator.sh"),
+		append([]string{"generate", "-i", spec, "-g", generator, "-o", out}, args...)...)
+	for _, line := range strings.Split(log, "\n") {
+		if (strings.Contains(line, "WARN") || strings.Contains(line, "ERROR")) && !knownGeneratorWarnings.MatchString(line) {
+			t.Errorf("%s: %s", generator, line)
+		}
+	}
+	return out
+}
+
+// TestOpenAPIGeneratorGo generates openapi-generator's Go client of the
+// served document, builds it with test/e2e/testdata/openapi-generator-go
+// (which needs the client's one dependency, gopkg.in/validator.v2, from
+// the Go module proxy or cache) and runs that against the gateway: an
+// invoke, a stream of several chunks read as the generated StreamLine, a
+// stream that ends in a Status line, and a typed 404.
+func TestOpenAPIGeneratorGo(t *testing.T) {
+	// Not parallel: the JVM would crowd the timing-sensitive tests.
+	root := repoRoot(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	out := generate(t, ctx, "go", "--package-name", "toolgate", "--git-user-id", "toolgate", "--git-repo-id", "oagclient")
+	// The generated tests need testify; the client itself does not.
+	if err := os.RemoveAll(filepath.Join(out, "test")); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "test", "e2e", "testdata", "openapi-generator-go", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(out, "cmd", "check"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "cmd", "check", "main.go"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	goEnv := []string{"GOWORK=off", "GOFLAGS=-mod=mod", "TOOLGATE_HTTP_BASE=" + env.httpBase}
+	runTool(t, ctx, out, goEnv, "go", "vet", ".", "./cmd/check")
+	got := runTool(t, ctx, out, goEnv, "go", "run", "./cmd/check")
+	t.Log(got)
+	for _, w := range []string{"invoke: ", "stream: 5 chunks", "failing stream: ", "unknown tool: 5 TOOL_NOT_FOUND", "PASS"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("the Go client's run lacks %q", w)
+		}
+	}
+}

@@ -208,6 +208,20 @@ func TestDocsBrowser(t *testing.T) {
 		if !slices.ContainsFunc(ops, func(p string) bool { return strings.HasPrefix(p, "/v1/tools") }) {
 			t.Errorf("the reference shows no /v1/tools operation; operations: %q", ops)
 		}
+		// StreamTool's NDJSON example is a line's JSON, shown as JSON (a
+		// string example was shown escaped, "{\"output\"…").
+		const streamOp = "#operations-ToolService-StreamTool"
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(streamOp+" .opblock-summary-control"))); err != nil {
+			t.Fatal(err)
+		}
+		example := must(t, ctx, chromedp.Poll[string](`(() => {
+			const ex = document.querySelector('#operations-ToolService-StreamTool .responses-wrapper tr.response[data-code="200"] .example, #operations-ToolService-StreamTool .responses-wrapper tr.response[data-code="200"] pre');
+			return ex ? ex.textContent : false;
+		})()`, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(10*time.Second)))
+		t.Logf("StreamTool's 200 example: %s", example)
+		if strings.Contains(example, `\"`) || !strings.Contains(example, `"output"`) {
+			t.Errorf("StreamTool's 200 example reads %q, want a chunk's JSON", example)
+		}
 		screenshot(t, ctx, "docs-reference.png")
 	})
 

@@ -8,8 +8,9 @@
 // the google.rpc.Status JSON with the HTTP status grpc-gateway maps the
 // gRPC code to. It also serves health, readiness, the OpenAPI documents
 // and whatever else the gateway mounts (metrics, docs, MCP), and owns
-// HTTP semantics: 404 and 405 with Allow, HEAD, CORS, header size, and
-// JSON bodies for every error. The Connect door is mounted here too.
+// HTTP semantics: 404 and 405 with Allow, HEAD, CORS, header size, media
+// types (one Accept rule for every API answer, 406 and 415; media.go),
+// and JSON bodies for every error. The Connect door is mounted here too.
 package httpapi
 
 import (

@@ -3,9 +3,10 @@
 // document, and adds what that generator cannot express: the two streaming
 // media types of StreamTool, a typed error response per HTTP status (with
 // google.rpc.Status, ErrorInfo and RetryInfo schemas), the formats of
-// `timeout` and `arguments`, the security schemes, and operationIds that read
-// well as method names in generated clients (InvokeTool, not
-// ToolService_InvokeTool).
+// `timeout` and `arguments` and the bounds of the paging parameters (the
+// patterns the REST door enforces: DurationPattern, PageTokenPattern), the
+// server, the security schemes, and operationIds that read well as method
+// names in generated clients (InvokeTool, not ToolService_InvokeTool).
 //
 // The input keeps proto field names (the gateway marshals with
 // UseProtoNames) and int64 as strings, so the output does too.

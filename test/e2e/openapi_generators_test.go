@@ -63,3 +63,48 @@ func TestOpenAPIGeneratorGo(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIGeneratorJava generates openapi-generator's Java client
+// (okhttp-gson) of the served document, builds it with Maven (its
+// dependencies come from Maven Central or ~/.m2) together with
+// test/e2e/testdata/openapi-generator-java/Main.java, and runs that against
+// the gateway: an invoke, stream lines read as the generated StreamLine —
+// chunks, not the empty Status every line used to be — a stream ending in a
+// Status line, and a typed 404.
+func TestOpenAPIGeneratorJava(t *testing.T) {
+	// Not parallel: the JVM would crowd the timing-sensitive tests.
+	root := repoRoot(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	out := generate(t, ctx, "java", "--additional-properties", "library=okhttp-gson,groupId=org.toolgate,artifactId=oagclient,"+
+		"invokerPackage=org.toolgate.client,apiPackage=org.toolgate.client.api,modelPackage=org.toolgate.client.model,hideGenerationTimestamp=true")
+	// The generated tests need JUnit; the client itself does not.
+	if err := os.RemoveAll(filepath.Join(out, "src", "test")); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "test", "e2e", "testdata", "openapi-generator-java", "Main.java"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mainDir := filepath.Join(out, "src", "main", "java", "org", "toolgate", "check")
+	if err := os.MkdirAll(mainDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mainDir, "Main.java"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runTool(t, ctx, out, nil, "mvn", "-q", "-B", "-DskipTests", "-Dmaven.javadoc.skip=true",
+		"compile", "dependency:build-classpath", "-Dmdep.outputFile=cp.txt")
+	cp, err := os.ReadFile(filepath.Join(out, "cp.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runTool(t, ctx, out, []string{"TOOLGATE_HTTP_BASE=" + env.httpBase},
+		"java", "-cp", "target/classes"+string(os.PathListSeparator)+strings.TrimSpace(string(cp)), "org.toolgate.check.Main")
+	t.Log(got)
+	for _, w := range []string{"invoke: hello", "stream: 5 chunks", "failing stream: ", "unknown tool: 5 TOOL_NOT_FOUND", "PASS"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("the Java client's run lacks %q", w)
+		}
+	}
+}

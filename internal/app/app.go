@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/connectapi"
 	"github.com/toolgate/toolgate/internal/docs"
+	"github.com/toolgate/toolgate/internal/gcgoal"
 	"github.com/toolgate/toolgate/internal/grpcapi"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/limits"
@@ -308,7 +309,7 @@ func (g *Gateway) listen(ctx context.Context) {
 // calls are refused, calls in flight get cfg.ShutdownGrace to finish, then
 // the rest is cut and the broker client closed.
 func (g *Gateway) Run(ctx context.Context) error {
-	tuneGC(g.cfg.GCHeapMiB, g.log)
+	gcgoal.Set(g.cfg.GCHeapMiB, g.log)
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
 	wg.Add(4)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/gcgoal"
 	"gopkg.in/yaml.v3"
 )
 
@@ -28,7 +29,7 @@ type Config struct {
 	MaxInFlight    int
 	GRPCWorkers    int
 	// GCHeapMiB is the heap size below which garbage collection runs less
-	// often than Go's default (see internal/app's tuneGC); 0 turns it off.
+	// often than Go's default (see gcgoal.Set); 0 turns it off.
 	GCHeapMiB      int
 	PulsarBatching bool
 	// MCP serves the tools over the Model Context Protocol at /mcp.
@@ -133,7 +134,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.PulsarURL, "pulsar-url", "pulsar://127.0.0.1:6650", "Pulsar broker URL")
 	str(&c.PulsarAdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
 	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", 0, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown); 0, the default, starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
-	fs.IntVar(&c.GCHeapMiB, "gc-heap-mib", envInt(getenv, "gc-heap-mib", 64, &envErrs), "heap size in MiB below which the garbage collector runs less often (GOGC up to 500 while the live heap is small, Go's default 100 once it reaches half this); 0 turns it off, and a GOGC environment variable overrides it (env "+envName("gc-heap-mib")+")")
+	fs.IntVar(&c.GCHeapMiB, "gc-heap-mib", envInt(getenv, "gc-heap-mib", gcgoal.DefaultHeapMiB, &envErrs), "heap size in MiB below which the garbage collector runs less often (GOGC up to 500 while the live heap is small, Go's default 100 once it reaches half this); 0 turns it off, and a GOGC environment variable overrides it (env "+envName("gc-heap-mib")+")")
 	fs.BoolVar(&c.PulsarBatching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
 	fs.BoolVar(&c.MCP, "mcp", envBool(getenv, "mcp", true, &envErrs), "serve the tools over the Model Context Protocol (Streamable HTTP, stateless) at /mcp on the HTTP listener (env "+envName("mcp")+")")
 	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")

@@ -1,4 +1,4 @@
-package app
+package gcgoal
 
 import (
 	"io"
@@ -11,7 +11,7 @@ import (
 	"github.com/bytedance/gopkg/util/gctuner"
 )
 
-func TestGCTarget(t *testing.T) {
+func TestTarget(t *testing.T) {
 	for _, c := range []struct {
 		mib  int
 		gogc string
@@ -24,22 +24,22 @@ func TestGCTarget(t *testing.T) {
 		{64, "200", 0},
 		{64, "off", 0},
 	} {
-		if got := gcTarget(c.mib, c.gogc); got != c.want {
-			t.Errorf("gcTarget(%d, %q) = %d, want %d", c.mib, c.gogc, got, c.want)
+		if got := target(c.mib, c.gogc); got != c.want {
+			t.Errorf("target(%d, %q) = %d, want %d", c.mib, c.gogc, got, c.want)
 		}
 	}
 }
 
-// TestTuneGCRaisesPercentWhileHeapIsSmall: with a target far above this
+// TestSetRaisesPercentWhileHeapIsSmall: with a target far above this
 // test binary's heap, the collector is stretched to the cap after a cycle.
-func TestTuneGCRaisesPercentWhileHeapIsSmall(t *testing.T) {
+func TestSetRaisesPercentWhileHeapIsSmall(t *testing.T) {
 	t.Setenv("GOGC", "")
-	tuneGC(4096, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	Set(4096, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { gctuner.Tuning(0); debug.SetGCPercent(100) })
 	deadline := time.Now().Add(10 * time.Second)
-	for gctuner.GetGCPercent() != gcMaxPercent {
+	for gctuner.GetGCPercent() != MaxPercent {
 		if time.Now().After(deadline) {
-			t.Fatalf("GC percent %d after cycles, want %d", gctuner.GetGCPercent(), gcMaxPercent)
+			t.Fatalf("GC percent %d after cycles, want %d", gctuner.GetGCPercent(), MaxPercent)
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
@@ -48,15 +48,15 @@ func TestTuneGCRaisesPercentWhileHeapIsSmall(t *testing.T) {
 
 // Gateways started one after another in one process (as tests do) tune
 // the one collector without racing the tuner's own reads.
-func TestTuneGCAgain(t *testing.T) {
+func TestSetAgain(t *testing.T) {
 	t.Setenv("GOGC", "")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	t.Cleanup(func() { gctuner.Tuning(0); debug.SetGCPercent(100) })
 	for _, mib := range []int{64, 4096, 64} {
-		tuneGC(mib, log)
+		Set(mib, log)
 		runtime.GC()
 	}
-	if p := gctuner.GetGCPercent(); p < 100 || p > gcMaxPercent {
-		t.Fatalf("GC percent %d, want within [100, %d]", p, gcMaxPercent)
+	if p := gctuner.GetGCPercent(); p < 100 || p > MaxPercent {
+		t.Fatalf("GC percent %d, want within [100, %d]", p, MaxPercent)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apache/pulsar-client-go/pulsar"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
@@ -71,7 +70,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.sec = sec
-	rs, err := newRegistrySources(g)
+	// Every Pulsar client of the gateway connects alike.
+	conn := transport.Connection{URL: cfg.PulsarURL, TokenFile: cfg.PulsarTokenFile, TLSTrustCertsFile: cfg.PulsarTLSCA}
+	rs, err := newRegistrySources(g, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -83,11 +84,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 
 	// Every reply for this instance arrives on its response subscriptions:
 	// a deep prefetch queue keeps bursts from being dropped by the broker.
-	popts := transport.PulsarOptions{URL: cfg.PulsarURL, Logger: log, TLSTrustCertsFilePath: cfg.PulsarTLSCA, ReceiverQueueSize: 10000,
-		DisableBatching: !cfg.PulsarBatching}
-	if cfg.PulsarTokenFile != "" {
-		popts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
-	}
+	popts := conn.Options()
+	popts.Logger, popts.ReceiverQueueSize, popts.DisableBatching = log, 10000, !cfg.PulsarBatching
 	if g.broker, err = transport.NewPulsar(popts); err != nil {
 		g.sources.stop()
 		return nil, err
@@ -123,11 +121,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
 				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies}
 		}),
-		telemetry.WithRegistryStats(func() telemetry.RegistryStats {
-			snap := g.reg.Snapshot()
-			return telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: g.sources.reloadFailures()}
-		}))
-	g.metrics.Registry().MustRegister(g.sources.collector())
+		telemetry.WithRegistryStats(g.sources.stats))
 	// Every door runs the same chain. Spans when they are exported, else
 	// only the caller's trace context is passed on; then the call log and
 	// metrics, which see every call, refused ones too; then

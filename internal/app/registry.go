@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	plog "github.com/apache/pulsar-client-go/pulsar/log"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
+	"github.com/toolgate/toolgate/internal/telemetry"
+	"github.com/toolgate/toolgate/internal/transport"
 )
 
 // registrySources is the registry side of the gateway: the merger that
@@ -31,8 +31,9 @@ type registrySources struct {
 const syncWait = 5 * time.Second
 
 // newRegistrySources loads the file (a file with problems is an error) and
-// prepares the other sources; startRegistrySources runs them.
-func newRegistrySources(g *Gateway) (*registrySources, error) {
+// prepares the other sources, whose client connects as conn says, as the
+// gateway's own does; start runs them.
+func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources, error) {
 	cfg, log := g.cfg, g.log
 	rs := &registrySources{merger: registry.NewMerger(log, g.onRegistrySwap)}
 	if cfg.Registry != "" {
@@ -46,15 +47,11 @@ func newRegistrySources(g *Gateway) (*registrySources, error) {
 	if !cfg.Announcements && !cfg.TrustGraphConfig {
 		return rs, nil
 	}
-	copts := pulsar.ClientOptions{URL: cfg.PulsarURL, TLSTrustCertsFilePath: cfg.PulsarTLSCA,
-		ConnectionTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second,
-		Logger: plog.NewLoggerWithSlog(slog.New(warnOnly{log.Handler()}).With("component", "pulsar-client", "for", "registry"))}
-	if cfg.PulsarTokenFile != "" {
-		copts.Authentication = pulsar.NewAuthenticationTokenFromFile(cfg.PulsarTokenFile)
-	}
-	c, err := pulsar.NewClient(copts)
+	copts := conn.Options()
+	copts.Logger = log.With("for", "registry")
+	c, err := transport.NewPulsarClient(copts)
 	if err != nil {
-		return nil, fmt.Errorf("registry sources: pulsar client: %w", err)
+		return nil, fmt.Errorf("registry sources: %w", err)
 	}
 	rs.client = c
 	if cfg.TrustGraphConfig {
@@ -135,52 +132,18 @@ func (rs *registrySources) details(d map[string]any) {
 	}
 }
 
-// collector exports the sources' state to /metrics.
-func (rs *registrySources) collector() prometheus.Collector { return registryCollector{rs} }
-
-type registryCollector struct{ rs *registrySources }
-
-var (
-	descConflicts = prometheus.NewDesc("toolgate_registry_conflicts",
-		"Tool names and service ids defined by more than one registry source (the higher-precedence one is served).", nil, nil)
-	descRejected = prometheus.NewDesc("toolgate_registry_rejected_total",
-		"Registry updates refused as invalid, by source (for the config service: invalid descriptors); what was there stayed.", []string{"source"}, nil)
-	descSourceUp = prometheus.NewDesc("toolgate_registry_source_up",
-		"1 when a registry source reaches what it reads, by source.", []string{"source"}, nil)
-	descUnits = prometheus.NewDesc("toolgate_registry_source_units",
-		"Units merged from each registry source (announcing services, for announcements).", []string{"source"}, nil)
-)
-
-func (c registryCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descConflicts
-	ch <- descRejected
-	ch <- descSourceUp
-	ch <- descUnits
-}
-
-func (c registryCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descConflicts, prometheus.GaugeValue, float64(len(c.rs.merger.Conflicts())))
-	for _, st := range c.rs.merger.Status() {
-		up := 0.0
-		if st.Error == "" && st.Synced {
-			up = 1
+// stats are the registry's part of /metrics.
+func (rs *registrySources) stats() telemetry.RegistryStats {
+	snap := rs.merger.Registry().Snapshot()
+	st := telemetry.RegistryStats{Version: snap.Version, Tools: len(snap.Tools()), ReloadFailures: rs.reloadFailures(),
+		Conflicts: len(rs.merger.Conflicts())}
+	for _, src := range rs.merger.Status() {
+		rejected := src.Rejected
+		if src.Origin == registry.OriginFile {
+			rejected += rs.reloadFailures()
 		}
-		rejected := st.Rejected
-		if st.Origin == registry.OriginFile {
-			rejected += c.rs.reloadFailures()
-		}
-		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(rejected), string(st.Origin))
-		ch <- prometheus.MustNewConstMetric(descSourceUp, prometheus.GaugeValue, up, string(st.Origin))
-		ch <- prometheus.MustNewConstMetric(descUnits, prometheus.GaugeValue, float64(st.Units), string(st.Origin))
+		st.Sources = append(st.Sources, telemetry.RegistrySourceStats{Source: string(src.Origin),
+			Up: src.Error == "" && src.Synced, Rejected: rejected, Units: src.Units})
 	}
+	return st
 }
-
-// warnOnly passes on warnings and errors only: the Pulsar client logs every
-// reader and subscription at info level.
-type warnOnly struct{ slog.Handler }
-
-func (w warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
-}
-func (w warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{w.Handler.WithAttrs(as)} }
-func (w warnOnly) WithGroup(name string) slog.Handler    { return warnOnly{w.Handler.WithGroup(name)} }

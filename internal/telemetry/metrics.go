@@ -44,6 +44,19 @@ type RegistryStats struct {
 	Version        int64 // the current snapshot's version
 	Tools          int   // tools in the current snapshot
 	ReloadFailures int64 // reloads that failed
+	// Conflicts counts tool names and service ids defined by more than
+	// one source.
+	Conflicts int
+	// Sources are the registry's sources, one per origin.
+	Sources []RegistrySourceStats
+}
+
+// RegistrySourceStats describe one source of the registry.
+type RegistrySourceStats struct {
+	Source   string // its origin: file, config-service, announcement
+	Up       bool   // it reaches what it reads
+	Rejected int64  // updates refused as invalid
+	Units    int    // units merged from it
 }
 
 // Metrics holds the gateway's Prometheus metrics in a registry of its own.
@@ -119,8 +132,9 @@ func WithBridgeStats(f func() BridgeStats) MetricsOption {
 	return func(c *metricsConfig) { c.bridge = f }
 }
 
-// WithRegistryStats exports the registry's version, size and reload
-// failures, read from f at each scrape.
+// WithRegistryStats exports the registry's version, size, reload
+// failures, conflicts and the state of its sources, read from f at each
+// scrape.
 func WithRegistryStats(f func() RegistryStats) MetricsOption {
 	return func(c *metricsConfig) { c.registry = f }
 }
@@ -279,13 +293,31 @@ func newRegistryCollector(f func() RegistryStats) prometheus.Collector {
 	version := prometheus.NewDesc("toolgate_registry_version", "Version of the registry snapshot in use (counts loads from 1).", nil, nil)
 	tools := prometheus.NewDesc("toolgate_registry_tools", "Tools in the registry snapshot in use.", nil, nil)
 	failures := prometheus.NewDesc("toolgate_registry_reload_failures_total", "Registry reloads that failed (the previous snapshot stayed in use).", nil, nil)
+	conflicts := prometheus.NewDesc("toolgate_registry_conflicts",
+		"Tool names and service ids defined by more than one registry source (the higher-precedence one is served).", nil, nil)
+	rejected := prometheus.NewDesc("toolgate_registry_rejected_total",
+		"Registry updates refused as invalid, by source (for the config service: invalid descriptors); what was there stayed.", []string{"source"}, nil)
+	up := prometheus.NewDesc("toolgate_registry_source_up",
+		"1 when a registry source reaches what it reads, by source.", []string{"source"}, nil)
+	units := prometheus.NewDesc("toolgate_registry_source_units",
+		"Units merged from each registry source (announcing services, for announcements).", []string{"source"}, nil)
 	return &funcCollector{
-		descs: []*prometheus.Desc{version, tools, failures},
+		descs: []*prometheus.Desc{version, tools, failures, conflicts, rejected, up, units},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := f()
 			ch <- prometheus.MustNewConstMetric(version, prometheus.GaugeValue, float64(s.Version))
 			ch <- prometheus.MustNewConstMetric(tools, prometheus.GaugeValue, float64(s.Tools))
 			ch <- prometheus.MustNewConstMetric(failures, prometheus.CounterValue, float64(s.ReloadFailures))
+			ch <- prometheus.MustNewConstMetric(conflicts, prometheus.GaugeValue, float64(s.Conflicts))
+			for _, src := range s.Sources {
+				isUp := 0.0
+				if src.Up {
+					isUp = 1
+				}
+				ch <- prometheus.MustNewConstMetric(rejected, prometheus.CounterValue, float64(src.Rejected), src.Source)
+				ch <- prometheus.MustNewConstMetric(up, prometheus.GaugeValue, isUp, src.Source)
+				ch <- prometheus.MustNewConstMetric(units, prometheus.GaugeValue, float64(src.Units), src.Source)
+			}
 		},
 	}
 }

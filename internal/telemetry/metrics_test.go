@@ -261,6 +261,43 @@ toolgate_registry_version 7
 	}
 }
 
+func TestRegistrySourceMetrics(t *testing.T) {
+	t.Parallel()
+	rs := RegistryStats{Version: 3, Tools: 4, Conflicts: 1, Sources: []RegistrySourceStats{
+		{Source: "file", Up: true, Rejected: 2, Units: 1},
+		{Source: "announcement", Up: false, Rejected: 0, Units: 3},
+	}}
+	m := NewMetrics(WithoutRuntimeMetrics(), WithRegistryStats(func() RegistryStats { return rs }))
+	want := `
+# HELP toolgate_registry_conflicts Tool names and service ids defined by more than one registry source (the higher-precedence one is served).
+# TYPE toolgate_registry_conflicts gauge
+toolgate_registry_conflicts 1
+# HELP toolgate_registry_rejected_total Registry updates refused as invalid, by source (for the config service: invalid descriptors); what was there stayed.
+# TYPE toolgate_registry_rejected_total counter
+toolgate_registry_rejected_total{source="announcement"} 0
+toolgate_registry_rejected_total{source="file"} 2
+# HELP toolgate_registry_source_up 1 when a registry source reaches what it reads, by source.
+# TYPE toolgate_registry_source_up gauge
+toolgate_registry_source_up{source="announcement"} 0
+toolgate_registry_source_up{source="file"} 1
+# HELP toolgate_registry_source_units Units merged from each registry source (announcing services, for announcements).
+# TYPE toolgate_registry_source_units gauge
+toolgate_registry_source_units{source="announcement"} 3
+toolgate_registry_source_units{source="file"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "toolgate_registry_conflicts",
+		"toolgate_registry_rejected_total", "toolgate_registry_source_up", "toolgate_registry_source_units"); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.GatherAndLint(m.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
 func TestMetricsHandler(t *testing.T) {
 	t.Parallel()
 	m := NewMetrics(WithKnownTools(isKnown))

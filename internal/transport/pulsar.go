@@ -106,12 +106,72 @@ type outgoing struct {
 	done func(error) // called once, from the sender or the client's callback
 }
 
+// Connection is where the broker is and how a client proves who it is:
+// the settings every Pulsar client of one process shares, whatever it is
+// for.
+type Connection struct {
+	// URL of the broker, e.g. pulsar://127.0.0.1:6650 or pulsar+ssl://….
+	URL string
+	// TokenFile holds an authentication token (a JWT the broker's token
+	// authentication accepts), read again on every connection; "" = none.
+	TokenFile string
+	// TLSTrustCertsFile is a PEM CA bundle trusted for pulsar+ssl:// URLs.
+	TLSTrustCertsFile string
+}
+
+// Options are PulsarOptions that connect as c says; the caller adds what
+// its use needs (queue sizes, batching, a logger).
+func (c Connection) Options() PulsarOptions {
+	o := PulsarOptions{URL: c.URL, TLSTrustCertsFilePath: c.TLSTrustCertsFile}
+	if c.TokenFile != "" {
+		o.Authentication = pulsar.NewAuthenticationTokenFromFile(c.TokenFile)
+	}
+	return o
+}
+
 // NewPulsar creates the client. It does not dial yet: the first Publish or
 // Subscribe does.
 func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
-	if opts.URL == "" && opts.Client == nil {
+	opts = opts.withDefaults()
+	c := opts.Client
+	if c == nil {
+		var err error
+		if c, err = NewPulsarClient(opts); err != nil {
+			return nil, err
+		}
+	}
+	b := &Pulsar{client: c, shared: opts.Client != nil, opts: opts, log: opts.Logger, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
+	b.janitor.Add(1)
+	go b.closeIdleProducers()
+	return b, nil
+}
+
+// NewPulsarClient creates a Pulsar client from opts' URL and connection
+// settings (URL, timeouts, authentication, TLS, logger), for a program
+// that uses the client itself, such as the registry's readers. Every
+// client of the gateway is made here, so they all connect alike.
+func NewPulsarClient(opts PulsarOptions) (pulsar.Client, error) {
+	opts = opts.withDefaults()
+	if opts.URL == "" {
 		return nil, errors.New("pulsar: empty broker URL")
 	}
+	c, err := pulsar.NewClient(pulsar.ClientOptions{
+		URL:                        opts.URL,
+		ConnectionTimeout:          opts.ConnectionTimeout,
+		OperationTimeout:           opts.OperationTimeout,
+		Authentication:             opts.Authentication,
+		TLSTrustCertsFilePath:      opts.TLSTrustCertsFilePath,
+		TLSAllowInsecureConnection: opts.TLSAllowInsecureConnection,
+		Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{opts.Logger.Handler()}).With("component", "pulsar-client")),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pulsar: %w: %w", ErrUnavailable, err)
+	}
+	return c, nil
+}
+
+// withDefaults fills in what opts leaves zero.
+func (opts PulsarOptions) withDefaults() PulsarOptions {
 	if opts.ConnectionTimeout <= 0 {
 		opts.ConnectionTimeout = 5 * time.Second
 	}
@@ -130,30 +190,10 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 	if opts.MaxReconnectBackoff <= 0 {
 		opts.MaxReconnectBackoff = 2 * time.Second
 	}
-	lg := opts.Logger
-	if lg == nil {
-		lg = slog.New(slog.DiscardHandler)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := opts.Client
-	if c == nil {
-		var err error
-		c, err = pulsar.NewClient(pulsar.ClientOptions{
-			URL:                        opts.URL,
-			ConnectionTimeout:          opts.ConnectionTimeout,
-			OperationTimeout:           opts.OperationTimeout,
-			Authentication:             opts.Authentication,
-			TLSTrustCertsFilePath:      opts.TLSTrustCertsFilePath,
-			TLSAllowInsecureConnection: opts.TLSAllowInsecureConnection,
-			Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{lg.Handler()}).With("component", "pulsar-client")),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("pulsar: %w: %w", ErrUnavailable, err)
-		}
-	}
-	b := &Pulsar{client: c, shared: opts.Client != nil, opts: opts, log: lg, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
-	b.janitor.Add(1)
-	go b.closeIdleProducers()
-	return b, nil
+	return opts
 }
 
 // closeIdleProducers closes producers unused for ProducerIdleTimeout.

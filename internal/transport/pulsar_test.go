@@ -145,3 +145,19 @@ func TestPublishInline(t *testing.T) {
 		}
 	}
 }
+
+// TestConnection: every client made from one Connection connects alike,
+// the gateway's broker and the registry's readers.
+func TestConnection(t *testing.T) {
+	t.Parallel()
+	if o := (transport.Connection{URL: "pulsar://h:6650"}).Options(); o.URL != "pulsar://h:6650" || o.Authentication != nil || o.TLSTrustCertsFilePath != "" {
+		t.Errorf("without a token or CA: %+v", o)
+	}
+	o := transport.Connection{URL: "pulsar+ssl://h:6651", TokenFile: "/run/token", TLSTrustCertsFile: "/run/ca.pem"}.Options()
+	if o.URL != "pulsar+ssl://h:6651" || o.Authentication == nil || o.TLSTrustCertsFilePath != "/run/ca.pem" {
+		t.Errorf("with a token and CA: %+v", o)
+	}
+	if _, err := transport.NewPulsarClient(transport.PulsarOptions{}); err == nil {
+		t.Error("NewPulsarClient without a URL succeeded")
+	}
+}

@@ -97,7 +97,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.sources.stop()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: publishSpan}
+	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: telemetry.TracePublish}
 	if cfg.ReplyTo {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}
@@ -203,14 +203,6 @@ func (g *Gateway) closeEarly() {
 	if g.stopTracing != nil {
 		_ = g.stopTracing(context.Background())
 	}
-}
-
-// publishSpan traces a publish and writes the trace context into the
-// message, so the tool service's spans join the caller's trace.
-func publishSpan(ctx context.Context, topic string, props map[string]string) (context.Context, func(error)) {
-	ctx, end := telemetry.StartPublishSpan(ctx, topic)
-	telemetry.InjectTraceparent(ctx, props)
-	return ctx, end
 }
 
 // maxHeaderBytes bounds an HTTP request's header lines (431 beyond).

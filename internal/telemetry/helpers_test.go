@@ -33,8 +33,8 @@ func TestMain(m *testing.M) {
 //	bad        INVALID_ARGUMENT
 //	cancelled  a bare context.Canceled
 //	block      signals entered, then waits for release
-//	publish    does what the bridge's publish hook does (internal/app's
-//	           publishSpan): starts a publish span, injects the trace
+//	publish    does what the bridge's publish hook does (TracePublish):
+//	           starts a publish span, injects the trace
 //	           context into the message properties, and sends them on
 //	           props
 //	other      NOT_FOUND

@@ -26,8 +26,7 @@ type serviceSaw struct {
 
 // bridgeChain is a call chain whose last handler publishes the call
 // through the real bridge, with the publish hook the gateway installs
-// (internal/app's publishSpan: StartPublishSpan and InjectTraceparent), to
-// a tool service the Go SDK runs on br; the service's handler starts a
+// (TracePublish), to a tool service the Go SDK runs on br; the service's handler starts a
 // span of its own when tp is set, and tells what it saw on the returned
 // channel.
 func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw toolcall.Middleware) (toolcall.Handler, <-chan serviceSaw) {
@@ -52,13 +51,7 @@ func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw 
 	stopped := make(chan error, 1)
 	wg.Add(1)
 	go func() { defer wg.Done(); stopped <- svc.Run(ctx) }()
-	b := bridge.New(br, bridge.Options{
-		OnPublish: func(ctx context.Context, topic string, props map[string]string) (context.Context, func(error)) {
-			ctx, end := StartPublishSpan(ctx, topic)
-			InjectTraceparent(ctx, props)
-			return ctx, end
-		},
-	})
+	b := bridge.New(br, bridge.Options{OnPublish: TracePublish})
 	t.Cleanup(func() {
 		b.Close()
 		cancel()

@@ -131,6 +131,16 @@ func InjectTraceparent(ctx context.Context, props map[string]string) {
 	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(props))
 }
 
+// TracePublish is the bridge's publish hook: it starts a producer span
+// for the request (StartPublishSpan) and writes its trace context into
+// the message's properties (InjectTraceparent), so the tool service's
+// spans join the caller's trace. Call end with the publish's error.
+func TracePublish(ctx context.Context, topic string, props map[string]string) (_ context.Context, end func(error)) {
+	ctx, end = StartPublishSpan(ctx, topic)
+	InjectTraceparent(ctx, props)
+	return ctx, end
+}
+
 // StartPublishSpan starts a producer span for publishing one request on a
 // Pulsar topic, a child of ctx's span, from the tracer provider that made
 // that span (no parent span: no span). Inject the returned context's trace

@@ -10,8 +10,8 @@ import (
 
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
-	"github.com/toolgate/toolgate/internal/sdkopts"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 )
 
@@ -71,7 +71,7 @@ func TestRunAnnouncesAndWithdraws(t *testing.T) {
 	defer sub.Close()
 	svc, err := toolservice.New(toolservice.Config{ID: "svc", Topic: "svc", Logger: slog.New(slog.DiscardHandler),
 		Announce: &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "one"}}}},
-		func(context.Context, *toolservice.Request) (any, error) { return "ok", nil }, sdkopts.WithBroker(mem))
+		func(context.Context, *toolservice.Request) (any, error) { return "ok", nil }, toolservice.WithPulsarClient(transporttest.PulsarClient(mem)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/toolgate/toolgate/internal/sdkopts"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 	"go.opentelemetry.io/otel/propagation"
@@ -132,17 +131,24 @@ type Config struct {
 // by the With… functions of this package.
 type Option func(*options)
 
-type options = sdkopts.Options
+// options are the connection settings the options change.
+type options struct {
+	authentication    pulsar.Authentication // of the client the service creates
+	tlsTrustCertsFile string                // CA trusted for pulsar+ssl:// URLs
+	client            pulsar.Client         // the caller's, used instead of creating one
+	set               []string              // the options given, in order, to report conflicts
+	errs              []error               // problems an option found with its own argument
+}
 
 // WithAuthentication authenticates the service's Pulsar client with a,
 // e.g. pulsar.NewAuthenticationOAuth2(…) or pulsar.NewAuthenticationTLS(…).
 func WithAuthentication(a pulsar.Authentication) Option {
 	return func(o *options) {
-		o.Set = append(o.Set, "WithAuthentication")
+		o.set = append(o.set, "WithAuthentication")
 		if a == nil {
-			o.Errs = append(o.Errs, errors.New("WithAuthentication: nil authentication"))
+			o.errs = append(o.errs, errors.New("WithAuthentication: nil authentication"))
 		}
-		o.Authentication = a
+		o.authentication = a
 	}
 }
 
@@ -150,11 +156,11 @@ func WithAuthentication(a pulsar.Authentication) Option {
 // JWT the broker's token authentication accepts).
 func WithToken(token string) Option {
 	return func(o *options) {
-		o.Set = append(o.Set, "WithToken")
+		o.set = append(o.set, "WithToken")
 		if strings.TrimSpace(token) == "" {
-			o.Errs = append(o.Errs, errors.New("WithToken: empty token"))
+			o.errs = append(o.errs, errors.New("WithToken: empty token"))
 		}
-		o.Authentication = pulsar.NewAuthenticationToken(token)
+		o.authentication = pulsar.NewAuthenticationToken(token)
 	}
 }
 
@@ -164,11 +170,11 @@ func WithToken(token string) Option {
 // when the file cannot be read or is empty.
 func WithTokenFile(path string) Option {
 	return func(o *options) {
-		o.Set = append(o.Set, "WithTokenFile")
+		o.set = append(o.set, "WithTokenFile")
 		if err := readableFile(path, true); err != nil {
-			o.Errs = append(o.Errs, fmt.Errorf("WithTokenFile: %w", err))
+			o.errs = append(o.errs, fmt.Errorf("WithTokenFile: %w", err))
 		}
-		o.Authentication = pulsar.NewAuthenticationTokenFromFile(path)
+		o.authentication = pulsar.NewAuthenticationTokenFromFile(path)
 	}
 }
 
@@ -176,11 +182,11 @@ func WithTokenFile(path string) Option {
 // certificates in a PEM file when it connects to a pulsar+ssl:// URL.
 func WithTLSTrustCerts(path string) Option {
 	return func(o *options) {
-		o.Set = append(o.Set, "WithTLSTrustCerts")
+		o.set = append(o.set, "WithTLSTrustCerts")
 		if err := readableFile(path, false); err != nil {
-			o.Errs = append(o.Errs, fmt.Errorf("WithTLSTrustCerts: %w", err))
+			o.errs = append(o.errs, fmt.Errorf("WithTLSTrustCerts: %w", err))
 		}
-		o.TLSTrustCertsFile = path
+		o.tlsTrustCertsFile = path
 	}
 }
 
@@ -191,11 +197,11 @@ func WithTLSTrustCerts(path string) Option {
 // leaves the client open for its owner.
 func WithPulsarClient(c pulsar.Client) Option {
 	return func(o *options) {
-		o.Set = append(o.Set, "WithPulsarClient")
+		o.set = append(o.set, "WithPulsarClient")
 		if c == nil {
-			o.Errs = append(o.Errs, errors.New("WithPulsarClient: nil client"))
+			o.errs = append(o.errs, errors.New("WithPulsarClient: nil client"))
 		}
-		o.Client = c
+		o.client = c
 	}
 }
 
@@ -215,15 +221,15 @@ func readableFile(path string, nonEmpty bool) error {
 
 // check reports options that cannot go together.
 func check(o *options) error {
-	if len(o.Errs) > 0 {
-		return errors.Join(o.Errs...)
+	if len(o.errs) > 0 {
+		return errors.Join(o.errs...)
 	}
 	var auth, client, other []string
-	for _, n := range o.Set {
+	for _, n := range o.set {
 		switch n {
 		case "WithAuthentication", "WithToken", "WithTokenFile":
 			auth = append(auth, n)
-		case "WithPulsarClient", "WithBroker":
+		case "WithPulsarClient":
 			client = append(client, n)
 		default:
 			other = append(other, n)
@@ -247,7 +253,6 @@ type Service struct {
 	handler   Handler
 	log       *slog.Logger
 	broker    transport.Broker
-	ownBroker bool
 	reqTopic  string
 	respTopic string
 
@@ -283,7 +288,7 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Service{cfg: cfg, handler: h, log: cfg.Logger.With("service", cfg.ID), ownBroker: true}
+	s := &Service{cfg: cfg, handler: h, log: cfg.Logger.With("service", cfg.ID)}
 	var err error
 	switch {
 	case cfg.RequestTopic != "" || cfg.ResponseTopic != "":
@@ -310,24 +315,20 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	if err := check(&o); err != nil {
 		return nil, fmt.Errorf("toolservice: %w", err)
 	}
-	if o.Broker != nil {
-		s.broker, s.ownBroker = o.Broker, false
-	} else {
-		if cfg.PulsarURL == "" && o.Client == nil {
-			return nil, errors.New("toolservice: empty PulsarURL")
-		}
-		// A deep prefetch queue: a non-persistent topic drops what a
-		// consumer without free queue slots cannot take, and a burst of
-		// requests arrives faster than MaxConcurrency handlers drain it.
-		b, err := transport.NewPulsar(transport.PulsarOptions{
-			URL: cfg.PulsarURL, Client: o.Client, Logger: s.log, ReceiverQueueSize: max(10000, 4*cfg.MaxConcurrency),
-			Authentication: o.Authentication, TLSTrustCertsFilePath: o.TLSTrustCertsFile,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("toolservice: %w", err)
-		}
-		s.broker = b // closed by Run; a client passed in stays open
+	if cfg.PulsarURL == "" && o.client == nil {
+		return nil, errors.New("toolservice: empty PulsarURL")
 	}
+	// A deep prefetch queue: a non-persistent topic drops what a
+	// consumer without free queue slots cannot take, and a burst of
+	// requests arrives faster than MaxConcurrency handlers drain it.
+	b, err := transport.NewPulsar(transport.PulsarOptions{
+		URL: cfg.PulsarURL, Client: o.client, Logger: s.log, ReceiverQueueSize: max(10000, 4*cfg.MaxConcurrency),
+		Authentication: o.authentication, TLSTrustCertsFilePath: o.tlsTrustCertsFile,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("toolservice: %w", err)
+	}
+	s.broker = b // closed by Run; a client passed in stays open
 	s.sem = make(chan struct{}, cfg.MaxConcurrency)
 	s.ready = make(chan struct{})
 	return s, nil
@@ -356,9 +357,7 @@ func (s *Service) ResponseTopic() string { return s.respTopic }
 func (s *Service) Run(ctx context.Context) error {
 	s.callCtx, s.cancelFn = context.WithCancel(context.WithoutCancel(ctx))
 	defer s.cancelFn()
-	if s.ownBroker {
-		defer s.broker.Close()
-	}
+	defer s.broker.Close() // a client passed in stays open
 	sub, err := s.broker.Subscribe(ctx, s.reqTopic, s.cfg.ID+"-request", transport.Shared, s.accept)
 	if err != nil {
 		return fmt.Errorf("toolservice %s: %w", s.cfg.ID, err)

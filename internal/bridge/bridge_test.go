@@ -11,9 +11,9 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/sdkopts"
 	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"go.uber.org/goleak"
@@ -70,7 +70,7 @@ func start(t *testing.T, br transport.Broker, h toolservice.Handler) fixture {
 	var wg sync.WaitGroup
 	if h != nil {
 		svc, err := toolservice.New(toolservice.Config{ID: topic, Topic: topic, MaxConcurrency: 512, StopGrace: time.Second,
-			Logger: testLogger(t)}, h, sdkopts.WithBroker(br))
+			Logger: testLogger(t)}, h, toolservice.WithPulsarClient(transporttest.PulsarClient(br)))
 		if err != nil {
 			t.Fatal(err)
 		}

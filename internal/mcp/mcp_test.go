@@ -22,9 +22,9 @@ import (
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/registry"
-	"github.com/toolgate/toolgate/internal/sdkopts"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -98,7 +98,7 @@ func newFixture(t *testing.T, opts mcp.Options) *fixture {
 	b := bridge.New(mem, bridge.Options{})
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: "echo", Logger: slog.New(slog.DiscardHandler)}, echo.Handle, sdkopts.WithBroker(mem))
+	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: "echo", Logger: slog.New(slog.DiscardHandler)}, echo.Handle, toolservice.WithPulsarClient(transporttest.PulsarClient(mem)))
 	if err != nil {
 		t.Fatal(err)
 	}

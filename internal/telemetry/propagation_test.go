@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
-	"github.com/toolgate/toolgate/internal/sdkopts"
 	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -42,7 +42,7 @@ func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw 
 			}
 			saw <- serviceSaw{span: trace.SpanContextFromContext(ctx), traceparent: req.Properties["traceparent"]}
 			return "done", nil
-		}, sdkopts.WithBroker(br))
+		}, toolservice.WithPulsarClient(transporttest.PulsarClient(br)))
 	if err != nil {
 		t.Fatal(err)
 	}

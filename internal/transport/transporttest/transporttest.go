@@ -1,7 +1,9 @@
 // Package transporttest has the fake brokers unit tests and benchmarks
 // share: Fake, a broker with no topics at all whose publishes a test
-// answers itself, and Hooked, the in-memory broker with a hook in front of
-// every publish. Contract tests still run on the real broker too.
+// answers itself; Hooked, the in-memory broker with a hook in front of
+// every publish; and PulsarClient, a pulsar.Client over any of them, which
+// runs a tool service on the SDK's public WithPulsarClient option. Contract
+// tests still run on the real broker too.
 package transporttest
 
 import (

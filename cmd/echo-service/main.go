@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/servicecmd"
+	"github.com/toolgate/toolgate/internal/servicemain"
 	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/toolservice"
 )
@@ -21,7 +21,7 @@ func main() {
 		os.Exit(0)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := servicecmd.Run(ctx, "echo-service", os.Args[1:], toolservice.Config{ID: "echo-service", Topic: "echo", MaxConcurrency: 256, Announce: echo.Announcement()}, echo.Handle)
+	code := servicemain.Run(ctx, "echo-service", os.Args[1:], toolservice.Config{ID: "echo-service", Topic: "echo", MaxConcurrency: 256, Announce: echo.Announcement()}, echo.Handle)
 	stop()
 	os.Exit(code)
 }

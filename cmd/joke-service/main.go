@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/toolgate/toolgate/internal/jokes"
-	"github.com/toolgate/toolgate/internal/servicecmd"
+	"github.com/toolgate/toolgate/internal/servicemain"
 	"github.com/toolgate/toolgate/internal/version"
 	"github.com/toolgate/toolgate/toolservice"
 )
@@ -23,7 +23,7 @@ func main() {
 		os.Exit(0)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := servicecmd.Run(ctx, "joke-service", os.Args[1:], toolservice.Config{ID: "joke-service", Topic: "joke", Announce: jokes.Announcement()}, jokes.Handle)
+	code := servicemain.Run(ctx, "joke-service", os.Args[1:], toolservice.Config{ID: "joke-service", Topic: "joke", Announce: jokes.Announcement()}, jokes.Handle)
 	stop()
 	os.Exit(code)
 }

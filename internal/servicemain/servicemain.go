@@ -1,6 +1,6 @@
-// Package servicecmd is the shared main of the example tool services:
+// Package servicemain is the shared main of the example tool services:
 // flags and environment, logging, and running a toolservice until a signal.
-package servicecmd
+package servicemain
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package servicecmd
+package servicemain
 
 import (
 	"context"

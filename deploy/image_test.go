@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 // testVersion is stamped into the image the test builds.
@@ -40,7 +40,7 @@ var imageCommands = []string{"gateway", "echo-service", "joke-service"}
 // Packing the same binaries again must give the same digest.
 func TestImage(t *testing.T) {
 	t.Parallel()
-	testenv.RequirePulsar(t)
+	brokertest.RequirePulsar(t)
 	cache := t.TempDir()
 	out := makeImage(t, cache)
 	img := readLayout(t, filepath.Join(out, "oci"))
@@ -126,14 +126,14 @@ func makeImage(t *testing.T, cache string, env ...string) string {
 // stops both with SIGTERM, which must end them with status 0.
 func startGateway(t *testing.T, root string, cfg imageConfig) {
 	t.Helper()
-	id := testenv.UniqueTopic("imagetest")
+	id := brokertest.UniqueTopic("imagetest")
 	announce := "persistent://tg/config/" + id
 	echo := startInImage(t, root, cfg, []string{"/usr/local/bin/echo-service",
-		"--id", id, "--topic", id, "--announce-topic", announce}, "TOOLGATE_PULSAR_URL="+testenv.PulsarURL())
+		"--id", id, "--topic", id, "--announce-topic", announce}, "TOOLGATE_PULSAR_URL="+brokertest.PulsarURL())
 	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
 	gw := startInImage(t, root, cfg, cfg.Entrypoint,
-		"TOOLGATE_PULSAR_URL="+testenv.PulsarURL(),
-		"TOOLGATE_PULSAR_ADMIN_URL="+testenv.AdminURL(),
+		"TOOLGATE_PULSAR_URL="+brokertest.PulsarURL(),
+		"TOOLGATE_PULSAR_ADMIN_URL="+brokertest.AdminURL(),
 		"TOOLGATE_HTTP_ADDR="+httpAddr,
 		"TOOLGATE_GRPC_ADDR="+grpcAddr,
 		"TOOLGATE_ALLOW_ANONYMOUS=true",

@@ -14,7 +14,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/bridge"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
@@ -24,9 +24,9 @@ import (
 // (TOOLGATE_PULSAR_URL, default pulsar://127.0.0.1:6650); each on a topic
 // of its own, so that concurrent runs on one broker do not meet.
 
-var pulsarURL = testenv.PulsarURL()
+var pulsarURL = brokertest.PulsarURL()
 
-func uniqueTopic(prefix string) string { return testenv.UniqueTopic(prefix) }
+func uniqueTopic(prefix string) string { return brokertest.UniqueTopic(prefix) }
 
 // quiet keeps the services' own log lines out of the examples' output.
 var quiet = slog.New(slog.DiscardHandler)

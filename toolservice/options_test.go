@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/toolservice"
 )
 
@@ -98,12 +98,12 @@ func TestOptionErrors(t *testing.T) {
 // The token file option reaches the client: the file is read when the
 // client connects, so a token file gone by then makes Run fail, naming it.
 func TestTokenFileReadOnConnect(t *testing.T) {
-	testenv.RequirePulsar(t)
+	brokertest.RequirePulsar(t)
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("some-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := toolservice.New(toolservice.Config{ID: "tok", Topic: testenv.UniqueTopic("tok"), PulsarURL: testenv.PulsarURL(), Logger: quiet},
+	svc, err := toolservice.New(toolservice.Config{ID: "tok", Topic: brokertest.UniqueTopic("tok"), PulsarURL: brokertest.PulsarURL(), Logger: quiet},
 		echoArg, toolservice.WithTokenFile(token))
 	if err != nil {
 		t.Fatal(err)
@@ -128,12 +128,12 @@ func TestTokenFileReadOnConnect(t *testing.T) {
 // With a token (ignored by a broker without authentication) the service
 // connects and answers; Ready closes only once it is subscribed.
 func TestTokenFileConnects(t *testing.T) {
-	testenv.RequirePulsar(t)
+	brokertest.RequirePulsar(t)
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte("some-token"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := toolservice.New(toolservice.Config{ID: "tok", Topic: testenv.UniqueTopic("tok"), PulsarURL: testenv.PulsarURL(), Logger: quiet},
+	svc, err := toolservice.New(toolservice.Config{ID: "tok", Topic: brokertest.UniqueTopic("tok"), PulsarURL: brokertest.PulsarURL(), Logger: quiet},
 		echoArg, toolservice.WithTokenFile(token))
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestTokenFileConnects(t *testing.T) {
 	}
 	stop := serve(svc)
 	defer stop()
-	if n := testenv.Subscriptions(svc.RequestTopic()); n != 1 {
+	if n := brokertest.Subscriptions(svc.RequestTopic()); n != 1 {
 		t.Fatalf("%d consumers on %s once Ready, want 1", n, svc.RequestTopic())
 	}
 }
@@ -153,19 +153,19 @@ func TestTokenFileConnects(t *testing.T) {
 // A client passed in stays open after Run returns: the program can go on
 // using it.
 func TestPulsarClientLeftOpen(t *testing.T) {
-	testenv.RequirePulsar(t)
-	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	brokertest.RequirePulsar(t)
+	client, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	svc, err := toolservice.New(toolservice.Config{ID: "shared", Topic: testenv.UniqueTopic("shared"), Logger: quiet},
+	svc, err := toolservice.New(toolservice.Config{ID: "shared", Topic: brokertest.UniqueTopic("shared"), Logger: quiet},
 		echoArg, toolservice.WithPulsarClient(client))
 	if err != nil {
 		t.Fatal(err)
 	}
 	serve(svc)()
-	if n := testenv.Subscriptions(svc.RequestTopic()); n != 0 {
+	if n := brokertest.Subscriptions(svc.RequestTopic()); n != 0 {
 		t.Errorf("%d consumers left on %s after Run returned", n, svc.RequestTopic())
 	}
 	p, err := client.CreateProducer(pulsar.ProducerOptions{Topic: svc.RequestTopic()})

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
@@ -42,10 +42,10 @@ func brokers(t *testing.T) []broker {
 		t.Cleanup(m.Close)
 		return m
 	}}}
-	if testenv.WantPulsar() {
+	if brokertest.WantPulsar() {
 		bs = append(bs, broker{"pulsar", func(t *testing.T) transport.Broker {
-			testenv.RequirePulsar(t)
-			p, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL(), ReceiverQueueSize: 5000})
+			brokertest.RequirePulsar(t)
+			p, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), ReceiverQueueSize: 5000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +65,7 @@ type fixture struct {
 
 func start(t *testing.T, br transport.Broker, h toolservice.Handler) fixture {
 	t.Helper()
-	topic := testenv.UniqueTopic("bridge")
+	topic := brokertest.UniqueTopic("bridge")
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	if h != nil {
@@ -231,7 +231,7 @@ func TestContract(t *testing.T) {
 				waitFor(t, 20*time.Second, func() bool { return f.b.Stats().OrphanReplies >= 50 })
 			})
 			t.Run("deadline ends a call nobody answers", func(t *testing.T) {
-				silent := bridge.Target{RequestTopic: wire.RequestTopic(testenv.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
+				silent := bridge.Target{RequestTopic: wire.RequestTopic(brokertest.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
 				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 				defer cancel()
 				c, err := f.b.Call(ctx, silent, wire.Request{})
@@ -244,7 +244,7 @@ func TestContract(t *testing.T) {
 				}
 			})
 			t.Run("the call's own deadline ends it without a context deadline", func(t *testing.T) {
-				silent := bridge.Target{RequestTopic: wire.RequestTopic(testenv.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
+				silent := bridge.Target{RequestTopic: wire.RequestTopic(brokertest.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
 				inFlight := f.b.Stats().InFlight
 				start := time.Now()
 				c, err := f.b.CallUntil(t.Context(), silent, wire.Request{}, start.Add(300*time.Millisecond))

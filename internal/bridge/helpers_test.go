@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
 )
 
@@ -27,7 +27,7 @@ func waitSubscribed(t *testing.T, br transport.Broker, topic string, failed <-ch
 			t.Fatalf("tool service stopped: %v", err)
 		default:
 		}
-		if testenv.Subscribed(br, topic) {
+		if brokertest.Subscribed(br, topic) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -23,7 +23,7 @@ import (
 func counter(t *testing.T, br transport.Broker, topic string) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64
-	sub, err := br.Subscribe(t.Context(), topic, testenv.UniqueTopic("spy"), transport.Exclusive, func(transport.Message) { n.Add(1) })
+	sub, err := br.Subscribe(t.Context(), topic, brokertest.UniqueTopic("spy"), transport.Exclusive, func(transport.Message) { n.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func counter(t *testing.T, br transport.Broker, topic string) *atomic.Int64 {
 // replyBridge is a gateway instance's bridge with a reply topic of its own.
 func replyBridge(t *testing.T, br transport.Broker, name string) *bridge.Bridge {
 	t.Helper()
-	b := bridge.New(br, bridge.Options{ReplyTopic: wire.ReplyTopic(testenv.UniqueTopic(name))})
+	b := bridge.New(br, bridge.Options{ReplyTopic: wire.ReplyTopic(brokertest.UniqueTopic(name))})
 	t.Cleanup(b.Close)
 	return b
 }
@@ -43,7 +43,7 @@ func replyBridge(t *testing.T, br transport.Broker, name string) *bridge.Bridge 
 // service's response topic, whatever reply-to the request names.
 func legacyService(t *testing.T, br transport.Broker) bridge.Target {
 	t.Helper()
-	topic := testenv.UniqueTopic("legacy")
+	topic := brokertest.UniqueTopic("legacy")
 	target := bridge.Target{RequestTopic: wire.RequestTopic(topic), ResponseTopic: wire.ResponseTopic(topic)}
 	var wg sync.WaitGroup
 	sub, err := br.Subscribe(t.Context(), target.RequestTopic, topic+"-request", transport.Shared, func(m transport.Message) {
@@ -197,7 +197,7 @@ func TestReplyToContract(t *testing.T) {
 				}
 			})
 			t.Run("a reply-to outside the response namespace is ignored", func(t *testing.T) {
-				forged := wire.RequestTopic(testenv.UniqueTopic("forged")) // tg/request, not tg/response
+				forged := wire.RequestTopic(brokertest.UniqueTopic("forged")) // tg/request, not tg/response
 				redirected := counter(t, br, forged)
 				before := shared.Load()
 				// A request sent by hand, with a reply-to in tg/request.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
@@ -31,7 +31,7 @@ type serviceSaw struct {
 // channel.
 func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw toolcall.Middleware) (toolcall.Handler, <-chan serviceSaw) {
 	t.Helper()
-	topic := testenv.UniqueTopic("telemetry")
+	topic := brokertest.UniqueTopic("telemetry")
 	saw := make(chan serviceSaw, 1)
 	svc, err := toolservice.New(toolservice.Config{ID: topic, Topic: topic, StopGrace: time.Second, Logger: slog.New(slog.DiscardHandler)},
 		func(ctx context.Context, req *toolservice.Request) (any, error) {
@@ -61,7 +61,7 @@ func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw 
 	if err := b.Listen(t.Context(), target.ResponseTopic); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); !testenv.Subscribed(br, target.RequestTopic); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); !brokertest.Subscribed(br, target.RequestTopic); time.Sleep(20 * time.Millisecond) {
 		select {
 		case err := <-stopped:
 			t.Fatalf("tool service stopped: %v", err)
@@ -94,10 +94,10 @@ func propagationBrokers(t *testing.T) map[string]func(t *testing.T) transport.Br
 			return m
 		},
 	}
-	if testenv.WantPulsar() {
+	if brokertest.WantPulsar() {
 		bs["pulsar"] = func(t *testing.T) transport.Broker {
-			testenv.RequirePulsar(t)
-			p, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL()})
+			brokertest.RequirePulsar(t)
+			p, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
 )
 
@@ -16,13 +16,13 @@ import (
 // unused for ProducerIdleTimeout is closed, and the next publish opens a new
 // one that delivers.
 func TestIdleProducersCloseAndReopen(t *testing.T) {
-	testenv.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL(), ProducerIdleTimeout: 200 * time.Millisecond})
+	brokertest.RequirePulsar(t)
+	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), ProducerIdleTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	topic := "non-persistent://tg/request/" + testenv.UniqueTopic("idle")
+	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("idle")
 	var got atomic.Int64
 	sub, err := b.Subscribe(t.Context(), topic, "idle-test", transport.Exclusive, func(transport.Message) { got.Add(1) })
 	if err != nil {
@@ -63,13 +63,13 @@ func TestIdleProducersCloseAndReopen(t *testing.T) {
 // queued publishing every message arrives once and every outcome is
 // reported once.
 func TestPublishInline(t *testing.T) {
-	testenv.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL()})
+	brokertest.RequirePulsar(t)
+	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	topic := "non-persistent://tg/request/" + testenv.UniqueTopic("inline")
+	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("inline")
 	var mu sync.Mutex
 	seen := map[string]int{}
 	sub, err := b.Subscribe(t.Context(), topic, "inline-test", transport.Exclusive, func(m transport.Message) {

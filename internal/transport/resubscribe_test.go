@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
 )
 
@@ -20,13 +20,13 @@ import (
 // while ours reconnects (ConsumerBusy); once that one leaves, ours must be
 // subscribed again and receive.
 func TestSubscriptionSurvivesConsumerClosedByClient(t *testing.T) {
-	testenv.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL(), MaxReconnectBackoff: 500 * time.Millisecond})
+	brokertest.RequirePulsar(t)
+	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), MaxReconnectBackoff: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	topic := "persistent://tg/response/" + testenv.UniqueTopic("resub")
+	topic := "persistent://tg/response/" + brokertest.UniqueTopic("resub")
 	var got atomic.Int64
 	sub, err := b.Subscribe(t.Context(), topic, "resub", transport.Exclusive, func(transport.Message) { got.Add(1) })
 	if err != nil {
@@ -34,7 +34,7 @@ func TestSubscriptionSurvivesConsumerClosedByClient(t *testing.T) {
 	}
 	defer sub.Close()
 
-	other, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	other, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestSubscriptionSurvivesConsumerClosedByClient(t *testing.T) {
 	// Unload the topic: the broker disconnects our consumer, which
 	// reconnects after its backoff; the other consumer gets in first.
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut,
-		testenv.AdminURL()+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", nil)
+		brokertest.AdminURL()+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", nil)
 	var thief pulsar.Consumer
 	deadline := time.Now().Add(20 * time.Second)
 	for thief == nil {

@@ -31,7 +31,7 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -101,7 +101,7 @@ func interopVenv(t *testing.T) string {
 // a broker restarted with fresh data has lost anything created by hand.
 func interopEnsureNotifyNamespace(t *testing.T) {
 	t.Helper()
-	admin := testenv.AdminURL() + "/admin/v2/namespaces/tg"
+	admin := brokertest.AdminURL() + "/admin/v2/namespaces/tg"
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get(admin)
 	if err != nil {
@@ -203,7 +203,7 @@ func interopStartPython(t *testing.T, name, requestTopic string, argv ...string)
 	})
 
 	deadline := time.Now().Add(interopStartTimeout)
-	for testenv.Subscriptions(requestTopic) == 0 {
+	for brokertest.Subscriptions(requestTopic) == 0 {
 		if p.exited() {
 			p.shown = true
 			t.Fatalf("%s exited before subscribing to %s (%v); output:\n%s", name, requestTopic, p.waitErr, p.logTail(60))
@@ -308,7 +308,7 @@ func TestInteropPythonJokeService(t *testing.T) {
 	t.Parallel()
 	requestTopic := "non-persistent://tg/request/" + env.pyJokeTopic
 	interopStartPython(t, "joke-service", requestTopic,
-		"joke-service", "-p", testenv.PulsarURL(), "--id", testenv.UniqueTopic("toolgate-e2e-pyjoke"),
+		"joke-service", "-p", brokertest.PulsarURL(), "--id", brokertest.UniqueTopic("toolgate-e2e-pyjoke"),
 		"-t", env.pyJokeTopic, "--no-metrics", "--no-loki-enabled")
 
 	// The service picks at random among the puns of the topic's category:
@@ -361,7 +361,7 @@ type interopTgCallResult struct {
 // and decodes the JSON object it prints (its last stdout line).
 func interopTgCall(t *testing.T, extra ...string) (interopTgCallResult, interopRun) {
 	t.Helper()
-	args := append([]string{"scripts/python/tg_call.py", "--pulsar", testenv.PulsarURL(), "--topic", env.jokeTopic, "--timeout", "20"}, extra...)
+	args := append([]string{"scripts/python/tg_call.py", "--pulsar", brokertest.PulsarURL(), "--topic", env.jokeTopic, "--timeout", "20"}, extra...)
 	r := interopPython(t, 60*time.Second, args...)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	var res interopTgCallResult
@@ -413,8 +413,8 @@ func TestInteropPythonServiceError(t *testing.T) {
 	t.Parallel()
 	requestTopic := "non-persistent://tg/request/" + env.pyFailTopic
 	interopStartPython(t, "failing-service", requestTopic,
-		"python", "test/python/failing_service.py", "-p", testenv.PulsarURL(),
-		"--id", testenv.UniqueTopic("toolgate-e2e-pyfail"), "-t", env.pyFailTopic, "--no-metrics", "--no-loki-enabled")
+		"python", "test/python/failing_service.py", "-p", brokertest.PulsarURL(),
+		"--id", brokertest.UniqueTopic("toolgate-e2e-pyfail"), "-t", env.pyFailTopic, "--no-metrics", "--no-loki-enabled")
 
 	t.Run("gRPC", func(t *testing.T) {
 		args, _ := structpb.NewStruct(map[string]any{"anything": "at all"})

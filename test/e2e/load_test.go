@@ -15,8 +15,8 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -28,7 +28,7 @@ func TestManyConcurrentCallsToReplicas(t *testing.T) {
 	// A second replica of the echo service, on the same shared subscription.
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	replica, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: env.echoTopic, PulsarURL: testenv.PulsarURL(), MaxConcurrency: 512, Logger: log}, echo.Handle)
+	replica, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: env.echoTopic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: 512, Logger: log}, echo.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestThousandChunkStream(t *testing.T) {
 
 func waitConsumers(topic string, n int, d time.Duration) error {
 	deadline := time.Now().Add(d)
-	for testenv.Subscriptions(topic) < n {
+	for brokertest.Subscriptions(topic) < n {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("fewer than %d consumers on %s after %s", n, topic, d)
 		}

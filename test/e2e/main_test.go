@@ -14,10 +14,10 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/jokes"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if err := testenv.CheckPulsar(); err != nil {
+	if err := brokertest.CheckPulsar(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: the Pulsar broker is required and not ready: %v\n(start it with `make pulsar-up`, or run `make test`)\n", err)
 		return 1
 	}
@@ -50,16 +50,16 @@ func run(m *testing.M) int {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	env.jokeTopic = testenv.UniqueTopic("joke")
-	svc, err := toolservice.New(toolservice.Config{ID: "joke-service", Topic: env.jokeTopic, PulsarURL: testenv.PulsarURL(), Logger: log}, jokes.Handle)
+	env.jokeTopic = brokertest.UniqueTopic("joke")
+	svc, err := toolservice.New(toolservice.Config{ID: "joke-service", Topic: env.jokeTopic, PulsarURL: brokertest.PulsarURL(), Logger: log}, jokes.Handle)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	env.echoTopic = testenv.UniqueTopic("echo")
-	env.pyJokeTopic = testenv.UniqueTopic("pyjoke")
-	env.pyFailTopic = testenv.UniqueTopic("pyfail")
-	echoSvc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: env.echoTopic, PulsarURL: testenv.PulsarURL(), MaxConcurrency: 512, Logger: log}, echo.Handle)
+	env.echoTopic = brokertest.UniqueTopic("echo")
+	env.pyJokeTopic = brokertest.UniqueTopic("pyjoke")
+	env.pyFailTopic = brokertest.UniqueTopic("pyfail")
+	echoSvc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: env.echoTopic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: 512, Logger: log}, echo.Handle)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -124,7 +124,7 @@ func run(m *testing.M) int {
 // channel.
 func startGateway(ctx context.Context, regPath string, log *slog.Logger) (*app.Gateway, <-chan error, error) {
 	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
+		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
 		"--registry", regPath, "--announcements=false", "--default-timeout", "10s", "--stream-idle-timeout", "1s", "--allow-anonymous",
 		"--cors-origins", "http://allowed.example", "--sse-heartbeat", "200ms"}, func(string) string { return "" }, os.Stderr)
 	if err != nil {
@@ -225,7 +225,7 @@ func waitReady(base string, d time.Duration) error {
 
 func waitSubscribed(topic string, d time.Duration) error {
 	deadline := time.Now().Add(d)
-	for testenv.Subscriptions(topic) == 0 {
+	for brokertest.Subscriptions(topic) == 0 {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no tool service subscribed to %s after %s", topic, d)
 		}

@@ -19,8 +19,8 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/internal/testenv"
 )
 
 const mcpKey = "mcp-test-key-0123456789"
@@ -48,7 +48,7 @@ func startMCPSecured(t *testing.T) *mcpSecured {
   - {roles: [user], tools: ["echo", "tell-joke", "new-*"], actions: [list, invoke]}
 `)
 	cfg, err := config.Parse([]string{
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", testenv.PulsarURL(),
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL(),
 		"--registry", s.regPath, "--api-keys", keys, "--policy", policy,
 	}, func(string) string { return "" }, os.Stderr)
 	if err != nil {

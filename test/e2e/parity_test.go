@@ -21,8 +21,8 @@ import (
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
 	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -111,7 +111,7 @@ tool:
 		auth.HashKey(parityKey), auth.HashKey(parityLimKey)))
 	policy := write("policy.yaml", "rules:\n  - {roles: [user], tools: [\"echo\", \"strict-echo\", \"missing-*\"], actions: [list, invoke]}\n")
 	cfg, err := config.Parse([]string{
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", testenv.PulsarURL(),
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL(),
 		"--registry", reg, "--api-keys", keys, "--policy", policy, "--rate-limit", "0.2", "--rate-burst", "60",
 	}, func(string) string { return "" }, os.Stderr)
 	if err != nil {

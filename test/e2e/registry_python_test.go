@@ -12,7 +12,7 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -29,7 +29,7 @@ func runPython(t *testing.T, script string, args ...string) time.Time {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), append([]string{filepath.Join(root, "test", "python", script)}, args...)...)
-	cmd.Env = append(os.Environ(), "TOOLGATE_PULSAR_URL="+testenv.PulsarURL())
+	cmd.Env = append(os.Environ(), "TOOLGATE_PULSAR_URL="+brokertest.PulsarURL())
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %v: %v\n%s", script, args, err, out)
@@ -42,9 +42,9 @@ func runPython(t *testing.T, script string, args ...string) time.Time {
 // tool NOT_FOUND.
 func TestPythonAnnouncement(t *testing.T) {
 	t.Parallel()
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("announce")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("announce")
 	g := startSourceGateway(t, "--announce-topic", topic)
-	id := testenv.UniqueTopic("py-announced")
+	id := brokertest.UniqueTopic("py-announced")
 	tool := id + "-echo"
 	// The shared echo service of this package answers on env.echoTopic.
 	toolJSON, _ := json.Marshal(map[string]any{"name": tool, "description": "announced from Python",
@@ -85,7 +85,7 @@ func TestPythonAnnouncement(t *testing.T) {
 // starts both (scripts/cassandra.sh, scripts/configsvc.sh).
 func TestTrustGraphConfigService(t *testing.T) {
 	t.Parallel()
-	if testenv.Subscriptions("non-persistent://tg/request/config") == 0 {
+	if brokertest.Subscriptions("non-persistent://tg/request/config") == 0 {
 		t.Fatal("TrustGraph's config-svc is required and not running (no consumer on non-persistent://tg/request/config): " +
 			"start it with scripts/cassandra.sh up && scripts/configsvc.sh up, or run make test")
 	}
@@ -93,8 +93,8 @@ func TestTrustGraphConfigService(t *testing.T) {
 	if st := sourceStatus(t, g.readyDetails(t), "config-service"); st["synced"] != true {
 		t.Fatalf("the config-service source did not sync at start: %v", st)
 	}
-	svc := testenv.UniqueTopic("tg-svc")
-	tool := testenv.UniqueTopic("tg-tool")
+	svc := brokertest.UniqueTopic("tg-svc")
+	tool := brokertest.UniqueTopic("tg-tool")
 	svcJSON, _ := json.Marshal(map[string]any{"id": svc,
 		"request-queue": "non-persistent://tg/request/" + env.echoTopic, "response-queue": "non-persistent://tg/response/" + env.echoTopic,
 		"config-params": []any{map[string]any{"name": "flavour", "required": false}}})
@@ -106,7 +106,7 @@ func TestTrustGraphConfigService(t *testing.T) {
 		defer cancel()
 		for _, kv := range [][2]string{{"tool", tool}, {"tool-service", svc}} {
 			cmd := exec.CommandContext(ctx, filepath.Join(interopVenv(t), "bin", "python"), filepath.Join("..", "python", "tg_config_item.py"), "delete", kv[0], kv[1])
-			cmd.Env = append(os.Environ(), "TOOLGATE_PULSAR_URL="+testenv.PulsarURL())
+			cmd.Env = append(os.Environ(), "TOOLGATE_PULSAR_URL="+brokertest.PulsarURL())
 			_ = cmd.Run()
 		}
 	})
@@ -153,7 +153,7 @@ func TestTrustGraphConfigServiceProtocol(t *testing.T) {
 	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider",
 		"test/python/test_configsvc.py")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "TOOLGATE_PULSAR_URL="+testenv.PulsarURL(), "TOOLGATE_PULSAR_ADMIN_URL="+testenv.AdminURL(),
+	cmd.Env = append(os.Environ(), "TOOLGATE_PULSAR_URL="+brokertest.PulsarURL(), "TOOLGATE_PULSAR_ADMIN_URL="+brokertest.AdminURL(),
 		"PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s:\n%s", strings.Join(cmd.Args, " "), out)

@@ -16,9 +16,9 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -38,7 +38,7 @@ type srcGateway struct {
 func startSourceGateway(t *testing.T, args ...string) *srcGateway {
 	t.Helper()
 	all := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
+		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
 		"--default-timeout", "5s", "--allow-anonymous"}, args...)
 	cfg, err := config.Parse(all, func(string) string { return "" }, os.Stderr)
 	if err != nil {
@@ -140,7 +140,7 @@ func sourceStatus(t *testing.T, d map[string]any, origin string) map[string]any 
 // called; it returns once the service is subscribed.
 func runService(t *testing.T, cfg toolservice.Config) (svc *toolservice.Service, stop func()) {
 	t.Helper()
-	cfg.PulsarURL = testenv.PulsarURL()
+	cfg.PulsarURL = brokertest.PulsarURL()
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	svc, err := toolservice.New(cfg, echo.Handle)
 	if err != nil {
@@ -173,7 +173,7 @@ func runService(t *testing.T, cfg toolservice.Config) (svc *toolservice.Service,
 
 func pulsarClient(t *testing.T) pulsar.Client {
 	t.Helper()
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +201,12 @@ func publishKeyed(t *testing.T, c pulsar.Client, topic, key string, payload []by
 // stop) makes the tools NOT_FOUND.
 func TestAnnouncedServices(t *testing.T) {
 	t.Parallel()
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("announce")
-	early := testenv.UniqueTopic("early")
-	late := testenv.UniqueTopic("late")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("announce")
+	early := brokertest.UniqueTopic("early")
+	late := brokertest.UniqueTopic("late")
 
 	// Announced before any gateway runs, with the explicit API.
-	earlySvc, _ := runService(t, toolservice.Config{ID: early, Topic: testenv.UniqueTopic("early")})
+	earlySvc, _ := runService(t, toolservice.Config{ID: early, Topic: brokertest.UniqueTopic("early")})
 	ann := &toolservice.Announcement{Topic: topic, Tools: []toolservice.Tool{{Name: early + "-echo", Description: "echo, announced early"}}}
 	if err := earlySvc.Announce(t.Context(), ann); err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestAnnouncedServices(t *testing.T) {
 	}
 
 	// Announced after the gateway started, by Config.Announce.
-	_, stopLate := runService(t, toolservice.Config{ID: late, Topic: testenv.UniqueTopic("late"),
+	_, stopLate := runService(t, toolservice.Config{ID: late, Topic: brokertest.UniqueTopic("late"),
 		Announce: &toolservice.Announcement{Topic: topic, Tools: []toolservice.Tool{{Name: late + "-echo",
 			Arguments: []toolservice.Argument{{Name: "msg", Type: "string", Required: true}}}}}})
 	took, err := within(5*time.Second, func() error {
@@ -305,9 +305,9 @@ func TestAnnouncedServices(t *testing.T) {
 // in the metric.
 func TestFileWinsOverAnnouncement(t *testing.T) {
 	t.Parallel()
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("announce")
-	tool := testenv.UniqueTopic("shared-name")
-	fileSvc := testenv.UniqueTopic("file-svc")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("announce")
+	tool := brokertest.UniqueTopic("shared-name")
+	fileSvc := brokertest.UniqueTopic("file-svc")
 	path := filepath.Join(t.TempDir(), "registry.yaml")
 	// The file's tool goes to the shared echo service of this package.
 	reg := fmt.Sprintf("tool-service:\n  %s: {topic: %s}\ntool:\n  %s: {type: tool-service, description: from the file, service: %s}\n",
@@ -315,8 +315,8 @@ func TestFileWinsOverAnnouncement(t *testing.T) {
 	if err := os.WriteFile(path, []byte(reg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	annSvc := testenv.UniqueTopic("ann-svc")
-	runService(t, toolservice.Config{ID: annSvc, Topic: testenv.UniqueTopic("ann"),
+	annSvc := brokertest.UniqueTopic("ann-svc")
+	runService(t, toolservice.Config{ID: annSvc, Topic: brokertest.UniqueTopic("ann"),
 		Announce: &toolservice.Announcement{Topic: topic, Tools: []toolservice.Tool{
 			{Name: tool, Description: "from the announcement"},
 			{Name: annSvc + "-own", Description: "no conflict"}}}})

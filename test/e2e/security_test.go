@@ -27,8 +27,8 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -90,7 +90,7 @@ tool:
   - {roles: [reader], tools: ["*"], actions: [list]}
 `)
 	args := []string{
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", testenv.PulsarURL(), "--registry", reg,
+		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL(), "--registry", reg,
 		"--tls-cert", write("server.pem", string(serverPEM)), "--tls-key", write("server.key", string(serverKeyPEM)),
 		"--client-ca", write("ca.pem", string(caPEM)),
 		"--api-keys", keys, "--jwt-hs256-secret-file", write("jwt.secret", string(secret)),

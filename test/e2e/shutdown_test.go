@@ -13,7 +13,7 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -38,7 +38,7 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	var logs strings.Builder
 	cmd := exec.Command(bin, "--registry", reg, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--pulsar-url", testenv.PulsarURL(), "--allow-anonymous", "--shutdown-grace", "15s")
+		"--pulsar-url", brokertest.PulsarURL(), "--allow-anonymous", "--shutdown-grace", "15s")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

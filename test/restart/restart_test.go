@@ -23,9 +23,9 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"go.uber.org/goleak"
@@ -147,7 +147,7 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 		removeBrokerFiles(t)
 	})
 
-	topic := testenv.UniqueTopic("restart")
+	topic := brokertest.UniqueTopic("restart")
 	reqTopic, respTopic := "non-persistent://tg/request/"+topic, "non-persistent://tg/response/"+topic
 	// The gateway's own reply topic (reply-to is on): replies to its calls
 	// come there, so a call needs its consumer back as much as the others.

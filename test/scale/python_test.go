@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 // venv is the Python venv with TrustGraph's services: TOOLGATE_VENV if
@@ -54,7 +54,7 @@ func repoRoot(t *testing.T) string {
 // processor needs before it gets to its own topics.
 func ensureNotifyNamespace(t *testing.T) {
 	t.Helper()
-	admin := testenv.AdminURL() + "/admin/v2/namespaces/tg"
+	admin := brokertest.AdminURL() + "/admin/v2/namespaces/tg"
 	resp, err := http.Get(admin)
 	if err != nil {
 		t.Fatalf("list namespaces of tenant tg: %v", err)
@@ -90,7 +90,7 @@ func startPythonJokes(t *testing.T, topic string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(v, "bin", "joke-service"), "-p", testenv.PulsarURL(), "--id", testenv.UniqueTopic("toolgate-scale-pyjoke"),
+	cmd := exec.Command(filepath.Join(v, "bin", "joke-service"), "-p", brokertest.PulsarURL(), "--id", brokertest.UniqueTopic("toolgate-scale-pyjoke"),
 		"-t", topic, "--no-metrics", "--no-loki-enabled")
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "VIRTUAL_ENV="+v)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -120,7 +120,7 @@ func startPythonJokes(t *testing.T, topic string) {
 	})
 	requestTopic := "non-persistent://tg/request/" + topic
 	deadline := time.Now().Add(45 * time.Second)
-	for testenv.Subscriptions(requestTopic) == 0 {
+	for brokertest.Subscriptions(requestTopic) == 0 {
 		select {
 		case <-done:
 			t.Fatalf("joke-service exited before subscribing to %s; output:\n%s", requestTopic, logTail())
@@ -138,7 +138,7 @@ func startPythonJokes(t *testing.T, topic string) {
 func deliveries(t *testing.T, topic string) int64 {
 	t.Helper()
 	scheme, rest, _ := strings.Cut(topic, "://")
-	resp, err := http.Get(testenv.AdminURL() + "/admin/v2/" + scheme + "/" + rest + "/stats")
+	resp, err := http.Get(brokertest.AdminURL() + "/admin/v2/" + scheme + "/" + rest + "/stats")
 	if err != nil {
 		t.Fatalf("topic stats of %s: %v", topic, err)
 	}

@@ -22,9 +22,9 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
@@ -51,7 +51,7 @@ type gateway struct {
 func startGateway(t *testing.T, regPath, id string, extra ...string) *gateway {
 	t.Helper()
 	args := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
+		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
 		"--registry", regPath, "--allow-anonymous", "--instance-id", id}, extra...)
 	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
 	if err != nil {
@@ -98,7 +98,7 @@ func startGateway(t *testing.T, regPath, id string, extra ...string) *gateway {
 func startEcho(t *testing.T, id, topic string) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	svc, err := toolservice.New(toolservice.Config{ID: id, Topic: topic, PulsarURL: testenv.PulsarURL(), MaxConcurrency: 256, Logger: log}, echo.Handle)
+	svc, err := toolservice.New(toolservice.Config{ID: id, Topic: topic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: 256, Logger: log}, echo.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,10 +158,10 @@ func invoke(ctx context.Context, g *gateway, tool, msg string) error {
 // TestReplyToAtScale: 3 gateways, 2 Go echo replicas and TrustGraph's
 // Python joke service on one broker.
 func TestReplyToAtScale(t *testing.T) {
-	if err := testenv.CheckPulsar(); err != nil {
+	if err := brokertest.CheckPulsar(); err != nil {
 		t.Fatalf("the Pulsar broker is required: %v (start it with `make pulsar-up`, or run `make test`)", err)
 	}
-	echoTopic, jokeTopic := testenv.UniqueTopic("scale-echo"), testenv.UniqueTopic("scale-pyjoke")
+	echoTopic, jokeTopic := brokertest.UniqueTopic("scale-echo"), brokertest.UniqueTopic("scale-pyjoke")
 	regPath := filepath.Join(t.TempDir(), "registry.yaml")
 	reg := fmt.Sprintf(`tool-service:
   echo-service: {topic: %s}
@@ -181,7 +181,7 @@ tool:
 	startEcho(t, "scale-echo", echoTopic)
 	startEcho(t, "scale-echo", echoTopic) // a second replica, same subscription
 	startPythonJokes(t, jokeTopic)
-	run := testenv.UniqueTopic("gw")
+	run := brokertest.UniqueTopic("gw")
 	var gws []*gateway
 	for i := range replicas {
 		// The last is the kill test's victim: with a grace period of 1ms

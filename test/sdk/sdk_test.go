@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -90,13 +90,13 @@ type service struct {
 
 func startService(t *testing.T, bin string, args ...string) *service {
 	t.Helper()
-	s := &service{topic: testenv.UniqueTopic("wordcount"), lines: make(chan string, 16), stderr: &strings.Builder{}}
+	s := &service{topic: brokertest.UniqueTopic("wordcount"), lines: make(chan string, 16), stderr: &strings.Builder{}}
 	token := filepath.Join(t.TempDir(), "token")
 	// The test broker has no authentication: it accepts and ignores the token.
 	if err := os.WriteFile(token, []byte("a-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = exec.Command(bin, append([]string{"-pulsar-url", testenv.PulsarURL(), "-topic", s.topic, "-token-file", token}, args...)...)
+	s.cmd = exec.Command(bin, append([]string{"-pulsar-url", brokertest.PulsarURL(), "-topic", s.topic, "-token-file", token}, args...)...)
 	s.cmd.Stderr = s.stderr
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
@@ -140,7 +140,7 @@ func call(t *testing.T, topic string, args map[string]any) ([]string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	br, err := transport.NewPulsar(transport.PulsarOptions{URL: testenv.PulsarURL()})
+	br, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func call(t *testing.T, topic string, args map[string]any) ([]string, error) {
 }
 
 func TestToolServiceFromAnotherModule(t *testing.T) {
-	testenv.RequirePulsar(t)
+	brokertest.RequirePulsar(t)
 	bin := buildOutside(t)
 	for _, mode := range []struct{ name, flag string }{{"WithTokenFile", ""}, {"WithPulsarClient", "-own-client"}} {
 		t.Run(mode.name, func(t *testing.T) {
@@ -180,7 +180,7 @@ func TestToolServiceFromAnotherModule(t *testing.T) {
 
 			// It is subscribed where TrustGraph's services are: a shared
 			// subscription "<id>-request" on the request topic.
-			if n := testenv.Subscriptions(wire.RequestTopic(s.topic)); n != 1 {
+			if n := brokertest.Subscriptions(wire.RequestTopic(s.topic)); n != 1 {
 				t.Fatalf("%d consumers on %s, want 1", n, wire.RequestTopic(s.topic))
 			}
 
@@ -206,7 +206,7 @@ func TestToolServiceFromAnotherModule(t *testing.T) {
 			if err := s.cmd.Wait(); err != nil {
 				t.Fatalf("exit after SIGINT: %v; stderr:\n%s", err, s.stderr)
 			}
-			if n := testenv.Subscriptions(wire.RequestTopic(s.topic)); n != 0 {
+			if n := brokertest.Subscriptions(wire.RequestTopic(s.topic)); n != 0 {
 				t.Errorf("%d consumers left on %s after the service exited", n, wire.RequestTopic(s.topic))
 			}
 		})

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/registry"
-	"github.com/toolgate/toolgate/internal/testenv"
 )
 
 func announcement(id string) []byte {
@@ -59,7 +59,7 @@ func waitTool(t *testing.T, m *registry.Merger, name string, present bool) time.
 // delete a key of a compacted topic) withdraws the service it is keyed by.
 func TestAnnouncementTombstoneWithdraws(t *testing.T) {
 	c := client(t)
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
 	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestAnnouncementTombstoneWithdraws(t *testing.T) {
 // beyond the number of services allowed is refused too; the rest apply.
 func TestAnnouncementBounds(t *testing.T) {
 	c := client(t)
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
 	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func (s *timingSink) Apply(u registry.Update) error {
 // asserted: the test fails when the normal one waits for the whole flood.
 func TestAnnouncementFloodDoesNotHoldUpOthers(t *testing.T) {
 	c := client(t)
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
 	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: time.Minute,
 		MaxPendingMessages: 8}) // a flood of large messages at the pace the broker takes them
 	if err != nil {

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/registry"
-	"github.com/toolgate/toolgate/internal/testenv"
 )
 
 func client(t *testing.T) pulsar.Client {
 	t.Helper()
-	testenv.RequirePulsar(t)
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	brokertest.RequirePulsar(t)
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func eventually(t *testing.T, d time.Duration, what string, f func() bool) {
 
 func TestConfigServiceSource(t *testing.T) {
 	c := client(t)
-	base := testenv.UniqueTopic("config")
+	base := brokertest.UniqueTopic("config")
 	req, resp, push := "non-persistent://tg/request/"+base, "non-persistent://tg/response/"+base, "non-persistent://tg/notify/"+base
 	r := startResponder(t, c, req, resp, push)
 	r.store["tool-service"]["svc"] = `{"id": "svc", "request-queue": "non-persistent://tg/request/svc", "response-queue": "non-persistent://tg/response/svc"}`
@@ -186,7 +186,7 @@ func TestConfigServiceSource(t *testing.T) {
 // keeps trying; nothing is served.
 func TestConfigServiceUnreachable(t *testing.T) {
 	c := client(t)
-	base := testenv.UniqueTopic("config-none")
+	base := brokertest.UniqueTopic("config-none")
 	sink := &recorder{Merger: registry.NewMerger(nil, nil)}
 	src := NewConfigService(c, ConfigOptions{RequestTopic: "non-persistent://tg/request/" + base,
 		ResponseTopic: "non-persistent://tg/response/" + base, PushTopic: "non-persistent://tg/notify/" + base, RequestTimeout: 200 * time.Millisecond})
@@ -210,7 +210,7 @@ func TestConfigServiceUnreachable(t *testing.T) {
 // A message without a key is rejected and counted; keyed ones apply.
 func TestAnnouncementsWithoutKey(t *testing.T) {
 	c := client(t)
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
 	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package testenv
+package brokertest
 
 import (
 	"encoding/json"

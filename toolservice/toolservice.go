@@ -100,6 +100,9 @@ func Errorf(typ, format string, args ...any) *Error {
 	return &Error{Type: typ, Message: fmt.Sprintf(format, args...)}
 }
 
+// DefaultMaxConcurrency is Config.MaxConcurrency's default.
+const DefaultMaxConcurrency = 64
+
 // Config says which topics a service uses and how it behaves.
 type Config struct {
 	// ID names the service; its subscription is "<ID>-request".
@@ -115,7 +118,8 @@ type Config struct {
 	// PulsarURL of the broker, e.g. pulsar://127.0.0.1:6650, or
 	// pulsar+ssl://… for TLS. Not used with WithPulsarClient.
 	PulsarURL string
-	// MaxConcurrency bounds the calls handled at once (default 64).
+	// MaxConcurrency bounds the calls handled at once (default
+	// DefaultMaxConcurrency).
 	MaxConcurrency int
 	// StopGrace is how long Run waits for calls in flight after its ctx
 	// ends before cancelling them (default 10 s).
@@ -280,7 +284,7 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 		return nil, errors.New("toolservice: nil handler")
 	}
 	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = 64
+		cfg.MaxConcurrency = DefaultMaxConcurrency
 	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second

@@ -172,7 +172,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		ErrorHandler: limits.ErrorHandler, Metrics: g.metrics.Handler(),
 		Docs:        docs.New(docs.Options{Logger: log}),
 		MCP:         mcpHandler,
-		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: maxHeaderBytes})
+		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -181,7 +181,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Handler:   sec.wrapHTTP(h),
 		TLSConfig: sec.tls,
 		// Above the handler's own limit, which answers 431 in JSON.
-		MaxHeaderBytes:    4 * maxHeaderBytes,
+		MaxHeaderBytes:    4 * httpapi.DefaultMaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -204,9 +204,6 @@ func (g *Gateway) closeEarly() {
 		_ = g.stopTracing(context.Background())
 	}
 }
-
-// maxHeaderBytes bounds an HTTP request's header lines (431 beyond).
-const maxHeaderBytes = 64 << 10
 
 // GRPCAddr and HTTPAddr are the addresses the gateway listens on.
 func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }

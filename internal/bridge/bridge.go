@@ -59,11 +59,15 @@ type Target struct {
 	ResponseTopic string
 }
 
+// DefaultMaxInFlight is Options.MaxInFlight's default.
+const DefaultMaxInFlight = 100000
+
 // Options tune a Bridge.
 type Options struct {
 	// Logger for the bridge's own events (default: discard).
 	Logger *slog.Logger
-	// MaxInFlight bounds the calls waiting for replies (default 100000).
+	// MaxInFlight bounds the calls waiting for replies (default
+	// DefaultMaxInFlight).
 	MaxInFlight int
 	// MaxBufferedChunks bounds the reply chunks held for one call that its
 	// reader has not taken yet (default 4096).
@@ -152,7 +156,7 @@ func New(broker transport.Broker, opts Options) *Bridge {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 100000
+		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	if opts.MaxBufferedChunks <= 0 {
 		opts.MaxBufferedChunks = 4096

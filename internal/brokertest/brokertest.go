@@ -12,11 +12,13 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
 )
 
 // PulsarURL is the broker's binary URL (TOOLGATE_PULSAR_URL, default
 // pulsar://127.0.0.1:6650).
-func PulsarURL() string { return envOr("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:6650") }
+func PulsarURL() string { return envOr("TOOLGATE_PULSAR_URL", transport.DefaultPulsarURL) }
 
 // AdminURL is the broker's admin URL (TOOLGATE_PULSAR_ADMIN_URL, default
 // http://127.0.0.1:8080).

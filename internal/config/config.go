@@ -16,7 +16,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/gcgoal"
+	"github.com/toolgate/toolgate/internal/httpapi"
+	"github.com/toolgate/toolgate/internal/limits"
+	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"github.com/toolgate/toolgate/internal/transport"
 	"gopkg.in/yaml.v3"
 )
 
@@ -131,7 +137,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.String("config", "", "optional YAML or JSON file of settings keyed by flag name; flags and env win (env TOOLGATE_CONFIG)")
 	str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	str(&c.HTTPAddr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
-	str(&c.PulsarURL, "pulsar-url", "pulsar://127.0.0.1:6650", "Pulsar broker URL")
+	str(&c.PulsarURL, "pulsar-url", transport.DefaultPulsarURL, "Pulsar broker URL")
 	str(&c.PulsarAdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
 	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", 0, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown); 0, the default, starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
 	fs.IntVar(&c.GCHeapMiB, "gc-heap-mib", envInt(getenv, "gc-heap-mib", gcgoal.DefaultHeapMiB, &envErrs), "heap size in MiB below which the garbage collector runs less often (GOGC up to 500 while the live heap is small, Go's default 100 once it reaches half this); 0 turns it off, and a GOGC environment variable overrides it (env "+envName("gc-heap-mib")+")")
@@ -139,17 +145,17 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.MCP, "mcp", envBool(getenv, "mcp", true, &envErrs), "serve the tools over the Model Context Protocol (Streamable HTTP, stateless) at /mcp on the HTTP listener (env "+envName("mcp")+")")
 	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
-	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", 100000, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
 	dur(&c.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
 	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); optional when --announcements or --trustgraph-config is on. Its entries win over the other sources'")
 	fs.BoolVar(&c.Announcements, "announcements", envBool(getenv, "announcements", true, &envErrs), "register the tools that tool services announce on --announce-topic (env "+envName("announcements")+")")
-	str(&c.AnnounceTopic, "announce-topic", "persistent://tg/config/tool-descriptors", "compacted topic of tool service announcements, keyed by service id")
+	str(&c.AnnounceTopic, "announce-topic", pulsarsrc.DefaultAnnounceTopic, "compacted topic of tool service announcements, keyed by service id")
 	fs.BoolVar(&c.TrustGraphConfig, "trustgraph-config", envBool(getenv, "trustgraph-config", false, &envErrs), "read tool-service and tool descriptors from TrustGraph's config service over Pulsar; its entries win over announcements (env "+envName("trustgraph-config")+")")
-	str(&c.TrustGraphWorkspace, "trustgraph-workspace", "default", "TrustGraph config workspace holding the descriptors")
-	dur(&c.DefaultTimeout, "default-timeout", 30*time.Second, "deadline of a call when neither caller nor tool service sets one")
-	dur(&c.MaxTimeout, "max-timeout", 10*time.Minute, "the longest deadline a caller may ask for")
+	str(&c.TrustGraphWorkspace, "trustgraph-workspace", pulsarsrc.DefaultWorkspace, "TrustGraph config workspace holding the descriptors")
+	dur(&c.DefaultTimeout, "default-timeout", toolcall.DefaultTimeout, "deadline of a call when neither caller nor tool service sets one")
+	dur(&c.MaxTimeout, "max-timeout", toolcall.DefaultMaxTimeout, "the longest deadline a caller may ask for")
 	dur(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long calls in flight may finish after SIGTERM")
-	str(&c.DefaultUser, "default-user", "anonymous", "envelope user for calls without an authenticated identity")
+	str(&c.DefaultUser, "default-user", toolcall.DefaultUser, "envelope user for calls without an authenticated identity")
 	str(&c.LogFormat, "log-format", "text", "log format: text or json")
 	str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	str(&c.TLSCert, "tls-cert", "", "PEM certificate for TLS on the gRPC and HTTP listeners")
@@ -165,11 +171,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.Auth.Policy, "policy", "", "authorization policy file: which users/roles may list and invoke which tools; none = every authenticated caller may do everything")
 	fs.BoolVar(&c.Auth.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
-	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", 20, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
-	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", 1<<20, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
+	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", limits.DefaultBurst, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
 	var cors string
 	str(&cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any); empty = CORS off")
-	dur(&c.SSEHeartbeat, "sse-heartbeat", 15*time.Second, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
+	dur(&c.SSEHeartbeat, "sse-heartbeat", httpapi.DefaultSSEHeartbeat, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
 	str(&c.PulsarTokenFile, "pulsar-token-file", "", "file holding a Pulsar authentication token (JWT), re-read on every connection")
 	str(&c.PulsarTLSCA, "pulsar-tls-ca", "", "PEM CA bundle to trust for pulsar+ssl:// broker URLs")
 	str(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC trace collector (host:port or http(s)://…); empty = tracing off")

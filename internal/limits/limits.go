@@ -21,6 +21,9 @@ import (
 const (
 	DefaultMaxKeys     = 10000
 	DefaultIdleTimeout = 10 * time.Minute
+	// DefaultBurst is the burst a gateway gives each user unless told
+	// otherwise (New's burst).
+	DefaultBurst = 20
 )
 
 // Limiter is a set of token buckets, one per key (the caller's user), each

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/toolservice"
 )
 
@@ -19,17 +20,13 @@ import (
 func Run(ctx context.Context, name string, args []string, defaults toolservice.Config, h toolservice.Handler) int {
 	cfg := defaults
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	def := "pulsar://127.0.0.1:6650"
-	if v := os.Getenv("TOOLGATE_PULSAR_URL"); v != "" {
-		def = v
-	}
-	fs.StringVar(&cfg.PulsarURL, "pulsar-url", def, "Pulsar broker URL (env TOOLGATE_PULSAR_URL)")
+	fs.StringVar(&cfg.PulsarURL, "pulsar-url", envOr("TOOLGATE_PULSAR_URL", transport.DefaultPulsarURL), "Pulsar broker URL (env TOOLGATE_PULSAR_URL)")
 	tokenFile := fs.String("pulsar-token-file", os.Getenv("TOOLGATE_PULSAR_TOKEN_FILE"),
 		"file holding a Pulsar authentication token, re-read on every connection (env TOOLGATE_PULSAR_TOKEN_FILE)")
 	tlsCA := fs.String("pulsar-tls-ca", os.Getenv("TOOLGATE_PULSAR_TLS_CA"), "CA to trust for pulsar+ssl:// URLs (env TOOLGATE_PULSAR_TLS_CA)")
 	fs.StringVar(&cfg.ID, "id", defaults.ID, "service id; the request subscription is <id>-request")
 	fs.StringVar(&cfg.Topic, "topic", defaults.Topic, "short topic name: non-persistent://tg/request/<topic>")
-	fs.IntVar(&cfg.MaxConcurrency, "concurrency", max(defaults.MaxConcurrency, 64), "calls handled at once")
+	fs.IntVar(&cfg.MaxConcurrency, "concurrency", max(defaults.MaxConcurrency, toolservice.DefaultMaxConcurrency), "calls handled at once")
 	announce := fs.Bool("announce", envBool("TOOLGATE_ANNOUNCE", defaults.Announce != nil),
 		"announce the service and its tools to gateways on start, withdraw them on stop (env TOOLGATE_ANNOUNCE)")
 	announceTopic := fs.String("announce-topic", envOr("TOOLGATE_ANNOUNCE_TOPIC", toolservice.DefaultAnnounceTopic),

@@ -16,6 +16,10 @@ import (
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
 )
 
+// DefaultPulsarURL is the broker a program connects to unless told
+// otherwise: a standalone Pulsar on this host.
+const DefaultPulsarURL = "pulsar://127.0.0.1:6650"
+
 // PulsarOptions configures the Pulsar broker client.
 type PulsarOptions struct {
 	// URL of the broker, e.g. pulsar://127.0.0.1:6650.

@@ -22,9 +22,13 @@ const (
 	ConfigPushTopic     = "non-persistent://tg/notify/config"
 )
 
+// DefaultWorkspace is the TrustGraph config workspace read unless
+// ConfigOptions.Workspace names another.
+const DefaultWorkspace = "default"
+
 // ConfigOptions configure a ConfigService source.
 type ConfigOptions struct {
-	// Workspace holding the descriptors (default "default").
+	// Workspace holding the descriptors (default DefaultWorkspace).
 	Workspace string
 	// Topics (defaults: the Config*Topic constants).
 	RequestTopic, ResponseTopic, PushTopic string
@@ -52,7 +56,7 @@ type ConfigService struct {
 // NewConfigService returns the source.
 func NewConfigService(client pulsar.Client, opts ConfigOptions) *ConfigService {
 	if opts.Workspace == "" {
-		opts.Workspace = "default"
+		opts.Workspace = DefaultWorkspace
 	}
 	if opts.RequestTopic == "" {
 		opts.RequestTopic = ConfigRequestTopic

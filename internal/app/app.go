@@ -71,7 +71,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	g.sec = sec
 	// Every Pulsar client of the gateway connects alike.
-	conn := transport.Connection{URL: cfg.PulsarURL, TokenFile: cfg.PulsarTokenFile, TLSTrustCertsFile: cfg.PulsarTLSCA}
+	conn := cfg.Pulsar.Connection()
 	rs, err := newRegistrySources(g, conn)
 	if err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// Every reply for this instance arrives on its response subscriptions:
 	// a deep prefetch queue keeps bursts from being dropped by the broker.
 	popts := conn.Options()
-	popts.Logger, popts.ReceiverQueueSize, popts.DisableBatching = log, 10000, !cfg.PulsarBatching
+	popts.Logger, popts.ReceiverQueueSize, popts.DisableBatching = log, 10000, !cfg.Pulsar.Batching
 	if g.broker, err = transport.NewPulsar(popts); err != nil {
 		g.sources.stop()
 		return nil, err
@@ -101,16 +101,16 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	if cfg.ReplyTo {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}
-	if cfg.PulsarAdminURL != "" {
-		bopts.Presence = transport.NewAdminPresence(cfg.PulsarAdminURL, log)
+	if cfg.Pulsar.AdminURL != "" {
+		bopts.Presence = transport.NewAdminPresence(cfg.Pulsar.AdminURL, log)
 	}
 	g.bridge = bridge.New(g.broker, bopts)
 
 	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
-		DefaultTimeout:    cfg.DefaultTimeout,
-		MaxTimeout:        cfg.MaxTimeout,
-		DefaultUser:       cfg.DefaultUser,
-		StreamIdleTimeout: cfg.StreamIdle,
+		DefaultTimeout:    cfg.Core.DefaultTimeout,
+		MaxTimeout:        cfg.Core.MaxTimeout,
+		DefaultUser:       cfg.Core.DefaultUser,
+		StreamIdleTimeout: cfg.Core.StreamIdle,
 		Logger:            log,
 		Visible:           sec.authn.Visible,
 	})
@@ -156,7 +156,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, fmt.Errorf("gRPC listener: %w", err)
 	}
-	if g.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+	if g.httpLis, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 		g.closeEarly()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
@@ -172,7 +172,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		ErrorHandler: limits.ErrorHandler, Metrics: g.metrics.Handler(),
 		Docs:        docs.New(docs.Options{Logger: log}),
 		MCP:         mcpHandler,
-		CORSOrigins: cfg.CORSOrigins, SSEHeartbeat: cfg.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
+		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -315,7 +315,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	lctx, stopListen := context.WithCancel(ctx)
 	go func() { defer wg.Done(); g.listen(lctx) }()
 	go func() { defer wg.Done(); g.watchRegistry(lctx) }()
-	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.PulsarURL, "reply_topic", g.bridge.ReplyTopic())
+	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.Pulsar.URL, "reply_topic", g.bridge.ReplyTopic())
 
 	var runErr error
 	select {

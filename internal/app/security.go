@@ -25,7 +25,7 @@ type security struct {
 }
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
-	s := &security{body: int64(cfg.MaxBodyBytes)}
+	s := &security{body: int64(cfg.HTTP.MaxBodyBytes)}
 	if cfg.TLSCert != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {

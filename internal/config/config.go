@@ -26,18 +26,22 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Config is the gateway's whole configuration.
+// Config is the gateway's whole configuration. Settings that one part of
+// the gateway reads together are grouped in a typed sub-config (Core,
+// HTTP, Pulsar, Auth), which internal/app hands to that part.
 type Config struct {
-	GRPCAddr       string
-	HTTPAddr       string
-	PulsarURL      string
-	PulsarAdminURL string
-	MaxInFlight    int
-	GRPCWorkers    int
+	GRPCAddr    string
+	GRPCWorkers int
+	// HTTP is the HTTP listener: REST, MCP, Connect, docs.
+	HTTP HTTP
+	// Core is how calls are served, whatever the door.
+	Core Core
+	// Pulsar is how the gateway reaches the broker.
+	Pulsar      Pulsar
+	MaxInFlight int
 	// GCHeapMiB is the heap size below which garbage collection runs less
 	// often than Go's default (see gcgoal.Set); 0 turns it off.
-	GCHeapMiB      int
-	PulsarBatching bool
+	GCHeapMiB int
 	// MCP serves the tools over the Model Context Protocol at /mcp.
 	MCP bool
 	// InstanceID names this gateway replica: in its logs, metrics,
@@ -45,9 +49,8 @@ type Config struct {
 	InstanceID string
 	// ReplyTo has tool services answer this instance's calls on its own
 	// reply topic (the reply-to property) where they can.
-	ReplyTo    bool
-	StreamIdle time.Duration
-	Registry   string
+	ReplyTo  bool
+	Registry string
 	// Announcements reads tool services' announcements from AnnounceTopic.
 	Announcements bool
 	AnnounceTopic string
@@ -55,10 +58,7 @@ type Config struct {
 	// (workspace TrustGraphWorkspace).
 	TrustGraphConfig    bool
 	TrustGraphWorkspace string
-	DefaultTimeout      time.Duration
-	MaxTimeout          time.Duration
 	ShutdownGrace       time.Duration
-	DefaultUser         string
 	LogFormat           string
 	LogLevel            string
 
@@ -67,19 +67,45 @@ type Config struct {
 	TLSKey   string
 	ClientCA string
 	// Authentication and authorization.
-	Auth         Auth
-	RateLimit    float64
-	RateBurst    int
-	MaxBodyBytes int
-	// HTTP.
-	CORSOrigins  []string
-	SSEHeartbeat time.Duration
-	// Broker client security.
-	PulsarTokenFile string
-	PulsarTLSCA     string
+	Auth      Auth
+	RateLimit float64
+	RateBurst int
 	// Telemetry.
 	OTLPEndpoint string
 	OTLPInsecure bool
+}
+
+// Core is how the core serves a call, whatever the door: the deadlines and
+// the user of unauthenticated calls (toolcall.Options).
+type Core struct {
+	DefaultTimeout time.Duration // when neither caller nor tool service sets one
+	MaxTimeout     time.Duration // the longest deadline a caller may ask for
+	StreamIdle     time.Duration // a stream's longest wait for its next chunk; 0 = none
+	DefaultUser    string        // the envelope's user of unauthenticated calls
+}
+
+// HTTP is the HTTP listener and what it serves (httpapi.Options, the body
+// limit).
+type HTTP struct {
+	Addr         string
+	CORSOrigins  []string      // origins browsers may call from; "*" = any
+	SSEHeartbeat time.Duration // keep-alive of a quiet Server-Sent Events stream
+	MaxBodyBytes int           // largest request body
+}
+
+// Pulsar is how the gateway reaches the broker: where, as whom, and how
+// it sends.
+type Pulsar struct {
+	URL       string
+	AdminURL  string // "" = no liveness checks of tool services
+	TokenFile string // authentication token, re-read on every connection
+	TLSCA     string // PEM CA bundle for pulsar+ssl:// URLs
+	Batching  bool   // batch requests that gather while a batch is in flight
+}
+
+// Connection is how every Pulsar client of the gateway connects.
+func (p Pulsar) Connection() transport.Connection {
+	return transport.Connection{URL: p.URL, TokenFile: p.TokenFile, TLSTrustCertsFile: p.TLSCA}
 }
 
 // Auth is who may call: the credential files, JWT checks, the policy and
@@ -136,26 +162,26 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	}
 	fs.String("config", "", "optional YAML or JSON file of settings keyed by flag name; flags and env win (env TOOLGATE_CONFIG)")
 	str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
-	str(&c.HTTPAddr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
-	str(&c.PulsarURL, "pulsar-url", transport.DefaultPulsarURL, "Pulsar broker URL")
-	str(&c.PulsarAdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
+	str(&c.HTTP.Addr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
+	str(&c.Pulsar.URL, "pulsar-url", transport.DefaultPulsarURL, "Pulsar broker URL")
+	str(&c.Pulsar.AdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
 	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", 0, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown); 0, the default, starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
 	fs.IntVar(&c.GCHeapMiB, "gc-heap-mib", envInt(getenv, "gc-heap-mib", gcgoal.DefaultHeapMiB, &envErrs), "heap size in MiB below which the garbage collector runs less often (GOGC up to 500 while the live heap is small, Go's default 100 once it reaches half this); 0 turns it off, and a GOGC environment variable overrides it (env "+envName("gc-heap-mib")+")")
-	fs.BoolVar(&c.PulsarBatching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
+	fs.BoolVar(&c.Pulsar.Batching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
 	fs.BoolVar(&c.MCP, "mcp", envBool(getenv, "mcp", true, &envErrs), "serve the tools over the Model Context Protocol (Streamable HTTP, stateless) at /mcp on the HTTP listener (env "+envName("mcp")+")")
 	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
-	dur(&c.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
+	dur(&c.Core.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
 	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); optional when --announcements or --trustgraph-config is on. Its entries win over the other sources'")
 	fs.BoolVar(&c.Announcements, "announcements", envBool(getenv, "announcements", true, &envErrs), "register the tools that tool services announce on --announce-topic (env "+envName("announcements")+")")
 	str(&c.AnnounceTopic, "announce-topic", pulsarsrc.DefaultAnnounceTopic, "compacted topic of tool service announcements, keyed by service id")
 	fs.BoolVar(&c.TrustGraphConfig, "trustgraph-config", envBool(getenv, "trustgraph-config", false, &envErrs), "read tool-service and tool descriptors from TrustGraph's config service over Pulsar; its entries win over announcements (env "+envName("trustgraph-config")+")")
 	str(&c.TrustGraphWorkspace, "trustgraph-workspace", pulsarsrc.DefaultWorkspace, "TrustGraph config workspace holding the descriptors")
-	dur(&c.DefaultTimeout, "default-timeout", toolcall.DefaultTimeout, "deadline of a call when neither caller nor tool service sets one")
-	dur(&c.MaxTimeout, "max-timeout", toolcall.DefaultMaxTimeout, "the longest deadline a caller may ask for")
+	dur(&c.Core.DefaultTimeout, "default-timeout", toolcall.DefaultTimeout, "deadline of a call when neither caller nor tool service sets one")
+	dur(&c.Core.MaxTimeout, "max-timeout", toolcall.DefaultMaxTimeout, "the longest deadline a caller may ask for")
 	dur(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "how long calls in flight may finish after SIGTERM")
-	str(&c.DefaultUser, "default-user", toolcall.DefaultUser, "envelope user for calls without an authenticated identity")
+	str(&c.Core.DefaultUser, "default-user", toolcall.DefaultUser, "envelope user for calls without an authenticated identity")
 	str(&c.LogFormat, "log-format", "text", "log format: text or json")
 	str(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	str(&c.TLSCert, "tls-cert", "", "PEM certificate for TLS on the gRPC and HTTP listeners")
@@ -172,12 +198,12 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.Auth.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", limits.DefaultBurst, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
-	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
+	fs.IntVar(&c.HTTP.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
 	var cors string
 	str(&cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any); empty = CORS off")
-	dur(&c.SSEHeartbeat, "sse-heartbeat", httpapi.DefaultSSEHeartbeat, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
-	str(&c.PulsarTokenFile, "pulsar-token-file", "", "file holding a Pulsar authentication token (JWT), re-read on every connection")
-	str(&c.PulsarTLSCA, "pulsar-tls-ca", "", "PEM CA bundle to trust for pulsar+ssl:// broker URLs")
+	dur(&c.HTTP.SSEHeartbeat, "sse-heartbeat", httpapi.DefaultSSEHeartbeat, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
+	str(&c.Pulsar.TokenFile, "pulsar-token-file", "", "file holding a Pulsar authentication token (JWT), re-read on every connection")
+	str(&c.Pulsar.TLSCA, "pulsar-tls-ca", "", "PEM CA bundle to trust for pulsar+ssl:// broker URLs")
 	str(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC trace collector (host:port or http(s)://…); empty = tracing off")
 	fs.BoolVar(&c.OTLPInsecure, "otlp-insecure", envBool(getenv, "otlp-insecure", false, &envErrs), "no TLS to the OTLP collector (env "+envName("otlp-insecure")+")")
 	if err := fs.Parse(args); err != nil {
@@ -185,10 +211,10 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	}
 	for _, o := range strings.Split(cors, ",") {
 		if o = strings.TrimSpace(o); o != "" {
-			c.CORSOrigins = append(c.CORSOrigins, o)
+			c.HTTP.CORSOrigins = append(c.HTTP.CORSOrigins, o)
 		}
 	}
-	c.Auth.DefaultUser, c.Auth.ClientCerts = c.DefaultUser, c.ClientCA != ""
+	c.Auth.DefaultUser, c.Auth.ClientCerts = c.Core.DefaultUser, c.ClientCA != ""
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -197,16 +223,16 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 
 func (c Config) validate() error {
 	var errs []error
-	for _, a := range []struct{ name, v string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
+	for _, a := range []struct{ name, v string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTP.Addr}} {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			errs = append(errs, fmt.Errorf("--%s %q: want host:port", a.name, a.v))
 		}
 	}
-	if !strings.HasPrefix(c.PulsarURL, "pulsar://") && !strings.HasPrefix(c.PulsarURL, "pulsar+ssl://") {
-		errs = append(errs, fmt.Errorf("--pulsar-url %q: want pulsar://host:port or pulsar+ssl://host:port", c.PulsarURL))
+	if !strings.HasPrefix(c.Pulsar.URL, "pulsar://") && !strings.HasPrefix(c.Pulsar.URL, "pulsar+ssl://") {
+		errs = append(errs, fmt.Errorf("--pulsar-url %q: want pulsar://host:port or pulsar+ssl://host:port", c.Pulsar.URL))
 	}
-	if c.PulsarAdminURL != "" && !strings.HasPrefix(c.PulsarAdminURL, "http://") && !strings.HasPrefix(c.PulsarAdminURL, "https://") {
-		errs = append(errs, fmt.Errorf("--pulsar-admin-url %q: want http://host:port", c.PulsarAdminURL))
+	if c.Pulsar.AdminURL != "" && !strings.HasPrefix(c.Pulsar.AdminURL, "http://") && !strings.HasPrefix(c.Pulsar.AdminURL, "https://") {
+		errs = append(errs, fmt.Errorf("--pulsar-admin-url %q: want http://host:port", c.Pulsar.AdminURL))
 	}
 	if !instanceIDRE.MatchString(c.InstanceID) {
 		errs = append(errs, fmt.Errorf("--instance-id %q: want 1 to 200 letters, digits and . _ - = (it ends the name of the instance's reply topic)", c.InstanceID))
@@ -220,7 +246,7 @@ func (c Config) validate() error {
 	if c.MaxInFlight <= 0 {
 		errs = append(errs, errors.New("--max-in-flight must be positive"))
 	}
-	if c.StreamIdle < 0 {
+	if c.Core.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
@@ -232,15 +258,15 @@ func (c Config) validate() error {
 	if c.RateLimit < 0 || c.RateBurst < 1 {
 		errs = append(errs, errors.New("--rate-limit must not be negative and --rate-burst must be at least 1"))
 	}
-	if c.SSEHeartbeat <= 0 {
+	if c.HTTP.SSEHeartbeat <= 0 {
 		errs = append(errs, errors.New("--sse-heartbeat must be a positive duration such as 15s"))
 	}
-	for _, o := range c.CORSOrigins {
+	for _, o := range c.HTTP.CORSOrigins {
 		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
 			errs = append(errs, fmt.Errorf("--cors-origins %q: want origins such as https://app.example.com, or *", o))
 		}
 	}
-	if c.MaxBodyBytes < 1 {
+	if c.HTTP.MaxBodyBytes < 1 {
 		errs = append(errs, errors.New("--max-body-bytes must be positive"))
 	}
 	if c.Auth.APIKeys == "" && c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" && c.ClientCA == "" && !c.Auth.AllowAnonymous {
@@ -262,12 +288,12 @@ func (c Config) validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"default-timeout", c.DefaultTimeout}, {"max-timeout", c.MaxTimeout}, {"shutdown-grace", c.ShutdownGrace}} {
+	}{{"default-timeout", c.Core.DefaultTimeout}, {"max-timeout", c.Core.MaxTimeout}, {"shutdown-grace", c.ShutdownGrace}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("--%s must be a positive duration such as 30s", d.name))
 		}
 	}
-	if c.DefaultTimeout > c.MaxTimeout && c.MaxTimeout > 0 {
+	if c.Core.DefaultTimeout > c.Core.MaxTimeout && c.Core.MaxTimeout > 0 {
 		errs = append(errs, errors.New("--default-timeout must not exceed --max-timeout"))
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
 )
 
 func TestParse(t *testing.T) {
@@ -21,26 +23,26 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.GRPCAddr != "127.0.0.1:1" || c.HTTPAddr != "127.0.0.1:8081" || c.DefaultTimeout != 5*time.Second || !c.Auth.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
+	if c.GRPCAddr != "127.0.0.1:1" || c.HTTP.Addr != "127.0.0.1:8081" || c.Core.DefaultTimeout != 5*time.Second || !c.Auth.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
 		t.Fatalf("parsed %+v", c)
 	}
-	if !c.PulsarBatching || c.GRPCWorkers != 0 || !c.MCP || c.GCHeapMiB != 64 {
-		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, 0, true, 64", c.PulsarBatching, c.GRPCWorkers, c.MCP, c.GCHeapMiB)
+	if !c.Pulsar.Batching || c.GRPCWorkers != 0 || !c.MCP || c.GCHeapMiB != 64 {
+		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, 0, true, 64", c.Pulsar.Batching, c.GRPCWorkers, c.MCP, c.GCHeapMiB)
 	}
 	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP {
 		t.Fatal("--mcp=false left MCP on")
 	}
 	// Flags win over the environment.
-	if c, _ := Parse([]string{"--default-timeout", "7s"}, getenv, io.Discard); c.DefaultTimeout != 7*time.Second {
-		t.Fatalf("flag did not win: %v", c.DefaultTimeout)
+	if c, _ := Parse([]string{"--default-timeout", "7s"}, getenv, io.Discard); c.Core.DefaultTimeout != 7*time.Second {
+		t.Fatalf("flag did not win: %v", c.Core.DefaultTimeout)
 	}
 	env["TOOLGATE_PULSAR_BATCHING"] = "false"
 	env["TOOLGATE_GC_HEAP_MIB"] = "0"
 	if c, _ := Parse(nil, getenv, io.Discard); c.GCHeapMiB != 0 {
 		t.Fatalf("TOOLGATE_GC_HEAP_MIB=0 gave %d MiB", c.GCHeapMiB)
 	}
-	if c, _ := Parse([]string{"--grpc-workers", "64"}, getenv, io.Discard); c.PulsarBatching || c.GRPCWorkers != 64 {
-		t.Fatalf("batching %v, gRPC workers %d; want false, 64", c.PulsarBatching, c.GRPCWorkers)
+	if c, _ := Parse([]string{"--grpc-workers", "64"}, getenv, io.Discard); c.Pulsar.Batching || c.GRPCWorkers != 64 {
+		t.Fatalf("batching %v, gRPC workers %d; want false, 64", c.Pulsar.Batching, c.GRPCWorkers)
 	}
 }
 
@@ -87,14 +89,24 @@ func TestConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Registry != reg || !c.Auth.AllowAnonymous || c.DefaultTimeout != 9*time.Second {
+	if c.Registry != reg || !c.Auth.AllowAnonymous || c.Core.DefaultTimeout != 9*time.Second {
 		t.Fatalf("file values not applied: %+v", c)
 	}
-	if c.RateBurst != 8 || c.HTTPAddr != "127.0.0.1:2" {
-		t.Fatalf("flags and env must win over the file: burst %d, http %s", c.RateBurst, c.HTTPAddr)
+	if c.RateBurst != 8 || c.HTTP.Addr != "127.0.0.1:2" {
+		t.Fatalf("flags and env must win over the file: burst %d, http %s", c.RateBurst, c.HTTP.Addr)
 	}
 	_ = os.WriteFile(file, []byte("registry: [a, b]\n"), 0o644)
 	if _, err := Parse([]string{"--config=" + file}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), `"registry" must be a single value`) {
 		t.Fatalf("bad file: %v", err)
+	}
+}
+
+// TestPulsarConnection: the broker settings become the one Connection
+// every Pulsar client of the gateway is made from.
+func TestPulsarConnection(t *testing.T) {
+	t.Parallel()
+	p := Pulsar{URL: "pulsar+ssl://b:6651", AdminURL: "http://b:8080", TokenFile: "/run/token", TLSCA: "/run/ca.pem", Batching: true}
+	if got, want := p.Connection(), (transport.Connection{URL: "pulsar+ssl://b:6651", TokenFile: "/run/token", TLSTrustCertsFile: "/run/ca.pem"}); got != want {
+		t.Fatalf("Connection() = %+v, want %+v", got, want)
 	}
 }

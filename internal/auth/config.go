@@ -5,14 +5,30 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/toolcall"
 )
+
+// Config is who may call, as the gateway's flags say (internal/config's
+// Auth): the credential files, JWT checks, the policy and anonymous
+// access. FromConfig turns it into an Authenticator.
+type Config struct {
+	APIKeys        string // file of hashed API keys
+	JWTSecretFile  string // HS256 secret
+	JWTJWKSFile    string // public keys of asymmetric tokens
+	JWTIssuer      string
+	JWTAudience    string
+	JWTUserClaim   string // default DefaultUserClaim
+	JWTRolesClaim  string
+	Policy         string // authorization policy file
+	AllowAnonymous bool
+	DefaultUser    string // the user of anonymous calls
+	ClientCerts    bool   // client certificates identify callers (--client-ca)
+}
 
 // FromConfig builds the Authenticator the gateway's flags describe: it
 // reads the API key, JWT secret or JWKS and policy files, and adds opts
 // (the logger) after what the files give.
-func FromConfig(c config.Auth, opts ...Option) (*Authenticator, error) {
+func FromConfig(c Config, opts ...Option) (*Authenticator, error) {
 	var base []Option
 	if c.ClientCerts {
 		base = append(base, WithClientCerts())

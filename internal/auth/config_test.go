@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
 )
@@ -13,22 +12,22 @@ func TestFromConfig(t *testing.T) {
 	t.Parallel()
 	bad := []struct {
 		name string
-		c    config.Auth
+		c    Config
 		want string
 	}{
-		{"nothing", config.Auth{}, "nothing to authenticate with"},
-		{"missing key file", config.Auth{APIKeys: "testdata/nope.yaml"}, "nope.yaml"},
-		{"missing secret", config.Auth{JWTSecretFile: "testdata/nope"}, "--jwt-hs256-secret-file"},
-		{"missing JWKS", config.Auth{JWTJWKSFile: "testdata/nope"}, "--jwt-jwks-file"},
-		{"missing policy", config.Auth{AllowAnonymous: true, DefaultUser: "u", Policy: "testdata/nope.yaml"}, "nope.yaml"},
-		{"anonymous without a user", config.Auth{AllowAnonymous: true}, "anonymous calls need a user name"},
+		{"nothing", Config{}, "nothing to authenticate with"},
+		{"missing key file", Config{APIKeys: "testdata/nope.yaml"}, "nope.yaml"},
+		{"missing secret", Config{JWTSecretFile: "testdata/nope"}, "--jwt-hs256-secret-file"},
+		{"missing JWKS", Config{JWTJWKSFile: "testdata/nope"}, "--jwt-jwks-file"},
+		{"missing policy", Config{AllowAnonymous: true, DefaultUser: "u", Policy: "testdata/nope.yaml"}, "nope.yaml"},
+		{"anonymous without a user", Config{AllowAnonymous: true}, "anonymous calls need a user name"},
 	}
 	for _, tc := range bad {
 		if _, err := FromConfig(tc.c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want it to mention %q", tc.name, err, tc.want)
 		}
 	}
-	a, err := FromConfig(config.Auth{APIKeys: "testdata/apikeys.yaml", Policy: "testdata/policy.yaml"})
+	a, err := FromConfig(Config{APIKeys: "testdata/apikeys.yaml", Policy: "testdata/policy.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +45,7 @@ func TestFromConfig(t *testing.T) {
 		_, err := run(t.Context(), a, c)
 		checkStatus(t, err, code, "")
 	}
-	open, err := FromConfig(config.Auth{AllowAnonymous: true, DefaultUser: "anon"})
+	open, err := FromConfig(Config{AllowAnonymous: true, DefaultUser: "anon"})
 	if err != nil {
 		t.Fatal(err)
 	}

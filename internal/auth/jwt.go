@@ -25,7 +25,8 @@ type JWTConfig struct {
 	Issuer string
 	// Audience, when set, must be among the token's aud.
 	Audience string
-	// UserClaim names the claim holding the user (default "sub").
+	// UserClaim names the claim holding the user (default
+	// DefaultUserClaim).
 	UserClaim string
 	// RolesClaim optionally names the claim holding the roles: an array
 	// of strings or a space-separated string. Dots reach into objects
@@ -34,6 +35,10 @@ type JWTConfig struct {
 	// Leeway tolerates clock skew in exp, nbf and iat (default 30 s).
 	Leeway time.Duration
 }
+
+// DefaultUserClaim is the JWT claim that names the user unless
+// JWTConfig.UserClaim names another.
+const DefaultUserClaim = "sub"
 
 // JWTVerifier checks JWT bearer tokens and turns them into identities.
 type JWTVerifier struct {
@@ -53,7 +58,7 @@ func NewJWTVerifier(cfg JWTConfig) (*JWTVerifier, error) {
 		return nil, fmt.Errorf("auth: the HS256 secret has %d bytes; want at least 32 (RFC 7518 §3.2)", n)
 	}
 	if cfg.UserClaim == "" {
-		cfg.UserClaim = "sub"
+		cfg.UserClaim = DefaultUserClaim
 	}
 	if cfg.Leeway <= 0 {
 		cfg.Leeway = 30 * time.Second

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/gcgoal"
 	"github.com/toolgate/toolgate/internal/httpapi"
@@ -109,20 +110,8 @@ func (p Pulsar) Connection() transport.Connection {
 }
 
 // Auth is who may call: the credential files, JWT checks, the policy and
-// anonymous access. auth.FromConfig turns it into an Authenticator.
-type Auth struct {
-	APIKeys        string // file of hashed API keys
-	JWTSecretFile  string // HS256 secret
-	JWTJWKSFile    string // public keys of asymmetric tokens
-	JWTIssuer      string
-	JWTAudience    string
-	JWTUserClaim   string
-	JWTRolesClaim  string
-	Policy         string // authorization policy file
-	AllowAnonymous bool
-	DefaultUser    string // the user of anonymous calls
-	ClientCerts    bool   // client certificates identify callers (--client-ca)
-}
+// anonymous access, as auth.FromConfig reads them.
+type Auth = auth.Config
 
 // Parse reads args (without the program name) and the environment.
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -192,7 +181,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.Auth.JWTJWKSFile, "jwt-jwks-file", "", "JWKS file with the public keys of RS/ES/PS/EdDSA JWT bearer tokens")
 	str(&c.Auth.JWTIssuer, "jwt-issuer", "", "required JWT issuer (iss)")
 	str(&c.Auth.JWTAudience, "jwt-audience", "", "required JWT audience (aud)")
-	str(&c.Auth.JWTUserClaim, "jwt-user-claim", "sub", "JWT claim holding the user")
+	str(&c.Auth.JWTUserClaim, "jwt-user-claim", auth.DefaultUserClaim, "JWT claim holding the user")
 	str(&c.Auth.JWTRolesClaim, "jwt-roles-claim", "", "JWT claim holding the roles (dots reach into objects)")
 	str(&c.Auth.Policy, "policy", "", "authorization policy file: which users/roles may list and invoke which tools; none = every authenticated caller may do everything")
 	fs.BoolVar(&c.Auth.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")

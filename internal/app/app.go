@@ -162,7 +162,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	var mcpHandler http.Handler
 	if cfg.MCP {
-		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.CORSOrigins})
+		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins})
 		mcpHandler = g.mcp
 	}
 	connectPath, connectHandler := connectapi.New(calls)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -35,7 +35,7 @@ func TestReplyGuardRails(t *testing.T) {
 			f := start(t, br, nil)
 			// Another service's response topic, which this gateway also
 			// reads (it calls that service too).
-			other := wire.ResponseTopic(testenv.UniqueTopic("other"))
+			other := wire.ResponseTopic(brokertest.UniqueTopic("other"))
 			if err := f.b.Listen(t.Context(), other); err != nil {
 				t.Fatal(err)
 			}

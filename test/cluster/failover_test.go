@@ -18,9 +18,9 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/backoff"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
@@ -81,7 +81,7 @@ type gateway struct {
 
 func startGateway(t *testing.T, name, url, registry string, log *slog.Logger) *gateway {
 	t.Helper()
-	id := testenv.UniqueTopic("cluster-" + name)
+	id := brokertest.UniqueTopic("cluster-" + name)
 	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", url,
 		"--registry", registry, "--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", id}, func(string) string { return "" }, os.Stderr)
 	if err != nil {

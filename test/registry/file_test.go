@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 const goodRegistry = `tool-service:
@@ -25,7 +25,7 @@ tool:
 // is refused on reload with a clear error, memory stays bounded, the last
 // good registry keeps serving, and the gateway still reloads and stops.
 func TestRegistryFileRefusals(t *testing.T) {
-	testenv.RequirePulsar(t)
+	brokertest.RequirePulsar(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "registry.yaml")
 	if err := os.WriteFile(path, []byte(goodRegistry), 0o600); err != nil {

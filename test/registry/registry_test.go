@@ -18,8 +18,8 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
-	"github.com/toolgate/toolgate/internal/testenv"
 )
 
 type gateway struct {
@@ -38,7 +38,7 @@ func startGateway(t *testing.T, topic string) *gateway {
 func startGatewayWith(t *testing.T, extra ...string) *gateway {
 	t.Helper()
 	args := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", testenv.PulsarURL(), "--pulsar-admin-url", testenv.AdminURL(),
+		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
 		"--allow-anonymous"}, extra...)
 	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
 	if err != nil {
@@ -104,8 +104,8 @@ func (g *gateway) tools(t *testing.T) int {
 
 func producer(t *testing.T, topic string) (pulsar.Client, pulsar.Producer) {
 	t.Helper()
-	testenv.RequirePulsar(t)
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	brokertest.RequirePulsar(t)
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +139,9 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 // does not keep a gateway started afterwards from turning ready: the bad
 // topic is listed in /readyz, the good service's tool is served.
 func TestBadResponseTopicDoesNotHoldUpReadiness(t *testing.T) {
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
 	_, p := producer(t, topic)
-	good, bad := testenv.UniqueTopic("good"), testenv.UniqueTopic("bad")
+	good, bad := brokertest.UniqueTopic("good"), brokertest.UniqueTopic("bad")
 	badTopic := "non-persistent://nosuch-" + bad + "/response/" + bad
 	for _, m := range []*pulsar.ProducerMessage{
 		{Key: bad, Payload: announcement(bad, badTopic)},
@@ -184,14 +184,14 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	if testing.Short() {
 		n = 100
 	}
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
 	_, p := producer(t, topic)
 	g := startGateway(t, topic)
 	g.waitReady(t, 60*time.Second)
 	time.Sleep(time.Second) // the gateway's own start-up settles
 	goroutines0, heap0 := runtime.NumGoroutine(), heap()
 
-	prefix := testenv.UniqueTopic("svc")
+	prefix := brokertest.UniqueTopic("svc")
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
@@ -213,7 +213,7 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	sample := []string{ids[0], ids[n/2], ids[n-1]}
 	took += waitFor(t, 3*time.Minute, "the response topics subscribed", func() bool {
 		for _, id := range sample {
-			if testenv.Subscriptions("non-persistent://tg/response/"+id) == 0 {
+			if brokertest.Subscriptions("non-persistent://tg/response/"+id) == 0 {
 				return false
 			}
 		}
@@ -240,7 +240,7 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	})
 	t.Logf("withdrawn and released in %v: goroutines %d, heap %.1f MB", took, goroutines2, float64(heap2)/1e6)
 	for _, id := range sample {
-		if c := testenv.Subscriptions("non-persistent://tg/response/" + id); c != 0 {
+		if c := brokertest.Subscriptions("non-persistent://tg/response/" + id); c != 0 {
 			t.Errorf("the broker still lists %d consumer(s) on %s's response topic", c, id)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 // python returns the Python of the project's virtualenv: TOOLGATE_VENV,
@@ -53,10 +53,10 @@ c.close()
 // A null-value tombstone sent by the Python client withdraws the announced
 // service it is keyed by.
 func TestPythonTombstoneWithdraws(t *testing.T) {
-	topic := "persistent://tg/config/" + testenv.UniqueTopic("ann")
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
 	_, p := producer(t, topic)
 	py := python(t)
-	id := testenv.UniqueTopic("tomb")
+	id := brokertest.UniqueTopic("tomb")
 	if _, err := p.Send(t.Context(), &pulsar.ProducerMessage{Key: id, Payload: announcement(id, "non-persistent://tg/response/"+id)}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPythonTombstoneWithdraws(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", tombstonePy, testenv.PulsarURL(), topic, id)
+	cmd := exec.CommandContext(ctx, py, "-c", tombstonePy, brokertest.PulsarURL(), topic, id)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("python: %v\n%s", err, out)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/testenv"
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 func TestListenerPID(t *testing.T) {
@@ -66,10 +66,10 @@ func TestWaitReadyRefusesAnotherProcess(t *testing.T) {
 // TestBrokerPID finds the broker the tests use by its listening port,
 // whatever port that is.
 func TestBrokerPID(t *testing.T) {
-	testenv.RequirePulsar(t)
-	pid := brokerPID(t.TempDir(), testenv.PulsarURL(), testenv.AdminURL())
+	brokertest.RequirePulsar(t)
+	pid := brokerPID(t.TempDir(), brokertest.PulsarURL(), brokertest.AdminURL())
 	if pid == 0 {
-		t.Fatalf("no broker pid for %s", testenv.PulsarURL())
+		t.Fatalf("no broker pid for %s", brokertest.PulsarURL())
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil || !strings.Contains(string(b), "PulsarStandaloneStarter") {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
-	"github.com/toolgate/toolgate/internal/testenv"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"go.uber.org/goleak"
@@ -70,12 +70,12 @@ func TestAppendStruct(t *testing.T) {
 // service: unary and streamed over gRPC, unary over REST, a bad REST body,
 // and the allocation counter on /metrics.
 func TestForwarder(t *testing.T) {
-	testenv.RequirePulsar(t)
+	brokertest.RequirePulsar(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	topic := testenv.UniqueTopic("floorgw")
-	svc, err := toolservice.New(toolservice.Config{ID: topic, Topic: topic, PulsarURL: testenv.PulsarURL(), MaxConcurrency: 64, Logger: log}, echo.Handle)
+	topic := brokertest.UniqueTopic("floorgw")
+	svc, err := toolservice.New(toolservice.Config{ID: topic, Topic: topic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: 64, Logger: log}, echo.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestForwarder(t *testing.T) {
 			t.Errorf("echo service: %v", err)
 		}
 	}()
-	for testenv.Subscriptions(wire.RequestTopic(topic)) == 0 {
+	for brokertest.Subscriptions(wire.RequestTopic(topic)) == 0 {
 		select {
 		case <-ctx.Done():
 			t.Fatal("the echo service never subscribed")
@@ -107,7 +107,7 @@ func TestForwarder(t *testing.T) {
 	fctx, stopFloor := context.WithCancel(ctx)
 	floorDone := make(chan error, 1)
 	go func() {
-		floorDone <- serve(fctx, options{pulsarURL: testenv.PulsarURL(), topic: topic, user: "anonymous", queue: 1000}, log, gl, hl)
+		floorDone <- serve(fctx, options{pulsarURL: brokertest.PulsarURL(), topic: topic, user: "anonymous", queue: 1000}, log, gl, hl)
 	}()
 	defer func() {
 		stopFloor()

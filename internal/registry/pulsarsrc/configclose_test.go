@@ -9,15 +9,15 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/registry"
-	"github.com/toolgate/toolgate/internal/testenv"
 )
 
 // subscriptionsOf lists a topic's subscription names from the admin API.
 func subscriptionsOf(t *testing.T, topic string) []string {
 	t.Helper()
 	scheme, rest, _ := strings.Cut(topic, "://")
-	resp, err := http.Get(testenv.AdminURL() + "/admin/v2/" + scheme + "/" + rest + "/stats")
+	resp, err := http.Get(brokertest.AdminURL() + "/admin/v2/" + scheme + "/" + rest + "/stats")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func subscriptionsOf(t *testing.T, topic string) []string {
 // waiting for pushes that never come until the next resync.
 func TestConfigServiceStartsAgainWhenAConsumerIsClosed(t *testing.T) {
 	c := client(t)
-	base := testenv.UniqueTopic("config")
+	base := brokertest.UniqueTopic("config")
 	req, resp, push := "non-persistent://tg/request/"+base, "non-persistent://tg/response/"+base, "non-persistent://tg/notify/"+base
 	r := startResponder(t, c, req, resp, push)
 	sink := &recorder{Merger: registry.NewMerger(nil, nil)}
@@ -60,13 +60,13 @@ func TestConfigServiceStartsAgainWhenAConsumerIsClosed(t *testing.T) {
 	eventually(t, 10*time.Second, "push subscription listed", func() bool { subs = subscriptionsOf(t, push); return len(subs) == 1 })
 	n0 := requests()
 
-	other, err := pulsar.NewClient(pulsar.ClientOptions{URL: testenv.PulsarURL()})
+	other, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
 	unload, _ := http.NewRequestWithContext(t.Context(), http.MethodPut,
-		testenv.AdminURL()+"/admin/v2/non-persistent/"+strings.TrimPrefix(push, "non-persistent://")+"/unload", nil)
+		brokertest.AdminURL()+"/admin/v2/non-persistent/"+strings.TrimPrefix(push, "non-persistent://")+"/unload", nil)
 	var thief pulsar.Consumer
 	deadline := time.Now().Add(20 * time.Second)
 	for thief == nil {

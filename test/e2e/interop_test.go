@@ -97,8 +97,9 @@ func interopVenv(t *testing.T) string {
 // interopEnsureNotifyNamespace makes sure namespace tg/notify exists:
 // every TrustGraph processor subscribes to non-persistent://tg/notify/config
 // at start and retries forever, never getting to its tool topics, while it
-// is missing. scripts/pulsar.sh creates only tg/request and tg/response, and
-// a broker restarted with fresh data has lost anything created by hand.
+// is missing. scripts/pulsar.sh creates it, but the tests may run against a
+// broker they did not set up (TOOLGATE_PULSAR_URL), and one restarted with
+// fresh data has lost anything created by hand.
 func interopEnsureNotifyNamespace(t *testing.T) {
 	t.Helper()
 	admin := brokertest.AdminURL() + "/admin/v2/namespaces/tg"

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,10 +16,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/auth"
-	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 )
 
 const mcpKey = "mcp-test-key-0123456789"
@@ -47,26 +43,7 @@ func startMCPSecured(t *testing.T) *mcpSecured {
 	policy := write("policy.yaml", `rules:
   - {roles: [user], tools: ["echo", "tell-joke", "new-*"], actions: [list, invoke]}
 `)
-	cfg, err := config.Parse([]string{
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL(),
-		"--registry", s.regPath, "--api-keys", keys, "--policy", policy,
-	}, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := app.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	})
+	gw := runGateway(t, nil, "--registry", s.regPath, "--api-keys", keys, "--policy", policy)
 	s.base = "http://" + gw.HTTPAddr()
 	if err := waitReady(s.base, 30*time.Second); err != nil {
 		t.Fatal(err)

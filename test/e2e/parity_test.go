@@ -3,12 +3,10 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,10 +17,7 @@ import (
 	"connectrpc.com/connect"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
-	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/auth"
-	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -110,26 +105,7 @@ tool:
 	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: alice, roles: [user]}\n  - {hash: %q, user: lim, roles: [user]}\n",
 		auth.HashKey(parityKey), auth.HashKey(parityLimKey)))
 	policy := write("policy.yaml", "rules:\n  - {roles: [user], tools: [\"echo\", \"strict-echo\", \"missing-*\"], actions: [list, invoke]}\n")
-	cfg, err := config.Parse([]string{
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL(),
-		"--registry", reg, "--api-keys", keys, "--policy", policy, "--rate-limit", "0.2", "--rate-burst", "60",
-	}, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := app.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	})
+	gw := runGateway(t, nil, "--registry", reg, "--api-keys", keys, "--policy", policy, "--rate-limit", "0.2", "--rate-burst", "60")
 	base := "http://" + gw.HTTPAddr()
 	if err := waitReady(base, 30*time.Second); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/grpc"
@@ -37,27 +36,8 @@ type srcGateway struct {
 
 func startSourceGateway(t *testing.T, args ...string) *srcGateway {
 	t.Helper()
-	all := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
-		"--default-timeout", "5s", "--allow-anonymous"}, args...)
-	cfg, err := config.Parse(all, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	gw, err := app.New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	})
+	gw := runGateway(t, log, append([]string{"--pulsar-admin-url", brokertest.AdminURL(), "--default-timeout", "5s", "--allow-anonymous"}, args...)...)
 	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

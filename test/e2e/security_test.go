@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -13,7 +12,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -25,10 +23,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/auth"
-	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -89,32 +84,12 @@ tool:
   - {users: [carol, jwt-*], tools: ["*"], actions: [list, invoke]}
   - {roles: [reader], tools: ["*"], actions: [list]}
 `)
-	args := []string{
-		"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL(), "--registry", reg,
+	gw := runGateway(t, nil, "--registry", reg,
 		"--tls-cert", write("server.pem", string(serverPEM)), "--tls-key", write("server.key", string(serverKeyPEM)),
 		"--client-ca", write("ca.pem", string(caPEM)),
 		"--api-keys", keys, "--jwt-hs256-secret-file", write("jwt.secret", string(secret)),
 		"--jwt-issuer", "https://issuer.test", "--jwt-audience", "toolgate",
-		"--policy", policy, "--rate-limit", "0.5", "--rate-burst", "30", "--max-body-bytes", "4096",
-	}
-	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gw, err := app.New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	})
+		"--policy", policy, "--rate-limit", "0.5", "--rate-burst", "30", "--max-body-bytes", "4096")
 
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)

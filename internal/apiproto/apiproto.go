@@ -95,15 +95,24 @@ func JSONValue(text string) *structpb.Value {
 }
 
 // Request puts a request's arguments (written as JSON object text) and
-// timeout into c. A malformed timeout or arguments that cannot be written
-// as JSON are INVALID_ARGUMENT.
-func Request(c *toolcall.Call, args *structpb.Struct, timeout *durationpb.Duration) error {
+// timeout into c. argsJSON, when set, is the arguments as the caller wrote
+// them, passed on as is (the core checks them); setting it and args both
+// is refused. A malformed timeout or arguments that cannot be written as
+// JSON are INVALID_ARGUMENT.
+func Request(c *toolcall.Call, args *structpb.Struct, argsJSON string, timeout *durationpb.Duration) error {
 	if timeout != nil {
 		c.TimeoutSet = true
 		if err := timeout.CheckValid(); err != nil {
 			return status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
 		}
 		c.Timeout = timeout.AsDuration()
+	}
+	if argsJSON != "" {
+		if len(args.GetFields()) > 0 {
+			return status.Error(codes.InvalidArgument, "set arguments or arguments_json, not both")
+		}
+		c.Args = []byte(argsJSON)
+		return nil
 	}
 	b, err := Arguments(args)
 	if err != nil {

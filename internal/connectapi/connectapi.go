@@ -97,7 +97,7 @@ func (s *service) answer(ctx context.Context, c *toolcall.Call, header http.Head
 func (s *service) InvokeTool(ctx context.Context, req *connect.Request[toolgatev1.InvokeToolRequest]) (*connect.Response[toolgatev1.InvokeToolResponse], error) {
 	c := newCall(ctx, toolcall.OpInvoke, req)
 	c.Name = req.Msg.GetName()
-	if err := apiproto.Request(c, req.Msg.GetArguments(), req.Msg.GetTimeout()); err != nil {
+	if err := apiproto.Request(c, req.Msg.GetArguments(), req.Msg.GetArgumentsJson(), req.Msg.GetTimeout()); err != nil {
 		return nil, connectError(err)
 	}
 	out := connect.NewResponse(&toolgatev1.InvokeToolResponse{})
@@ -112,7 +112,7 @@ func (s *service) InvokeTool(ctx context.Context, req *connect.Request[toolgatev
 func (s *service) StreamTool(ctx context.Context, req *connect.Request[toolgatev1.StreamToolRequest], ss *connect.ServerStream[toolgatev1.StreamToolResponse]) error {
 	c := newCall(ctx, toolcall.OpStream, req)
 	c.Name = req.Msg.GetName()
-	if err := apiproto.Request(c, req.Msg.GetArguments(), req.Msg.GetTimeout()); err != nil {
+	if err := apiproto.Request(c, req.Msg.GetArguments(), req.Msg.GetArgumentsJson(), req.Msg.GetTimeout()); err != nil {
 		return connectError(err)
 	}
 	var msg toolgatev1.StreamToolResponse

@@ -66,7 +66,7 @@ func setRequestID(ctx context.Context, c *toolcall.Call) {
 func (s *Service) InvokeTool(ctx context.Context, req *toolgatev1.InvokeToolRequest) (*toolgatev1.InvokeToolResponse, error) {
 	c := newCall(ctx, toolcall.OpInvoke)
 	c.Name = req.GetName()
-	if err := apiproto.Request(c, req.GetArguments(), req.GetTimeout()); err != nil {
+	if err := apiproto.Request(c, req.GetArguments(), req.GetArgumentsJson(), req.GetTimeout()); err != nil {
 		return nil, err
 	}
 	res, err := s.answer(ctx, c)
@@ -81,7 +81,7 @@ func (s *Service) StreamTool(req *toolgatev1.StreamToolRequest, ss grpc.ServerSt
 	ctx := ss.Context()
 	c := newCall(ctx, toolcall.OpStream)
 	c.Name = req.GetName()
-	if err := apiproto.Request(c, req.GetArguments(), req.GetTimeout()); err != nil {
+	if err := apiproto.Request(c, req.GetArguments(), req.GetArgumentsJson(), req.GetTimeout()); err != nil {
 		return err
 	}
 	sent := false

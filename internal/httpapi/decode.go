@@ -75,9 +75,10 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 	if !ok {
 		return false, nil
 	}
+	var args, argsJSON bool
 	for _, m := range members {
 		switch string(m.Key) {
-		case "arguments", "timeout", "name":
+		case "arguments", "arguments_json", "timeout", "name":
 		default:
 			return false, nil // unknown, even when null
 		}
@@ -89,7 +90,17 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 			if m.Value[0] != '{' {
 				return false, nil
 			}
-			c.Args = m.Value
+			c.Args, args = m.Value, true
+		case "arguments_json":
+			// The arguments as JSON object text inside a string, as
+			// gRPC clients send them to keep numbers exact.
+			var text string
+			if m.Value[0] != '"' || json.Unmarshal(m.Value, &text) != nil {
+				return false, nil
+			}
+			if text != "" {
+				c.Args, argsJSON = []byte(text), true
+			}
 		case "timeout":
 			s := m.Value
 			if s[0] != '"' || bytes.IndexByte(s, '\\') >= 0 {
@@ -105,6 +116,9 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 				return false, nil
 			}
 		}
+	}
+	if args && argsJSON {
+		return false, errors.New("set arguments or arguments_json, not both")
 	}
 	return true, nil
 }
@@ -173,6 +187,11 @@ func diagnose(data []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
 		v := obj[k]
 		if v == nil {
 			continue
+		}
+		if f.Kind() == protoreflect.StringKind {
+			if _, ok := v.(string); !ok {
+				return nil, fmt.Errorf(`%q must be a JSON string, not %s`, k, jsonKind(v))
+			}
 		}
 		if f.Kind() != protoreflect.MessageKind {
 			continue

@@ -229,7 +229,11 @@ func TestRequestBodies(t *testing.T) {
 		{"number duration", `{"timeout": 3}`, 400, `as a JSON string`, 0, ""},
 		{"array arguments", `{"arguments": ["a"]}`, 400, `"arguments" must be a JSON object, such as {"topic": "cats"}, not an array`, 0, ""},
 		{"string arguments", `{"arguments": "a"}`, 400, `not a string`, 0, ""},
-		{"unknown field", `{"user": "root"}`, 400, `unknown field "user" in the request body; it may hold "arguments", "timeout"`, 0, ""},
+		{"unknown field", `{"user": "root"}`, 400, `unknown field "user" in the request body; it may hold "arguments", "arguments_json", "timeout"`, 0, ""},
+		{"arguments as JSON text", `{"arguments_json": "{\"big\": 123456789012345678}"}`, 200, "", 0, `{"big": 123456789012345678}`},
+		{"empty arguments_json", `{"arguments_json": "", "arguments": {"a": 1}}`, 200, "", 0, `{"a": 1}`},
+		{"both arguments", `{"arguments": {"a": 1}, "arguments_json": "{}"}`, 400, "set arguments or arguments_json, not both", 0, ""},
+		{"arguments_json not a string", `{"arguments_json": {"a": 1}}`, 400, "arguments_json", 0, ""},
 		{"not an object", `[1]`, 400, "must be a JSON object", 0, ""},
 		{"broken JSON", `{"arguments": {`, 400, "not valid JSON", 0, ""},
 	}
@@ -518,6 +522,16 @@ func TestArgumentsExactly(t *testing.T) {
 		f.mu.Unlock()
 		if got != args {
 			t.Errorf("arguments %s, want %s exactly", got, args)
+		}
+		text, _ := json.Marshal(args)
+		if resp, raw := do(t, srv, "POST", "/v1/tools/x:invoke", `{"arguments_json": `+string(text)+`}`); resp.StatusCode != http.StatusOK {
+			t.Fatalf("arguments_json: HTTP %d %s", resp.StatusCode, raw)
+		}
+		f.mu.Lock()
+		got = string(f.last.Args)
+		f.mu.Unlock()
+		if got != args {
+			t.Errorf("arguments_json: arguments %s, want %s exactly", got, args)
 		}
 	}
 }

@@ -513,6 +513,13 @@ func patchSchemas(s *Object) error {
 		args.Set("type", []any{"object", "null"})
 		args.Set("additionalProperties", true)
 		args.Set("examples", []any{obj("topic", "programming")})
+		argsJSON, err := prop(body, name, "arguments_json")
+		if err != nil {
+			return err
+		}
+		argsJSON.Set("type", []any{"string", "null"})
+		argsJSON.Set("contentMediaType", "application/json")
+		argsJSON.Set("contentSchema", obj("type", "object"))
 		timeout, err := prop(body, name, "timeout")
 		if err != nil {
 			return err

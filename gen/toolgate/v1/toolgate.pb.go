@@ -572,7 +572,13 @@ type InvokeToolRequest struct {
 	Arguments *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// How long to wait for the answer, e.g. "5s". When unset, the gRPC
 	// deadline applies, else the tool service's default, else the gateway's.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The tool's arguments as JSON object text, passed on to the tool service
+	// exactly as written. Use it instead of arguments when numbers must stay
+	// exact: a google.protobuf.Struct holds every number as a double, so
+	// integers past 2^53, -0.0 or 1.10 would change on the way. Set
+	// arguments or arguments_json, not both.
+	ArgumentsJson string `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -626,6 +632,13 @@ func (x *InvokeToolRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *InvokeToolRequest) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
 }
 
 // InvokeToolResponse is a tool's whole answer.
@@ -692,7 +705,9 @@ type StreamToolRequest struct {
 	// The tool's arguments, as in InvokeToolRequest.
 	Arguments *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// How long to wait for the whole answer, as in InvokeToolRequest.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The tool's arguments as JSON object text, as in InvokeToolRequest.
+	ArgumentsJson string `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,6 +761,13 @@ func (x *StreamToolRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *StreamToolRequest) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
 }
 
 // StreamToolResponse is one chunk of a tool's answer.
@@ -1053,19 +1075,21 @@ const file_toolgate_v1_toolgate_proto_rawDesc = "" +
 	"\x0eGetToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"8\n" +
 	"\x0fGetToolResponse\x12%\n" +
-	"\x04tool\x18\x01 \x01(\v2\x11.toolgate.v1.ToolR\x04tool\"\x93\x01\n" +
+	"\x04tool\x18\x01 \x01(\v2\x11.toolgate.v1.ToolR\x04tool\"\xba\x01\n" +
 	"\x11InvokeToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"e\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12%\n" +
+	"\x0earguments_json\x18\x04 \x01(\tR\rargumentsJson\"e\n" +
 	"\x12InvokeToolResponse\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\tR\x06output\x127\n" +
 	"\voutput_json\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\n" +
-	"outputJson\"\x93\x01\n" +
+	"outputJson\"\xba\x01\n" +
 	"\x11StreamToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"V\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12%\n" +
+	"\x0earguments_json\x18\x04 \x01(\tR\rargumentsJson\"V\n" +
 	"\x12StreamToolResponse\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\tR\x06output\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x03R\x05index\x12\x12\n" +

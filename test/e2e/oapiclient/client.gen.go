@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/oapi-codegen/runtime"
+	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // Defines values for ErrorInfoType.
@@ -79,6 +80,13 @@ type InvokeToolBody struct {
 	//
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
+
+	// ArgumentsJson The tool's arguments as JSON object text, passed on to the tool service
+	// exactly as written. Use it instead of arguments when numbers must stay
+	// exact: a google.protobuf.Struct holds every number as a double, so
+	// integers past 2^53, -0.0 or 1.10 would change on the way. Set
+	// arguments or arguments_json, not both.
+	ArgumentsJson *openapi_types.File `json:"arguments_json,omitempty"`
 
 	// Timeout How long to wait for the answer, e.g. "5s". When unset, the gRPC deadline applies, else the tool service's default, else the gateway's. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
 	//
@@ -160,6 +168,9 @@ type StreamToolBody struct {
 	//
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
+
+	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest.
+	ArgumentsJson *openapi_types.File `json:"arguments_json,omitempty"`
 
 	// Timeout How long to wait for the whole answer, as in InvokeToolRequest. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
 	//

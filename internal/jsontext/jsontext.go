@@ -41,93 +41,129 @@ func Compact(data []byte) ([]byte, error) {
 	if !utf8.Valid(data) {
 		return nil, ErrUTF8
 	}
-	out, _, err := value(make([]byte, 0, len(data)), data, 0)
+	out, _, err := container(make([]byte, 0, len(data)), data, 0)
 	return out, err
 }
 
-// value appends the compact form of the JSON value at the start of data
-// (valid JSON, leading white space skipped) and returns what follows it.
-func value(out, data []byte, depth int) ([]byte, []byte, error) {
-	data = skipSpace(data)
-	switch c := data[0]; c {
-	case '{', '[':
-		if depth >= MaxDepth {
-			return nil, nil, ErrDepth
-		}
-		end := byte('}')
-		if c == '[' {
-			end = ']'
-		}
-		out = append(out, c)
-		data = skipSpace(data[1:])
-		if data[0] == end {
-			return append(out, end), data[1:], nil
-		}
-		var seen [16][]byte // this object's keys so far, to refuse repeats
-		keys := seen[:0]
-		var many map[string]bool // past len(seen) keys
-		for {
-			var err error
-			if c == '{' {
-				var key []byte
-				key, data = str(skipSpace(data))
-				k := key
-				if bytes.IndexByte(key, '\\') >= 0 {
-					var s string
-					if json.Unmarshal(key, &s) == nil {
-						k = []byte(`"` + s + `"`)
-					}
-				}
-				if many != nil {
-					if many[string(k)] {
-						return nil, nil, fmt.Errorf("%w: %s", ErrDuplicate, key)
-					}
-					many[string(k)] = true
-				} else {
-					for _, prev := range keys {
-						if bytes.Equal(prev, k) {
-							return nil, nil, fmt.Errorf("%w: %s", ErrDuplicate, key)
-						}
-					}
-					if len(keys) < len(seen) {
-						keys = append(keys, k)
-					} else {
-						many = make(map[string]bool, 2*len(keys))
-						for _, prev := range keys {
-							many[string(prev)] = true
-						}
-						many[string(k)] = true
-					}
-				}
-				out = append(out, key...)
-				data = skipSpace(data)[1:] // the colon
-				out = append(out, ':')
-			}
-			if out, data, err = value(out, data, depth+1); err != nil {
+// container appends the compact form of the object or array at the start
+// of data (valid JSON) and returns what follows it. Only nested containers
+// recurse, and the frame stays small: a call's arguments are compacted on
+// the stack of the goroutine serving the call, and a stack that outgrows
+// its first 8 KB is copied, on every call.
+func container(out, data []byte, depth int) ([]byte, []byte, error) {
+	if depth >= MaxDepth {
+		return nil, nil, ErrDepth
+	}
+	open, end := data[0], byte('}')
+	if open == '[' {
+		end = ']'
+	}
+	out = append(out, open)
+	data = skipSpace(data[1:])
+	if data[0] == end {
+		return append(out, end), data[1:], nil
+	}
+	var keys objectKeys
+	for {
+		if open == '{' {
+			var key []byte
+			key, data = str(skipSpace(data))
+			out = append(out, key...)
+			if err := keys.add(out, len(out)-len(key)); err != nil {
 				return nil, nil, err
 			}
-			data = skipSpace(data)
-			if data[0] == ',' {
-				out = append(out, ',')
-				data = data[1:]
-				continue
-			}
-			return append(out, end), data[1:], nil
+			data = skipSpace(data)[1:] // the colon
+			out = append(out, ':')
 		}
-	case '"':
-		s, rest := str(data)
-		return append(out, s...), rest, nil
-	default: // a number, true, false or null: up to the next delimiter
-		n := 0
-		for n < len(data) {
-			switch data[n] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return append(out, data[:n]...), data[n:], nil
+		data = skipSpace(data)
+		switch data[0] {
+		case '{', '[':
+			var err error
+			if out, data, err = container(out, data, depth+1); err != nil {
+				return nil, nil, err
 			}
-			n++
+		case '"':
+			var s []byte
+			s, data = str(data)
+			out = append(out, s...)
+		default: // a number, true, false or null: up to the next delimiter
+			n := scalarLen(data)
+			out, data = append(out, data[:n]...), data[n:]
 		}
-		return append(out, data...), nil, nil
+		data = skipSpace(data)
+		if data[0] == ',' {
+			out = append(out, ',')
+			data = data[1:]
+			continue
+		}
+		return append(out, end), data[1:], nil
 	}
+}
+
+// objectKeys are the keys of one object so far, to refuse a repeat: where
+// each is in the output (quotes included), or, past 16 keys or once a key
+// has an escape, a set of the keys as their characters.
+type objectKeys struct {
+	n    int
+	at   [16][2]int32
+	many map[string]bool
+}
+
+// add records the key out[start:] (the last thing written), refusing it
+// when the object has it already.
+func (o *objectKeys) add(out []byte, start int) error {
+	key := out[start:]
+	escaped := bytes.IndexByte(key, '\\') >= 0
+	if o.many == nil && !escaped && o.n < len(o.at) {
+		for _, at := range o.at[:o.n] {
+			if bytes.Equal(out[at[0]:at[1]], key) {
+				return fmt.Errorf("%w: %s", ErrDuplicate, key)
+			}
+		}
+		o.at[o.n] = [2]int32{int32(start), int32(len(out))}
+		o.n++
+		return nil
+	}
+	if o.many == nil {
+		o.many = make(map[string]bool, 2*len(o.at))
+		for _, at := range o.at[:o.n] {
+			o.many[string(unescapeKey(out[at[0]:at[1]]))] = true
+		}
+	}
+	k := key
+	if escaped {
+		k = unescapeKey(key)
+	}
+	if o.many[string(k)] {
+		return fmt.Errorf("%w: %s", ErrDuplicate, key)
+	}
+	o.many[string(k)] = true
+	return nil
+}
+
+// unescapeKey is a key with escapes written as the characters they stand
+// for (and quoted), so that "a" and "\u0061" count as the same key.
+func unescapeKey(key []byte) []byte {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return key
+	}
+	var s string
+	if json.Unmarshal(key, &s) != nil {
+		return key
+	}
+	return []byte(`"` + s + `"`)
+}
+
+// scalarLen is the length of the number, true, false or null at the start
+// of data: up to the next delimiter.
+func scalarLen(data []byte) int {
+	for n := 0; n < len(data); n++ {
+		switch data[n] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return n
+		}
+	}
+	return len(data)
 }
 
 // str returns the JSON string at the start of data (valid JSON), quotes

@@ -23,13 +23,24 @@ func checkArguments(t *registry.Tool, raw []byte) (string, error) {
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "tool %q: the arguments %v", t.Name, err)
 	}
-	if len(t.Arguments) == 0 && !t.Strict {
-		return string(compact), nil
+	if len(t.Arguments) > 0 || t.Strict {
+		if err := checkDeclared(t, compact); err != nil {
+			return "", err
+		}
 	}
+	return string(compact), nil
+}
+
+// checkDeclared checks compact arguments against the tool's declared
+// ones. It is a function of its own, not inlined, so that its member
+// buffer does not weigh on the stack of every call (see jsontext).
+//
+//go:noinline
+func checkDeclared(t *registry.Tool, compact []byte) error {
 	var buf [8]jsontext.Member
 	members, ok := jsontext.Members(compact, buf[:0])
 	if !ok {
-		return "", status.Errorf(codes.Internal, "tool %q: the arguments could not be read back", t.Name)
+		return status.Errorf(codes.Internal, "tool %q: the arguments could not be read back", t.Name)
 	}
 	for _, a := range t.Arguments {
 		var v *jsontext.Member
@@ -41,22 +52,22 @@ func checkArguments(t *registry.Tool, raw []byte) (string, error) {
 		}
 		if v == nil {
 			if a.Required {
-				return "", status.Errorf(codes.InvalidArgument, "tool %q: missing required argument %q", t.Name, a.Name)
+				return status.Errorf(codes.InvalidArgument, "tool %q: missing required argument %q", t.Name, a.Name)
 			}
 			continue
 		}
 		if kind := v.Kind(); kind != a.Type && (a.Type != "integer" || !v.IsInteger()) {
-			return "", status.Errorf(codes.InvalidArgument, "tool %q: argument %q must be of type %s, got %s", t.Name, a.Name, a.Type, kind)
+			return status.Errorf(codes.InvalidArgument, "tool %q: argument %q must be of type %s, got %s", t.Name, a.Name, a.Type, kind)
 		}
 	}
 	if t.Strict {
 		for _, m := range members {
 			if !declared(t, m.Key) {
-				return "", status.Errorf(codes.InvalidArgument, "tool %q: unknown argument %q (the tool accepts only its declared arguments)", t.Name, unescape(m.Key))
+				return status.Errorf(codes.InvalidArgument, "tool %q: unknown argument %q (the tool accepts only its declared arguments)", t.Name, unescape(m.Key))
 			}
 		}
 	}
-	return string(compact), nil
+	return nil
 }
 
 // keyIs reports whether an object key, as written, names name.

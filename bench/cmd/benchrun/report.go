@@ -104,14 +104,6 @@ type Point struct {
 }
 
 // Target is one of the issue's goals with what was measured.
-type Target struct {
-	Name     string  `json:"name"`
-	Goal     string  `json:"goal"`
-	Measured float64 `json:"measured"`
-	Unit     string  `json:"unit"`
-	Met      bool    `json:"met"`
-}
-
 // Report is latest.json.
 type Report struct {
 	Runs                 []Point            `json:"runs"`
@@ -119,7 +111,7 @@ type Report struct {
 	InflightBytesPerCall int64              `json:"inflight_bytes_per_call"`
 	Machine              map[string]any     `json:"machine"`
 	Date                 string             `json:"date"`
-	Targets              []Target           `json:"targets"`
+	Goals                []Goal             `json:"goals"`
 	Streaming            []Point            `json:"streaming"`
 	Inflight             *Sample            `json:"inflight,omitempty"`
 	InflightBreakdown    *InflightBreakdown `json:"inflight_breakdown,omitempty"`
@@ -307,7 +299,6 @@ func find(ps []Point, mode string, conc int) *Point {
 }
 
 func (r *Report) summarize() {
-	r.Targets = nil
 	r.Runs = aggregate(r.Samples)
 	r.Streaming = aggregate(r.StreamSamples)
 	r.Ratios = map[string]any{}
@@ -362,27 +353,16 @@ func (r *Report) summarize() {
 
 	d64, g64, r64, py64 := find(r.Runs, "direct", 64), find(r.Runs, "grpc", 64), find(r.Runs, "rest", 64), find(r.Runs, "python", 64)
 	d16, g16, r16 := find(r.Runs, "direct", 16), find(r.Runs, "grpc", 16), find(r.Runs, "rest", 16)
-	add := func(name, goal, unit string, v float64, ok, met bool) {
-		if ok {
-			r.Targets = append(r.Targets, Target{Name: name, Goal: goal, Measured: v, Unit: unit, Met: met})
-		}
-	}
-	// Throughput as a share of direct at c=64 stays in the ratios but is no
-	// longer a target: on one shared machine it mostly measures the load
-	// generator and the shared CPU (ANALYSIS.md); the floor ratios below
-	// are the yardstick.
+	// Ratios to direct and to the Python service are kept for reference;
+	// the goals in force (goals.go) are measured against the floor.
 	_, _ = ratio("grpc_over_direct_rps_c64", g64, d64, rps)
 	_, _ = ratio("rest_over_direct_rps_c64", r64, d64, rps)
-	v, ok := diff("grpc_added_p99_ms_c16", g16, d16, p99)
-	add("gRPC added p99 over direct, c=16", "≤ 1 ms", "ms", v, ok, v <= 1)
-	v, ok = diff("rest_added_p99_ms_c16", r16, d16, p99)
-	add("REST added p99 over direct, c=16 (gRPC's goal, for comparison)", "≤ 1 ms", "ms", v, ok, v <= 1)
+	_, _ = diff("grpc_added_p99_ms_c16", g16, d16, p99)
+	_, _ = diff("rest_added_p99_ms_c16", r16, d16, p99)
 	_, _ = diff("grpc_added_p50_ms_c16", g16, d16, p50)
 	_, _ = diff("rest_added_p50_ms_c16", r16, d16, p50)
-	v, ok = ratio("grpc_over_python_rps_c64", g64, py64, rps)
-	add("gRPC throughput / python, c=64", "≥ 10", "×", v, ok, v >= 10)
-	v, ok = ratio("rest_over_python_rps_c64", r64, py64, rps)
-	add("REST throughput / python, c=64 (gRPC's goal, for comparison)", "≥ 10", "×", v, ok, v >= 10)
+	_, _ = ratio("grpc_over_python_rps_c64", g64, py64, rps)
+	_, _ = ratio("rest_over_python_rps_c64", r64, py64, rps)
 	_, _ = ratio("direct_over_python_rps_c64", d64, py64, rps)
 	ds, gs, rs := find(r.Streaming, "direct-stream", 1), find(r.Streaming, "grpc-stream", 1), find(r.Streaming, "rest-stream", 1)
 	_, _ = ratio("grpc_stream_over_direct_stream_chunks", gs, ds, chunks)
@@ -390,13 +370,12 @@ func (r *Report) summarize() {
 	_, _ = ratio("rest_sse_over_direct_stream_chunks", find(r.Streaming, "rest-sse", 1), ds, chunks)
 	if r.Inflight != nil && r.Inflight.Inflight != nil {
 		r.InflightBytesPerCall = r.Inflight.Inflight.BytesPerCall
-		b := float64(r.InflightBytesPerCall)
-		add("gateway memory per in-flight call", "≤ 4096 B", "B", b, true, b <= 4096)
 	}
 	r.summarizeFloor()
 	r.summarizePaced()
 	r.summarizeInterleaved()
 	r.summarizeDoors()
+	r.summarizeGoals()
 }
 
 // summarizePaced sets the equal-load rows and cpu_vs_floor_*_equal_load.
@@ -580,20 +559,9 @@ func (r *Report) markdown() string {
 		r.Config.WarmupS, r.Config.DurationS, r.Config.Repetitions, r.Config.MsgSize, r.Config.GRPCConns)
 
 	if r.analysis {
-		w("What stands between the code and the targets, from these numbers and the profiles below: [ANALYSIS.md](ANALYSIS.md).\n\n")
+		w("What stands between the code and the goals, from these numbers and the profiles below: [ANALYSIS.md](ANALYSIS.md).\n\n")
 	}
-	if len(r.Targets) > 0 {
-		w("## Targets\n\n| target | goal | measured | met |\n|---|---|---|---|\n")
-		for _, t := range r.Targets {
-			met := "no"
-			if t.Met {
-				met = "yes"
-			}
-			w("| %s | %s | %s %s | %s |\n", t.Name, t.Goal, trimFloat(t.Measured), t.Unit, met)
-		}
-		w("\nThroughput as a share of direct at c=64 (gRPC ≥ 0.90, REST ≥ 0.75) is no longer a target: on one shared machine it mostly measures the load generator and the shared CPU (ANALYSIS.md, section 0). It stays in latest.json (gRPC %s, REST %s here); the gateway is measured against the floor instead (\"Against the floor\" below).\n\n",
-			ratioText(r.Ratios["grpc_over_direct_rps_c64"]), ratioText(r.Ratios["rest_over_direct_rps_c64"]))
-	}
+	r.goalsMarkdown(w)
 
 	w("## Unary calls\n\n")
 	w("| mode | c | calls/s | p50 ms | p90 ms | p99 ms | p99.9 ms | errors | msgs dropped by broker | gateway CPU s / 1k calls | gateway allocs / call | gateway peak RSS |\n")
@@ -900,12 +868,4 @@ func list2(v []float64) string {
 		s[i] = fmt.Sprintf("%.2f", f)
 	}
 	return strings.Join(s, ", ")
-}
-
-func ratioText(v any) string {
-	f, ok := v.(float64)
-	if !ok {
-		return "not measured"
-	}
-	return trimFloat(f) + "×"
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 )
@@ -94,16 +92,12 @@ type DoorRow struct {
 // cpu_<door>_vs_rest_interleaved and mallocs_<door>_vs_rest_interleaved.
 func (r *Report) summarizeDoors() {
 	r.Doors = nil
-	reps := map[int]bool{}
-	for _, s := range r.DoorSamples {
-		reps[s.Rep] = true
-	}
-	repList := slices.Sorted(maps.Keys(reps))
+	repList := repetitions(r.DoorSamples)
 	c := r.Config.DoorsConcurrency
 	for _, door := range r.Config.Doors {
 		row := DoorRow{Door: door, Concurrency: c, Windows: r.Config.DoorsWindows}
 		var side sideVals
-		var mratios []float64
+		var ratios pairRatios
 		for _, rp := range repList {
 			d, ok := sumWindows(r.DoorSamples, "doors", door, c, rp)
 			if !ok {
@@ -114,28 +108,17 @@ func (r *Report) summarizeDoors() {
 			if !ok || door == "rest" {
 				continue
 			}
-			if rest.cpu1k > 0 && d.cpu1k > 0 {
-				row.CPURatios = append(row.CPURatios, round(d.cpu1k/rest.cpu1k, 3))
-			}
-			if rest.mallocs > 0 && d.mallocs > 0 {
-				mratios = append(mratios, d.mallocs/rest.mallocs)
-			}
+			ratios.add(d, rest)
 		}
 		if len(side.cpu) == 0 {
 			continue
 		}
 		row.Side = side.side()
+		row.CPURatios = ratios.cpu
+		row.CPUvsREST, row.MallocsVsREST = medianOf(ratios.cpu), medianOf(ratios.mallocs)
 		key := strings.ReplaceAll(door, "-", "_")
-		if len(row.CPURatios) > 0 {
-			v := round(median(row.CPURatios), 3)
-			row.CPUvsREST = &v
-			r.Ratios["cpu_"+key+"_vs_rest_interleaved"] = v
-		}
-		if len(mratios) > 0 {
-			v := round(median(mratios), 3)
-			row.MallocsVsREST = &v
-			r.Ratios["mallocs_"+key+"_vs_rest_interleaved"] = v
-		}
+		r.setRatio("cpu_"+key+"_vs_rest_interleaved", row.CPUvsREST)
+		r.setRatio("mallocs_"+key+"_vs_rest_interleaved", row.MallocsVsREST)
 		r.Doors = append(r.Doors, row)
 	}
 }

@@ -249,16 +249,12 @@ func (s *sideVals) side() FloorSide {
 // ratios (cpu_vs_floor_*_interleaved at c=64, p50_added_vs_floor_c1*_interleaved).
 func (r *Report) summarizeInterleaved() {
 	r.Interleaved = nil
-	reps := map[int]bool{}
-	for _, s := range r.InterleavedSamples {
-		reps[s.Rep] = true
-	}
-	repList := slices.Sorted(maps.Keys(reps))
+	repList := repetitions(r.InterleavedSamples)
 	for _, proto := range []string{"grpc", "rest"} {
 		for _, c := range r.Config.Interleave {
 			row := InterleavedRow{Protocol: proto, Concurrency: c, Windows: r.Config.InterleaveSlices}
 			var tg, fl sideVals
-			var mratios []float64
+			var ratios pairRatios
 			for _, rp := range repList {
 				t, ok1 := sumWindows(r.InterleavedSamples, proto, proto, c, rp)
 				f, ok2 := sumWindows(r.InterleavedSamples, proto, "floor-"+proto, c, rp)
@@ -274,41 +270,66 @@ func (r *Report) summarizeInterleaved() {
 				}
 				tg.add(t, dp)
 				fl.add(f, dp)
-				if f.cpu1k > 0 && t.cpu1k > 0 {
-					row.CPURatios = append(row.CPURatios, round(t.cpu1k/f.cpu1k, 3))
-				}
-				if f.mallocs > 0 && t.mallocs > 0 {
-					mratios = append(mratios, t.mallocs/f.mallocs)
-				}
+				ratios.add(t, f)
 			}
 			if len(tg.cpu) == 0 {
 				continue
 			}
 			row.Toolgate, row.Floor = tg.side(), fl.side()
-			suffix := map[string]string{"grpc": "", "rest": "_rest"}[proto]
-			if len(row.CPURatios) > 0 {
-				v := round(median(row.CPURatios), 3)
-				row.CPURatio = &v
-				if c == 64 {
-					r.Ratios["cpu_vs_floor_"+proto+"_interleaved"] = v
-				}
+			row.CPURatios = ratios.cpu
+			row.CPURatio, row.MallocsRatio = medianOf(ratios.cpu), medianOf(ratios.mallocs)
+			row.P50AddedRatio = medianOf(row.P50AddedRatios)
+			if c == 64 {
+				r.setRatio("cpu_vs_floor_"+proto+"_interleaved", row.CPURatio)
+				r.setRatio("mallocs_vs_floor_"+proto+"_interleaved", row.MallocsRatio)
 			}
-			if len(mratios) > 0 {
-				v := round(median(mratios), 3)
-				row.MallocsRatio = &v
-				if c == 64 {
-					r.Ratios["mallocs_vs_floor_"+proto+"_interleaved"] = v
-				}
-			}
-			if len(row.P50AddedRatios) > 0 {
-				v := round(median(row.P50AddedRatios), 3)
-				row.P50AddedRatio = &v
-				if c == 1 {
-					r.Ratios["p50_added_vs_floor_c1"+suffix+"_interleaved"] = v
-				}
+			if c == 1 {
+				suffix := map[string]string{"grpc": "", "rest": "_rest"}[proto]
+				r.setRatio("p50_added_vs_floor_c1"+suffix+"_interleaved", row.P50AddedRatio)
 			}
 			r.Interleaved = append(r.Interleaved, row)
 		}
+	}
+}
+
+// repetitions lists, in order, the repetitions samples come from.
+func repetitions(samples []*Sample) []int {
+	reps := map[int]bool{}
+	for _, s := range samples {
+		reps[s.Rep] = true
+	}
+	return slices.Sorted(maps.Keys(reps))
+}
+
+// pairRatios gathers, one repetition at a time, the ratios of one side's
+// CPU and allocations per call to another's.
+type pairRatios struct {
+	cpu, mallocs []float64
+}
+
+// add records a's ratios to b, where both measured something.
+func (p *pairRatios) add(a, b windowSum) {
+	if a.cpu1k > 0 && b.cpu1k > 0 {
+		p.cpu = append(p.cpu, round(a.cpu1k/b.cpu1k, 3))
+	}
+	if a.mallocs > 0 && b.mallocs > 0 {
+		p.mallocs = append(p.mallocs, a.mallocs/b.mallocs)
+	}
+}
+
+// medianOf is the median of vs, rounded, or nil when vs is empty.
+func medianOf(vs []float64) *float64 {
+	if len(vs) == 0 {
+		return nil
+	}
+	v := round(median(vs), 3)
+	return &v
+}
+
+// setRatio sets one of latest.json's ratios when v is measured.
+func (r *Report) setRatio(name string, v *float64) {
+	if v != nil {
+		r.Ratios[name] = *v
 	}
 }
 

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/toolservice"
+)
+
+// conformanceRuns are the runs of the official conformance suite against
+// the gateway: the active suite at each revision the gateway serves
+// (--spec-version), and exactly what revision 2026-07-28 requires, frozen
+// at its release (--requirements: adds its stateless-protocol, caching
+// and input-required scenarios, which the active suite leaves out).
+var conformanceRuns = []struct{ name, flag, version string }{
+	{"spec-2025-11-25", "--spec-version", "2025-11-25"},
+	{"spec-2026-07-28", "--spec-version", "2026-07-28"},
+	{"requirements-2026-07-28", "--requirements", "2026-07-28"},
+}
+
+// TestMCPConformance runs the official MCP conformance suite
+// (scripts/mcp-conformance.sh, @modelcontextprotocol/conformance) against
+// a gateway on the real broker, whose only tools are the suite's fixture
+// tools, served by an ordinary tool service (conformanceService) that
+// announces them. Each spec revision must pass but for the scenarios
+// listed, each with its reason, in testdata/mcp-conformance-expected.yaml:
+// the suite itself fails the run on any other failure, and on a listed
+// scenario that passes.
+func TestMCPConformance(t *testing.T) {
+	root := repoRoot(t)
+	entry := conformanceSuite(t, root)
+	announce := "persistent://tg/config/" + brokertest.UniqueTopic("conformance-announce")
+	startConformanceService(t, announce)
+	gw := runGateway(t, nil, "--announce-topic", announce, "--allow-anonymous", "--default-timeout", "10s")
+	base := "http://" + gw.HTTPAddr()
+	if err := waitReady(base, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitTool(t, base, "test_simple_text", 30*time.Second)
+	for _, run := range conformanceRuns {
+		t.Run(run.name, func(t *testing.T) {
+			out := t.TempDir()
+			ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, entry[0], append(entry[1:], "server",
+				"--url", base+"/mcp", run.flag, run.version,
+				"--expected-failures", filepath.Join(root, "test", "e2e", "testdata", "mcp-conformance-expected.yaml"),
+				"-o", out)...)
+			cmd.Dir = root
+			var buf bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &buf, &buf
+			err := cmd.Run()
+			t.Logf("%s:\n%s", strings.Join(cmd.Args, " "), buf.String())
+			logFailedChecks(t, out)
+			if err != nil {
+				t.Fatalf("conformance suite, %s %s: %v (see the output above)", run.flag, run.version, err)
+			}
+			if !strings.Contains(buf.String(), "passed") {
+				t.Fatal("the conformance suite reported no passed checks")
+			}
+		})
+	}
+}
+
+// logFailedChecks logs every check the suite reports as failed or as a
+// warning in its results under dir (<scenario>/checks.json), with the
+// suite's own message.
+func logFailedChecks(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "checks.json"))
+	if len(files) == 0 {
+		t.Errorf("no checks.json under %s", dir)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		var checks []struct {
+			ID, Status, ErrorMessage string
+			Details                  json.RawMessage
+		}
+		if err := json.Unmarshal(b, &checks); err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		for _, c := range checks {
+			if c.Status == "FAILURE" || c.Status == "WARNING" {
+				t.Logf("%s %s %s: %s\n\tdetails: %.600s", filepath.Base(filepath.Dir(f)), c.Status, c.ID, c.ErrorMessage, c.Details)
+			}
+		}
+	}
+}
+
+// conformanceSuite installs the pinned suite and Node (first use) and
+// returns the command that runs it.
+func conformanceSuite(t *testing.T, root string) []string {
+	t.Helper()
+	path := func(script string) string {
+		cmd := exec.CommandContext(t.Context(), filepath.Join(root, "scripts", script))
+		cmd.Dir = root
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("scripts/%s: %v\n%s", script, err, stderr.String())
+		}
+		return strings.TrimSpace(string(out))
+	}
+	return []string{path("node.sh"), path("mcp-conformance.sh")}
+}
+
+// waitTool waits until the gateway at base lists tool.
+func waitTool(t *testing.T, base, tool string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		resp, err := httpGet(base + "/v1/tools/" + tool)
+		if err == nil && resp == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tool %s not served after %s (last: %d, %v)", tool, d, resp, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func httpGet(url string) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// conformanceTools are the suite's fixture tools that a tool service can
+// serve. A tool service learns which tool was called from the tool's
+// config values: each fixture tool sets "fixture".
+var conformanceTools = []toolservice.Tool{
+	{Name: "test_simple_text", Description: "Returns simple text content", Config: map[string]any{"fixture": "simple-text"}},
+	{Name: "test_error_handling", Description: "Always fails", Config: map[string]any{"fixture": "error"}},
+	{Name: "test_tool_with_progress", Description: "Streams three chunks 50 ms apart", Config: map[string]any{"fixture": "progress"}},
+	{Name: "test_trigger_tool_change", Description: "Changes this service's tool list (adds or removes test_changed_tool)", Config: map[string]any{"fixture": "change"}},
+}
+
+// startConformanceService runs the fixture tool service until the test
+// ends, announcing its tools on topic.
+func startConformanceService(t *testing.T, topic string) {
+	t.Helper()
+	var (
+		mu      sync.Mutex
+		changed bool
+		svc     *toolservice.Service
+	)
+	announcement := func() *toolservice.Announcement {
+		tools := append([]toolservice.Tool(nil), conformanceTools...)
+		if changed {
+			tools = append(tools, toolservice.Tool{Name: "test_changed_tool", Description: "Comes and goes with test_trigger_tool_change",
+				Config: map[string]any{"fixture": "simple-text"}})
+		}
+		return &toolservice.Announcement{Topic: topic, ConfigParams: []toolservice.ConfigParam{{Name: "fixture", Required: true}}, Tools: tools}
+	}
+	handle := func(ctx context.Context, req *toolservice.Request) (any, error) {
+		switch req.Config["fixture"] {
+		case "simple-text":
+			return "This is a simple text response for testing.", nil
+		case "error":
+			return nil, &toolservice.Error{Type: "test-error", Message: "This tool intentionally returns an error for testing"}
+		case "progress":
+			for i, chunk := range []string{"0%", " 50%", " 100%"} {
+				if i > 0 {
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+				if err := req.Send(chunk); err != nil {
+					return nil, err
+				}
+			}
+			return "", nil
+		case "change":
+			mu.Lock()
+			defer mu.Unlock()
+			changed = !changed
+			if err := svc.Announce(ctx, announcement()); err != nil {
+				return nil, err
+			}
+			return "tool list changed", nil
+		}
+		return nil, fmt.Errorf("no fixture %v", req.Config["fixture"])
+	}
+	var err error
+	svc, err = toolservice.New(toolservice.Config{
+		ID: brokertest.UniqueTopic("conformance-service"), Topic: brokertest.UniqueTopic("conformance"),
+		PulsarURL: brokertest.PulsarURL(), Announce: announcement(),
+	}, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("conformance service: %v", err)
+		}
+	})
+}

@@ -162,7 +162,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	var mcpHandler http.Handler
 	if cfg.MCP {
-		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins})
+		a := cfg.Auth
+		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
+			// Who may list which tools is the caller's credentials' and the
+			// policy's to say: with either, a tool list is the caller's own.
+			CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
+			MaxCacheTTL:     cfg.MCPCacheTTL})
 		mcpHandler = g.mcp
 	}
 	connectPath, connectHandler := connectapi.New(calls)

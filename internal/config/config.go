@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/gcgoal"
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/limits"
+	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
@@ -45,6 +46,8 @@ type Config struct {
 	GCHeapMiB int
 	// MCP serves the tools over the Model Context Protocol at /mcp.
 	MCP bool
+	// MCPCacheTTL bounds the ttlMs caching hint of MCP list results.
+	MCPCacheTTL time.Duration
 	// InstanceID names this gateway replica: in its logs, metrics,
 	// /readyz, and its reply topic.
 	InstanceID string
@@ -158,6 +161,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.IntVar(&c.GCHeapMiB, "gc-heap-mib", envInt(getenv, "gc-heap-mib", gcgoal.DefaultHeapMiB, &envErrs), "heap size in MiB below which the garbage collector runs less often (GOGC up to 500 while the live heap is small, Go's default 100 once it reaches half this); 0 turns it off, and a GOGC environment variable overrides it (env "+envName("gc-heap-mib")+")")
 	fs.BoolVar(&c.Pulsar.Batching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
 	fs.BoolVar(&c.MCP, "mcp", envBool(getenv, "mcp", true, &envErrs), "serve the tools over the Model Context Protocol (Streamable HTTP, stateless) at /mcp on the HTTP listener (env "+envName("mcp")+")")
+	dur(&c.MCPCacheTTL, "mcp-cache-ttl", mcp.DefaultMaxCacheTTL, "longest time MCP clients may cache tools/list (the ttlMs hint of protocol 2026-07-28: a tenth of the time since the tool list last changed, up to this); 0 = never")
 	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
@@ -254,6 +258,9 @@ func (c Config) validate() error {
 		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
 			errs = append(errs, fmt.Errorf("--cors-origins %q: want origins such as https://app.example.com, or *", o))
 		}
+	}
+	if c.MCPCacheTTL < 0 {
+		errs = append(errs, errors.New("--mcp-cache-ttl must not be negative"))
 	}
 	if c.HTTP.MaxBodyBytes < 1 {
 		errs = append(errs, errors.New("--max-body-bytes must be positive"))

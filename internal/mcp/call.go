@@ -17,7 +17,41 @@ import (
 // timeoutMeta is the _meta key of a tools/call's deadline.
 const timeoutMeta = "timeout"
 
+// callTool answers tools/call; from protocol 2026-07-28 on, its result
+// says that it is complete (resultType).
 func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	res, err := s.call(ctx, req)
+	if err != nil || !modern(req.Session) {
+		return res, err
+	}
+	return complete(res), nil
+}
+
+// modern reports whether the session's requests speak protocol 2026-07-28
+// or later (a stateless request's _meta names its version; the fast path,
+// which serves only older ones, has no session).
+func modern(ss *sdk.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	p := ss.InitializeParams()
+	return p != nil && p.ProtocolVersion >= modernVersion
+}
+
+// complete is r marked as a complete result (resultType "complete"), which
+// the SDK sets only on results of its own tool handlers and leaves no
+// other way to set than its own decoding.
+func complete(r *sdk.CallToolResult) *sdk.CallToolResult {
+	var out sdk.CallToolResult
+	if err := out.UnmarshalJSON([]byte(`{"resultType":"complete","content":[]}`)); err != nil {
+		panic("mcp: decoding a constant result: " + err.Error()) // cannot happen
+	}
+	out.Meta, out.Content, out.StructuredContent, out.IsError = r.Meta, r.Content, r.StructuredContent, r.IsError
+	out.InputRequests, out.RequestState = r.InputRequests, r.RequestState
+	return &out
+}
+
+func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	p := req.Params
 	if p == nil || p.Name == "" {
 		return nil, rpcError(codeInvalidParams, "tools/call needs the name of a tool", nil)

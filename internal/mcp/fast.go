@@ -105,6 +105,9 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 	if _, ok := in.Params.Meta["progressToken"]; ok || hasUnknownKeys(body) {
 		return false
 	}
+	if _, ok := in.Params.Meta[sdk.MetaKeyProtocolVersion]; ok {
+		return false // a stateless request of 2026-07-28 or later
+	}
 	ctx := r.Context()
 	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.Params.Name, Arguments: in.Params.Arguments, Meta: in.Params.Meta}}
 	res, err := s.callTool(context.WithValue(ctx, requestKey{}, req), call)

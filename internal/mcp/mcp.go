@@ -47,6 +47,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -61,6 +62,13 @@ import (
 
 // DefaultPageSize is the number of tools in one tools/list page.
 const DefaultPageSize = 100
+
+// DefaultMaxCacheTTL is the gateway's default of Options.MaxCacheTTL.
+const DefaultMaxCacheTTL = 30 * time.Second
+
+// modernVersion is the first protocol revision of stateless requests
+// (per-request _meta, server/discover, resultType on every result).
+const modernVersion = "2026-07-28"
 
 // changedTool is a tool of the SDK's own registry that nobody sees (tools/list
 // and tools/call are answered from the ToolService): adding it again is how
@@ -93,6 +101,18 @@ type Options struct {
 	// that may call it ("*": any); a request without Origin (not from a
 	// browser) is not checked.
 	AllowedOrigins []string
+	// CallerDependent says that what tools/list answers depends on the
+	// caller — credentials are checked, or a policy decides who sees
+	// which tools: the caching hint of list results is then cacheScope
+	// "private" (only the caller's own client may keep them), else
+	// "public".
+	CallerDependent bool
+	// MaxCacheTTL bounds the ttlMs caching hint of list results (protocol
+	// 2026-07-28). The hint is a tenth of the time since the tool list
+	// last changed (a list unchanged for an hour is likely to stay so a
+	// while; one that just changed may change again), up to MaxCacheTTL;
+	// zero makes every list immediately stale.
+	MaxCacheTTL time.Duration
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -102,6 +122,8 @@ type Options struct {
 // Server is the MCP endpoint, an http.Handler. It is safe for concurrent
 // use.
 type Server struct {
+	// changed is when the tool list last changed (UnixNano).
+	changed  atomic.Int64
 	h        toolcall.Handler
 	opts     Options
 	log      *slog.Logger
@@ -119,6 +141,7 @@ func New(h toolcall.Handler, opts Options) *Server {
 		opts.Version = "dev"
 	}
 	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize}
+	s.changed.Store(time.Now().UnixNano())
 	if s.pageSize <= 0 {
 		s.pageSize = DefaultPageSize
 	}
@@ -130,6 +153,9 @@ func New(h toolcall.Handler, opts Options) *Server {
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 		Instructions: "The tools of this toolgate gateway. tools/call accepts _meta.timeout (\"5s\") and streams " +
 			"chunks as progress notifications when a progressToken is given.",
+		// server/discover (the lists the SDK would answer are refused:
+		// see middleware).
+		SetCacheable: func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) { *c = s.cacheable() },
 	})
 	s.addChangedTool()
 	s.mcp.AddReceivingMiddleware(s.middleware)
@@ -163,7 +189,22 @@ func (h *minLevel) WithGroup(name string) slog.Handler {
 // requests: clients of older protocol versions, and clients of other
 // replicas, do not hear of it (each replica watches its own registry and
 // notifies its own listeners), and re-list when they next need to.
-func (s *Server) ToolsChanged() { s.addChangedTool() }
+func (s *Server) ToolsChanged() {
+	s.changed.Store(time.Now().UnixNano())
+	s.addChangedTool()
+}
+
+// cacheable is the caching hint of a list result: see
+// Options.CallerDependent and Options.MaxCacheTTL.
+func (s *Server) cacheable() sdk.Cacheable {
+	c := sdk.Cacheable{CacheScope: "public"}
+	if s.opts.CallerDependent {
+		c.CacheScope = "private"
+	}
+	ttl := min(time.Since(time.Unix(0, s.changed.Load()))/10, s.opts.MaxCacheTTL)
+	c.TTLMs = max(int(ttl.Milliseconds()), 0)
+	return c
+}
 
 func (s *Server) addChangedTool() {
 	s.mcp.AddTool(&sdk.Tool{Name: changedTool, InputSchema: map[string]any{"type": "object"}},
@@ -219,10 +260,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
 	}
+	if checkVersion(w, r, body) {
+		return
+	}
 	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
-	s.handler.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+	ew := &rpcErrors{ResponseWriter: w, id: requestID(body)}
+	s.handler.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+	ew.finish()
 }
 
 // originAllowed reports whether a browser page of origin may call: its
@@ -242,10 +288,7 @@ func (s *Server) originAllowed(origin string, r *http.Request) bool {
 
 // writeRPCError answers an HTTP-level refusal with a JSON-RPC error body.
 func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) {
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": msg}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(httpCode)
-	_, _ = w.Write(body)
+	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg})
 }
 
 // refuse answers a request that failed authentication.
@@ -268,10 +311,27 @@ func (s *Server) refuse(w http.ResponseWriter, err error) {
 	_, _ = w.Write(body)
 }
 
-// middleware answers tools/list and tools/call from the ToolService and
-// leaves everything else to the SDK.
+// notServed are the methods of features this endpoint does not serve (a
+// gateway of tools has no prompts, resources or completions), which the
+// SDK would answer with empty lists: they are refused as unknown methods,
+// so that what is served is exactly what initialize and server/discover
+// declare.
+var notServed = map[string]bool{
+	"prompts/list": true, "prompts/get": true,
+	"resources/list": true, "resources/read": true, "resources/templates/list": true,
+	"resources/subscribe": true, "resources/unsubscribe": true,
+	"completion/complete": true,
+}
+
+// middleware answers tools/list and tools/call from the ToolService,
+// refuses the methods of features not served, and leaves everything else
+// to the SDK.
 func (s *Server) middleware(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if notServed[method] {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+				Message: fmt.Sprintf("method %q is not served: this MCP endpoint serves tools only", method)}
+		}
 		switch method {
 		case "tools/list":
 			if r, ok := req.(*sdk.ListToolsRequest); ok {
@@ -315,7 +375,7 @@ func (s *Server) listTools(ctx context.Context, req *sdk.ListToolsRequest) (*sdk
 	if err != nil {
 		return nil, requestError(err)
 	}
-	out := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, len(res.Tools)), NextCursor: res.NextPageToken}
+	out := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, len(res.Tools)), NextCursor: res.NextPageToken, Cacheable: s.cacheable()}
 	for _, t := range res.Tools {
 		out.Tools = append(out.Tools, toolOf(t))
 	}

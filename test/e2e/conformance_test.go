@@ -34,7 +34,7 @@ var conformanceRuns = []struct{ name, flag, version string }{
 // a gateway on the real broker, whose only tools are the suite's fixture
 // tools, served by an ordinary tool service (conformanceService) that
 // announces them. Each spec revision must pass but for the scenarios
-// listed, each with its reason, in testdata/mcp-conformance-expected.yaml:
+// listed, each with its reason, in testdata/mcp-conformance/<revision>.yaml:
 // the suite itself fails the run on any other failure, and on a listed
 // scenario that passes.
 func TestMCPConformance(t *testing.T) {
@@ -55,7 +55,7 @@ func TestMCPConformance(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, entry[0], append(entry[1:], "server",
 				"--url", base+"/mcp", run.flag, run.version,
-				"--expected-failures", filepath.Join(root, "test", "e2e", "testdata", "mcp-conformance-expected.yaml"),
+				"--expected-failures", filepath.Join(root, "test", "e2e", "testdata", "mcp-conformance", run.version+".yaml"),
 				"-o", out)...)
 			cmd.Dir = root
 			var buf bytes.Buffer

@@ -76,6 +76,9 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallT
 	if err := s.timeout(c, p.GetMeta()); err != nil {
 		return nil, rpcError(codeInvalidParams, err.Error(), nil)
 	}
+	if err := traceMeta(c, p.GetMeta()); err != nil {
+		return nil, rpcError(codeInvalidParams, err.Error(), nil)
+	}
 	if token != nil {
 		return s.stream(ctx, c, req.Session, token)
 	}
@@ -94,6 +97,52 @@ func result(output string) *sdk.CallToolResult {
 		res.StructuredContent = json.RawMessage(t)
 	}
 	return res
+}
+
+// traceMeta makes the W3C trace context a request carries in _meta
+// (traceparent, tracestate: SEP-414) the call's, as the HTTP headers of
+// that name would be; _meta wins over the headers, being the request's
+// own.
+func traceMeta(c *toolcall.Call, meta map[string]any) error {
+	var o metaTrace
+	for _, k := range []string{"traceparent", "tracestate"} {
+		v, ok := meta[k]
+		if !ok || v == nil {
+			continue
+		}
+		sv, isString := v.(string)
+		if !isString {
+			return fmt.Errorf("_meta.%s must be a string, not %T", k, v)
+		}
+		if k == "traceparent" {
+			o.parent = []string{sv}
+		} else {
+			o.state = []string{sv}
+		}
+	}
+	if o.parent == nil {
+		// A tracestate belongs to its traceparent: alone, it is dropped.
+		return nil
+	}
+	o.Header = c.Header
+	c.Header = o
+	return nil
+}
+
+// metaTrace is a call's header with the trace context of _meta.
+type metaTrace struct {
+	toolcall.Header
+	parent, state []string
+}
+
+func (h metaTrace) Values(key string) []string {
+	switch key {
+	case "traceparent":
+		return h.parent
+	case "tracestate":
+		return h.state
+	}
+	return h.Header.Values(key)
 }
 
 // timeout reads _meta.timeout: a duration string ("5s", "0.25s", "200ms",

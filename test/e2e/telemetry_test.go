@@ -46,6 +46,46 @@ func TestTraceparentReachesService(t *testing.T) {
 	}
 }
 
+// TestTraceparentFromMCPMeta: an MCP request's trace context in
+// params._meta (traceparent, tracestate) reaches the request message the
+// tool service receives, as the HTTP header does, in both protocol eras;
+// _meta wins over the header.
+func TestTraceparentFromMCPMeta(t *testing.T) {
+	t.Parallel()
+	metaTrace := "0af7651916cd43dd8448eb211c80319c"
+	for _, era := range []struct{ version, meta, name string }{
+		{"2025-11-25", "", ""},
+		{"2026-07-28", `,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}`, "echo"},
+	} {
+		for _, prop := range []string{"traceparent", "tracestate"} {
+			body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"mode":"property","name":"` + prop + `"},` +
+				`"_meta":{"traceparent":"00-` + metaTrace + `-00f067aa0ba902b7-01","tracestate":"vendor=meta"` + era.meta + `}}}`
+			req, _ := http.NewRequest(http.MethodPost, env.httpBase+"/mcp", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("MCP-Protocol-Version", era.version)
+			req.Header.Set("traceparent", "00-"+callerTrace+"-00f067aa0ba902b7-01")
+			if era.name != "" {
+				req.Header.Set("Mcp-Method", "tools/call")
+				req.Header.Set("Mcp-Name", era.name)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := metaTrace
+			if prop == "tracestate" {
+				want = "vendor=meta"
+			}
+			if !strings.Contains(string(out), want) {
+				t.Errorf("MCP %s: the service saw %s in %s; want %s", era.version, prop, out, want)
+			}
+		}
+	}
+}
+
 func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
 	if _, err := invokeEcho(t, map[string]any{"msg": "count me"}); err != nil {

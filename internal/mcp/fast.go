@@ -109,6 +109,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 		return false // a stateless request of 2026-07-28 or later
 	}
 	ctx := r.Context()
+	req.id = in.ID
 	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.Params.Name, Arguments: in.Params.Arguments, Meta: in.Params.Meta}}
 	res, err := s.callTool(context.WithValue(ctx, requestKey{}, req), call)
 	msg := append(append([]byte(`{"jsonrpc":"2.0","id":`), in.ID...), ',')

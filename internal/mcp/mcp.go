@@ -32,7 +32,9 @@
 //     in kebab case ("invalid-argument"). Refusals of the request — an
 //     unknown tool, a tool the caller may not use, malformed arguments or
 //     _meta — are JSON-RPC errors (-32602), as the MCP specification asks.
-//   - notifications/cancelled, or the client going away, cancels the call.
+//   - notifications/cancelled (a POST of its own, from the same user and
+//     address, naming the call's id: cancel.go), or the client going away,
+//     cancels the call.
 package mcp
 
 import (
@@ -124,6 +126,7 @@ type Options struct {
 type Server struct {
 	// changed is when the tool list last changed (UnixNano).
 	changed  atomic.Int64
+	inflight inflight
 	h        toolcall.Handler
 	opts     Options
 	log      *slog.Logger
@@ -222,6 +225,8 @@ type requestKey struct{}
 type request struct {
 	ctx  context.Context // the HTTP request's own
 	base toolcall.Call   // header, connection, and the caller once authenticated
+	id   json.RawMessage // the JSON-RPC request's id, if read
+	srv  *Server
 }
 
 // ServeHTTP serves the MCP endpoint.
@@ -250,7 +255,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}}
+	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}, srv: s}
 	if s.opts.Authenticate != nil {
 		c := req.base
 		c.Op, c.Method = toolcall.OpListTools, "mcp"
@@ -263,10 +268,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if checkVersion(w, r, body) {
 		return
 	}
+	if m, ok := cancellation(body); ok {
+		key, valid := callKey(req, m.Params.RequestID)
+		ended := valid && s.inflight.cancel(key)
+		s.log.DebugContext(r.Context(), "MCP notifications/cancelled", "request_id", string(m.Params.RequestID), "reason", m.Params.Reason, "ended", ended)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
 	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
-	ew := &rpcErrors{ResponseWriter: w, id: requestID(body)}
+	req.id = requestID(body)
+	ew := &rpcErrors{ResponseWriter: w, id: req.id}
 	s.handler.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	ew.finish()
 }
@@ -358,6 +371,10 @@ func newCall(ctx context.Context, op toolcall.Op, method string) (context.Contex
 	c.Op, c.Method = op, method
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(req.ctx, cancel)
+	if key, ok := callKey(req, req.id); ok && req.srv != nil && op != toolcall.OpListTools {
+		remove := req.srv.inflight.add(key, cancel)
+		return ctx, &c, func() { remove(); stop(); cancel() }, nil
+	}
 	return ctx, &c, func() { stop(); cancel() }, nil
 }
 

@@ -235,3 +235,76 @@ func TestOnlyToolsServed(t *testing.T) {
 		t.Errorf("initialize capabilities %v, want tools only", caps)
 	}
 }
+
+// TestCancelledNotification: notifications/cancelled, sent as a POST of
+// its own, ends the tools/call it names — the call's context ends, and the
+// client gets no result — in both protocol eras, through the fast path and
+// the SDK's; a cancellation naming another id changes nothing.
+func TestCancelledNotification(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   mcp.Options
+		header map[string]string
+		meta   string
+	}{
+		{"2025-11-25 fast path", mcp.Options{}, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, ""},
+		{"2025-11-25 SDK", mcp.Options{NoFastPath: true}, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, ""},
+		{"2026-07-28", mcp.Options{}, modern("tools/call", "echo"), "," + modernMeta},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts)
+			type outcome struct {
+				took time.Duration
+				body string
+			}
+			done := make(chan outcome, 1)
+			start := time.Now()
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(
+					`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"mode":"sleep","ms":3000,"msg":"late"}`+tc.meta+`}}`))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				for k, v := range tc.header {
+					req.Header.Set(k, v)
+				}
+				var body []byte
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					body, _ = io.ReadAll(resp.Body)
+					resp.Body.Close()
+				}
+				done <- outcome{time.Since(start), string(body)}
+			}()
+			waitFor(t, func() bool { return f.rec.last().Name == "echo" })
+			cancel := func(id string) int {
+				req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(
+					`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+id+`,"reason":"test"}}`))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			if code := cancel("43"); code != http.StatusAccepted {
+				t.Errorf("notifications/cancelled: HTTP %d, want 202", code)
+			}
+			select {
+			case o := <-done:
+				t.Fatalf("the call ended after a cancellation of another id: %s", o.body)
+			case <-time.After(300 * time.Millisecond):
+			}
+			cancel("42")
+			select {
+			case <-f.rec.cancelled:
+			case <-time.After(2 * time.Second):
+				t.Fatal("the call's context did not end after notifications/cancelled")
+			}
+			o := <-done
+			if strings.Contains(o.body, "late") || o.took > 2500*time.Millisecond {
+				t.Errorf("the call answered %q after %v; want no result, well before its 3 s", o.body, o.took)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 const goodDoc = "tool-service:\n  s: {topic: s}\ntool:\n  t: {type: tool-service, service: s}\n"
@@ -95,16 +98,28 @@ func TestWatchNotStuckOnANamedPipe(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- f.Watch(ctx, 10*time.Millisecond) }()
-	time.Sleep(100 * time.Millisecond) // the watcher is set up
+	// The watcher is live once a write reaches the registry (it sees only
+	// what happens after it started watching).
+	writes := 0
+	eventually.True(t, 10*time.Second, "the watcher reloads a written file", func() bool {
+		for i := 1; i <= writes; i++ {
+			if _, ok := m.Registry().Snapshot().Tool(fmt.Sprintf("w%d", i)); ok {
+				return true
+			}
+		}
+		writes++
+		must(t, os.WriteFile(path, []byte(strings.ReplaceAll(goodDoc, "t:", fmt.Sprintf("w%d:", writes))), 0o600))
+		return false
+	})
 	must(t, os.Remove(path))
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)
 	}
-	waitFor(t, func() bool { return f.Failures() >= 1 })
+	eventually.True(t, 10*time.Second, "the failed read counted", func() bool { return f.Failures() >= 1 })
 	// A good file again is picked up: the watcher still runs.
 	must(t, os.Remove(path))
 	must(t, os.WriteFile(path, []byte(strings.ReplaceAll(goodDoc, "t:", "t2:")), 0o600))
-	waitFor(t, func() bool { _, ok := m.Registry().Snapshot().Tool("t2"); return ok })
+	eventually.True(t, 10*time.Second, "tool t2 served", func() bool { _, ok := m.Registry().Snapshot().Tool("t2"); return ok })
 	cancel()
 	select {
 	case err := <-done:
@@ -113,17 +128,6 @@ func TestWatchNotStuckOnANamedPipe(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Watch did not return after its context ended")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
@@ -358,7 +359,7 @@ func TestFailover(t *testing.T) {
 			}
 		}()
 	}
-	waitUntil(t, 60*time.Second, "both service replicas subscribed", func() bool { return c.consumers(reqTopic) >= 2 })
+	eventually.True(t, 60*time.Second, "both service replicas subscribed", func() bool { return c.consumers(reqTopic) >= 2 })
 
 	// TrustGraph's Python joke service, from the registry file (it does
 	// not announce); it answers on the shared response topic (it knows no
@@ -377,9 +378,9 @@ tool:
 	// Two gateways, each given both brokers, a different one first.
 	gws := []*gateway{startGateway(t, "A", c.serviceURL(0), registry, log), startGateway(t, "B", c.serviceURL(1), registry, log)}
 	for _, g := range gws {
-		waitUntil(t, 60*time.Second, "gateway "+g.name+" lists the announced echo tool", func() bool { return g.hasTool("echo") })
+		eventually.True(t, 60*time.Second, "gateway "+g.name+" lists the announced echo tool", func() bool { return g.hasTool("echo") })
 	}
-	waitUntil(t, 60*time.Second, "both gateways subscribed to the response topic", func() bool { return c.consumers(respTopic) >= 2 })
+	eventually.True(t, 60*time.Second, "both gateways subscribed to the response topic", func() bool { return c.consumers(respTopic) >= 2 })
 
 	spyClient, err := pulsar.NewClient(pulsar.ClientOptions{URL: c.serviceURL(0), ConnectionTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second})
 	if err != nil {
@@ -392,7 +393,7 @@ tool:
 	sp := &spy{seen: map[string]int{}, misrouted: map[string]int{}}
 	for _, g := range gws {
 		sp.run(spyCtx, t, spyClient, g, &spyWG)
-		waitUntil(t, 60*time.Second, "gateway "+g.name+" and the spy on its reply topic", func() bool { return c.consumers(wire.ReplyTopic(g.id)) >= 2 })
+		eventually.True(t, 60*time.Second, "gateway "+g.name+" and the spy on its reply topic", func() bool { return c.consumers(wire.ReplyTopic(g.id)) >= 2 })
 		if out, err := g.invoke(t.Context(), map[string]any{"msg": "gw" + g.name + "-first"}); err != nil || out != "gw"+g.name+"-first" {
 			t.Fatalf("first call through gateway %s: %q %v", g.name, out, err)
 		}
@@ -432,7 +433,7 @@ tool:
 	// calls through each of the two gateways.
 	series := []string{"A", "B", "A-py", "B-py"}
 	for _, s := range series {
-		waitUntil(t, 60*time.Second, "calls "+s+" succeed after the move", func() bool {
+		eventually.True(t, 60*time.Second, "calls "+s+" succeed after the move", func() bool {
 			return !recovery(rec.snapshot(), s, tMoved).IsZero()
 		})
 	}
@@ -517,13 +518,13 @@ tool:
 			t.Errorf("after the kill, %s is owned by broker%d (%v), want broker%d", topic, o+1, err, survivor+1)
 		}
 	}
-	waitUntil(t, 30*time.Second, "both service replicas subscribed on the survivor", func() bool { return c.consumers(reqTopic) >= 2 })
+	eventually.True(t, 30*time.Second, "both service replicas subscribed on the survivor", func() bool { return c.consumers(reqTopic) >= 2 })
 
 	// (3) A gateway started after the kill finds the announcement, kept
 	// on the bookie, through the survivor.
 	gC := startGateway(t, "C", c.serviceURL(survivor), registry, log)
-	waitUntil(t, 60*time.Second, "gateway C (started after the kill) lists the announced echo tool", func() bool { return gC.hasTool("echo") })
-	waitUntil(t, 30*time.Second, "gateway C answers", func() bool {
+	eventually.True(t, 60*time.Second, "gateway C (started after the kill) lists the announced echo tool", func() bool { return gC.hasTool("echo") })
+	eventually.True(t, 30*time.Second, "gateway C answers", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout+grace)
 		defer cancel()
 		out, err := gC.invoke(ctx, map[string]any{"msg": "gwC-after-kill"})

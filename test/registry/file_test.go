@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 const goodRegistry = `tool-service:
@@ -88,7 +89,7 @@ func TestRegistryFileRefusals(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	took := waitFor(t, 5*time.Minute, "100,000 tools served", func() bool { return g.tools(t) == 100000 })
+	took := eventually.True(t, 5*time.Minute, "100,000 tools served", func() bool { return g.tools(t) == 100000 })
 	t.Logf("100,000 tools (%.1f MB of YAML) served %v after the file was renamed into place", float64(len(big))/1e6, took)
 	start := time.Now()
 	if err := g.gw.ReloadRegistry(); err != nil { // SIGHUP: the same file again
@@ -96,8 +97,14 @@ func TestRegistryFileRefusals(t *testing.T) {
 	}
 	t.Logf("reloaded unchanged in %v", time.Since(start))
 	// The watcher met the pipe and the rest, and the gateway still stops.
+	if _, d := g.ready(t); fmt.Sprint(d["registry_last_error"]) != "" {
+		t.Fatalf("registry_last_error %v after a good load, want none", d["registry_last_error"])
+	}
 	replace(func() error { return syscall.Mkfifo(path, 0o600) })
-	time.Sleep(500 * time.Millisecond) // the watcher reloads
+	eventually.True(t, 30*time.Second, "the watcher refused the pipe", func() bool {
+		_, d := g.ready(t)
+		return strings.Contains(fmt.Sprint(d["registry_last_error"]), "not a regular file")
+	})
 	stopped := make(chan error, 1)
 	go func() { stopped <- g.stop() }()
 	select {

@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/internal/app"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 type gateway struct {
@@ -123,18 +124,6 @@ func announcement(id, responseQueue string) []byte {
 "tool": {%q: {"type": "tool-service", "service": %q, "description": "announced"}}}`, id, id, responseQueue, id+"-tool", id)
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // An announcement naming a response topic in a tenant that does not exist
 // does not keep a gateway started afterwards from turning ready: the bad
 // topic is listed in /readyz, the good service's tool is served.
@@ -159,7 +148,7 @@ func TestBadResponseTopicDoesNotHoldUpReadiness(t *testing.T) {
 		t.Errorf("%d tools served, want 2", n)
 	}
 	// The bad topic is shown once its subscription has failed.
-	waitFor(t, 60*time.Second, "the bad response topic listed in /readyz", func() bool {
+	eventually.True(t, 60*time.Second, "the bad response topic listed in /readyz", func() bool {
 		_, details = g.ready(t)
 		return strings.Contains(fmt.Sprint(details["response_topics_failing"]), badTopic)
 	})
@@ -188,8 +177,7 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	_, p := producer(t, topic)
 	g := startGateway(t, topic)
 	g.waitReady(t, 60*time.Second)
-	time.Sleep(time.Second) // the gateway's own start-up settles
-	goroutines0, heap0 := runtime.NumGoroutine(), heap()
+	goroutines0, heap0 := settled(t), heap()
 
 	prefix := brokertest.UniqueTopic("svc")
 	ids := make([]string, n)
@@ -209,9 +197,9 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	if err := p.FlushWithCtx(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	took := waitFor(t, 3*time.Minute, "every announced tool served", func() bool { return g.tools(t) == n })
+	took := eventually.True(t, 3*time.Minute, "every announced tool served", func() bool { return g.tools(t) == n })
 	sample := []string{ids[0], ids[n/2], ids[n-1]}
-	took += waitFor(t, 3*time.Minute, "the response topics subscribed", func() bool {
+	took += eventually.True(t, 3*time.Minute, "the response topics subscribed", func() bool {
 		for _, id := range sample {
 			if brokertest.Subscriptions("non-persistent://tg/response/"+id) == 0 {
 				return false
@@ -220,8 +208,7 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 		_, d := g.ready(t)
 		return fmt.Sprint(d["response_topics_failing"]) == "[]"
 	})
-	time.Sleep(2 * time.Second) // the last subscriptions complete
-	goroutines1, heap1 := runtime.NumGoroutine(), heap()
+	goroutines1, heap1 := settled(t), heap()
 	t.Logf("%d services announced and subscribed in %v: goroutines %d → %d, heap %.1f → %.1f MB",
 		n, took, goroutines0, goroutines1, float64(heap0)/1e6, float64(heap1)/1e6)
 
@@ -231,10 +218,10 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 	if err := p.FlushWithCtx(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	took = waitFor(t, 3*time.Minute, "every tool withdrawn", func() bool { return g.tools(t) == 0 })
+	took = eventually.True(t, 3*time.Minute, "every tool withdrawn", func() bool { return g.tools(t) == 0 })
 	var goroutines2 int
 	var heap2 uint64
-	took += waitFor(t, 2*time.Minute, "goroutines and heap back to the baseline", func() bool {
+	took += eventually.True(t, 2*time.Minute, "goroutines and heap back to the baseline", func() bool {
 		goroutines2, heap2 = runtime.NumGoroutine(), heap()
 		return goroutines2 <= goroutines0+25 && heap2 <= heap0+16<<20
 	})
@@ -244,4 +231,17 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 			t.Errorf("the broker still lists %d consumer(s) on %s's response topic", c, id)
 		}
 	}
+}
+
+// settled waits until the number of goroutines holds still for 200 ms
+// (what was started has finished starting) and returns it.
+func settled(t *testing.T) int {
+	t.Helper()
+	var n int
+	eventually.True(t, time.Minute, "the goroutines settle", func() bool {
+		n = runtime.NumGoroutine()
+		time.Sleep(200 * time.Millisecond)
+		return runtime.NumGoroutine() == n
+	})
+	return n
 }

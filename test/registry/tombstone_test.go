@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 // python returns the Python of the project's virtualenv: TOOLGATE_VENV,
@@ -62,7 +63,7 @@ func TestPythonTombstoneWithdraws(t *testing.T) {
 	}
 	g := startGateway(t, topic)
 	g.waitReady(t, 60*time.Second)
-	waitFor(t, 30*time.Second, "the announced tool served", func() bool { return g.tools(t) == 1 })
+	eventually.True(t, 30*time.Second, "the announced tool served", func() bool { return g.tools(t) == 1 })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -71,6 +72,6 @@ func TestPythonTombstoneWithdraws(t *testing.T) {
 		t.Fatalf("python: %v\n%s", err, out)
 	}
 	sent := time.Now()
-	waitFor(t, 30*time.Second, "the service withdrawn by the tombstone", func() bool { return g.tools(t) == 0 })
+	eventually.True(t, 30*time.Second, "the service withdrawn by the tombstone", func() bool { return g.tools(t) == 0 })
 	t.Logf("withdrawn %v after the Python client's tombstone was sent", time.Since(sent))
 }

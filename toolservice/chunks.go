@@ -21,22 +21,83 @@ type asyncPublisher interface {
 	PublishAsync(ctx context.Context, topic string, msg transport.Message, done func(error)) error
 }
 
+// ErrCallerGone is what Send returns once the caller has given the call up
+// (the gateway said so on the flow topic): nobody reads the chunks.
+var ErrCallerGone = errors.New("toolservice: the caller has given the call up")
+
 // chunkSender publishes one call's stream chunks in order, up to
-// chunkWindow of them unconfirmed at a time.
+// chunkWindow of them unconfirmed at a time and, when the caller does flow
+// control (wire.PropCredit), none past the credit it granted.
 type chunkSender struct {
 	pub   asyncPublisher
 	topic string
 	id    string
 	slots chan struct{} // one token per unconfirmed chunk
+	flow  string        // the flow topic named on each chunk; "" without flow control
 
 	seq int // of the next reply message (send is not called concurrently)
 
-	mu  sync.Mutex
-	err error // the first failure; every later send returns it
+	mu     sync.Mutex
+	err    error         // the first failure; every later send returns it
+	limit  int           // messages numbered below it may be sent; <0: no limit
+	credit chan struct{} // signalled when the limit rises or the caller is gone
 }
 
-func newChunkSender(pub asyncPublisher, topic, id string) *chunkSender {
-	return &chunkSender{pub: pub, topic: topic, id: id, slots: make(chan struct{}, chunkWindow)}
+// newChunkSender returns a sender for one call's chunks; with a flow topic
+// it waits for credit beyond limit, else it sends without limit.
+func newChunkSender(pub asyncPublisher, topic, id, flow string, limit int) *chunkSender {
+	if flow == "" {
+		limit = -1
+	}
+	return &chunkSender{pub: pub, topic: topic, id: id, flow: flow, limit: limit,
+		slots: make(chan struct{}, chunkWindow), credit: make(chan struct{}, 1)}
+}
+
+// grant raises the credit to limit (grants are cumulative: a smaller one
+// arrived late and changes nothing).
+func (c *chunkSender) grant(limit int) {
+	c.mu.Lock()
+	raised := c.limit >= 0 && limit > c.limit
+	if raised {
+		c.limit = limit
+	}
+	c.mu.Unlock()
+	if raised {
+		c.signal()
+	}
+}
+
+// cancel ends the stream: the caller is gone.
+func (c *chunkSender) cancel() {
+	c.fail(ErrCallerGone)
+	c.signal()
+}
+
+func (c *chunkSender) signal() {
+	select {
+	case c.credit <- struct{}{}:
+	default:
+	}
+}
+
+// waitCredit returns once the next message may be sent.
+func (c *chunkSender) waitCredit(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		err, ok := c.err, c.limit < 0 || c.seq < c.limit
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-c.credit:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (c *chunkSender) failed() error {
@@ -56,7 +117,7 @@ func (c *chunkSender) fail(err error) {
 // send publishes one chunk. It waits only when chunkWindow chunks are
 // unconfirmed, or ctx ends.
 func (c *chunkSender) send(ctx context.Context, text string) error {
-	if err := c.failed(); err != nil {
+	if err := c.waitCredit(ctx); err != nil {
 		return err
 	}
 	b := wire.EncodeResponse(wire.Response{Response: text})
@@ -65,8 +126,14 @@ func (c *chunkSender) send(ctx context.Context, text string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	msg := transport.Message{Payload: b, Properties: map[string]string{wire.PropID: c.id, wire.PropSeq: strconv.Itoa(c.seq)}}
+	props := map[string]string{wire.PropID: c.id, wire.PropSeq: strconv.Itoa(c.seq)}
+	if c.flow != "" {
+		props[wire.PropFlow] = c.flow
+	}
+	msg := transport.Message{Payload: b, Properties: props}
+	c.mu.Lock()
 	c.seq++
+	c.mu.Unlock()
 	var err error
 	for {
 		err = c.pub.PublishAsync(context.WithoutCancel(ctx), c.topic, msg, func(err error) {

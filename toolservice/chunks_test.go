@@ -58,7 +58,7 @@ func (h *heldPublisher) confirm(n int, err error) {
 // the next send waits for a receipt.
 func TestChunkSenderWindow(t *testing.T) {
 	h := &heldPublisher{}
-	c := newChunkSender(h, "resp", "id-1")
+	c := newChunkSender(h, "resp", "id-1", "", 0)
 	for i := range chunkWindow {
 		if err := c.send(t.Context(), fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
@@ -88,7 +88,7 @@ func TestChunkSenderWindow(t *testing.T) {
 // wait report it.
 func TestChunkSenderLateFailure(t *testing.T) {
 	h := &heldPublisher{}
-	c := newChunkSender(h, "resp", "id-2")
+	c := newChunkSender(h, "resp", "id-2", "", 0)
 	for i := range 3 {
 		if err := c.send(t.Context(), fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
@@ -110,7 +110,7 @@ func TestChunkSenderLateFailure(t *testing.T) {
 // again; with nothing of its own outstanding it gives up at once.
 func TestChunkSenderQueueFull(t *testing.T) {
 	h := &heldPublisher{}
-	c := newChunkSender(h, "resp", "id-3")
+	c := newChunkSender(h, "resp", "id-3", "", 0)
 	if err := c.send(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestChunkSenderQueueFull(t *testing.T) {
 	}
 
 	h2 := &heldPublisher{full: 5}
-	c2 := newChunkSender(h2, "resp", "id-4")
+	c2 := newChunkSender(h2, "resp", "id-4", "", 0)
 	if err := c2.send(t.Context(), "x"); !errors.Is(err, transport.ErrQueueFull) {
 		t.Fatalf("send with nothing of its own to drain = %v, want ErrQueueFull", err)
 	}
@@ -144,7 +144,7 @@ func TestChunkSenderQueueFull(t *testing.T) {
 // A caller whose context ends while the window is full stops waiting.
 func TestChunkSenderContext(t *testing.T) {
 	h := &heldPublisher{}
-	c := newChunkSender(h, "resp", "id-5")
+	c := newChunkSender(h, "resp", "id-5", "", 0)
 	for range chunkWindow {
 		_ = c.send(t.Context(), "x")
 	}

@@ -23,6 +23,8 @@ package toolservice
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -259,6 +261,11 @@ type Service struct {
 	broker    transport.Broker
 	reqTopic  string
 	respTopic string
+	// flowTopic takes the grants of callers that do flow control
+	// (wire.PropCredit), one per Service; "" when it could not be
+	// subscribed (then chunks are sent without waiting for credit).
+	flowTopic string
+	flows     sync.Map // call id → *chunkSender of a flow-controlled stream
 
 	ready    chan struct{} // closed once Run has subscribed
 	sem      chan struct{}
@@ -333,6 +340,9 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 		return nil, fmt.Errorf("toolservice: %w", err)
 	}
 	s.broker = b // closed by Run; a client passed in stays open
+	var inst [6]byte
+	_, _ = rand.Read(inst[:])
+	s.flowTopic = wire.FlowTopic(s.reqTopic, hex.EncodeToString(inst[:]))
 	s.sem = make(chan struct{}, cfg.MaxConcurrency)
 	s.ready = make(chan struct{})
 	return s, nil
@@ -366,9 +376,17 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("toolservice %s: %w", s.cfg.ID, err)
 	}
+	// The flow topic before the first call: a caller's grants must find it.
+	flowSub, err := s.broker.Subscribe(ctx, s.flowTopic, s.cfg.ID+"-flow", transport.Exclusive, s.grant)
+	if err != nil {
+		s.log.Warn("cannot subscribe to the flow topic; streams are sent without flow control", "topic", s.flowTopic, "err", err)
+		s.flowTopic = ""
+	} else {
+		defer func() { _ = flowSub.Close() }() // after the calls in flight
+	}
 	close(s.ready)
 	s.log.Info("tool service listening", "request_topic", s.reqTopic, "response_topic", s.respTopic,
-		"subscription", s.cfg.ID+"-request", "max_concurrency", s.cfg.MaxConcurrency)
+		"subscription", s.cfg.ID+"-request", "max_concurrency", s.cfg.MaxConcurrency, "flow_topic", s.flowTopic)
 	s.announceOnStart(ctx)
 	<-ctx.Done()
 	s.withdrawOnStop() // gateways stop routing calls here first
@@ -386,6 +404,25 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info("tool service stopped", "handled", s.handled.Load(), "dropped", s.dropped.Load())
 	return nil
+}
+
+// grant takes a caller's grant for one of its streams (wire.PropCredit):
+// more credit, or the caller is gone. Grants for calls not streaming here
+// (ended, or never flow-controlled) are ignored.
+func (s *Service) grant(m transport.Message) {
+	v, ok := s.flows.Load(m.Properties[wire.PropID])
+	if !ok {
+		return
+	}
+	cs := v.(*chunkSender)
+	credit := m.Properties[wire.PropCredit]
+	if credit == wire.CreditCancel {
+		cs.cancel()
+		return
+	}
+	if n, err := strconv.Atoi(credit); err == nil {
+		cs.grant(n)
+	}
 }
 
 // accept runs on the subscription's goroutine: it waits for a free slot and
@@ -469,11 +506,14 @@ func (s *Service) serve(m transport.Message) {
 	}
 	r.send = func(text string) error {
 		if chunks == nil {
-			chunks = newChunkSender(s.broker, replyTopic, id)
+			chunks = s.newChunks(replyTopic, id, m.Properties[wire.PropCredit])
 		}
 		return chunks.send(ctx, text)
 	}
 	out, err := s.call(ctx, r)
+	if chunks != nil && chunks.flow != "" {
+		s.flows.CompareAndDelete(id, chunks)
+	}
 	if chunks != nil {
 		// The last reply must not claim a whole stream when a chunk was
 		// lost: wait for every chunk's receipt first.
@@ -505,6 +545,18 @@ func (s *Service) serve(m transport.Message) {
 	if err := reply(wire.Response{Response: text, EndOfStream: true}); err != nil {
 		s.log.Warn("cannot send reply", "id", id, "err", err)
 	}
+}
+
+// newChunks makes the chunk sender of one call; with flow control when the
+// caller asked for it (credit, its first window) and the flow topic is up.
+func (s *Service) newChunks(replyTopic, id, credit string) *chunkSender {
+	n, err := strconv.Atoi(credit)
+	if err != nil || n <= 0 || s.flowTopic == "" || id == "unknown" {
+		return newChunkSender(s.broker, replyTopic, id, "", 0)
+	}
+	cs := newChunkSender(s.broker, replyTopic, id, s.flowTopic, n)
+	s.flows.Store(id, cs)
+	return cs
 }
 
 // call runs the handler, turning a panic into an error.

@@ -109,3 +109,29 @@ func ReplyToAllowed(replyTo, responseTopic string) bool {
 	local := replyTo[i+1:]
 	return local != "" && !strings.Contains(local, "/") && ValidateTopic(replyTo) == nil
 }
+
+// flowInfix joins a request topic's name and a service instance's suffix
+// in the name of that instance's flow topic.
+const flowInfix = ".flow-"
+
+// FlowTopic is the non-persistent topic where one instance (a suffix of
+// letters, digits, _ . - =) of the service on requestTopic takes the
+// grants of flow control (PropCredit): the request topic's name with
+// ".flow-<instance>" appended.
+func FlowTopic(requestTopic, instance string) string {
+	_, rest, _ := strings.Cut(requestTopic, "://")
+	return "non-persistent://" + rest + flowInfix + instance
+}
+
+// FlowTopicAllowed reports whether flow is a flow topic of the service on
+// requestTopic (FlowTopic's form), so that a reply cannot make a caller
+// publish grants anywhere else.
+func FlowTopicAllowed(flow, requestTopic string) bool {
+	_, rest, ok := strings.Cut(requestTopic, "://")
+	prefix := "non-persistent://" + rest + flowInfix
+	if !ok || !strings.HasPrefix(flow, prefix) {
+		return false
+	}
+	inst := flow[len(prefix):]
+	return inst != "" && len(inst) <= 64 && entityRE.MatchString(inst) && ValidateTopic(flow) == nil
+}

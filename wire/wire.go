@@ -40,7 +40,23 @@ const (
 	// accepts it; otherwise, and on services that ignore it (TrustGraph's
 	// Python services), the replies go to the service's response topic.
 	PropReplyTo = "reply-to"
+	// PropCredit is flow control of a streamed reply. On a request, the
+	// caller's first window: the service may send reply messages numbered
+	// (PropSeq) below it, then waits for more credit; a request without it
+	// is answered without waiting. On a grant (a message to PropFlow's
+	// topic, with PropID), the new limit, cumulative — a later grant
+	// replaces a lost one — or CreditCancel: the caller is gone, stop.
+	// The message that ends the reply needs no credit. The Go SDK honours
+	// it; TrustGraph's Python services ignore it.
+	PropCredit = "toolgate-credit"
+	// PropFlow, on the reply chunks of a service that honours PropCredit,
+	// names the topic where that service instance takes grants
+	// (FlowTopic).
+	PropFlow = "toolgate-flow"
 )
+
+// CreditCancel is the PropCredit of a grant that ends the call.
+const CreditCancel = "cancel"
 
 // ErrorTypeToolService is the error type TrustGraph's Python base service
 // reports for any exception raised by a tool.

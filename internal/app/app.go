@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -97,7 +98,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.sources.stop()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: telemetry.TracePublish}
+	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: telemetry.TracePublish,
+		MaxInFlightPerService: cmp.Or(cfg.MaxInFlightPerService, -1), ServiceQueueWait: cfg.ServiceQueueWait,
+		StreamWindow: cmp.Or(cfg.StreamWindow, -1)}
 	if cfg.ReplyTo {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}

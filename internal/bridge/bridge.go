@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,10 @@ var (
 	// ErrNoListener: no tool service is subscribed to the request topic,
 	// so a request would be dropped by the broker.
 	ErrNoListener = errors.New("no tool service is listening")
+	// ErrServiceBusy: the tool service had Options.MaxInFlightPerService
+	// calls in flight for the whole of Options.ServiceQueueWait. It wraps
+	// ErrOverloaded.
+	ErrServiceBusy = fmt.Errorf("%w: the tool service has too many calls in flight", ErrOverloaded)
 )
 
 // Presence tells whether a topic has consumers. The bridge asks it before
@@ -61,6 +66,28 @@ type Target struct {
 
 // DefaultMaxInFlight is Options.MaxInFlight's default.
 const DefaultMaxInFlight = 100000
+
+// Defaults of the per-service bound and of flow control.
+const (
+	// DefaultMaxInFlightPerService is Options.MaxInFlightPerService's
+	// default: below the request queue of a TrustGraph Python service
+	// (the Pulsar client's 1000) and of a Go SDK service (10,000), so
+	// that one gateway alone cannot overflow either.
+	DefaultMaxInFlightPerService = 1000
+	// DefaultServiceQueueWait is Options.ServiceQueueWait's default.
+	DefaultServiceQueueWait = 3 * time.Second
+	// DefaultStreamWindow is Options.StreamWindow's default.
+	DefaultStreamWindow = 1024
+	// DefaultStreamBudget is Options.StreamBudget's default: below the
+	// reply consumer's prefetch queue (10,000 in the gateway).
+	DefaultStreamBudget = 8192
+	// minStreamWindow is the least window a stream gets however many
+	// share the budget.
+	minStreamWindow = 16
+	// regrantAfter: a stream that has had no chunk for this long while
+	// waiting is sent its grant again (in case the last one was lost).
+	regrantAfter = 500 * time.Millisecond
+)
 
 // Options tune a Bridge.
 type Options struct {
@@ -83,6 +110,29 @@ type Options struct {
 	// topic has a subscriber; calls to a topic without one fail with
 	// ErrNoListener.
 	Presence Presence
+	// MaxInFlightPerService bounds the calls in flight to one tool
+	// service (request topic) from this instance (default
+	// DefaultMaxInFlightPerService; negative: no bound). A request topic
+	// is non-persistent: what a service's consumer has no room for the
+	// broker drops, and that call would hear nothing until its deadline.
+	// Calls beyond the bound wait for a free slot, at most
+	// ServiceQueueWait and never past their deadline, then fail with
+	// ErrServiceBusy.
+	MaxInFlightPerService int
+	// ServiceQueueWait is how long a call waits for a free slot of its
+	// service (default DefaultServiceQueueWait).
+	ServiceQueueWait time.Duration
+	// StreamWindow is the flow control of streamed replies: a service that
+	// honours it (wire.PropCredit; the Go SDK does) sends at most this
+	// many reply messages ahead of what the call's reader has taken, and
+	// waits for more credit instead of the broker dropping what the
+	// gateway could not take yet (default DefaultStreamWindow; negative:
+	// no flow control). It must be below MaxBufferedChunks.
+	StreamWindow int
+	// StreamBudget bounds the credit of all streams together (default
+	// DefaultStreamBudget): with many streams at once each window shrinks
+	// to StreamBudget / streams, not below 16.
+	StreamBudget int
 	// ReplyTopic, when set, is this instance's own reply topic: every
 	// request names it (wire.PropReplyTo), and the bridge listens on it as
 	// well as on each response topic. Services that honour reply-to answer
@@ -108,6 +158,9 @@ type Stats struct {
 	// RepliesViaReplyTo counts the replies (of Replies and OrphanReplies)
 	// that came on the instance's own reply topic.
 	RepliesViaReplyTo int64
+	// Streams are the flow-controlled streams now; Grants the grants sent
+	// to their services; Busy the calls refused with ErrServiceBusy.
+	Streams, Grants, Busy int64
 }
 
 // Bridge correlates requests and replies. It is safe for concurrent use.
@@ -142,6 +195,13 @@ type Bridge struct {
 	// of them is refused.
 	numbering  sync.Map
 	viaReplyTo atomic.Int64
+
+	// services holds each request topic's slots (chan struct{} of
+	// MaxInFlightPerService).
+	services sync.Map
+	streams  atomic.Int64
+	grants   atomic.Int64
+	busy     atomic.Int64
 }
 
 type listener struct {
@@ -163,6 +223,19 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	}
 	if opts.SubscriptionPrefix == "" {
 		opts.SubscriptionPrefix = "toolgate"
+	}
+	if opts.MaxInFlightPerService == 0 {
+		opts.MaxInFlightPerService = DefaultMaxInFlightPerService
+	}
+	if opts.ServiceQueueWait <= 0 {
+		opts.ServiceQueueWait = DefaultServiceQueueWait
+	}
+	if opts.StreamWindow == 0 {
+		opts.StreamWindow = DefaultStreamWindow
+	}
+	opts.StreamWindow = min(opts.StreamWindow, opts.MaxBufferedChunks-1)
+	if opts.StreamBudget <= 0 {
+		opts.StreamBudget = DefaultStreamBudget
 	}
 	b := &Bridge{
 		broker:  broker,
@@ -192,6 +265,10 @@ func (b *Bridge) Stats() Stats {
 		RefusedReplies: b.refused.Load(),
 
 		RepliesViaReplyTo: b.viaReplyTo.Load(),
+
+		Streams: b.streams.Load(),
+		Grants:  b.grants.Load(),
+		Busy:    b.busy.Load(),
 	}
 }
 
@@ -313,15 +390,24 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 		b.inFlight.Add(-1)
 		return nil, fmt.Errorf("%w: %d calls in flight", ErrOverloaded, n-1)
 	}
+	slot, err := b.acquire(ctx, t.RequestTopic, deadline)
+	if err != nil {
+		b.inFlight.Add(-1)
+		return nil, err
+	}
 	payload := wire.EncodeRequest(req)
-	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, deadline: deadline}
+	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic, deadline: deadline, slot: slot}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
 		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
 	}
-	props := make(map[string]string, 4)
+	props := make(map[string]string, 5)
 	props[wire.PropID] = c.id
 	if b.opts.ReplyTopic != "" {
 		props[wire.PropReplyTo] = b.opts.ReplyTopic
+	}
+	if b.opts.StreamWindow > 0 {
+		c.granted = b.window()
+		props[wire.PropCredit] = strconv.Itoa(c.granted)
 	}
 	if !deadline.IsZero() {
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
@@ -343,7 +429,7 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 	// goroutine (one wake-up less per call): a failure that arrives later
 	// ends the call, and its reader sees it from Recv. Where the broker can
 	// send on this goroutine when idle, it does (one hand-off less again).
-	err := b.publish(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
+	err = b.publish(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
 		release()
 		done(err)
 		if err != nil {
@@ -361,6 +447,77 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 		return nil, publishError(err)
 	}
 	return c, nil
+}
+
+// acquire takes a slot of the service on topic for one call, waiting for
+// one at most ServiceQueueWait and not past deadline (nor ctx's). It
+// returns the slots to give the slot back to (nil: no bound).
+func (b *Bridge) acquire(ctx context.Context, topic string, deadline time.Time) (chan struct{}, error) {
+	if b.opts.MaxInFlightPerService < 0 {
+		return nil, nil
+	}
+	v, ok := b.services.Load(topic)
+	if !ok {
+		v, _ = b.services.LoadOrStore(topic, make(chan struct{}, b.opts.MaxInFlightPerService))
+	}
+	slots := v.(chan struct{})
+	select {
+	case slots <- struct{}{}:
+		return slots, nil
+	default:
+	}
+	wait := b.opts.ServiceQueueWait
+	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
+		deadline = dl
+	}
+	if !deadline.IsZero() {
+		// Leave the call time to be answered: a call that got its slot
+		// just before its deadline would only time out.
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	if wait > 0 {
+		t := getTimer(wait)
+		defer putTimer(t)
+		select {
+		case slots <- struct{}{}:
+			return slots, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+	b.busy.Add(1)
+	return nil, fmt.Errorf("%w (%d to %s; waited %v for a free slot)", ErrServiceBusy, cap(slots), topic, wait.Round(time.Millisecond))
+}
+
+// window is the credit a stream gets now: StreamWindow, or its share of
+// StreamBudget when many streams run at once.
+func (b *Bridge) window() int {
+	w := b.opts.StreamWindow
+	if n := b.streams.Load(); n > 0 {
+		w = min(w, max(b.opts.StreamBudget/int(n), minStreamWindow))
+	}
+	return w
+}
+
+// sendGrant tells the service on flow that call id may send reply
+// messages numbered below limit, or (limit < 0) that the caller is gone.
+// Grants are small and cumulative, so one that is lost is made good by
+// the next; they go out on a goroutine of their own, as the first one to
+// a service instance waits for its producer.
+func (b *Bridge) sendGrant(flow, id string, limit int) {
+	credit := wire.CreditCancel
+	if limit >= 0 {
+		credit = strconv.Itoa(limit)
+	}
+	b.grants.Add(1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.broker.Publish(ctx, flow, transport.Message{Payload: []byte(credit), Properties: map[string]string{wire.PropID: id, wire.PropCredit: credit}}); err != nil {
+			b.log.Debug("cannot send a stream's grant", "flow_topic", flow, "id", id, "err", err)
+		}
+	}()
 }
 
 // publishError says what a failed publish means for the call.
@@ -422,7 +579,13 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		c.finish(fmt.Errorf("%w: %w", ErrBadReply, err))
 		return
 	}
-	if !c.deliver(resp, seq) {
+	flow := m.Properties[wire.PropFlow]
+	if flow != "" && !wire.FlowTopicAllowed(flow, c.reqTopic) {
+		b.refuse(topic, id, "the reply names a flow topic that is not its service's", "flow_topic", flow)
+		c.finish(fmt.Errorf("%w: flow topic %q is not one of %s", ErrBadReply, flow, c.reqTopic))
+		return
+	}
+	if !c.deliver(resp, seq, flow) {
 		b.refuse(topic, id, "the reply repeats a sequence number the call already had", "seq", seq)
 		return
 	}

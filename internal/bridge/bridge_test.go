@@ -318,11 +318,13 @@ func TestMalformedReplies(t *testing.T) {
 	}
 }
 
+// Without flow control (a service that does not honour it, such as
+// TrustGraph's Python ones), a reader that falls behind ends its call.
 func TestSlowReaderIsCutOff(t *testing.T) {
 	m := transport.NewMem()
 	t.Cleanup(m.Close)
 	f := start(t, m, echo.Handle)
-	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10})
+	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10, StreamWindow: -1})
 	defer b.Close()
 	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`})
 	if err != nil {
@@ -338,6 +340,43 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 	}
 	if !errors.Is(gotErr, bridge.ErrSlowReader) {
 		t.Fatalf("got %v, want ErrSlowReader", gotErr)
+	}
+}
+
+// With flow control, the same slow reader gets every chunk: the service
+// waits for credit, and the call never holds more than its window.
+func TestSlowReaderWithFlowControl(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	f := start(t, m, echo.Handle)
+	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10})
+	defer b.Close()
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 100 {
+		if i%25 == 0 {
+			time.Sleep(100 * time.Millisecond) // let the chunks pile up unread
+		}
+		ch, err := c.Recv(ctxTimeout(t, 5*time.Second))
+		if err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		want := fmt.Sprint(i)
+		if i < 99 {
+			want += ","
+		}
+		if ch.Text != want {
+			t.Fatalf("chunk %d = %q, want %q", i, ch.Text, want)
+		}
+	}
+	if _, err := c.Recv(t.Context()); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last chunk: %v, want EOF", err)
+	}
+	if s := b.Stats(); s.Grants == 0 || s.Streams != 0 {
+		t.Fatalf("stats %+v: want grants sent and no stream left", s)
 	}
 }
 

@@ -23,6 +23,8 @@ type Call struct {
 	b         *Bridge
 	id        string
 	respTopic string        // the response topic of the service called
+	reqTopic  string        // its request topic
+	slot      chan struct{} // the service's slots, one of which the call holds (nil: none)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
 
@@ -32,6 +34,14 @@ type Call struct {
 	ended   bool  // no more chunks will arrive
 	removed bool  // taken out of the pending map
 	nextSeq int   // the reply message number expected next (wire.PropSeq)
+
+	// Flow control (wire.PropCredit): the service may send reply messages
+	// numbered below granted; consumed counts those Recv has returned.
+	// flow is the service's flow topic, once a reply named one: only then
+	// is the call a flow-controlled stream.
+	granted  int
+	consumed int
+	flow     string
 }
 
 // ID is the call's correlation id.
@@ -48,11 +58,15 @@ func (c *Call) signal() {
 // falls too far behind ends its own call with ErrSlowReader. It reports
 // false for a message it refuses: one whose number (seq) the call has had
 // already — a replay, or a forgery racing the real reply.
-func (c *Call) deliver(r wire.Response, seq string) bool {
+func (c *Call) deliver(r wire.Response, seq, flow string) bool {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
 		return true
+	}
+	if flow != "" && c.flow == "" && c.granted > 0 {
+		c.flow = flow
+		c.b.streams.Add(1)
 	}
 	lost := 0
 	if seq != "" {
@@ -89,14 +103,20 @@ func (c *Call) deliver(r wire.Response, seq string) bool {
 	return true
 }
 
-// finish ends the call with err unless it already ended.
+// finish ends the call with err unless it already ended. A stream's
+// service is told to stop: nobody will read what it sends.
 func (c *Call) finish(err error) {
 	c.mu.Lock()
+	flow := ""
 	if !c.ended {
 		c.err = err
 		c.ended = true
+		flow = c.flow
 	}
 	c.mu.Unlock()
+	if flow != "" {
+		c.b.sendGrant(flow, c.id, -1)
+	}
 	c.remove()
 	c.signal()
 }
@@ -106,10 +126,17 @@ func (c *Call) remove() {
 	c.mu.Lock()
 	done := c.removed
 	c.removed = true
+	stream := c.flow != ""
 	c.mu.Unlock()
 	if !done {
 		c.b.pending.delete(c.id)
 		c.b.inFlight.Add(-1)
+		if c.slot != nil {
+			<-c.slot
+		}
+		if stream {
+			c.b.streams.Add(-1)
+		}
 	}
 }
 
@@ -121,6 +148,7 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 	var (
 		timer   *time.Timer
 		expired <-chan time.Time
+		regrant <-chan time.Time // a stream's grant is due again
 	)
 	for {
 		c.mu.Lock()
@@ -128,11 +156,20 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 			ch := c.queue[0]
 			c.queue[0] = Chunk{}
 			c.queue = c.queue[1:]
+			flow, limit := c.credit()
 			c.mu.Unlock()
+			if limit > 0 {
+				c.b.sendGrant(flow, c.id, limit)
+			}
 			return ch, nil
 		}
-		err, ended := c.err, c.ended
+		err, ended, flow, limit := c.err, c.ended, c.flow, c.granted
 		c.mu.Unlock()
+		if !ended && flow != "" && regrant == nil {
+			t := getTimer(regrantAfter)
+			defer putTimer(t)
+			regrant = t.C
+		}
 		if ended {
 			if err == nil {
 				err = io.EOF
@@ -153,6 +190,10 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 		}
 		select {
 		case <-c.notify:
+		case <-regrant:
+			// Nothing for a while: the last grant may have been lost.
+			c.b.sendGrant(flow, c.id, limit)
+			regrant = nil
 		case <-ctx.Done():
 			c.finish(ctx.Err())
 			return Chunk{}, context.Cause(ctx)
@@ -161,6 +202,23 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 			return Chunk{}, context.DeadlineExceeded
 		}
 	}
+}
+
+// credit counts one more reply message taken by the reader and, for a
+// flow-controlled stream whose service has half its window or less left
+// to send, raises the limit by what the window now is: it returns the
+// flow topic and the new limit to grant (0: none due). c.mu is held.
+func (c *Call) credit() (string, int) {
+	c.consumed++
+	if c.flow == "" {
+		return "", 0
+	}
+	w := c.b.window()
+	if c.granted-c.consumed > w/2 {
+		return "", 0
+	}
+	c.granted = c.consumed + w
+	return c.flow, c.granted
 }
 
 // Wait reads every chunk and returns them joined in order.

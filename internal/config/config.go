@@ -41,6 +41,13 @@ type Config struct {
 	// Pulsar is how the gateway reaches the broker.
 	Pulsar      Pulsar
 	MaxInFlight int
+	// MaxInFlightPerService bounds one tool service's calls in flight
+	// (0: no bound); calls beyond it wait up to ServiceQueueWait.
+	MaxInFlightPerService int
+	ServiceQueueWait      time.Duration
+	// StreamWindow is the flow-control window of a streamed reply, in
+	// reply messages (0: no flow control).
+	StreamWindow int
 	// GCHeapMiB is the heap size below which garbage collection runs less
 	// often than Go's default (see gcgoal.Set); 0 turns it off.
 	GCHeapMiB int
@@ -165,6 +172,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
+	fs.IntVar(&c.MaxInFlightPerService, "max-in-flight-per-service", envInt(getenv, "max-in-flight-per-service", bridge.DefaultMaxInFlightPerService, &envErrs), "calls in flight to one tool service from this instance, kept below the service's request queue so that the broker drops none; further calls wait up to --service-queue-wait, then fail with RESOURCE_EXHAUSTED and a retry hint; 0 = no bound (env "+envName("max-in-flight-per-service")+")")
+	dur(&c.ServiceQueueWait, "service-queue-wait", bridge.DefaultServiceQueueWait, "how long a call waits for a free slot of its tool service (at most half its remaining deadline)")
+	fs.IntVar(&c.StreamWindow, "stream-window", envInt(getenv, "stream-window", bridge.DefaultStreamWindow, &envErrs), "flow control of streamed replies: chunks a tool service that honours it (the Go SDK) may send ahead of what the client has read; it waits for more instead of the broker dropping them; 0 = off (env "+envName("stream-window")+")")
 	dur(&c.Core.StreamIdle, "stream-idle-timeout", 0, "end a stream whose next chunk takes longer than this; 0 = only the call's deadline")
 	str(&c.Registry, "registry", "", "tool registry file (JSON or YAML); optional when --announcements or --trustgraph-config is on. Its entries win over the other sources'")
 	fs.BoolVar(&c.Announcements, "announcements", envBool(getenv, "announcements", true, &envErrs), "register the tools that tool services announce on --announce-topic (env "+envName("announcements")+")")
@@ -238,6 +248,15 @@ func (c Config) validate() error {
 	}
 	if c.MaxInFlight <= 0 {
 		errs = append(errs, errors.New("--max-in-flight must be positive"))
+	}
+	if c.MaxInFlightPerService < 0 {
+		errs = append(errs, errors.New("--max-in-flight-per-service must not be negative"))
+	}
+	if c.ServiceQueueWait < 0 {
+		errs = append(errs, errors.New("--service-queue-wait must not be negative"))
+	}
+	if c.StreamWindow < 0 || c.StreamWindow > 4000 {
+		errs = append(errs, errors.New("--stream-window must be between 0 and 4000"))
 	}
 	if c.Core.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))

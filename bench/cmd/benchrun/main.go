@@ -498,12 +498,17 @@ func (e *env) floorWanted() bool {
 
 // startGateway starts bin (gateway or gatewayprof, with pprof) on free
 // ports and waits until it is ready.
-func (e *env) startGateway(ctx context.Context, bin string, pprof bool) (*child, error) {
-	return e.startGatewayWith(ctx, bin, pprof, e.registry)
+func (e *env) startGateway(ctx context.Context, bin string, pprof bool, extra ...string) (*child, error) {
+	return e.startGatewayWith(ctx, bin, pprof, e.registry, extra...)
 }
 
+// parkingArgs let a gateway hold the in-flight test's calls on one tool
+// service, as the floor does: without them all but
+// --max-in-flight-per-service of them would wait for a slot and fail.
+var parkingArgs = []string{"--max-in-flight-per-service", "0"}
+
 // startGatewayWith starts a gateway with the registry file given.
-func (e *env) startGatewayWith(ctx context.Context, bin string, pprof bool, registry string) (*child, error) {
+func (e *env) startGatewayWith(ctx context.Context, bin string, pprof bool, registry string, extra ...string) (*child, error) {
 	e.gwSeq++
 	ga, ha, pa, err := freeAddrs(pprof)
 	if err != nil {
@@ -514,6 +519,7 @@ func (e *env) startGatewayWith(ctx context.Context, bin string, pprof bool, regi
 	if pprof {
 		args = append(args, "--pprof-addr", pa)
 	}
+	args = append(args, extra...)
 	args = append(args, strings.Fields(e.gwArgs)...)
 	return e.startServer(ctx, fmt.Sprintf("gateway-%03d", e.gwSeq), bin, ga, ha, pa, args)
 }
@@ -745,14 +751,14 @@ func (e *env) finish(s *Sample, err error) *Sample {
 
 // inflight parks InflightCalls calls on a fresh gateway.
 func (e *env) inflight(ctx context.Context) (*Sample, error) {
-	return e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startGateway(ctx, e.gwBin, false) }, nil)
+	return e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startGateway(ctx, e.gwBin, false, parkingArgs...) }, nil)
 }
 
 // inflightBreakdown repeats the in-flight test on gatewayprof, reading the
 // Go runtime's memory statistics and a live-heap profile while parked.
 func (e *env) inflightBreakdown(ctx context.Context) (*InflightBreakdown, error) {
 	heap := filepath.Join(e.out, "profile-inflight.heap.pb.gz")
-	s, err := e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startGateway(ctx, e.profBin, true) },
+	s, err := e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startGateway(ctx, e.profBin, true, parkingArgs...) },
 		func(g *child) []string { return []string{"-pprof-url", "http://" + g.pprofAddr, "-heap-out", heap} })
 	if err != nil {
 		return nil, err

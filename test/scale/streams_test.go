@@ -29,6 +29,10 @@ import (
 // mode answers "0,", "1,", … "99999".
 const longStream = 100000
 
+// slowClientPause is how long each client of the first round stops
+// reading, a tenth into its stream.
+const slowClientPause = 3 * time.Second
+
 // streamResult is what a client got from one long stream.
 type streamResult struct {
 	chunks  int           // chunks received in order
@@ -42,9 +46,13 @@ func (r streamResult) rate() float64 { return float64(r.chunks) / r.elapsed.Seco
 type chunkChecker struct {
 	n, next int
 	bad     string
+	pause   time.Duration // the reader stops this long after a tenth of the chunks
 }
 
 func (c *chunkChecker) add(text string) {
+	if c.pause > 0 && c.next == c.n/10 {
+		time.Sleep(c.pause) // a slow client
+	}
 	want := strconv.Itoa(c.next)
 	if c.next < c.n-1 {
 		want += ","
@@ -69,9 +77,9 @@ func (c *chunkChecker) result(start time.Time, end string) streamResult {
 func streamArgs(n int) map[string]any { return map[string]any{"mode": "stream", "n": n} }
 
 // restLongStream reads an NDJSON (accept "") or SSE stream of n chunks.
-func restLongStream(ctx context.Context, base string, n int, accept string) streamResult {
+func restLongStream(ctx context.Context, base string, n int, accept string, pause time.Duration) streamResult {
 	start := time.Now()
-	cc := &chunkChecker{n: n}
+	cc := &chunkChecker{n: n, pause: pause}
 	body, _ := json.Marshal(map[string]any{"arguments": streamArgs(n)})
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/tools/echo:stream", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -120,9 +128,9 @@ func restLongStream(ctx context.Context, base string, n int, accept string) stre
 }
 
 // grpcLongStream reads a StreamTool stream of n chunks.
-func grpcLongStream(ctx context.Context, c toolgatev1.ToolServiceClient, n int) streamResult {
+func grpcLongStream(ctx context.Context, c toolgatev1.ToolServiceClient, n int, pause time.Duration) streamResult {
 	start := time.Now()
-	cc := &chunkChecker{n: n}
+	cc := &chunkChecker{n: n, pause: pause}
 	args, _ := structpb.NewStruct(streamArgs(n))
 	st, err := c.StreamTool(ctx, &toolgatev1.StreamToolRequest{Name: "echo", Arguments: args})
 	if err != nil {
@@ -142,9 +150,9 @@ func grpcLongStream(ctx context.Context, c toolgatev1.ToolServiceClient, n int) 
 
 // mcpLongStream calls echo through MCP with a progress token: a progress
 // notification per chunk, then the result with the chunks joined.
-func mcpLongStream(ctx context.Context, base string, n int) streamResult {
+func mcpLongStream(ctx context.Context, base string, n int, pause time.Duration) streamResult {
 	start := time.Now()
-	cc := &chunkChecker{n: n}
+	cc := &chunkChecker{n: n, pause: pause}
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"mode":"stream","n":%d},"_meta":{"progressToken":"p"}}}`, n)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/mcp", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -290,7 +298,8 @@ func unaryLoad(g *gateway, c int, stop <-chan struct{}) (wait func() (ok, failed
 
 // TestLongStreamsWhole: 100,000-chunk streams from the Go echo service
 // reach the client whole through every door — REST NDJSON, SSE, gRPC and
-// MCP — three rounds, while 64 workers make unary calls beside them. The
+// MCP — three rounds, while 64 workers make unary calls beside them; in
+// the first round every client stops reading for 3 s on the way. The
 // broker drops what a consumer without room cannot take on the reply
 // topic (non-persistent): without flow control the gateway falls behind
 // and ends such streams with REPLY_LOST. Chunks per second of a lone
@@ -314,19 +323,27 @@ func TestLongStreamsWhole(t *testing.T) {
 	base := "http://" + g.gw.HTTPAddr()
 	doors := []struct {
 		name string
-		run  func(ctx context.Context) streamResult
+		run  func(ctx context.Context, pause time.Duration) streamResult
 	}{
-		{"REST NDJSON", func(ctx context.Context) streamResult { return restLongStream(ctx, base, longStream, "") }},
-		{"SSE", func(ctx context.Context) streamResult { return restLongStream(ctx, base, longStream, "text/event-stream") }},
-		{"gRPC", func(ctx context.Context) streamResult { return grpcLongStream(ctx, g.client, longStream) }},
-		{"MCP", func(ctx context.Context) streamResult { return mcpLongStream(ctx, base, longStream) }},
+		{"REST NDJSON", func(ctx context.Context, p time.Duration) streamResult {
+			return restLongStream(ctx, base, longStream, "", p)
+		}},
+		{"SSE", func(ctx context.Context, p time.Duration) streamResult {
+			return restLongStream(ctx, base, longStream, "text/event-stream", p)
+		}},
+		{"gRPC", func(ctx context.Context, p time.Duration) streamResult {
+			return grpcLongStream(ctx, g.client, longStream, p)
+		}},
+		{"MCP", func(ctx context.Context, p time.Duration) streamResult {
+			return mcpLongStream(ctx, base, longStream, p)
+		}},
 	}
 
 	// A lone stream first, through the gateway and directly, for the rate.
 	direct := directLongStream(t, wire.RequestTopic(topic), longStream)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	lone := doors[2].run(ctx)
+	lone := doors[2].run(ctx, 0)
 	t.Logf("lone %d-chunk stream: direct over Pulsar %d chunks in %v (%.0f/s, %s); gateway gRPC %d chunks in %v (%.0f/s, %s); gateway ÷ direct %.2f",
 		longStream, direct.chunks, direct.elapsed.Round(time.Millisecond), direct.rate(), orWhole(direct.err),
 		lone.chunks, lone.elapsed.Round(time.Millisecond), lone.rate(), orWhole(lone.err), lone.rate()/direct.rate())
@@ -344,7 +361,13 @@ func TestLongStreamsWhole(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[i] = d.run(ctx)
+				// In the first round each client stops reading for a
+				// while, as a slow one would: the service must wait.
+				pause := time.Duration(0)
+				if round == 0 {
+					pause = slowClientPause
+				}
+				results[i] = d.run(ctx, pause)
 			}()
 		}
 		wg.Wait()

@@ -123,6 +123,12 @@ type Config struct {
 	// MaxConcurrency bounds the calls handled at once (default
 	// DefaultMaxConcurrency).
 	MaxConcurrency int
+	// RequestQueue is how many requests the service's consumer takes from
+	// the broker ahead of its handlers (default max(10000,
+	// 4×MaxConcurrency)). The request topic is non-persistent: requests
+	// beyond it are dropped by the broker, so callers (a gateway's
+	// --max-in-flight-per-service) should keep below it.
+	RequestQueue int
 	// StopGrace is how long Run waits for calls in flight after its ctx
 	// ends before cancelling them (default 10 s).
 	StopGrace time.Duration
@@ -293,6 +299,9 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	if cfg.MaxConcurrency <= 0 {
 		cfg.MaxConcurrency = DefaultMaxConcurrency
 	}
+	if cfg.RequestQueue <= 0 {
+		cfg.RequestQueue = max(10000, 4*cfg.MaxConcurrency)
+	}
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second
 	}
@@ -333,7 +342,7 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	// consumer without free queue slots cannot take, and a burst of
 	// requests arrives faster than MaxConcurrency handlers drain it.
 	b, err := transport.NewPulsar(transport.PulsarOptions{
-		URL: cfg.PulsarURL, Client: o.client, Logger: s.log, ReceiverQueueSize: max(10000, 4*cfg.MaxConcurrency),
+		URL: cfg.PulsarURL, Client: o.client, Logger: s.log, ReceiverQueueSize: cfg.RequestQueue,
 		Authentication: o.authentication, TLSTrustCertsFilePath: o.tlsTrustCertsFile,
 	})
 	if err != nil {

@@ -95,10 +95,14 @@ func startGateway(t *testing.T, regPath, id string, extra ...string) *gateway {
 	}
 }
 
-func startEcho(t *testing.T, id, topic string) {
+func startEcho(t *testing.T, id, topic string) { t.Helper(); startEchoWith(t, id, topic, 256, 0) }
+
+// startEchoWith starts an echo service handling at most concurrency calls
+// at once, with a request queue of queue (0s: the SDK's defaults).
+func startEchoWith(t *testing.T, id, topic string, concurrency, queue int) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	svc, err := toolservice.New(toolservice.Config{ID: id, Topic: topic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: 256, Logger: log}, echo.Handle)
+	svc, err := toolservice.New(toolservice.Config{ID: id, Topic: topic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: concurrency, RequestQueue: queue, Logger: log}, echo.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -380,6 +380,61 @@ func TestSlowReaderWithFlowControl(t *testing.T) {
 	}
 }
 
+// Calls beyond a service's bound wait for a slot, in order, and fail fast
+// with ErrServiceBusy when none frees up in time; the slots come back.
+func TestServiceBusy(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	f := start(t, m, echo.Handle)
+	b := bridge.New(m, bridge.Options{MaxInFlightPerService: 2, ServiceQueueWait: 200 * time.Millisecond})
+	defer b.Close()
+	slow := wire.Request{Arguments: `{"mode":"sleep","ms":1500,"msg":"slow"}`}
+	var calls []*bridge.Call
+	for range 2 {
+		c, err := b.Call(t.Context(), f.target, slow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	start := time.Now()
+	_, err := b.Call(t.Context(), f.target, slow)
+	if !errors.Is(err, bridge.ErrServiceBusy) || !errors.Is(err, bridge.ErrOverloaded) {
+		t.Fatalf("third call: %v, want ErrServiceBusy", err)
+	}
+	if waited := time.Since(start); waited < 150*time.Millisecond {
+		t.Fatalf("third call failed after %v, want it to wait for a slot first", waited)
+	}
+	// A call that waits while a slot frees up gets it.
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		if out, err := calls[0].Wait(t.Context()); err != nil || out != "slow" {
+			t.Errorf("first call: %q %v", out, err)
+		}
+		calls[0].Close()
+	}()
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"next"}`})
+	if err == nil {
+		// Waited up to 200 ms while the first call still had ~1 s to go.
+		c.Close()
+		t.Fatal("fourth call got a slot while both were taken")
+	}
+	<-first
+	c, err = b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"next"}`})
+	if err != nil {
+		t.Fatalf("after the first call ended: %v", err)
+	}
+	if out, err := c.Wait(ctxTimeout(t, 5*time.Second)); err != nil || out != "next" {
+		t.Fatalf("call in a freed slot: %q %v", out, err)
+	}
+	c.Close()
+	calls[1].Close()
+	if s := b.Stats(); s.Busy != 2 || s.InFlight != 0 {
+		t.Fatalf("stats %+v: want 2 busy, none in flight", s)
+	}
+}
+
 func TestOverload(t *testing.T) {
 	m := transport.NewMem()
 	t.Cleanup(m.Close)

@@ -81,6 +81,9 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 		return with(codes.DeadlineExceeded, "tool "+quote(toolName)+" did not answer before the deadline", "DEADLINE_EXCEEDED")
 	case errors.Is(err, context.Canceled):
 		return with(codes.Canceled, "call cancelled", "CANCELLED")
+	case errors.Is(err, bridge.ErrServiceBusy):
+		return with(codes.ResourceExhausted, "tool "+quote(toolName)+" has too many calls in flight from this gateway; retry shortly", "SERVICE_BUSY",
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	case errors.Is(err, bridge.ErrOverloaded):
 		return with(codes.ResourceExhausted, "the gateway is overloaded; retry shortly", "OVERLOADED",
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})

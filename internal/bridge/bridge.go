@@ -198,10 +198,11 @@ type Bridge struct {
 
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
-	services sync.Map
-	streams  atomic.Int64
-	grants   atomic.Int64
-	busy     atomic.Int64
+	services   sync.Map
+	windowText string // StreamWindow, as written in a request
+	streams    atomic.Int64
+	grants     atomic.Int64
+	busy       atomic.Int64
 }
 
 type listener struct {
@@ -248,6 +249,7 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if ip, ok := broker.(transport.InlinePublisher); ok {
 		b.publish = ip.PublishInline
 	}
+	b.windowText = strconv.Itoa(opts.StreamWindow)
 	b.pending.init()
 	return b
 }
@@ -407,7 +409,11 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 	}
 	if b.opts.StreamWindow > 0 {
 		c.granted = b.window()
-		props[wire.PropCredit] = strconv.Itoa(c.granted)
+		if c.granted == b.opts.StreamWindow {
+			props[wire.PropCredit] = b.windowText // no allocation when no stream shares the budget
+		} else {
+			props[wire.PropCredit] = strconv.Itoa(c.granted)
+		}
 	}
 	if !deadline.IsZero() {
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -138,7 +139,7 @@ func grpcLongStream(ctx context.Context, c toolgatev1.ToolServiceClient, n int, 
 	}
 	for {
 		m, err := st.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return cc.result(start, "")
 		}
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar/backoff"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/app/apptest"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
@@ -83,29 +83,14 @@ type gateway struct {
 func startGateway(t *testing.T, name, url, registry string, log *slog.Logger) *gateway {
 	t.Helper()
 	id := brokertest.UniqueTopic("cluster-" + name)
-	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", url,
-		"--registry", registry, "--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", id}, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := app.New(cfg, log.With("gateway", name))
-	if err != nil {
-		t.Fatalf("gateway %s: %v", name, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := gw.Run(ctx); err != nil {
-			t.Errorf("gateway %s: %v", name, err)
-		}
-	}()
+	gw := apptest.Start(t, log.With("gateway", name), "--pulsar-url", url,
+		"--registry", registry, "--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", id)
 	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{name: name, id: id, url: url, gw: gw, conn: conn, client: toolgatev1.NewToolServiceClient(conn)}
-	g.stop = sync.OnceFunc(func() { conn.Close(); cancel(); <-done })
+	g := &gateway{name: name, id: id, url: url, gw: gw.Gateway, conn: conn, client: toolgatev1.NewToolServiceClient(conn)}
+	g.stop = sync.OnceFunc(func() { conn.Close(); _ = gw.Stop() })
 	t.Cleanup(g.stop)
 	return g
 }

@@ -14,8 +14,8 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/app/apptest"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/jokes"
 	"github.com/toolgate/toolgate/toolservice"
@@ -123,20 +123,9 @@ func run(m *testing.M) int {
 // registry file at regPath, until ctx ends; its Run result arrives on the
 // channel.
 func startGateway(ctx context.Context, regPath string, log *slog.Logger) (*app.Gateway, <-chan error, error) {
-	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
+	return apptest.Run(ctx, log, "--pulsar-admin-url", brokertest.AdminURL(),
 		"--registry", regPath, "--announcements=false", "--default-timeout", "10s", "--stream-idle-timeout", "1s", "--allow-anonymous",
-		"--cors-origins", "http://allowed.example", "--sse-heartbeat", "200ms"}, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		return nil, nil, err
-	}
-	gw, err := app.New(cfg, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	return gw, done, nil
+		"--cors-origins", "http://allowed.example", "--sse-heartbeat", "200ms")
 }
 
 func registryYAML(jokeTopic, echoTopic, pyJokeTopic, pyFailTopic string) string {

@@ -4,7 +4,6 @@
 package registry
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -12,14 +11,13 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/app/apptest"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/eventually"
 )
 
@@ -38,33 +36,10 @@ func startGateway(t *testing.T, topic string) *gateway {
 
 func startGatewayWith(t *testing.T, extra ...string) *gateway {
 	t.Helper()
-	args := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
-		"--allow-anonymous"}, extra...)
-	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	args := append([]string{"--pulsar-admin-url", brokertest.AdminURL(), "--allow-anonymous"}, extra...)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	gw, err := app.New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() { cancel(); runErr = <-done })
-		return runErr
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	})
-	return &gateway{base: "http://" + gw.HTTPAddr(), gw: gw, stop: stop}
+	gw := apptest.Start(t, log, args...)
+	return &gateway{base: "http://" + gw.HTTPAddr(), gw: gw.Gateway, stop: gw.Stop}
 }
 
 // ready returns /readyz's status code and details.

@@ -18,14 +18,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
-	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/app/apptest"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"go.uber.org/goleak"
@@ -124,17 +125,6 @@ func consumers(topic string) int {
 	return n
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func TestBrokerRestartUnderLoad(t *testing.T) {
 	dataDir = t.TempDir()
 	pickPorts(t)
@@ -157,7 +147,13 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 
-	svc, err := toolservice.New(toolservice.Config{ID: "restart-echo", Topic: topic, PulsarURL: pulsarURL, MaxConcurrency: 256, StopGrace: time.Second, Logger: log}, echo.Handle)
+	var handling atomic.Int32 // calls the service is handling now
+	handle := func(ctx context.Context, r *toolservice.Request) (any, error) {
+		handling.Add(1)
+		defer handling.Add(-1)
+		return echo.Handle(ctx, r)
+	}
+	svc, err := toolservice.New(toolservice.Config{ID: "restart-echo", Topic: topic, PulsarURL: pulsarURL, MaxConcurrency: 256, StopGrace: time.Second, Logger: log}, handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,22 +169,8 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 	if err := os.WriteFile(reg, fmt.Appendf(nil, "tool-service:\n  echo-service: {topic: %s}\ntool:\n  echo: {type: tool-service, service: echo-service}\n", topic), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", pulsarURL,
-		"--registry", reg, "--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", topic}, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := app.New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := gw.Run(ctx); err != nil {
-			t.Errorf("gateway: %v", err)
-		}
-	}()
+	gw := apptest.Start(t, log, "--pulsar-url", pulsarURL,
+		"--registry", reg, "--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", topic)
 	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +183,7 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 		return r.GetOutput(), err
 	}
 	subscribed := func() bool { return consumers(reqTopic) > 0 && consumers(respTopic) > 0 && consumers(replyTopic) > 0 }
-	waitUntil(t, 30*time.Second, "service and gateway subscribed", subscribed)
+	eventually.True(t, 30*time.Second, "service and gateway subscribed", subscribed)
 	if got, err := invoke(t.Context(), map[string]any{"msg": "before"}); err != nil || got != "before" {
 		t.Fatalf("before the restart: %q %v", got, err)
 	}
@@ -223,7 +205,7 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 			results <- result{err, time.Since(dl)}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	eventually.True(t, 30*time.Second, "every call reached the service", func() bool { return handling.Load() == n })
 	pulsarScript(t, "down")
 	stopped = true
 	for range n {
@@ -240,7 +222,7 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 	// and the first call succeeds, without restarting anything.
 	pulsarScript(t, "up")
 	stopped = false
-	waitUntil(t, 60*time.Second, "service and gateway subscribed again", subscribed)
+	eventually.True(t, 60*time.Second, "service and gateway subscribed again", subscribed)
 	if got, err := invoke(t.Context(), map[string]any{"msg": "after"}); err != nil || got != "after" {
 		t.Fatalf("first call after the restart: %q %v", got, err)
 	}

@@ -22,8 +22,8 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/app"
+	"github.com/toolgate/toolgate/internal/app/apptest"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
@@ -44,55 +44,25 @@ type gateway struct {
 	id     string
 	gw     *app.Gateway
 	client toolgatev1.ToolServiceClient
-	stop   context.CancelFunc
-	done   chan error
+	stop   func() error // ends the gateway; later calls return the same
 }
 
 func startGateway(t *testing.T, regPath, id string, extra ...string) *gateway {
 	t.Helper()
-	args := append([]string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
+	args := append([]string{"--pulsar-admin-url", brokertest.AdminURL(),
 		"--registry", regPath, "--allow-anonymous", "--instance-id", id}, extra...)
-	cfg, err := config.Parse(args, func(string) string { return "" }, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Errors only: the victim's cut calls would log a warning each.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	gw, err := app.New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g := &gateway{id: id, gw: gw, stop: cancel, done: make(chan error, 1)}
-	go func() { g.done <- gw.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-g.done; err != nil {
-			t.Errorf("gateway %s: %v", id, err)
-		}
-		g.done <- nil // a second cleanup or kill sees it ended
-	})
+	gw := apptest.Start(t, log, args...)
+	g := &gateway{id: id, gw: gw.Gateway, stop: gw.Stop}
 	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	g.client = toolgatev1.NewToolServiceClient(conn)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + gw.HTTPAddr() + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return g
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway %s not ready after 60s (%v)", id, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	gw.WaitReady(t, 60*time.Second)
+	return g
 }
 
 func startEcho(t *testing.T, id, topic string) { t.Helper(); startEchoWith(t, id, topic, 256, 0) }
@@ -310,12 +280,13 @@ tool:
 		all := gws
 		const n, deadline = 800, 5 * time.Second
 		var killed atomic.Bool
+		var victimErr error
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			time.Sleep(700 * time.Millisecond)
-			victim.stop() // shutdown grace 1ms: its calls in flight are cut
+			victimErr = victim.stop() // shutdown grace 1ms: its calls in flight are cut
 			killed.Store(true)
 		}()
 		results := runCalls(t, n, func(i int) (int, string, string) {
@@ -350,10 +321,9 @@ tool:
 		if victimFailed == 0 {
 			t.Error("no call of the victim failed: it was not stopped mid-run")
 		}
-		if err := <-victim.done; err != nil {
-			t.Errorf("victim: %v", err)
+		if victimErr != nil {
+			t.Errorf("victim: %v", victimErr)
 		}
-		victim.done <- nil
 	})
 }
 

@@ -105,7 +105,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}
 	if cfg.Pulsar.AdminURL != "" {
-		bopts.Presence = transport.NewAdminPresence(cfg.Pulsar.AdminURL, log)
+		p := transport.NewAdminPresence(cfg.Pulsar.AdminURL, log)
+		bopts.Presence, bopts.Watch = p, p
 	}
 	g.bridge = bridge.New(g.broker, bopts)
 

@@ -140,6 +140,13 @@ type Options struct {
 	// answering on the response topic, which every instance receives.
 	// Replies are routed by id whichever topic they come on.
 	ReplyTopic string
+	// Watch, when set, is asked every WatchEvery, while calls are in
+	// flight, which consumers their request topics have; calls whose
+	// consumers are gone end with ErrServiceGone (see watch.go for
+	// exactly which).
+	Watch Watcher
+	// WatchEvery is the watch's period (default DefaultWatchEvery).
+	WatchEvery time.Duration
 }
 
 // Stats are counters for metrics.
@@ -203,6 +210,10 @@ type Bridge struct {
 	streams    atomic.Int64
 	grants     atomic.Int64
 	busy       atomic.Int64
+
+	// epoch counts the watch's questions; each call notes it when made.
+	epoch atomic.Uint64
+	watch *watch // nil without Options.Watch
 }
 
 type listener struct {
@@ -238,6 +249,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if opts.StreamBudget <= 0 {
 		opts.StreamBudget = DefaultStreamBudget
 	}
+	if opts.WatchEvery <= 0 {
+		opts.WatchEvery = DefaultWatchEvery
+	}
 	b := &Bridge{
 		broker:  broker,
 		publish: broker.PublishAsync,
@@ -251,6 +265,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	}
 	b.windowText = strconv.Itoa(opts.StreamWindow)
 	b.pending.init()
+	if opts.Watch != nil {
+		b.startWatch()
+	}
 	return b
 }
 
@@ -398,7 +415,8 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 		return nil, err
 	}
 	payload := wire.EncodeRequest(req)
-	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic, deadline: deadline, slot: slot}
+	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic,
+		deadline: deadline, slot: slot, epoch: b.epoch.Load()}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
 		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
 	}
@@ -677,6 +695,7 @@ func (b *Bridge) Close() {
 	b.topics = nil
 	b.mu.Unlock()
 	b.stopTracker()
+	b.stopWatch()
 	for _, l := range ls {
 		<-l.ready
 		if l.sub != nil {

@@ -23,8 +23,9 @@ type Call struct {
 	b         *Bridge
 	id        string
 	respTopic string        // the response topic of the service called
-	reqTopic  string        // its request topic
+	reqTopic  string        // the request topic it was published on
 	slot      chan struct{} // the service's slots, one of which the call holds (nil: none)
+	epoch     uint64        // the watch's epoch when it was made
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
 

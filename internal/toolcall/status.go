@@ -94,10 +94,20 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	case errors.Is(err, bridge.ErrBadReply):
 		return with(codes.Internal, "tool "+quote(toolName)+" sent a malformed reply", "BAD_REPLY")
+	case errors.Is(err, bridge.ErrServiceGone):
+		svc := "its tool service"
+		if tool != nil {
+			svc = "tool service " + quote(tool.Service.ID)
+		}
+		msg := svc + " stopped listening before answering tool " + quote(toolName) + "; the call was lost with it"
+		if ge := (*bridge.ServiceGoneError)(nil); errors.As(err, &ge) {
+			msg += " (" + ge.Why + " on " + ge.Topic + ")"
+		}
+		return with(codes.Unavailable, msg, "SERVICE_GONE")
 	case errors.Is(err, bridge.ErrNoListener):
 		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: "+err.Error(), "NO_LISTENER")
 	case errors.Is(err, bridge.ErrClosed):
-		return with(codes.Unavailable, "the gateway is shutting down", "SHUTTING_DOWN")
+		return with(codes.Unavailable, shuttingDownMessage, ReasonShuttingDown, retryShuttingDown())
 	case errors.Is(err, bridge.ErrUnavailable):
 		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: the message broker cannot be reached", "BROKER_UNAVAILABLE")
 	default:
@@ -141,6 +151,27 @@ const (
 	ReasonToolNotFound       = "TOOL_NOT_FOUND"
 	ReasonToolServiceMissing = "TOOL_SERVICE_NOT_FOUND"
 )
+
+// ReasonShuttingDown is the reason of calls refused or ended by a gateway
+// that is shutting down: retry them, on another instance.
+const ReasonShuttingDown = "SHUTTING_DOWN"
+
+const shuttingDownMessage = "the gateway is shutting down; retry the call"
+
+func retryShuttingDown() *errdetails.RetryInfo {
+	return &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}
+}
+
+// ShuttingDown is the status of a call that a gateway that is shutting
+// down refuses: UNAVAILABLE, reason ReasonShuttingDown, with a RetryInfo
+// (which HTTP doors turn into Retry-After).
+func ShuttingDown() error {
+	st := status.New(codes.Unavailable, shuttingDownMessage)
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonShuttingDown, Domain: ErrorDomain}, retryShuttingDown()); err == nil {
+		st = ds
+	}
+	return st.Err()
+}
 
 func toolNotFound(name string) error {
 	return gatewayError(codes.NotFound, ReasonToolNotFound, fmt.Sprintf("tool %q not found", name), map[string]string{"tool": name})

@@ -42,7 +42,9 @@ func TestToStatus(t *testing.T) {
 		{"lost replies", &bridge.LostRepliesError{Lost: 2}, codes.Unavailable, "REPLY_LOST", `tool "t": 2 reply message(s) of this call were lost in transit (dropped by the broker); the reply is incomplete, retry the call`},
 		{"bad reply", fmt.Errorf("%w: x", bridge.ErrBadReply), codes.Internal, "BAD_REPLY", `tool "t" sent a malformed reply`},
 		{"no listener", fmt.Errorf("%w on topic-x", bridge.ErrNoListener), codes.Unavailable, "NO_LISTENER", `tool "t" is unavailable: no tool service is listening on topic-x`},
-		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down"},
+		{"service gone", &bridge.ServiceGoneError{Topic: "topic-x", Why: "no consumer is left"}, codes.Unavailable, "SERVICE_GONE",
+			`tool service "svc" stopped listening before answering tool "t"; the call was lost with it (no consumer is left on topic-x)`},
+		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down; retry the call"},
 		{"broker down", fmt.Errorf("%w: dial", bridge.ErrUnavailable), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
 		{"anything else", errors.New("secret internals"), codes.Internal, "INTERNAL", "internal error"},
 	}
@@ -66,8 +68,8 @@ func TestToStatus(t *testing.T) {
 			if info == nil || info.Reason != c.reason || info.Domain != ErrorDomain || info.Metadata["tool"] != "t" || info.Metadata["service"] != "svc" {
 				t.Fatalf("ErrorInfo %v, want reason %s with tool and service", info, c.reason)
 			}
-			if (c.reason == "OVERLOADED" || c.reason == "REPLY_LOST") != (retry != nil) {
-				t.Fatalf("RetryInfo %v only on overload and lost replies", retry)
+			if (c.reason == "OVERLOADED" || c.reason == "REPLY_LOST" || c.reason == "SHUTTING_DOWN") != (retry != nil) {
+				t.Fatalf("RetryInfo %v only on overload, lost replies and shutdown", retry)
 			}
 		})
 	}

@@ -91,47 +91,67 @@ func (a *AdminPresence) Subscribed(ctx context.Context, topic string) (bool, err
 // "yes" is kept as the answer (for PositiveTTL): calls go ahead, and the
 // admin API is asked again later, not by every call.
 func (a *AdminPresence) check(ctx context.Context, e *presenceEntry, topic string) (bool, error) {
-	n, err := a.consumers(ctx, topic)
+	ids, err := a.consumers(ctx, topic)
 	if err != nil {
 		e.answer.Store(&presenceAnswer{present: true, checked: time.Now()})
 		return true, err
 	}
-	e.answer.Store(&presenceAnswer{present: n > 0, checked: time.Now()})
-	return n > 0, nil
+	e.answer.Store(&presenceAnswer{present: len(ids) > 0, checked: time.Now()})
+	return len(ids) > 0, nil
 }
 
-func (a *AdminPresence) consumers(ctx context.Context, topic string) (int, error) {
+// Consumers asks the admin API now (no cache) which consumers topic has,
+// and returns one identity per consumer: its name, address and the time
+// it connected, so that a consumer that went away and one that took its
+// place differ. The answer also refreshes what Subscribed answers.
+func (a *AdminPresence) Consumers(ctx context.Context, topic string) ([]string, error) {
+	ids, err := a.consumers(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	v, _ := a.entries.LoadOrStore(topic, &presenceEntry{})
+	v.(*presenceEntry).answer.Store(&presenceAnswer{present: len(ids) > 0, checked: time.Now()})
+	return ids, nil
+}
+
+func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]string, error) {
 	scheme, rest, ok := strings.Cut(topic, "://")
 	if !ok {
-		return 0, fmt.Errorf("topic %q has no scheme", topic)
+		return nil, fmt.Errorf("topic %q has no scheme", topic)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/admin/v2/"+scheme+"/"+rest+"/stats", nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return 0, nil // the topic does not exist: nobody ever attached
+		return nil, nil // the topic does not exist: nobody ever attached
 	default:
-		return 0, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
+		return nil, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
 	}
 	var st struct {
 		Subscriptions map[string]struct {
-			Consumers []json.RawMessage `json:"consumers"`
+			Consumers []struct {
+				Name           string `json:"consumerName"`
+				Address        string `json:"address"`
+				ConnectedSince string `json:"connectedSince"`
+			} `json:"consumers"`
 		} `json:"subscriptions"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return 0, fmt.Errorf("topic stats of %s: %w", topic, err)
+		return nil, fmt.Errorf("topic stats of %s: %w", topic, err)
 	}
-	n := 0
-	for _, s := range st.Subscriptions {
-		n += len(s.Consumers)
+	var ids []string
+	for sub, s := range st.Subscriptions {
+		for _, c := range s.Consumers {
+			ids = append(ids, sub+"/"+c.Name+"@"+c.Address+"@"+c.ConnectedSince)
+		}
 	}
-	return n, nil
+	return ids, nil
 }

@@ -57,6 +57,11 @@ type Gateway struct {
 	stopTracing func(context.Context) error
 	listened    atomic.Bool // every known response topic is subscribed
 	stopping    atomic.Bool
+	drain       drain
+	// httpBase is every HTTP request's base context, cancelled once the
+	// calls are over at shutdown (long-lived MCP streams end with it).
+	httpBase     context.Context
+	stopHTTPBase context.CancelFunc
 }
 
 // New builds the gateway and opens its listeners, so that its addresses are
@@ -139,7 +144,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		limit = sec.lim.Middleware()
 	}
 	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log).Middleware(), g.metrics.Middleware(),
-		sec.authn.Middleware(), limit)
+		g.drain.middleware(), sec.authn.Middleware(), limit)
 
 	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}
 	if cfg.GRPCWorkers > 0 {
@@ -186,9 +191,11 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, err
 	}
+	g.httpBase, g.stopHTTPBase = context.WithCancel(context.Background())
 	g.httpSrv = &http.Server{
-		Handler:   sec.wrapHTTP(h),
-		TLSConfig: sec.tls,
+		Handler:     sec.wrapHTTP(h),
+		BaseContext: func(net.Listener) context.Context { return g.httpBase },
+		TLSConfig:   sec.tls,
 		// Above the handler's own limit, which answers 431 in JSON.
 		MaxHeaderBytes:    4 * httpapi.DefaultMaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -297,9 +304,10 @@ func (g *Gateway) listen(ctx context.Context) {
 	g.log.Info("broker connected; ready")
 }
 
-// Run serves until ctx ends, then shuts down: readiness turns off, new
-// calls are refused, calls in flight get cfg.ShutdownGrace to finish, then
-// the rest is cut and the broker client closed.
+// Run serves until ctx ends, then shuts down (see shutdown): readiness
+// turns off and new calls are refused while the listeners stay open,
+// calls in flight get cfg.ShutdownGrace to finish, those still running
+// then end with UNAVAILABLE and a RetryInfo, and the broker client closes.
 func (g *Gateway) Run(ctx context.Context) error {
 	gcgoal.Set(g.cfg.GCHeapMiB, g.log)
 	errc := make(chan error, 2)
@@ -337,37 +345,56 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return runErr
 }
 
+// Bounds of the end of a shutdown, after the grace: for the calls ended
+// then to send their answers, and for the servers to close.
+const (
+	endCallsWait = 2 * time.Second
+	closeWait    = time.Second
+)
+
+// shutdown drains: /readyz turns 503 and gRPC health NOT_SERVING, new
+// calls are refused with UNAVAILABLE and a RetryInfo, and the listeners
+// stay open while the calls in flight get cfg.ShutdownGrace to finish.
+// Calls still running then are ended with UNAVAILABLE and a RetryInfo
+// (streams too) and given endCallsWait to send it; then the servers close.
 func (g *Gateway) shutdown() {
 	g.stopping.Store(true) // /readyz turns not-ready at once
+	g.drain.closing.Store(true)
 	g.health.Shutdown()
+	g.httpSrv.SetKeepAlivesEnabled(false) // clients reconnect elsewhere
 	g.log.Info("shutting down: refusing new calls, letting calls in flight finish", "grace", g.cfg.ShutdownGrace,
-		"in_flight", g.bridge.Stats().InFlight)
+		"in_flight", g.drain.running.Load())
 	grace, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
 	defer cancel()
+	if !g.drain.wait(grace) {
+		g.log.Warn("calls still running after the grace period; ending them with UNAVAILABLE", "calls", g.drain.running.Load())
+		g.bridge.Close() // calls waiting for replies end with ErrClosed: UNAVAILABLE, RetryInfo
+		end, cancel := context.WithTimeout(context.Background(), endCallsWait)
+		if !g.drain.wait(end) {
+			g.log.Warn("calls still running after they were ended; closing their connections", "calls", g.drain.running.Load())
+		}
+		cancel()
+	}
+	g.stopHTTPBase()
 
-	// Both servers stop accepting at once; what is in flight may finish.
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := g.httpSrv.Shutdown(grace); err != nil {
-			g.log.Warn("HTTP calls still open after the grace period; closing them", "err", err)
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		defer cancel()
+		if err := g.httpSrv.Shutdown(ctx); err != nil {
 			_ = g.httpSrv.Close()
 		}
-	}()
-	go func() {
-		defer wg.Done()
+	})
+	wg.Go(func() {
 		done := make(chan struct{})
 		go func() { g.grpcSrv.GracefulStop(); close(done) }()
 		select {
 		case <-done:
-		case <-grace.Done():
-			g.log.Warn("gRPC calls still open after the grace period; ending them with UNAVAILABLE")
-			g.bridge.Close() // pending calls end with UNAVAILABLE
+		case <-time.After(closeWait): // health watches, calls that would not end
 			g.grpcSrv.Stop()
 			<-done
 		}
-	}()
+	})
 	wg.Wait()
 	g.sources.stop()
 	g.bridge.Close()

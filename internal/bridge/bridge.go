@@ -696,13 +696,15 @@ func (b *Bridge) Close() {
 	b.mu.Unlock()
 	b.stopTracker()
 	b.stopWatch()
+	// The calls first: closing the subscriptions takes a broker round
+	// trip each, and a reply arriving meanwhile finds its call ended.
+	b.pending.each(func(c *Call) { c.finish(ErrClosed) })
 	for _, l := range ls {
 		<-l.ready
 		if l.sub != nil {
 			_ = l.sub.Close()
 		}
 	}
-	b.pending.each(func(c *Call) { c.finish(ErrClosed) })
 }
 
 // newID returns a random 128-bit correlation id in hex.

@@ -16,6 +16,7 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,6 +36,10 @@ type callEnd struct {
 	reason string
 	msg    string
 	at     time.Time
+	// retry: the status has a RetryInfo; retryAfter: the Retry-After
+	// header of a REST answer.
+	retry      bool
+	retryAfter string
 }
 
 // TestServiceKilledMidCall kills tool service processes with SIGKILL while
@@ -95,7 +100,7 @@ tool:
 		if err := waitSubscribed("non-persistent://tg/request/"+echoTopic, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		stream := `{"arguments": {"mode": "stream", "n": 100000, "gap_ms": 20}}`
+		stream := `{"arguments": {"mode": "stream", "n": 100000, "gap_ms": 50}}`
 		calls := []func(chunked chan<- string) callEnd{
 			func(chunked chan<- string) callEnd {
 				return restStreamUntilEnd(t, base, "killed-echo", stream, "", chunked)
@@ -213,7 +218,8 @@ func restStreamUntilEnd(t *testing.T, base, tool, body, accept string, chunked c
 			return callEnd{via: via, code: codes.Internal, msg: "bad line " + line, at: time.Now()}
 		}
 		if l.Code != nil {
-			return callEnd{via: via, code: codes.Code(*l.Code), reason: detailReason(l.Details), msg: l.Message, at: time.Now()}
+			return callEnd{via: via, code: codes.Code(*l.Code), reason: detailReason(l.Details), msg: l.Message, at: time.Now(),
+				retry: hasRetryInfo(l.Details)}
 		}
 		if first {
 			first = false
@@ -240,7 +246,8 @@ func restInvokeUntilEnd(t *testing.T, base, tool, body string) callEnd {
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.Code == nil {
 		return callEnd{via: via, code: codes.OK, msg: fmt.Sprintf("HTTP %d (%v)", resp.StatusCode, err), at: time.Now()}
 	}
-	return callEnd{via: via, code: codes.Code(*st.Code), reason: detailReason(st.Details), msg: st.Message, at: time.Now()}
+	return callEnd{via: via, code: codes.Code(*st.Code), reason: detailReason(st.Details), msg: st.Message, at: time.Now(),
+		retry: hasRetryInfo(st.Details), retryAfter: resp.Header.Get("Retry-After")}
 }
 
 func detailReason(details []map[string]any) string {
@@ -252,9 +259,18 @@ func detailReason(details []map[string]any) string {
 	return ""
 }
 
+func hasRetryInfo(details []map[string]any) bool {
+	for _, d := range details {
+		if d["@type"] == "type.googleapis.com/google.rpc.RetryInfo" {
+			return true
+		}
+	}
+	return false
+}
+
 func grpcStreamUntilEnd(t *testing.T, client toolgatev1.ToolServiceClient, tool string, chunked chan<- string) callEnd {
 	const via = "gRPC stream"
-	args, _ := structpb.NewStruct(map[string]any{"mode": "stream", "n": 100000.0, "gap_ms": 20.0})
+	args, _ := structpb.NewStruct(map[string]any{"mode": "stream", "n": 100000.0, "gap_ms": 50.0})
 	s, err := client.StreamTool(t.Context(), &toolgatev1.StreamToolRequest{Name: tool, Arguments: args})
 	var once sync.Once
 	for err == nil {
@@ -276,6 +292,11 @@ func grpcEnd(via string, err error) callEnd {
 	e := callEnd{via: via, code: st.Code(), msg: st.Message(), at: time.Now()}
 	if info := errorInfo(st); info != nil {
 		e.reason = info.GetReason()
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.RetryInfo); ok {
+			e.retry = true
+		}
 	}
 	return e
 }

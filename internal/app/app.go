@@ -58,6 +58,7 @@ type Gateway struct {
 	listened    atomic.Bool // every known response topic is subscribed
 	stopping    atomic.Bool
 	drain       drain
+	probe       *transport.Probe // is the broker taking messages now
 	// httpBase is every HTTP request's base context, cancelled once the
 	// calls are over at shutdown (long-lived MCP streams end with it).
 	httpBase     context.Context
@@ -114,6 +115,14 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		bopts.Presence, bopts.Watch = p, p
 	}
 	g.bridge = bridge.New(g.broker, bopts)
+	g.probe = transport.NewProbe(g.broker, wire.RequestTopic("toolgate.probe."+cfg.InstanceID), 0, 0, func(ok bool) {
+		if ok {
+			g.log.Info("broker probe: the broker takes messages again")
+		} else {
+			g.log.Warn("broker probe: the broker does not take messages; not ready", "err", g.probe.State().Error)
+		}
+		g.updateHealth()
+	})
 
 	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
 		DefaultTimeout:    cfg.Core.DefaultTimeout,
@@ -227,12 +236,31 @@ func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }
 // HTTPAddr is the HTTP listener's address.
 func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
 
+// serving: the response topics were subscribed, the last broker probe
+// succeeded, and the gateway is not shutting down.
+func (g *Gateway) serving() bool {
+	return g.listened.Load() && g.probe.State().OK && !g.stopping.Load()
+}
+
+// updateHealth sets gRPC health to match serving (health.Shutdown, at
+// shutdown, makes it NOT_SERVING for good).
+func (g *Gateway) updateHealth() {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if g.serving() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	g.health.SetServingStatus("", st)
+	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, st)
+}
+
 func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	snap := g.reg.Snapshot()
+	probe := g.probe.State()
 	d := map[string]any{
 		"registry_version":  snap.Version,
 		"tools":             len(snap.Tools()),
-		"broker_connected":  g.listened.Load(),
+		"broker_connected":  g.listened.Load() && probe.OK,
+		"broker_probe":      probe,
 		"shutting_down":     g.stopping.Load(),
 		"instance":          g.cfg.InstanceID,
 		"reply_topic":       g.bridge.ReplyTopic(),
@@ -241,7 +269,7 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	g.sources.details(d)
 	// Shown, never holding up readiness: one bad service must not.
 	d["response_topics_failing"] = g.bridge.Failing()
-	return g.listened.Load() && !g.stopping.Load(), d
+	return g.serving(), d
 }
 
 // onRegistrySwap hands the bridge the response topics of the snapshot's
@@ -299,9 +327,8 @@ func (g *Gateway) listen(ctx context.Context) {
 		return // ctx ended first
 	}
 	g.listened.Store(true)
-	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	g.log.Info("broker connected; ready")
+	g.updateHealth()
+	g.log.Info("broker connected; response topics subscribed")
 }
 
 // Run serves until ctx ends, then shuts down (see shutdown): readiness
@@ -312,7 +339,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	gcgoal.Set(g.cfg.GCHeapMiB, g.log)
 	errc := make(chan error, 2)
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		if err := g.grpcSrv.Serve(g.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -332,6 +359,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	lctx, stopListen := context.WithCancel(ctx)
 	go func() { defer wg.Done(); g.listen(lctx) }()
 	go func() { defer wg.Done(); g.watchRegistry(lctx) }()
+	go func() { defer wg.Done(); g.probe.Run(lctx) }()
 	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.Pulsar.URL, "reply_topic", g.bridge.ReplyTopic())
 
 	var runErr error

@@ -7,6 +7,7 @@ package restart
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
@@ -125,6 +126,18 @@ func consumers(topic string) int {
 	return n
 }
 
+// get returns the status and body of a GET, 0 when it cannot connect.
+func get(url string) (int, string) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func TestBrokerRestartUnderLoad(t *testing.T) {
 	dataDir = t.TempDir()
 	pickPorts(t)
@@ -206,8 +219,49 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 		}()
 	}
 	eventually.True(t, 30*time.Second, "every call reached the service", func() bool { return handling.Load() == n })
+	// Readiness follows the broker: 503 within 3 s of the broker's port
+	// closing (the broker may close its connections earlier as it stops).
+	readyz := "http://" + gw.HTTPAddr() + "/readyz"
+	if code, body := get(readyz); code != http.StatusOK {
+		t.Fatalf("/readyz before the restart: %d %s", code, body)
+	}
+	watched := make(chan time.Duration, 1)
+	go func() {
+		var portGone, notReady time.Time
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && (portGone.IsZero() || notReady.IsZero()); {
+			if notReady.IsZero() {
+				if code, _ := get(readyz); code == http.StatusServiceUnavailable {
+					notReady = time.Now()
+				}
+			}
+			if portGone.IsZero() {
+				if c, err := net.DialTimeout("tcp", "127.0.0.1:"+brokerPort, 200*time.Millisecond); err != nil {
+					portGone = time.Now()
+				} else {
+					c.Close()
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if portGone.IsZero() || notReady.IsZero() {
+			watched <- -1
+			return
+		}
+		watched <- notReady.Sub(portGone)
+	}()
 	pulsarScript(t, "down")
 	stopped = true
+	switch d := <-watched; {
+	case d < 0:
+		t.Errorf("/readyz did not turn 503 while the broker was down")
+	case d > 3*time.Second:
+		t.Errorf("/readyz turned 503 %v after the broker's port closed, want within 3 s", d)
+	default:
+		t.Logf("/readyz turned 503 %v after the broker's port closed (negative: before)", d.Round(time.Millisecond))
+	}
+	if code, body := get(readyz); code != http.StatusServiceUnavailable || !strings.Contains(body, `"broker_connected":false`) {
+		t.Errorf("/readyz with the broker down: %d %s, want 503 with broker_connected false", code, body)
+	}
 	for range n {
 		r := <-results
 		if c := status.Code(r.err); c != codes.Unavailable && c != codes.DeadlineExceeded {
@@ -222,6 +276,9 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 	// and the first call succeeds, without restarting anything.
 	pulsarScript(t, "up")
 	stopped = false
+	up := time.Now()
+	eventually.True(t, 60*time.Second, "/readyz 200 again", func() bool { code, _ := get(readyz); return code == http.StatusOK })
+	t.Logf("/readyz 200 again %v after the broker was up", time.Since(up).Round(time.Millisecond))
 	eventually.True(t, 60*time.Second, "service and gateway subscribed again", subscribed)
 	if got, err := invoke(t.Context(), map[string]any{"msg": "after"}); err != nil || got != "after" {
 		t.Fatalf("first call after the restart: %q %v", got, err)

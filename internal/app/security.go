@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
@@ -22,10 +23,12 @@ type security struct {
 	lim   *limits.Limiter
 	tls   *tls.Config // nil: plain text
 	body  int64
+	// bodyTimeout is the time a request body has to arrive (0: none).
+	bodyTimeout time.Duration
 }
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
-	s := &security{body: int64(cfg.HTTP.MaxBodyBytes)}
+	s := &security{body: int64(cfg.HTTP.MaxBodyBytes), bodyTimeout: cfg.HTTP.BodyTimeout}
 	if cfg.TLSCert != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
@@ -67,7 +70,7 @@ func (s *security) creds() credentials.TransportCredentials {
 	return credentials.NewTLS(s.tls)
 }
 
-// wrapHTTP adds the body limit.
+// wrapHTTP adds the body limits: size, and time to arrive.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
-	return limits.MaxBody(s.body, h)
+	return limits.MaxBody(s.body, limits.BodyTimeout(s.bodyTimeout, h))
 }

@@ -102,6 +102,7 @@ type HTTP struct {
 	CORSOrigins  []string      // origins browsers may call from; "*" = any
 	SSEHeartbeat time.Duration // keep-alive of a quiet Server-Sent Events stream
 	MaxBodyBytes int           // largest request body
+	BodyTimeout  time.Duration // time a request's body has to arrive; 0 = none
 }
 
 // Pulsar is how the gateway reaches the broker: where, as whom, and how
@@ -202,6 +203,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", limits.DefaultBurst, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
 	fs.IntVar(&c.HTTP.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
+	dur(&c.HTTP.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request body on the HTTP listener has to arrive in full (REST answers 408 after it); 0 = no limit; responses, streams included, are not limited")
 	var cors string
 	str(&cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any); empty = CORS off")
 	dur(&c.HTTP.SSEHeartbeat, "sse-heartbeat", httpapi.DefaultSSEHeartbeat, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
@@ -260,6 +262,9 @@ func (c Config) validate() error {
 	}
 	if c.Core.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))
+	}
+	if c.HTTP.BodyTimeout < 0 {
+		errs = append(errs, errors.New("--body-timeout must not be negative"))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))

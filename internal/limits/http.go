@@ -27,10 +27,15 @@ const DefaultMaxBody = 1 << 20
 //   - a Retry-After header (whole seconds, rounded up) when the status
 //     carries a google.rpc.RetryInfo, as rate-limited and overloaded calls do;
 //   - HTTP 413 instead of 400 when the request body went over the MaxBody
-//     limit while grpc-gateway was reading it.
+//     limit while grpc-gateway was reading it;
+//   - HTTP 408 (and the connection closed) when the body did not arrive
+//     within BodyTimeout.
 func ErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if s, ok := r.Context().Value(stateKey{}).(*reqState); ok && s.over.Load() {
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: tooLarge(s.limit).Err()}
+	} else if limit, ok := bodyTimedOut(r); ok {
+		w.Header().Set("Connection", "close")
+		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestTimeout, Err: bodyTimeoutStatus(limit).Err()}
 	} else if secs, ok := RetryAfter(err); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	}

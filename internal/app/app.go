@@ -178,23 +178,24 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
-	var mcpHandler http.Handler
+	var mcpHandler, mcpMetadata http.Handler
 	if cfg.MCP {
 		a := cfg.Auth
 		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
 			// Who may list which tools is the caller's credentials' and the
 			// policy's to say: with either, a tool list is the caller's own.
 			CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
-			MaxCacheTTL:     cfg.MCPCacheTTL})
-		mcpHandler = g.mcp
+			MaxCacheTTL:     cfg.MCPCacheTTL,
+			Resource:        cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
+		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
 	}
 	connectPath, connectHandler := connectapi.New(calls)
 	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.ready,
 		Handler: calls,
 		Connect: connectHandler, ConnectPath: connectPath,
 		ErrorHandler: limits.ErrorHandler, Metrics: g.metrics.Handler(),
-		Docs:        docs.New(docs.Options{Logger: log}),
-		MCP:         mcpHandler,
+		Docs: docs.New(docs.Options{Logger: log}),
+		MCP:  mcpHandler, MCPResourceMetadata: mcpMetadata,
 		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
 	if err != nil {
 		g.closeEarly()

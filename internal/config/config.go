@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -55,6 +56,8 @@ type Config struct {
 	MCP bool
 	// MCPCacheTTL bounds the ttlMs caching hint of MCP list results.
 	MCPCacheTTL time.Duration
+	// MCPOAuth is the MCP endpoint as an OAuth protected resource.
+	MCPOAuth MCPOAuth
 	// InstanceID names this gateway replica: in its logs, metrics,
 	// /readyz, and its reply topic.
 	InstanceID string
@@ -120,6 +123,16 @@ func (p Pulsar) Connection() transport.Connection {
 	return transport.Connection{URL: p.URL, TokenFile: p.TokenFile, TLSTrustCertsFile: p.TLSCA}
 }
 
+// MCPOAuth is the MCP endpoint as an OAuth 2.0 protected resource
+// (RFC 9728): its resource identifier, the authorization servers that
+// issue its tokens, and the scopes to ask for. Without a Resource the
+// endpoint publishes no metadata.
+type MCPOAuth struct {
+	Resource             string
+	AuthorizationServers []string // default: --jwt-issuer
+	Scopes               []string
+}
+
 // Auth is who may call: the credential files, JWT checks, the policy and
 // anonymous access, as auth.FromConfig reads them.
 type Auth = auth.Config
@@ -170,6 +183,10 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.Pulsar.Batching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
 	fs.BoolVar(&c.MCP, "mcp", envBool(getenv, "mcp", true, &envErrs), "serve the tools over the Model Context Protocol (Streamable HTTP, stateless) at /mcp on the HTTP listener (env "+envName("mcp")+")")
 	dur(&c.MCPCacheTTL, "mcp-cache-ttl", mcp.DefaultMaxCacheTTL, "longest time MCP clients may cache tools/list (the ttlMs hint of protocol 2026-07-28: a tenth of the time since the tool list last changed, up to this); 0 = never")
+	var authServers, scopes string
+	str(&c.MCPOAuth.Resource, "mcp-resource", "", "the MCP endpoint's URL as OAuth clients reach it (e.g. https://gateway.example.com/mcp): publishes its protected resource metadata (RFC 9728) at /.well-known/oauth-protected-resource[/mcp], names it in 401 challenges, and is the audience JWTs must carry unless --jwt-audience says otherwise")
+	str(&authServers, "mcp-authorization-servers", "", "comma-separated issuer URLs of the authorization servers of --mcp-resource (default: --jwt-issuer)")
+	str(&scopes, "mcp-scopes", "", "comma-separated scopes MCP clients should ask for (scopes_supported of --mcp-resource)")
 	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
@@ -214,9 +231,16 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	for _, o := range strings.Split(cors, ",") {
-		if o = strings.TrimSpace(o); o != "" {
-			c.HTTP.CORSOrigins = append(c.HTTP.CORSOrigins, o)
+	c.HTTP.CORSOrigins = commaList(cors)
+	c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes = commaList(authServers), commaList(scopes)
+	if c.MCPOAuth.Resource != "" {
+		if len(c.MCPOAuth.AuthorizationServers) == 0 && c.Auth.JWTIssuer != "" {
+			c.MCPOAuth.AuthorizationServers = []string{c.Auth.JWTIssuer}
+		}
+		// MCP clients ask for tokens whose audience is the resource
+		// (RFC 8707): only those may reach it.
+		if c.Auth.JWTAudience == "" {
+			c.Auth.JWTAudience = c.MCPOAuth.Resource
 		}
 	}
 	c.Auth.DefaultUser, c.Auth.ClientCerts = c.Core.DefaultUser, c.ClientCA != ""
@@ -224,6 +248,17 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	return c, errors.Join(append(envErrs, c.validate())...)
+}
+
+// commaList is the non-empty, trimmed items of a comma-separated list.
+func commaList(s string) []string {
+	var out []string
+	for _, o := range strings.Split(s, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func (c Config) validate() error {
@@ -281,6 +316,27 @@ func (c Config) validate() error {
 	for _, o := range c.HTTP.CORSOrigins {
 		if o != "*" && !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") {
 			errs = append(errs, fmt.Errorf("--cors-origins %q: want origins such as https://app.example.com, or *", o))
+		}
+	}
+	if r := c.MCPOAuth.Resource; r != "" {
+		if err := mcp.CheckResource(r); err != nil {
+			errs = append(errs, fmt.Errorf("--mcp-resource %q: %w", r, err))
+		}
+		if !c.MCP {
+			errs = append(errs, errors.New("--mcp-resource needs --mcp: the resource is the MCP endpoint"))
+		}
+		if len(c.MCPOAuth.AuthorizationServers) == 0 {
+			errs = append(errs, errors.New("--mcp-resource needs --mcp-authorization-servers or --jwt-issuer: clients must learn where to get tokens"))
+		}
+		if c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" {
+			errs = append(errs, errors.New("--mcp-resource needs --jwt-jwks-file or --jwt-hs256-secret-file: the authorization servers' tokens are JWTs the gateway checks"))
+		}
+	} else if len(c.MCPOAuth.AuthorizationServers) > 0 || len(c.MCPOAuth.Scopes) > 0 {
+		errs = append(errs, errors.New("--mcp-authorization-servers and --mcp-scopes describe --mcp-resource: give it too"))
+	}
+	for _, a := range c.MCPOAuth.AuthorizationServers {
+		if u, err := url.Parse(a); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--mcp-authorization-servers %q: want issuer URLs such as https://auth.example.com", a))
 		}
 	}
 	if c.MCPCacheTTL < 0 {

@@ -66,6 +66,10 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--grpc-workers", "-1"}, nil, []string{"--grpc-workers must not be negative"}},
 		{[]string{"--allow-anonymous", "--gc-heap-mib", "-1"}, nil, []string{"--gc-heap-mib must be between 0 and 1048576"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_PULSAR_BATCHING": "maybe"}, []string{`TOOLGATE_PULSAR_BATCHING="maybe"`}},
+		{[]string{"--allow-anonymous", "--mcp-resource", "gw.example.com/mcp"}, nil, []string{"--mcp-resource \"gw.example.com/mcp\": want an absolute https:// URI", "needs --mcp-authorization-servers or --jwt-issuer", "needs --jwt-jwks-file"}},
+		{[]string{"--jwt-jwks-file", "k.json", "--jwt-issuer", "https://auth.test", "--mcp-resource", "https://gw.test/mcp", "--mcp=false"}, nil, []string{"--mcp-resource needs --mcp"}},
+		{[]string{"--allow-anonymous", "--mcp-scopes", "tools"}, nil, []string{"describe --mcp-resource: give it too"}},
+		{[]string{"--jwt-jwks-file", "k.json", "--mcp-resource", "https://gw.test/mcp", "--mcp-authorization-servers", "auth.test"}, nil, []string{`--mcp-authorization-servers "auth.test"`}},
 	}
 	for _, c := range cases {
 		_, err := Parse(c.args, func(k string) string { return c.env[k] }, io.Discard)
@@ -74,6 +78,29 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("Parse(%v, %v) = %v; want an error mentioning %q", c.args, c.env, err, w)
 			}
 		}
+	}
+}
+
+// TestMCPResource: --mcp-resource is the JWTs' audience unless
+// --jwt-audience says otherwise, and --jwt-issuer the authorization server
+// unless --mcp-authorization-servers names them.
+func TestMCPResource(t *testing.T) {
+	t.Parallel()
+	base := []string{"--jwt-jwks-file", "k.json", "--jwt-issuer", "https://auth.test", "--mcp-resource", "https://gw.test/mcp"}
+	c, err := Parse(base, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Auth.JWTAudience != "https://gw.test/mcp" || strings.Join(c.MCPOAuth.AuthorizationServers, ",") != "https://auth.test" || c.MCPOAuth.Scopes != nil {
+		t.Fatalf("audience %q, authorization servers %v, scopes %v", c.Auth.JWTAudience, c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes)
+	}
+	c, err = Parse(append(base, "--jwt-audience", "toolgate", "--mcp-authorization-servers", "https://a.test, https://b.test", "--mcp-scopes", "tools,admin"),
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Auth.JWTAudience != "toolgate" || strings.Join(c.MCPOAuth.AuthorizationServers, " ") != "https://a.test https://b.test" || strings.Join(c.MCPOAuth.Scopes, " ") != "tools admin" {
+		t.Fatalf("audience %q, authorization servers %v, scopes %v", c.Auth.JWTAudience, c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes)
 	}
 }
 

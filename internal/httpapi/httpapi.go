@@ -70,6 +70,11 @@ type Options struct {
 	// MCP, when set, is served at /mcp (the Model Context Protocol
 	// endpoint); it checks its own methods.
 	MCP http.Handler
+	// MCPResourceMetadata, when set, is served at
+	// /.well-known/oauth-protected-resource and at that path followed by
+	// /mcp: the MCP endpoint's OAuth protected resource metadata
+	// (RFC 9728).
+	MCPResourceMetadata http.Handler
 	// Connect, when set, serves POST requests under ConnectPath (the
 	// Connect door: Connect, gRPC-Web and gRPC for the ToolService).
 	Connect     http.Handler
@@ -149,11 +154,21 @@ func (a *api) routes() {
 			m.Handle(method+" /mcp", a.opts.MCP)
 		}
 	}
+	if a.opts.MCPResourceMetadata != nil {
+		for _, p := range wellKnown {
+			m.Handle("GET "+p, a.opts.MCPResourceMetadata)
+			m.Handle("OPTIONS "+p, a.opts.MCPResourceMetadata) // browsers' preflight
+		}
+	}
 	if a.opts.Connect != nil {
 		m.Handle("POST "+a.opts.ConnectPath, a.opts.Connect)
 	}
 	m.HandleFunc("/", a.unrouted)
 }
+
+// wellKnown are the paths of the MCP endpoint's resource metadata: the
+// RFC 9728 form for a resource at /mcp, and the one without the path.
+var wellKnown = [2]string{"/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"}
 
 func specHandler(b []byte) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -200,6 +215,10 @@ func (a *api) allowed(path string) string {
 	case "/mcp":
 		if a.opts.MCP != nil {
 			return "GET, HEAD, POST, DELETE"
+		}
+	case wellKnown[0], wellKnown[1]:
+		if a.opts.MCPResourceMetadata != nil {
+			return "GET, HEAD, OPTIONS"
 		}
 	}
 	if a.opts.Docs != nil && (path == "/docs" || strings.HasPrefix(path, "/docs/")) {

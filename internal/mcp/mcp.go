@@ -115,6 +115,19 @@ type Options struct {
 	// while; one that just changed may change again), up to MaxCacheTTL;
 	// zero makes every list immediately stale.
 	MaxCacheTTL time.Duration
+	// Resource is the endpoint's resource identifier for OAuth clients
+	// (RFC 9728, RFC 8707): its canonical URL, as clients reach it
+	// ("https://gateway.example.com/mcp"). When set, ResourceMetadata
+	// serves the endpoint's protected resource metadata, and a request
+	// refused with 401 points to it in its WWW-Authenticate challenge.
+	// The tokens' audience is for Authenticate to check.
+	Resource string
+	// AuthorizationServers are the issuers (RFC 8414) of the tokens the
+	// endpoint accepts, for its resource metadata.
+	AuthorizationServers []string
+	// Scopes are the scopes clients should ask for (the metadata's
+	// scopes_supported and the challenge's scope).
+	Scopes []string
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -260,7 +273,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c := req.base
 		c.Op, c.Method = toolcall.OpListTools, "mcp"
 		if err := s.opts.Authenticate(r.Context(), &c); err != nil {
-			s.refuse(w, err)
+			s.refuse(w, r, err)
 			return
 		}
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
@@ -305,13 +318,13 @@ func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) 
 }
 
 // refuse answers a request that failed authentication.
-func (s *Server) refuse(w http.ResponseWriter, err error) {
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
 	code := http.StatusInternalServerError
 	switch st.Code() {
 	case codes.Unauthenticated:
 		code = http.StatusUnauthorized
-		w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+		w.Header().Set("WWW-Authenticate", s.challenge(r))
 	case codes.PermissionDenied:
 		code = http.StatusForbidden
 	case codes.ResourceExhausted:

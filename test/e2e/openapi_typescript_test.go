@@ -61,13 +61,20 @@ func TestOpenAPITypeScript(t *testing.T) {
 // returns the directory holding their node_modules.
 func npmTools(t *testing.T, ctx context.Context, root string) string {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "npm-tools.sh"))
+	return npmInstall(t, ctx, root, "npm-tools.sh")
+}
+
+// npmInstall runs scripts/<script>, which installs a pinned set of npm
+// packages and prints the directory holding their node_modules.
+func npmInstall(t *testing.T, ctx context.Context, root, script string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", script))
 	cmd.Dir = root
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("scripts/npm-tools.sh: %v\n%s", err, stderr.String())
+		t.Fatalf("scripts/%s: %v\n%s", script, err, stderr.String())
 	}
 	return strings.TrimSpace(string(out))
 }

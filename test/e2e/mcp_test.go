@@ -173,65 +173,104 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // TestMCPInspector: the MCP Inspector's CLI (npm, pinned, installed by
-// scripts/mcp-inspector.sh into .cache/) lists the gateway's tools and
-// calls one over Streamable HTTP.
+// scripts/mcp-inspector.sh into .cache/), in the protocol eras legacy (its
+// default) and auto (which reaches 2026-07-28), lists the gateway's tools
+// with their schemas, calls one, gets a tool error as a result, and is
+// refused by a gateway that wants credentials.
 func TestMCPInspector(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	inspect := func(args ...string) []byte {
+	sec := startMCPSecured(t)
+	run := func(url string, args ...string) ([]byte, string, error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "mcp-inspector.sh"),
-			append([]string{"--cli", env.httpBase + "/mcp", "--transport", "http"}, args...)...)
+			append([]string{"--cli", url, "--transport", "http"}, args...)...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "HOME="+home, "MCP_CATALOG_PATH="+filepath.Join(home, "mcp.json"), "NO_COLOR=1")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("mcp-inspector %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-		}
-		t.Logf("mcp-inspector %s:\n%s", strings.Join(args, " "), stdout.String())
-		return stdout.Bytes()
+		err := cmd.Run()
+		t.Logf("mcp-inspector %s:\n%s%s", strings.Join(args, " "), stdout.String(), stderr.String())
+		return stdout.Bytes(), stderr.String(), err
 	}
-
-	var list struct {
-		Tools []struct {
-			Name        string         `json:"name"`
-			InputSchema map[string]any `json:"inputSchema"`
-		} `json:"tools"`
-	}
-	if err := json.Unmarshal(inspect("--method", "tools/list"), &list); err != nil {
-		t.Fatalf("tools/list output is not the JSON result: %v", err)
-	}
-	found := false
-	for _, tool := range list.Tools {
-		if tool.Name == "tell-joke" {
-			found = true
-			if props, _ := tool.InputSchema["properties"].(map[string]any); props["topic"] == nil {
-				t.Errorf("tell-joke's inputSchema has no topic: %v", tool.InputSchema)
+	for _, era := range []string{"legacy", "auto"} {
+		t.Run(era, func(t *testing.T) {
+			inspect := func(args ...string) []byte {
+				t.Helper()
+				out, _, err := run(env.httpBase+"/mcp", append([]string{"--protocol-era", era}, args...)...)
+				if err != nil {
+					t.Fatalf("mcp-inspector %s: %v", strings.Join(args, " "), err)
+				}
+				return out
 			}
-		}
-	}
-	if !found {
-		t.Fatalf("tell-joke not listed; tools: %+v", list.Tools)
-	}
+			var list struct {
+				Tools []struct {
+					Name        string         `json:"name"`
+					InputSchema map[string]any `json:"inputSchema"`
+				} `json:"tools"`
+			}
+			if err := json.Unmarshal(inspect("--method", "tools/list"), &list); err != nil {
+				t.Fatalf("tools/list output is not the JSON result: %v", err)
+			}
+			found := false
+			for _, tool := range list.Tools {
+				if tool.Name == "tell-joke" {
+					found = true
+					if props, _ := tool.InputSchema["properties"].(map[string]any); props["topic"] == nil {
+						t.Errorf("tell-joke's inputSchema has no topic: %v", tool.InputSchema)
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("tell-joke not listed; tools: %+v", list.Tools)
+			}
 
-	var call struct {
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-		IsError bool `json:"isError"`
-	}
-	if err := json.Unmarshal(inspect("--method", "tools/call", "--tool-name", "tell-joke", "--tool-arg", "topic=cats"), &call); err != nil {
-		t.Fatalf("tools/call output is not the JSON result: %v", err)
-	}
-	if call.IsError || len(call.Content) != 1 || call.Content[0].Type != "text" || len(call.Content[0].Text) < 10 {
-		t.Fatalf("tools/call result: %+v", call)
+			type result struct {
+				Content []struct {
+					Type string `json:"type"`
+					Text string `json:"text"`
+				} `json:"content"`
+				IsError bool           `json:"isError"`
+				Meta    map[string]any `json:"_meta"`
+			}
+			var call result
+			if err := json.Unmarshal(inspect("--method", "tools/call", "--tool-name", "tell-joke", "--tool-arg", "topic=cats"), &call); err != nil {
+				t.Fatalf("tools/call output is not the JSON result: %v", err)
+			}
+			if call.IsError || len(call.Content) != 1 || call.Content[0].Type != "text" || len(call.Content[0].Text) < 10 {
+				t.Fatalf("tools/call result: %+v", call)
+			}
+			// Only 2026-07-28 results carry the server's identity in _meta:
+			// auto must have reached it.
+			if modern := call.Meta["io.modelcontextprotocol/serverInfo"] != nil; modern != (era == "auto") {
+				t.Errorf("era %s: tools/call result _meta %v", era, call.Meta)
+			}
+			// A tool's error: the result, and exit status 5 (the CLI's for isError).
+			out, _, err := run(env.httpBase+"/mcp", "--protocol-era", era, "--method", "tools/call", "--tool-name", "echo",
+				"--tool-arg", "mode=fail", "--tool-arg", "type=not-found", "--tool-arg", "message=no such joke")
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 5 {
+				t.Errorf("mcp-inspector on a tool error: %v, want exit status 5", err)
+			}
+			var failed result
+			if err := json.Unmarshal(out, &failed); err != nil {
+				t.Fatalf("tools/call output is not the JSON result: %v", err)
+			}
+			if !failed.IsError || len(failed.Content) != 1 || failed.Content[0].Text != "not-found: no such joke" {
+				t.Errorf("the tool's error: %+v; want isError with not-found: no such joke", failed)
+			}
+
+			// Refused with 401, which the CLI reports as auth_required.
+			out, stderr, err := run(sec.base+"/mcp", "--protocol-era", era, "--method", "tools/list")
+			if err == nil || !strings.Contains(stderr+string(out), `"auth_required"`) {
+				t.Errorf("without credentials: %v; want a refusal (auth_required)", err)
+			}
+		})
 	}
 }
 

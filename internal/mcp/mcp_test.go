@@ -20,6 +20,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
@@ -113,7 +114,7 @@ func newFixture(t *testing.T, opts mcp.Options) *fixture {
 	if err := b.Listen(ctx, "non-persistent://tg/response/echo"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return mem.Subscribers("non-persistent://tg/request/echo") > 0 })
+	eventually.True(t, 5*time.Second, "the echo service subscribed", func() bool { return mem.Subscribers("non-persistent://tg/request/echo") > 0 })
 	core := toolcall.New(registry.New(snap), b, toolcall.Options{
 		DefaultTimeout: 5 * time.Second, MaxTimeout: time.Minute,
 		Visible: func(_ *toolcall.Call, tool string) bool { return tool != "hidden" },
@@ -127,17 +128,6 @@ func newFixture(t *testing.T, opts mcp.Options) *fixture {
 	t.Cleanup(hs.Close)
 	f.url = hs.URL
 	return f
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // headerTransport adds fixed headers to every request.
@@ -372,7 +362,7 @@ func TestStreamAsProgress(t *testing.T) {
 		t.Fatalf("isError=%v text=%q", res.IsError, text(t, res))
 	}
 	// The client may hand notifications over after the result.
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 5 })
+	eventually.True(t, 5*time.Second, "five notifications", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 5 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 5 {

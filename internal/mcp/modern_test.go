@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/mcp"
 )
 
@@ -274,7 +275,7 @@ func TestCancelledNotification(t *testing.T) {
 				}
 				done <- outcome{time.Since(start), string(body)}
 			}()
-			waitFor(t, func() bool { return f.rec.last().Name == "echo" })
+			eventually.True(t, 5*time.Second, "the echo call recorded", func() bool { return f.rec.last().Name == "echo" })
 			cancel := func(id string) int {
 				req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(
 					`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+id+`,"reason":"test"}}`))

@@ -17,6 +17,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 const mcpKey = "mcp-test-key-0123456789"
@@ -140,17 +141,23 @@ func TestMCPToolsChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	// The client opens its listening stream in the background: give it
-	// time, then change the registry.
-	time.Sleep(500 * time.Millisecond)
-	if err := os.WriteFile(sec.regPath, []byte(mcpRegistry("  new-echo: {type: tool-service, service: echo-service}\n")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-changed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no notifications/tools/list_changed within 10s of the registry change")
-	}
+	// The client opens its listening stream in the background, and a
+	// change made before that is not notified: change the registry (new-echo
+	// and one more tool each time) until a notification comes.
+	changes := 0
+	eventually.True(t, 20*time.Second, "notifications/tools/list_changed after a registry change", func() bool {
+		changes++
+		extra := fmt.Sprintf("  new-echo: {type: tool-service, service: echo-service}\n  marker-%d: {type: tool-service, service: echo-service}\n", changes)
+		if err := os.WriteFile(sec.regPath, []byte(mcpRegistry(extra)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+			return true
+		case <-time.After(time.Second):
+			return false
+		}
+	})
 	res, err := cs.ListTools(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)

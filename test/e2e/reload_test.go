@@ -14,6 +14,7 @@ import (
 	"time"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -76,6 +77,7 @@ func TestRegistryHotReload(t *testing.T) {
 	}
 
 	// Calls in flight on echo-a while the file changes.
+	published0 := metric(t, base, "toolgate_bridge_published_total")
 	var wg sync.WaitGroup
 	inflight := make(chan error, 20)
 	for i := range 20 {
@@ -90,7 +92,9 @@ func TestRegistryHotReload(t *testing.T) {
 			inflight <- err
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // let them be published
+	eventually.True(t, 20*time.Second, "the calls published", func() bool {
+		return metric(t, base, "toolgate_bridge_published_total")-published0 >= 20
+	})
 	writeAtomically(t, path, reloadRegistry("echo-b"))
 
 	deadline := time.Now().Add(10 * time.Second)

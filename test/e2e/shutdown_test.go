@@ -16,6 +16,7 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -59,7 +60,10 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 	for range n {
 		<-started
 	}
-	time.Sleep(500 * time.Millisecond) // let the calls reach the service
+	base := "http://" + gw.httpAddr
+	eventually.True(t, 20*time.Second, "the calls published to the service", func() bool {
+		return metric(t, base, "toolgate_bridge_published_total") >= n
+	})
 	sent := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -190,7 +194,9 @@ func TestSIGTERMPastTheGrace(t *testing.T) {
 			t.Fatal("the calls were not under way after 20 s")
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // the unary requests reach the service
+	eventually.True(t, 20*time.Second, "every call published to the service", func() bool {
+		return metric(t, base, "toolgate_bridge_published_total") >= float64(len(calls))
+	})
 	sent := time.Now()
 	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -198,7 +204,14 @@ func TestSIGTERMPastTheGrace(t *testing.T) {
 
 	// The drain: /readyz is 503 with its details, every time it is asked;
 	// new calls are refused, retryably.
-	time.Sleep(200 * time.Millisecond)
+	eventually.True(t, 2*time.Second, "/readyz 503 after SIGTERM", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
 	for time.Since(sent) < grace-500*time.Millisecond {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {

@@ -144,7 +144,7 @@ func main() {
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
-	fs.StringVar(&doors, "doors", "rest,mcp,connect,grpc", "after each repetition, these doors take turns on one gateway (\"off\" skips): rest, mcp, connect, grpcweb, grpc")
+	fs.StringVar(&doors, "doors", "rest,mcp,mcp-2026,connect,grpc", "after each repetition, these doors take turns on one gateway (\"off\" skips): rest, mcp (protocol 2025-11-25), mcp-2026 (2026-07-28), connect, grpcweb, grpc")
 	fs.IntVar(&doorsConc, "doors-concurrency", 64, "concurrency of the doors phase")
 	fs.IntVar(&slices, "interleave-windows", 4, "windows per server and concurrency in the interleaved phase (each -duration / this long)")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
@@ -211,7 +211,7 @@ func main() {
 	if doors != "off" && doors != "" {
 		c.Doors, c.DoorsConcurrency, c.DoorsWindows = splitList(doors), doorsConc, max(slices, 1)
 		for _, d := range c.Doors {
-			if d != "rest" && d != "mcp" && d != "connect" && d != "grpcweb" && d != "grpc" {
+			if d != "rest" && d != "mcp" && d != "mcp-2026" && d != "connect" && d != "grpcweb" && d != "grpc" {
 				fatalf("-doors: unknown door %q", d)
 			}
 		}

@@ -219,12 +219,15 @@ func (r *restCaller) Close() { r.client.CloseIdleConnections() }
 
 // postJSON posts body with the given Accept (none when empty) and bearer
 // credential; any answer but 200 is an error carrying the start of its body.
-func postJSON(ctx context.Context, c *http.Client, url string, body []byte, accept, auth string) (*http.Response, error) {
+func postJSON(ctx context.Context, c *http.Client, url string, body []byte, accept, auth string, header ...string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
 	}

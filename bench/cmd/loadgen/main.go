@@ -89,7 +89,7 @@ type (
 func main() {
 	var o Options
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
-	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | connect | grpcweb | direct-stream | grpc-stream | rest-stream (NDJSON) | rest-sse | connect-stream | mcp | inflight")
+	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | connect | grpcweb | direct-stream | grpc-stream | rest-stream (NDJSON) | rest-sse | connect-stream | mcp (protocol 2025-11-25) | mcp-2026 (protocol 2026-07-28) | inflight")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "calls in flight at once (workers); for inflight: calls to park")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "load before the window, not counted")
@@ -181,7 +181,9 @@ func newCaller(ctx context.Context, o Options) (Caller, error) {
 	case "rest-sse":
 		return newREST(o, msg, true, true), nil
 	case "mcp":
-		return newMCP(o, msg), nil
+		return newMCP(o, msg, false), nil
+	case "mcp-2026":
+		return newMCP(o, msg, true), nil
 	case "connect":
 		return newConnect(o, msg, false, false)
 	case "connect-stream":

@@ -14,21 +14,32 @@ import (
 // mcpCaller calls the gateway's MCP endpoint: one stateless JSON-RPC
 // tools/call per call, the answer read from the response's SSE "message"
 // event (or a JSON body), as an MCP client over Streamable HTTP does.
+// Protocol 2025-11-25 by default (mode mcp); with modern set, 2026-07-28
+// (mode mcp-2026): the version, method and tool name in headers and the
+// version and client capabilities in the request's _meta.
 type mcpCaller struct {
 	client *http.Client
 	url    string
 	auth   string
 	body   []byte
+	header []string // extra header, name and value pairs
 	want   string
 }
 
-func newMCP(o Options, msg string) *mcpCaller {
+// mcpModern is the protocol revision of mode mcp-2026.
+const mcpModern = "2026-07-28"
+
+func newMCP(o Options, msg string, modern bool) *mcpCaller {
 	m := &mcpCaller{client: newHTTPClient(o), url: "http://" + o.HTTPAddr + "/mcp", want: msg}
 	if o.APIKey != "" {
 		m.auth = "Bearer " + o.APIKey
 	}
-	m.body, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-		"params": map[string]any{"name": o.Tool, "arguments": map[string]any{"msg": msg}}})
+	params := map[string]any{"name": o.Tool, "arguments": map[string]any{"msg": msg}}
+	if modern {
+		params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": mcpModern, "io.modelcontextprotocol/clientCapabilities": map[string]any{}}
+		m.header = []string{"Mcp-Protocol-Version", mcpModern, "Mcp-Method", "tools/call", "Mcp-Name", o.Tool}
+	}
+	m.body, _ = json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
 	return m
 }
 
@@ -46,7 +57,7 @@ type mcpAnswer struct {
 
 func (m *mcpCaller) Call(ctx context.Context, _ int) (int, error) {
 	accept := "application/json, text/event-stream"
-	resp, err := postJSON(ctx, m.client, m.url, m.body, accept, m.auth)
+	resp, err := postJSON(ctx, m.client, m.url, m.body, accept, m.auth, m.header...)
 	if err != nil {
 		return 0, err
 	}

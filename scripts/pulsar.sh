@@ -17,7 +17,9 @@
 #   PULSAR_HEAP            max heap (default 512m)
 #   PULSAR_NAMESPACES      namespaces of tenant tg that ensure-ns creates (default "tg/request tg/response tg/notify tg/config";
 #                          tg/notify is where TrustGraph 2.x services listen for config pushes; tg/config holds
-#                          persistent://tg/config/tool-descriptors, the compacted topic tool services announce on)
+#                          persistent://tg/config/tool-descriptors, the compacted topic tool services announce on;
+#                          tg/operations holds persistent://tg/operations/state, the compacted table of durable
+#                          operations (docs/operations.md), with compaction and a retention of 2 days)
 #   PULSAR_COMPACTION_THRESHOLD  compaction threshold in bytes set on tg/config (default 1048576): the broker
 #                          compacts the announcements topic, keeping the latest message per service id
 #   PULSAR_EXTRA_JAVA_OPTS extra JVM flags appended to the defaults
@@ -40,7 +42,7 @@ BROKER_PORT="${PULSAR_BROKER_PORT:-6650}"
 WEB_PORT="${PULSAR_WEB_PORT:-8080}"
 START_TIMEOUT="${PULSAR_START_TIMEOUT:-180}"
 HEAP="${PULSAR_HEAP:-512m}"
-NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config}"
+NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config tg/operations}"
 ADMIN="http://127.0.0.1:$WEB_PORT/admin/v2"
 COMPACTION_THRESHOLD="${PULSAR_COMPACTION_THRESHOLD:-1048576}"
 # one broker per web port
@@ -113,6 +115,20 @@ ensure_ns() {
         *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "setting the compaction threshold of tg/config: HTTP $code" ;;
       esac
     fi
+  fi
+  if [[ " $NAMESPACES " == *" tg/operations "* ]]; then
+    # operation state is keyed by operation id: compaction keeps the latest
+    # per key; retention keeps it while no reader is attached (>= the TTL)
+    code="$(http_code PUT "$ADMIN/namespaces/tg/operations/compactionThreshold" "$COMPACTION_THRESHOLD")"
+    case "$code" in
+      204 | 200) ;;
+      *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "setting the compaction threshold of tg/operations: HTTP $code" ;;
+    esac
+    code="$(http_code POST "$ADMIN/namespaces/tg/operations/retention" '{"retentionTimeInMinutes": 2880, "retentionSizeInMB": -1}')"
+    case "$code" in
+      204 | 200) ;;
+      *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "setting the retention of tg/operations: HTTP $code" ;;
+    esac
   fi
   log "namespaces ready: $NAMESPACES"
 }

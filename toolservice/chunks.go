@@ -130,7 +130,7 @@ func (c *chunkSender) send(ctx context.Context, text string) error {
 	if c.flow != "" {
 		props[wire.PropFlow] = c.flow
 	}
-	msg := transport.Message{Payload: b, Properties: props}
+	msg := transport.Message{Key: c.id, Payload: b, Properties: props}
 	c.mu.Lock()
 	c.seq++
 	c.mu.Unlock()

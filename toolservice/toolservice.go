@@ -486,7 +486,10 @@ func (s *Service) serve(m transport.Message) {
 		if chunks != nil {
 			seq = chunks.seq
 		}
-		msg := transport.Message{Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}}
+		// Keyed by the id: on a persistent reply topic read by a
+		// Key_Shared subscription (durable operations) the replies of one
+		// call reach one reader, in order.
+		msg := transport.Message{Key: id, Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}}
 		// The last reply is the one the caller waits for: when the
 		// producer's queue is full (a burst of chunks), it waits for room
 		// instead of being dropped, which would leave the caller to its

@@ -75,6 +75,11 @@ func ValidateTopic(name string) error {
 	return nil
 }
 
+// OperationsTopic is where the replies of durable operations go: the
+// persistent topic of the response namespace that every gateway of a
+// deployment consumes on one Key_Shared subscription (docs/operations.md).
+const OperationsTopic = "persistent://" + Tenant + "/" + ResponseNamespace + "/toolgate.operations"
+
 // ReplyTopic is the reply topic of one gateway instance: every service
 // that honours PropReplyTo answers that instance's calls there. It lives in
 // the response namespace, as ReplyToAllowed requires.
@@ -96,16 +101,29 @@ func ValidateInstanceID(id string) error {
 
 // ReplyToAllowed reports whether a service whose response topic is
 // responseTopic may answer on replyTo (a PropReplyTo value): only a valid
-// topic of the same kind (non-persistent or persistent), tenant and
-// namespace, so that a caller cannot have replies sent anywhere else.
+// topic of the same tenant and namespace, so that a caller cannot have
+// replies sent anywhere else.
+//
+// The persistent twin of that namespace is allowed too (persistent://
+// where the response topic is non-persistent://, same tenant and
+// namespace): durable operations name OperationsTopic there.
 func ReplyToAllowed(replyTo, responseTopic string) bool {
 	if replyTo == responseTopic {
 		return true
 	}
 	i := strings.LastIndexByte(responseTopic, '/')
-	if i < 0 || !strings.HasPrefix(replyTo, responseTopic[:i+1]) {
+	if i < 0 {
 		return false
 	}
+	ns := responseTopic[:i+1]
+	if !strings.HasPrefix(replyTo, ns) {
+		rest, ok := strings.CutPrefix(ns, "non-persistent://")
+		if !ok || !strings.HasPrefix(replyTo, "persistent://"+rest) {
+			return false
+		}
+		ns = "persistent://" + rest
+	}
+	i = len(ns) - 1
 	local := replyTo[i+1:]
 	return local != "" && !strings.Contains(local, "/") && ValidateTopic(replyTo) == nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/mcp"
+	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
@@ -52,7 +53,8 @@ type Gateway struct {
 	health  *health.Server
 	sec     *security
 	metrics *telemetry.Metrics
-	mcp     *mcp.Server // nil without --mcp
+	mcp     *mcp.Server         // nil without --mcp
+	ops     *operations.Manager // nil without --operations
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
 	listened    atomic.Bool // every known response topic is subscribed
@@ -93,10 +95,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// a deep prefetch queue keeps bursts from being dropped by the broker.
 	popts := conn.Options()
 	popts.Logger, popts.ReceiverQueueSize, popts.DisableBatching = log, 10000, !cfg.Pulsar.Batching
-	if g.broker, err = transport.NewPulsar(popts); err != nil {
+	pb, err := transport.NewPulsar(popts)
+	if err != nil {
 		g.sources.stop()
 		return nil, err
 	}
+	g.broker = pb
 	g.stopTracing, err = telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
 		OTLPEndpoint: cfg.OTLPEndpoint, OTLPInsecure: cfg.OTLPInsecure, Logger: log})
 	if err != nil {
@@ -124,7 +128,14 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.updateHealth()
 	})
 
+	var ops toolcall.Operations // an untyped nil without --operations
+	if cfg.Operations {
+		g.ops = operations.New(pb, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.OperationTTL,
+			MaxPerOwner: cfg.MaxOperationsPerCaller, Logger: log})
+		ops = g.ops
+	}
 	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
+		Operations:        ops,
 		DefaultTimeout:    cfg.Core.DefaultTimeout,
 		MaxTimeout:        cfg.Core.MaxTimeout,
 		DefaultUser:       cfg.Core.DefaultUser,
@@ -240,7 +251,7 @@ func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
 // serving: the response topics were subscribed, the last broker probe
 // succeeded, and the gateway is not shutting down.
 func (g *Gateway) serving() bool {
-	return g.listened.Load() && g.probe.State().OK && !g.stopping.Load()
+	return g.listened.Load() && g.probe.State().OK && !g.stopping.Load() && (g.ops == nil || g.ops.Ready())
 }
 
 // updateHealth sets gRPC health to match serving (health.Shutdown, at
@@ -266,6 +277,9 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 		"instance":          g.cfg.InstanceID,
 		"reply_topic":       g.bridge.ReplyTopic(),
 		"reply_to_services": g.bridge.Honouring(),
+	}
+	if g.ops != nil {
+		d["operations_ready"] = g.ops.Ready() // the state table read, the reply subscription attached
 	}
 	g.sources.details(d)
 	// Shown, never holding up readiness: one bad service must not.
@@ -361,6 +375,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); g.listen(lctx) }()
 	go func() { defer wg.Done(); g.watchRegistry(lctx) }()
 	go func() { defer wg.Done(); g.probe.Run(lctx) }()
+	if g.ops != nil {
+		wg.Go(func() { g.ops.Run(lctx) })
+		go g.watchOperationsReady(lctx)
+	}
 	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.Pulsar.URL, "reply_topic", g.bridge.ReplyTopic())
 
 	var runErr error
@@ -445,4 +463,19 @@ func NewLogger(w io.Writer, format, level string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// watchOperationsReady updates gRPC health once the operations table has
+// been read (readiness waits for it).
+func (g *Gateway) watchOperationsReady(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !g.ops.Ready() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	g.updateHealth()
 }

@@ -20,7 +20,7 @@ type drain struct {
 func (d *drain) middleware() toolcall.Middleware {
 	return func(next toolcall.Handler) toolcall.Handler {
 		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
-			if c.Op != toolcall.OpInvoke && c.Op != toolcall.OpStream {
+			if c.Op != toolcall.OpInvoke && c.Op != toolcall.OpStream && c.Op != toolcall.OpStartTool {
 				return next(ctx, c, emit) // lists and lookups: quick, served to the end
 			}
 			// Counted before closing is read: wait never misses a call

@@ -10,8 +10,13 @@ import (
 // it acts on ("" for none in particular).
 func resource(c *toolcall.Call) (action, tool string, known bool) {
 	switch c.Op {
-	case toolcall.OpInvoke, toolcall.OpStream:
+	case toolcall.OpInvoke, toolcall.OpStream, toolcall.OpStartTool:
 		return ActionInvoke, c.Name, true
+	case toolcall.OpGetOperation, toolcall.OpListOperations, toolcall.OpCancelOperation,
+		toolcall.OpDeleteOperation, toolcall.OpWaitOperation:
+		// A caller only ever sees their own operations: no action of the
+		// policy is needed (action "").
+		return "", "", true
 	case toolcall.OpGetTool:
 		return ActionList, c.Name, true
 	case toolcall.OpListTools, toolcall.OpListServices, toolcall.OpGetService:

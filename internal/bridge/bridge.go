@@ -388,10 +388,30 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request) (*Call, e
 // timer for the wait for replies this way (the publish alone is bounded by
 // one). A zero deadline is none.
 func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, deadline time.Time) (*Call, error) {
+	return b.CallWith(ctx, t, req, deadline, CallOptions{})
+}
+
+// CallOptions change what CallWith sends.
+type CallOptions struct {
+	// ID is the request's correlation id (default: a fresh random one).
+	// The caller makes sure no other call has it.
+	ID string
+	// ReplyTo, when set, names the topic the service should answer on
+	// instead of the instance's reply topic. Replies that arrive there are
+	// for whoever reads that topic; the call still takes replies on the
+	// service's response topic (from services that ignore reply-to).
+	ReplyTo string
+	// NoCredit sends the request without flow control: the service
+	// answers without waiting for grants.
+	NoCredit bool
+}
+
+// CallWith is CallUntil with options.
+func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadline time.Time, o CallOptions) (*Call, error) {
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
 	}
-	if b.opts.ReplyTopic != "" {
+	if b.opts.ReplyTopic != "" && o.ReplyTo == "" {
 		// Subscribed before the request is out, so no reply can be missed.
 		if err := b.Listen(ctx, b.opts.ReplyTopic); err != nil {
 			return nil, err
@@ -415,17 +435,24 @@ func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, dead
 		return nil, err
 	}
 	payload := wire.EncodeRequest(req)
-	c := &Call{b: b, id: newID(), notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic,
+	id := o.ID
+	if id == "" {
+		id = newID()
+	}
+	c := &Call{b: b, id: id, notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic,
 		deadline: deadline, slot: slot, epoch: b.epoch.Load()}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
 		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
 	}
 	props := make(map[string]string, 5)
 	props[wire.PropID] = c.id
-	if b.opts.ReplyTopic != "" {
+	switch {
+	case o.ReplyTo != "":
+		props[wire.PropReplyTo] = o.ReplyTo
+	case b.opts.ReplyTopic != "":
 		props[wire.PropReplyTo] = b.opts.ReplyTopic
 	}
-	if b.opts.StreamWindow > 0 {
+	if b.opts.StreamWindow > 0 && !o.NoCredit {
 		c.granted = b.window()
 		if c.granted == b.opts.StreamWindow {
 			props[wire.PropCredit] = b.windowText // no allocation when no stream shares the budget

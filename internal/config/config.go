@@ -23,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpapi"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/mcp"
+	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
@@ -63,8 +64,15 @@ type Config struct {
 	InstanceID string
 	// ReplyTo has tool services answer this instance's calls on its own
 	// reply topic (the reply-to property) where they can.
-	ReplyTo  bool
-	Registry string
+	ReplyTo bool
+	// Operations serves durable operations (docs/operations.md): calls
+	// started as operations, their state on the broker's state table.
+	Operations bool
+	// OperationTTL is how long an operation is kept once it ended;
+	// MaxOperationsPerCaller bounds one caller's running operations.
+	OperationTTL           time.Duration
+	MaxOperationsPerCaller int
+	Registry               string
 	// Announcements reads tool services' announcements from AnnounceTopic.
 	Announcements bool
 	AnnounceTopic string
@@ -189,6 +197,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&scopes, "mcp-scopes", "", "comma-separated scopes MCP clients should ask for (scopes_supported of --mcp-resource)")
 	str(&c.InstanceID, "instance-id", defaultInstanceID(), "name of this gateway replica, unique among the replicas on one Pulsar cluster: in logs, metrics, /readyz and its reply topic non-persistent://tg/response/toolgate.<id> (default: host name and a random suffix)")
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
+	fs.BoolVar(&c.Operations, "operations", envBool(getenv, "operations", false, &envErrs), "serve durable operations (POST /v1/tools/{name}:start, /v1/operations): their state is kept on the broker (persistent://tg/operations/state, the namespace tg/operations must exist) so any replica answers for them (env "+envName("operations")+")")
+	dur(&c.OperationTTL, "operation-ttl", operations.DefaultTTL, "how long a durable operation is kept once it ended")
+	fs.IntVar(&c.MaxOperationsPerCaller, "max-operations-per-caller", envInt(getenv, "max-operations-per-caller", operations.DefaultMaxPerOwner, &envErrs), "durable operations one caller may have running; one more is refused with RESOURCE_EXHAUSTED (env "+envName("max-operations-per-caller")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
 	fs.IntVar(&c.MaxInFlightPerService, "max-in-flight-per-service", envInt(getenv, "max-in-flight-per-service", bridge.DefaultMaxInFlightPerService, &envErrs), "calls in flight to one tool service from this instance, kept below the service's request queue so that the broker drops none; further calls wait up to --service-queue-wait, then fail with RESOURCE_EXHAUSTED and a retry hint; 0 = no bound (env "+envName("max-in-flight-per-service")+")")
 	dur(&c.ServiceQueueWait, "service-queue-wait", bridge.DefaultServiceQueueWait, "how long a call waits for a free slot of its tool service (at most half its remaining deadline)")
@@ -294,6 +305,12 @@ func (c Config) validate() error {
 	}
 	if c.StreamWindow < 0 || c.StreamWindow > 4000 {
 		errs = append(errs, errors.New("--stream-window must be between 0 and 4000"))
+	}
+	if c.OperationTTL <= 0 {
+		errs = append(errs, errors.New("--operation-ttl must be positive"))
+	}
+	if c.MaxOperationsPerCaller <= 0 {
+		errs = append(errs, errors.New("--max-operations-per-caller must be positive"))
 	}
 	if c.Core.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))

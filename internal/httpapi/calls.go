@@ -34,7 +34,7 @@ func splitVerb(s string) (name, verb string) {
 		return s, ""
 	}
 	switch v := s[i+1:]; v {
-	case verbInvoke, verbStream:
+	case verbInvoke, verbStream, verbStart:
 		return s[:i], v
 	}
 	return s, ""
@@ -54,6 +54,8 @@ func (a *api) toolVerb(w http.ResponseWriter, r *http.Request) {
 		a.serveInvoke(w, r, name)
 	case verb == verbStream:
 		a.serveStream(w, r, name)
+	case verb == verbStart:
+		a.serveStart(w, r, name)
 	case strings.IndexByte(call, ':') >= 0:
 		writeStatus(w, http.StatusNotFound, codes.NotFound, "ROUTE_NOT_FOUND",
 			"no such path: "+r.URL.Path+" (POST /v1/tools/{name}:invoke or :stream; see /openapi.json)", nil)

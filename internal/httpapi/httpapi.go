@@ -114,7 +114,7 @@ func New(opts Options) (http.Handler, error) {
 	if len(opts.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
 			AllowedOrigins: opts.CORSOrigins,
-			AllowedMethods: []string{http.MethodGet, http.MethodHead, http.MethodPost},
+			AllowedMethods: []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete},
 			AllowedHeaders: []string{"Authorization", "Content-Type", "Accept", "X-Api-Key", "X-Request-Id", "Traceparent", "Tracestate",
 				"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id",
 				"Connect-Protocol-Version", "Connect-Timeout-Ms", "Grpc-Timeout", "X-Grpc-Web", "X-User-Agent"},
@@ -132,6 +132,10 @@ func (a *api) routes() {
 	m.HandleFunc("GET /v1/tools", a.listTools)
 	m.HandleFunc("GET /v1/tools/{name}", a.getTool)
 	m.HandleFunc("POST /v1/tools/{call}", a.toolVerb)
+	m.HandleFunc("GET /v1/operations", a.listOperations)
+	m.HandleFunc("GET /v1/operations/{id}", a.getOperation)
+	m.HandleFunc("DELETE /v1/operations/{id}", a.deleteOperation)
+	m.HandleFunc("POST /v1/operations/{call}", a.operationVerb)
 	m.HandleFunc("GET /v1/tool-services", a.listServices)
 	m.HandleFunc("GET /v1/tool-services/{id}", a.getService)
 	m.HandleFunc("GET /healthz", a.healthz)
@@ -202,7 +206,7 @@ func (a *api) unrouted(w http.ResponseWriter, r *http.Request) {
 func (a *api) allowed(path string) string {
 	const get = "GET, HEAD"
 	switch path {
-	case "/v1/tools", "/v1/tool-services", "/healthz", "/readyz", "/openapi.json", "/v1/openapi.json", "/openapi.v2.json":
+	case "/v1/tools", "/v1/tool-services", "/v1/operations", "/healthz", "/readyz", "/openapi.json", "/v1/openapi.json", "/openapi.v2.json":
 		return get
 	case "/metrics":
 		if a.opts.Metrics != nil {
@@ -226,6 +230,12 @@ func (a *api) allowed(path string) string {
 	}
 	if a.opts.Connect != nil && strings.HasPrefix(path, a.opts.ConnectPath) {
 		return http.MethodPost
+	}
+	if rest, ok := strings.CutPrefix(path, "/v1/operations/"); ok && rest != "" && !strings.Contains(rest, "/") {
+		if _, verb := splitOpVerb(rest); verb != "" {
+			return http.MethodPost
+		}
+		return "GET, HEAD, DELETE"
 	}
 	if rest, ok := strings.CutPrefix(path, "/v1/tool-services/"); ok && rest != "" && !strings.Contains(rest, "/") {
 		return get

@@ -92,7 +92,7 @@ func (l *CallLog) begin(ctx context.Context, c *toolcall.Call) {
 
 // arguments gives the call's arguments for the log.
 func (l *CallLog) arguments(c *toolcall.Call) json.RawMessage {
-	if c.Op != toolcall.OpInvoke && c.Op != toolcall.OpStream {
+	if c.Op != toolcall.OpInvoke && c.Op != toolcall.OpStream && c.Op != toolcall.OpStartTool {
 		return nil
 	}
 	b := c.Args

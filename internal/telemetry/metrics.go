@@ -236,8 +236,10 @@ func (m *Metrics) Middleware() toolcall.Middleware {
 	return func(next toolcall.Handler) toolcall.Handler {
 		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (res toolcall.Result, err error) {
 			method, tool := c.MethodName(), m.toolLabel(c.Name)
-			if c.Op == toolcall.OpGetService {
-				tool = "" // Name is a service id
+			switch c.Op {
+			case toolcall.OpGetService, toolcall.OpGetOperation, toolcall.OpCancelOperation,
+				toolcall.OpDeleteOperation, toolcall.OpWaitOperation:
+				tool = "" // Name is a service or operation id
 			}
 			s := m.seriesFor(method, tool)
 			s.inFlight.Inc()

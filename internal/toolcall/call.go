@@ -34,6 +34,14 @@ const (
 	OpGetTool                    // one tool
 	OpListServices               // a page of the tool services
 	OpGetService                 // one tool service
+	// Durable operations (docs/operations.md): Name is the tool
+	// (OpStartTool) or the operation id.
+	OpStartTool       // run a tool as an operation, answer with it at once
+	OpGetOperation    // one of the caller's operations
+	OpListOperations  // a page of the caller's operations (Filter)
+	OpCancelOperation // cancel one
+	OpDeleteOperation // delete one
+	OpWaitOperation   // one, once done or when Timeout passes
 )
 
 // Method names of the ops: the gRPC full method names of the ToolService,
@@ -46,6 +54,13 @@ const (
 	MethodGetTool      = "/toolgate.v1.ToolService/GetTool"
 	MethodListServices = "/toolgate.v1.ToolService/ListToolServices"
 	MethodGetService   = "/toolgate.v1.ToolService/GetToolService"
+	MethodStartTool    = "/toolgate.v1.ToolService/StartTool"
+	// The google.longrunning.Operations methods.
+	MethodGetOperation    = "/google.longrunning.Operations/GetOperation"
+	MethodListOperations  = "/google.longrunning.Operations/ListOperations"
+	MethodCancelOperation = "/google.longrunning.Operations/CancelOperation"
+	MethodDeleteOperation = "/google.longrunning.Operations/DeleteOperation"
+	MethodWaitOperation   = "/google.longrunning.Operations/WaitOperation"
 )
 
 // Method is op's ToolService method name.
@@ -63,6 +78,18 @@ func (op Op) Method() string {
 		return MethodListServices
 	case OpGetService:
 		return MethodGetService
+	case OpStartTool:
+		return MethodStartTool
+	case OpGetOperation:
+		return MethodGetOperation
+	case OpListOperations:
+		return MethodListOperations
+	case OpCancelOperation:
+		return MethodCancelOperation
+	case OpDeleteOperation:
+		return MethodDeleteOperation
+	case OpWaitOperation:
+		return MethodWaitOperation
 	}
 	return ""
 }
@@ -118,6 +145,8 @@ type Call struct {
 	// PageSize and PageToken page OpListTools and OpListServices.
 	PageSize  int32
 	PageToken string
+	// Filter narrows OpListOperations: "", "done=true" or "done=false".
+	Filter string
 	// Header is the request's metadata (never nil once a door built the
 	// call: NoHeader).
 	Header Header
@@ -170,6 +199,25 @@ type Result struct {
 	Service         *registry.Service
 	NextPageToken   string
 	RegistryVersion int64
+	// Operation answers the operation ops but OpListOperations, whose
+	// page is Operations (and NextPageToken); OpDeleteOperation answers
+	// none.
+	Operation  *Operation
+	Operations []*Operation
+}
+
+// Operation is a durable operation as a door presents it.
+type Operation struct {
+	ID    string
+	Tool  string
+	State string // running, done, failed, cancelled
+	Done  bool
+	// Created, Ended (zero while running) and Deadline.
+	Created, Ended, Deadline time.Time
+	// Output when done without error; Err (a status error, the core's
+	// one mapping) when failed or cancelled.
+	Output string
+	Err    error
 }
 
 // Handler serves a call. emit is nil but for OpStream.

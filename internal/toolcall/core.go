@@ -55,6 +55,9 @@ type Options struct {
 	// Visible, when set, hides from the lists the tools a call's caller
 	// may not list; the authorization middleware enforces calls.
 	Visible func(c *Call, tool string) bool
+	// Operations, when set, serves the operation ops (durable operations);
+	// without it they answer UNIMPLEMENTED.
+	Operations Operations
 }
 
 // Core serves calls: the last Handler of every chain.
@@ -110,6 +113,8 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 			return Result{}, err
 		}
 		return Result{Services: svcs[start:end], NextPageToken: next, RegistryVersion: snap.Version}, nil
+	case OpStartTool, OpGetOperation, OpListOperations, OpCancelOperation, OpDeleteOperation, OpWaitOperation:
+		return s.operation(ctx, c)
 	case OpGetService:
 		sv, ok := s.reg.Snapshot().Service(c.Name)
 		if !ok {
@@ -158,42 +163,56 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 // own (bridge.CallUntil) unless the caller's is the earlier: no context and
 // timer per call for it. It returns the deadline in force.
 func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call, time.Time, error) {
-	tool, ok := s.reg.Snapshot().Tool(c.Name)
-	if !ok {
-		return nil, nil, time.Time{}, toolNotFound(c.Name)
-	}
-	args, err := checkArguments(tool, c.Args)
+	tool, env, deadline, err := s.prepare(ctx, c)
 	if err != nil {
-		return tool, nil, time.Time{}, err
-	}
-	var limit time.Duration
-	switch {
-	case c.TimeoutSet:
-		if c.Timeout <= 0 {
-			return tool, nil, time.Time{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
-		}
-		limit = min(c.Timeout, s.opts.MaxTimeout)
-	case hasDeadline(ctx):
-		limit = s.opts.MaxTimeout // the caller's deadline applies when earlier
-	case tool.Service.Timeout > 0:
-		limit = min(tool.Service.Timeout, s.opts.MaxTimeout)
-	default:
-		limit = s.opts.DefaultTimeout
-	}
-	user := s.opts.DefaultUser
-	if c.Authenticated && c.Caller.User != "" {
-		user = c.Caller.User
-	}
-	env := wire.Request{User: user, Config: tool.ConfigJSON, Arguments: args}
-	deadline := time.Now().Add(limit)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+		return tool, nil, deadline, err
 	}
 	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, deadline)
 	if err != nil {
 		return tool, nil, deadline, err
 	}
 	return tool, call, deadline, nil
+}
+
+// prepare resolves the tool, checks the arguments and works out the
+// envelope and the deadline of a call or an operation.
+func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Request, time.Time, error) {
+	tool, ok := s.reg.Snapshot().Tool(c.Name)
+	if !ok {
+		return nil, wire.Request{}, time.Time{}, toolNotFound(c.Name)
+	}
+	args, err := checkArguments(tool, c.Args)
+	if err != nil {
+		return tool, wire.Request{}, time.Time{}, err
+	}
+	var limit time.Duration
+	switch {
+	case c.TimeoutSet:
+		if c.Timeout <= 0 {
+			return tool, wire.Request{}, time.Time{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+		}
+		limit = min(c.Timeout, s.opts.MaxTimeout)
+	case hasDeadline(ctx) && c.Op != OpStartTool:
+		limit = s.opts.MaxTimeout // the caller's deadline applies when earlier
+	case tool.Service.Timeout > 0:
+		limit = min(tool.Service.Timeout, s.opts.MaxTimeout)
+	default:
+		limit = s.opts.DefaultTimeout
+	}
+	env := wire.Request{User: s.user(c), Config: tool.ConfigJSON, Arguments: args}
+	deadline := time.Now().Add(limit)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) && c.Op != OpStartTool {
+		deadline = dl // an operation outlives its request
+	}
+	return tool, env, deadline, nil
+}
+
+// user is who a call comes from: the envelope's user, an operation's owner.
+func (s *Core) user(c *Call) string {
+	if c.Authenticated && c.Caller.User != "" {
+		return c.Caller.User
+	}
+	return s.opts.DefaultUser
 }
 
 func hasDeadline(ctx context.Context) bool {

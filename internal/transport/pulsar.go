@@ -468,9 +468,32 @@ func classify(topic string, err error) error {
 // acknowledged: acknowledgements do nothing there, and pulsar-client-go's
 // grouped acks drop messages on such topics (all their ids are equal).
 func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h Handler) (Subscription, error) {
+	return b.subscribe(ctx, topic, subscription, typ, func(m Message) bool { h(m); return true })
+}
+
+// Consume is Subscribe for a persistent topic whose messages must not be
+// lost: h acknowledges a message by returning true, once it has done what
+// the message asks; false (or a crash before it returns) has the broker
+// deliver it again, after NackDelay, to this or another consumer of the
+// subscription. Message.Redeliveries counts the earlier deliveries.
+func (b *Pulsar) Consume(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message) bool) (Subscription, error) {
+	if strings.HasPrefix(topic, "non-persistent://") {
+		return nil, fmt.Errorf("consume %s: not a persistent topic", topic)
+	}
+	return b.subscribe(ctx, topic, subscription, typ, h)
+}
+
+// NackDelay is how long a message Consume's handler refused waits before
+// the broker delivers it again.
+const NackDelay = time.Second
+
+func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message) bool) (Subscription, error) {
 	st := pulsar.Exclusive
-	if typ == Shared {
+	switch typ {
+	case Shared:
 		st = pulsar.Shared
+	case KeyShared:
+		st = pulsar.KeyShared
 	}
 	persistent := !strings.HasPrefix(topic, "non-persistent://")
 	opts := pulsar.ConsumerOptions{
@@ -481,8 +504,9 @@ func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ 
 		SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest,
 		// One ack per message: the grouping tracker is what loses messages
 		// whose ids repeat.
-		AckGroupingOptions: &pulsar.AckGroupingOptions{MaxSize: 1},
-		BackOffPolicyFunc:  b.backoff,
+		AckGroupingOptions:  &pulsar.AckGroupingOptions{MaxSize: 1},
+		BackOffPolicyFunc:   b.backoff,
+		NackRedeliveryDelay: NackDelay,
 	}
 	type result struct {
 		c   pulsar.Consumer
@@ -539,9 +563,13 @@ func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ 
 				}
 				continue
 			}
-			h(Message{Payload: m.Payload(), Properties: m.Properties()})
-			if persistent {
+			ok := h(Message{Payload: m.Payload(), Properties: m.Properties(), Key: m.Key(), Redeliveries: m.RedeliveryCount()})
+			switch {
+			case !persistent:
+			case ok:
 				_ = c.Ack(m)
+			default:
+				c.Nack(m)
 			}
 		}
 	}()
@@ -646,4 +674,53 @@ func (b *Pulsar) Close() {
 	if !b.shared {
 		b.client.Close()
 	}
+}
+
+// Follow reads topic as a table: its compacted view from the earliest
+// message, then every message as it comes. apply gets each message (a
+// tombstone — an empty payload or Pulsar's null value — with a nil
+// Payload); caughtUp is called once the reader has reached the end of
+// what was there when it started. Follow returns when ctx ends (nil) or
+// the reader fails; the caller reads again from the start.
+func (b *Pulsar) Follow(ctx context.Context, topic, name string, apply func(Message), caughtUp func()) error {
+	r, err := b.client.CreateReader(pulsar.ReaderOptions{
+		Topic:             topic,
+		StartMessageID:    pulsar.EarliestMessageID(),
+		ReadCompacted:     true,
+		Name:              name,
+		ReceiverQueueSize: 64,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+	}
+	defer r.Close()
+	for r.HasNext() {
+		m, err := r.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read %s: %w", topic, err)
+		}
+		apply(tableMessage(m))
+	}
+	caughtUp()
+	for {
+		m, err := r.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read %s: %w", topic, err)
+		}
+		apply(tableMessage(m))
+	}
+}
+
+func tableMessage(m pulsar.Message) Message {
+	msg := Message{Payload: m.Payload(), Properties: m.Properties(), Key: m.Key()}
+	if m.IsNullValue() || len(msg.Payload) == 0 {
+		msg.Payload = nil
+	}
+	return msg
 }

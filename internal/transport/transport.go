@@ -16,6 +16,9 @@ type Message struct {
 	Properties map[string]string
 	// Key is the message key (Pulsar's partition/compaction key); "" = none.
 	Key string
+	// Redeliveries counts a received message's earlier deliveries (on a
+	// persistent topic: ones not acknowledged).
+	Redeliveries uint32
 }
 
 // SubscriptionType says how a subscription's consumers share messages.
@@ -26,6 +29,10 @@ const (
 	Exclusive SubscriptionType = iota
 	// Shared means consumers with the same subscription name take turns.
 	Shared
+	// KeyShared is Shared where every message of one key goes to one
+	// consumer, in order (Pulsar's Key_Shared; the in-memory broker treats
+	// it as Shared).
+	KeyShared
 )
 
 // Handler receives the messages of a subscription, one at a time, in the

@@ -1,0 +1,239 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The verbs of POST /v1/operations/{id}:{verb}, and :start of a tool.
+const (
+	verbStart  = "start"
+	verbCancel = "cancel"
+	verbWait   = "wait"
+)
+
+// splitOpVerb splits "id:verb" when verb is cancel or wait.
+func splitOpVerb(s string) (id, verb string) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return s, ""
+	}
+	switch v := s[i+1:]; v {
+	case verbCancel, verbWait:
+		return s[:i], v
+	}
+	return s, ""
+}
+
+// serveStart serves POST /v1/tools/{name}:start (the body of :invoke):
+// the Operation, at once.
+func (a *api) serveStart(w http.ResponseWriter, r *http.Request, name string) {
+	if !acceptJSON(w, r) {
+		return
+	}
+	c := newCall(r, toolcall.OpStartTool)
+	c.Name = name
+	if !a.readCall(w, r, c) {
+		return
+	}
+	if res, err := a.run(w, r, c); err == nil {
+		a.writeOperation(w, r, res.Operation)
+	}
+}
+
+func (a *api) getOperation(w http.ResponseWriter, r *http.Request) {
+	if !acceptJSON(w, r) {
+		return
+	}
+	id := r.PathValue("id")
+	if _, verb := splitOpVerb(id); verb != "" {
+		notAllowed(w, r, http.MethodPost)
+		return
+	}
+	c := newCall(r, toolcall.OpGetOperation)
+	c.Name = id
+	if res, err := a.run(w, r, c); err == nil {
+		a.writeOperation(w, r, res.Operation)
+	}
+}
+
+func (a *api) deleteOperation(w http.ResponseWriter, r *http.Request) {
+	if !acceptJSON(w, r) {
+		return
+	}
+	c := newCall(r, toolcall.OpDeleteOperation)
+	c.Name = r.PathValue("id")
+	if _, err := a.run(w, r, c); err == nil {
+		writeJSONBytes(w, []byte("{}"))
+	}
+}
+
+func (a *api) listOperations(w http.ResponseWriter, r *http.Request) {
+	if !acceptJSON(w, r) {
+		return
+	}
+	c := newCall(r, toolcall.OpListOperations)
+	if err := pageParams(r, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
+	if fs := r.URL.Query()["filter"]; len(fs) > 1 {
+		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, "filter is given more than once; give it once"))
+		return
+	} else if len(fs) == 1 {
+		c.Filter = fs[0]
+	}
+	res, err := a.run(w, r, c)
+	if err != nil {
+		return
+	}
+	b := []byte(`{"operations":[`)
+	for i, op := range res.Operations {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = a.appendOperation(b, op)
+	}
+	b = append(b, ']')
+	if res.NextPageToken != "" {
+		b = append(b, `,"next_page_token":`...)
+		b = wire.AppendJSONString(b, res.NextPageToken)
+	}
+	writeJSONBytes(w, append(b, '}'))
+}
+
+// operationVerb serves POST /v1/operations/{id}:cancel and :wait.
+func (a *api) operationVerb(w http.ResponseWriter, r *http.Request) {
+	call := r.PathValue("call")
+	id, verb := splitOpVerb(call)
+	if verb == "" {
+		if strings.IndexByte(call, ':') >= 0 {
+			writeStatus(w, http.StatusNotFound, codes.NotFound, "ROUTE_NOT_FOUND",
+				"no such path: "+r.URL.Path+" (POST /v1/operations/{id}:cancel or :wait; see /openapi.json)", nil)
+			return
+		}
+		notAllowed(w, r, "GET, HEAD, DELETE")
+		return
+	}
+	if !acceptJSON(w, r) {
+		return
+	}
+	op := toolcall.OpCancelOperation
+	if verb == verbWait {
+		op = toolcall.OpWaitOperation
+	}
+	c := newCall(r, op)
+	c.Name = id
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	if !checkBodyType(w, r, data) {
+		return
+	}
+	if err := decodeOpBody(data, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
+	res, err := a.run(w, r, c)
+	if err != nil {
+		return
+	}
+	if op == toolcall.OpCancelOperation {
+		writeJSONBytes(w, []byte("{}")) // google.longrunning: Empty
+		return
+	}
+	a.writeOperation(w, r, res.Operation)
+}
+
+// decodeOpBody reads {} or {"timeout": "10s"} (wait only).
+func decodeOpBody(data []byte, c *toolcall.Call) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	var body struct {
+		Timeout *string `json:"timeout"`
+		Name    *string `json:"name"` // the path names it; allowed and ignored
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return status.Errorf(codes.InvalidArgument, "the request body could not be read (%v); send {} or, to :wait, {\"timeout\": \"10s\"}", err)
+	}
+	if body.Timeout != nil {
+		if c.Op != toolcall.OpWaitOperation {
+			return status.Error(codes.InvalidArgument, "timeout is a field of :wait only")
+		}
+		d, err := parseDuration(*body.Timeout)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "timeout: %v", err)
+		}
+		c.Timeout, c.TimeoutSet = d, true
+	}
+	return nil
+}
+
+func (a *api) writeOperation(w http.ResponseWriter, r *http.Request, op *toolcall.Operation) {
+	if op == nil {
+		a.httpError(r.Context(), w, r, status.Error(codes.Internal, "no operation to answer"))
+		return
+	}
+	writeJSONBytes(w, a.appendOperation(nil, op))
+}
+
+// appendOperation writes op as a google.longrunning.Operation in JSON:
+// name, done, metadata, and response ({"output", "output_json"}) or error
+// (a google.rpc.Status) once done.
+func (a *api) appendOperation(b []byte, op *toolcall.Operation) []byte {
+	b = append(b, `{"name":`...)
+	b = wire.AppendJSONString(b, "operations/"+op.ID)
+	b = append(b, `,"done":`...)
+	if op.Done {
+		b = append(b, "true"...)
+	} else {
+		b = append(b, "false"...)
+	}
+	b = append(b, `,"metadata":{"tool":`...)
+	b = wire.AppendJSONString(b, op.Tool)
+	b = append(b, `,"state":`...)
+	b = wire.AppendJSONString(b, strings.ToUpper(op.State))
+	b = append(b, `,"create_time":`...)
+	b = wire.AppendJSONString(b, op.Created.UTC().Format(time.RFC3339Nano))
+	b = append(b, `,"deadline":`...)
+	b = wire.AppendJSONString(b, op.Deadline.UTC().Format(time.RFC3339Nano))
+	if !op.Ended.IsZero() {
+		b = append(b, `,"end_time":`...)
+		b = wire.AppendJSONString(b, op.Ended.UTC().Format(time.RFC3339Nano))
+	}
+	b = append(b, '}')
+	switch {
+	case !op.Done:
+	case op.Err != nil:
+		st, _ := status.FromError(op.Err)
+		js, err := a.m.Marshal(st.Proto())
+		if err != nil {
+			js = []byte(`{"code":13,"message":"internal error"}`)
+		}
+		b = append(b, `,"error":`...)
+		b = append(b, js...)
+	default:
+		b = append(b, `,"response":`...)
+		b = appendInvokeResponse(b, op.Output)
+	}
+	return append(b, '}')
+}
+
+func writeJSONBytes(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}

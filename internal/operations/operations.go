@@ -1,0 +1,608 @@
+package operations
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Errors of the Manager.
+var (
+	// ErrNotFound: no operation of that id belongs to the caller (whether
+	// another's exists is not told).
+	ErrNotFound = errors.New("operation not found")
+	// ErrTooMany: the caller has Options.MaxPerOwner operations running.
+	ErrTooMany = errors.New("too many operations running")
+	// ErrNotReady: the state table has not been read to its end yet.
+	ErrNotReady = errors.New("the operations table is not read yet")
+)
+
+// Defaults of Options.
+const (
+	DefaultStateTopic   = "persistent://tg/operations/state"
+	DefaultSubscription = "toolgate-operations"
+	DefaultTTL          = 24 * time.Hour
+	DefaultMaxPerOwner  = 1000
+	DefaultMaxOutput    = 4 << 20
+	DefaultSweepEvery   = time.Minute
+	// lagWait is how long a reply waits for its operation's record to
+	// reach this gateway's table before it is handed back to the broker.
+	lagWait = 5 * time.Second
+	// maxRedeliveries: a reply for an operation no table ever shows is
+	// dropped after this many deliveries.
+	maxRedeliveries = 10
+)
+
+// Bus is what the Manager needs of the broker (transport.Pulsar).
+type Bus interface {
+	Publish(ctx context.Context, topic string, msg transport.Message) error
+	Consume(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(transport.Message) bool) (transport.Subscription, error)
+	Follow(ctx context.Context, topic, name string, apply func(transport.Message), caughtUp func()) error
+}
+
+// Caller publishes a request (the bridge).
+type Caller interface {
+	CallWith(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time, o bridge.CallOptions) (*bridge.Call, error)
+}
+
+// Options tune a Manager.
+type Options struct {
+	// Instance names this gateway in the records it writes.
+	Instance string
+	// StateTopic is the state table (DefaultStateTopic); ReplyTopic the
+	// topic requests of operations name in reply-to
+	// (wire.OperationsTopic); Subscription the one subscription of every
+	// gateway to it (DefaultSubscription).
+	StateTopic, ReplyTopic, Subscription string
+	// TTL is how long an operation is kept after it ended (DefaultTTL).
+	TTL time.Duration
+	// MaxPerOwner bounds one caller's running operations
+	// (DefaultMaxPerOwner).
+	MaxPerOwner int
+	// MaxOutput bounds an operation's output in bytes (DefaultMaxOutput).
+	MaxOutput int
+	// SweepEvery is how often expired operations are deleted
+	// (DefaultSweepEvery).
+	SweepEvery time.Duration
+	Logger     *slog.Logger
+}
+
+// Manager starts operations and answers for them.
+type Manager struct {
+	bus   Bus
+	calls Caller
+	opts  Options
+	log   *slog.Logger
+
+	mu       sync.RWMutex
+	table    map[string]Record
+	changed  chan struct{} // closed and replaced on every change
+	caughtUp atomic.Bool
+	consumed atomic.Bool
+
+	lmu   sync.Mutex
+	local map[string]*bridge.Call // operations this gateway started, still waited for
+
+	partial map[string]*partial // replies being joined (the consumer's goroutine only)
+
+	started, finished atomic.Int64
+}
+
+type partial struct {
+	sb   strings.Builder
+	next int
+}
+
+// New returns a Manager; Run makes it work.
+func New(bus Bus, calls Caller, opts Options) *Manager {
+	if opts.StateTopic == "" {
+		opts.StateTopic = DefaultStateTopic
+	}
+	if opts.ReplyTopic == "" {
+		opts.ReplyTopic = wire.OperationsTopic
+	}
+	if opts.Subscription == "" {
+		opts.Subscription = DefaultSubscription
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = DefaultTTL
+	}
+	if opts.MaxPerOwner <= 0 {
+		opts.MaxPerOwner = DefaultMaxPerOwner
+	}
+	if opts.MaxOutput <= 0 {
+		opts.MaxOutput = DefaultMaxOutput
+	}
+	if opts.SweepEvery <= 0 {
+		opts.SweepEvery = DefaultSweepEvery
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger,
+		table: map[string]Record{}, changed: make(chan struct{}),
+		local: map[string]*bridge.Call{}, partial: map[string]*partial{}}
+}
+
+// Ready reports whether the table has been read to its end and the reply
+// subscription is attached.
+func (m *Manager) Ready() bool { return m.caughtUp.Load() && m.consumed.Load() }
+
+// Run reads the state table, consumes replies and sweeps expired
+// operations until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { m.follow(ctx) })
+	wg.Go(func() { m.consume(ctx) })
+	wg.Go(func() { m.sweep(ctx) })
+	wg.Wait()
+}
+
+func (m *Manager) follow(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		// A fresh read builds a fresh table, swapped in once caught up:
+		// deletions missed meanwhile are not kept.
+		building := map[string]Record{}
+		live := false
+		apply := func(msg transport.Message) {
+			if live {
+				m.apply(msg)
+				return
+			}
+			applyTo(building, msg, m.log)
+		}
+		err := m.bus.Follow(ctx, m.opts.StateTopic, "toolgate-operations-table", apply, func() {
+			m.mu.Lock()
+			m.table = building
+			m.notifyLocked()
+			m.mu.Unlock()
+			live = true
+			if !m.caughtUp.Swap(true) {
+				m.log.Info("operations table read", "topic", m.opts.StateTopic, "operations", len(building))
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("reading the operations table failed; reading it again", "topic", m.opts.StateTopic, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// applyTo applies one state table message to t. A running record never
+// replaces a finished one: running is written first, so it is the older.
+func applyTo(t map[string]Record, msg transport.Message, log *slog.Logger) (Record, bool) {
+	if msg.Payload == nil {
+		delete(t, msg.Key)
+		return Record{}, false
+	}
+	r, err := decodeRecord(msg.Key, msg.Payload)
+	if err != nil {
+		log.Warn("operations table: record ignored", "key", msg.Key, "err", err)
+		return Record{}, false
+	}
+	if old, ok := t[r.ID]; ok && old.Finished() && !r.Finished() {
+		return old, true
+	}
+	t[r.ID] = r
+	return r, true
+}
+
+func (m *Manager) apply(msg transport.Message) {
+	m.mu.Lock()
+	r, ok := applyTo(m.table, msg, m.log)
+	m.notifyLocked()
+	m.mu.Unlock()
+	if !ok || r.Finished() {
+		// Finished (or gone) elsewhere: the wait for its reply here is over.
+		m.lmu.Lock()
+		c := m.local[msg.Key]
+		delete(m.local, msg.Key)
+		m.lmu.Unlock()
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+func (m *Manager) notifyLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// lookup returns the record of id and the channel closed on the next change.
+func (m *Manager) lookup(id string) (Record, bool, <-chan struct{}) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	r, ok := m.table[id]
+	return r, ok, m.changed
+}
+
+// put writes r to the state table, waiting for the broker's receipt, and
+// applies it here at once.
+func (m *Manager) put(ctx context.Context, r Record) error {
+	r.Gateway = m.opts.Instance
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	msg := transport.Message{Key: r.ID, Payload: b}
+	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
+		return fmt.Errorf("recording operation %s: %w", r.ID, err)
+	}
+	m.apply(msg)
+	return nil
+}
+
+// remove writes id's tombstone.
+func (m *Manager) remove(ctx context.Context, id string) error {
+	msg := transport.Message{Key: id}
+	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
+		return fmt.Errorf("deleting operation %s: %w", id, err)
+	}
+	m.apply(msg)
+	return nil
+}
+
+// StartSpec is an operation to start: the request the core made of a
+// call, and whose it is.
+type StartSpec struct {
+	Owner    string
+	Tool     string
+	Target   bridge.Target
+	Request  wire.Request
+	Deadline time.Time
+}
+
+// Start records the operation as running, then publishes its request. An
+// error from the bridge is returned as it is; the record is removed again.
+func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
+	if !m.caughtUp.Load() {
+		return Record{}, ErrNotReady
+	}
+	now := time.Now()
+	if n := m.running(s.Owner, now); n >= m.opts.MaxPerOwner {
+		return Record{}, fmt.Errorf("%w: %d of at most %d", ErrTooMany, n, m.opts.MaxPerOwner)
+	}
+	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli()}
+	if err := m.put(ctx, r); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", bridge.ErrUnavailable, err)
+	}
+	// The request outlives the caller's request: it is the operation's.
+	call, err := m.calls.CallWith(context.WithoutCancel(ctx), s.Target, s.Request, s.Deadline,
+		bridge.CallOptions{ID: r.ID, ReplyTo: m.opts.ReplyTopic, NoCredit: true})
+	if err != nil {
+		if rerr := m.remove(context.WithoutCancel(ctx), r.ID); rerr != nil {
+			m.log.Warn("an operation that could not start stays in the table until its deadline", "id", r.ID, "err", rerr)
+		}
+		return Record{}, err
+	}
+	m.started.Add(1)
+	m.lmu.Lock()
+	m.local[r.ID] = call
+	m.lmu.Unlock()
+	if cur, ok, _ := m.lookup(r.ID); !ok || cur.Finished() {
+		call.Close() // finished elsewhere already: apply did not see the call
+	}
+	go m.await(r.ID, call)
+	return r, nil
+}
+
+// await waits for the reply on the service's response topic (a service
+// that ignores reply-to) and records it. Replies on the reply topic are
+// the consumer's; once the table shows the operation finished, apply
+// closes the call and await ends without recording.
+func (m *Manager) await(id string, call *bridge.Call) {
+	defer func() {
+		m.lmu.Lock()
+		delete(m.local, id)
+		m.lmu.Unlock()
+		call.Close()
+	}()
+	text, err := call.Wait(context.Background())
+	var se *wire.Error
+	switch {
+	case err == nil:
+		m.finishLogged(id, Done, text, nil)
+	case errors.As(err, &se):
+		m.finishLogged(id, Failed, "", &Failure{Type: se.Type, Message: se.Message})
+	case errors.Is(err, bridge.ErrLostReplies):
+		m.finishLogged(id, Failed, "", &Failure{Reason: ReasonLost, Message: err.Error()})
+	case errors.Is(err, bridge.ErrBadReply):
+		m.finishLogged(id, Failed, "", &Failure{Reason: ReasonBadReply, Message: "the tool service sent a malformed reply"})
+	}
+}
+
+func (m *Manager) finishLogged(id string, st State, out string, f *Failure) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.finish(ctx, id, st, out, f); err != nil {
+		m.log.Warn("cannot record an operation's end", "id", id, "err", err)
+	}
+}
+
+// finish records id's end unless it has ended already.
+func (m *Manager) finish(ctx context.Context, id string, st State, out string, f *Failure) error {
+	r, ok, _ := m.lookup(id)
+	now := time.Now()
+	if !ok || r.Now(now).Finished() {
+		return nil
+	}
+	if len(out) > m.opts.MaxOutput {
+		st, out, f = Failed, "", &Failure{Reason: ReasonTooLarge, Message: fmt.Sprintf("the output is larger than the %d bytes an operation keeps", m.opts.MaxOutput)}
+	}
+	r.State, r.Output, r.Failure, r.EndMS = st, out, f, now.UnixMilli()
+	if err := m.put(ctx, r); err != nil {
+		return err
+	}
+	m.finished.Add(1)
+	return nil
+}
+
+// running counts owner's running operations.
+func (m *Manager) running(owner string, now time.Time) int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n := 0
+	for _, r := range m.table {
+		if r.Owner == owner && !r.Now(now).Finished() {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *Manager) consume(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	for {
+		sub, err := m.bus.Consume(ctx, m.opts.ReplyTopic, m.opts.Subscription, transport.KeyShared, m.onReply)
+		if err == nil {
+			m.consumed.Store(true)
+			m.log.Info("consuming operation replies", "topic", m.opts.ReplyTopic, "subscription", m.opts.Subscription)
+			<-ctx.Done()
+			m.consumed.Store(false)
+			_ = sub.Close()
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("cannot consume operation replies; retrying", "topic", m.opts.ReplyTopic, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// onReply takes one reply message of an operation; true acknowledges it.
+// What comes from the bus is checked: the id is an operation of the table
+// and running, the payload a response, the replies in sequence.
+func (m *Manager) onReply(msg transport.Message) bool {
+	id := msg.Properties[wire.PropID]
+	if !validID(id) {
+		m.log.Warn("operation reply without a valid id dropped", "id", id)
+		return true
+	}
+	r, ok := m.recordOf(id)
+	if !ok {
+		if msg.Redeliveries >= maxRedeliveries {
+			m.log.Warn("reply for an operation no table shows dropped", "id", id, "deliveries", msg.Redeliveries+1)
+			return true
+		}
+		return false // the table may lag: deliver it again
+	}
+	if r.Now(time.Now()).Finished() {
+		delete(m.partial, id)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	end := func(st State, out string, f *Failure) bool {
+		delete(m.partial, id)
+		if err := m.finish(ctx, id, st, out, f); err != nil {
+			m.log.Warn("cannot record an operation's end; the reply will come again", "id", id, "err", err)
+			return false
+		}
+		return true
+	}
+	resp, err := wire.DecodeResponse(msg.Payload)
+	if err != nil {
+		return end(Failed, "", &Failure{Reason: ReasonBadReply, Message: "the tool service sent a malformed reply"})
+	}
+	p := m.partial[id]
+	if p == nil {
+		p = &partial{}
+		m.partial[id] = p
+	}
+	if s := msg.Properties[wire.PropSeq]; s != "" {
+		n, err := strconv.Atoi(s)
+		switch {
+		case err != nil:
+			return end(Failed, "", &Failure{Reason: ReasonBadReply, Message: "the tool service sent a malformed reply"})
+		case n < p.next:
+			return true // a replay
+		case n > p.next:
+			return end(Failed, "", &Failure{Reason: ReasonLost, Message: fmt.Sprintf("%d reply message(s) of this operation were lost", n-p.next)})
+		}
+		p.next = n + 1
+	}
+	if resp.Error != nil {
+		return end(Failed, "", &Failure{Type: resp.Error.Type, Message: resp.Error.Message})
+	}
+	p.sb.WriteString(resp.Response)
+	if p.sb.Len() > m.opts.MaxOutput {
+		return end(Failed, "", &Failure{Reason: ReasonTooLarge, Message: fmt.Sprintf("the output is larger than the %d bytes an operation keeps", m.opts.MaxOutput)})
+	}
+	if !resp.EndOfStream {
+		return true
+	}
+	return end(Done, p.sb.String(), nil)
+}
+
+// recordOf returns id's record, waiting up to lagWait for it to reach the
+// table.
+func (m *Manager) recordOf(id string) (Record, bool) {
+	t := time.NewTimer(lagWait)
+	defer t.Stop()
+	for {
+		r, ok, changed := m.lookup(id)
+		if ok {
+			return r, true
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return Record{}, false
+		}
+	}
+}
+
+func (m *Manager) sweep(ctx context.Context) {
+	t := time.NewTicker(m.opts.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var expired []string
+		m.mu.RLock()
+		for id, r := range m.table {
+			if r.expired(now, m.opts.TTL) {
+				expired = append(expired, id)
+			}
+		}
+		m.mu.RUnlock()
+		for _, id := range expired {
+			if err := m.remove(ctx, id); err != nil {
+				m.log.Warn("cannot delete an expired operation", "id", id, "err", err)
+				break
+			}
+		}
+		if len(expired) > 0 {
+			m.log.Debug("expired operations deleted", "count", len(expired))
+		}
+	}
+}
+
+// Get returns owner's operation id as it stands now.
+func (m *Manager) Get(owner, id string) (Record, error) {
+	r, ok, _ := m.lookup(id)
+	now := time.Now()
+	if !ok || r.Owner != owner || r.expired(now, m.opts.TTL) {
+		return Record{}, ErrNotFound
+	}
+	return r.Now(now), nil
+}
+
+// List returns owner's operations sorted by id; done, when set, keeps
+// only the finished (true) or running (false) ones.
+func (m *Manager) List(owner string, done *bool) []Record {
+	now := time.Now()
+	var out []Record
+	m.mu.RLock()
+	for _, r := range m.table {
+		if r.Owner != owner || r.expired(now, m.opts.TTL) {
+			continue
+		}
+		r = r.Now(now)
+		if done != nil && r.Finished() != *done {
+			continue
+		}
+		out = append(out, r)
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Cancel records owner's operation id as cancelled, unless it has ended.
+func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) {
+	if _, err := m.Get(owner, id); err != nil {
+		return Record{}, err
+	}
+	if err := m.finish(ctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}); err != nil {
+		return Record{}, err
+	}
+	return m.Get(owner, id)
+}
+
+// Delete removes owner's operation id from the table.
+func (m *Manager) Delete(ctx context.Context, owner, id string) error {
+	if _, err := m.Get(owner, id); err != nil {
+		return err
+	}
+	return m.remove(ctx, id)
+}
+
+// Wait returns owner's operation id once it has ended, or as it stands
+// when timeout passes or ctx ends.
+func (m *Manager) Wait(ctx context.Context, owner, id string, timeout time.Duration) (Record, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		_, _, changed := m.lookup(id) // before the read: no change is missed
+		r, err := m.Get(owner, id)
+		if err != nil || r.Finished() {
+			return r, err
+		}
+		// The deadline passing changes the record without a message.
+		dl := time.NewTimer(time.Until(time.UnixMilli(r.DeadlineMS+deadlineSlackMS+1)) + time.Millisecond)
+		select {
+		case <-changed:
+		case <-dl.C:
+		case <-t.C:
+			dl.Stop()
+			return m.Get(owner, id)
+		case <-ctx.Done():
+			dl.Stop()
+			return r, nil
+		}
+		dl.Stop()
+	}
+}
+
+// Stats are counters for metrics.
+type Stats struct {
+	Started, Finished int64 // by this gateway
+	Table             int   // operations in the table
+}
+
+// Stats returns the counters.
+func (m *Manager) Stats() Stats {
+	m.mu.RLock()
+	n := len(m.table)
+	m.mu.RUnlock()
+	return Stats{Started: m.started.Load(), Finished: m.finished.Load(), Table: n}
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,128 @@
+// Package operations keeps durable operations on the message broker: a
+// call started as an operation is recorded on a compacted topic keyed by
+// operation id (the state table, which every gateway reads), its request
+// names a persistent reply topic that every gateway consumes on one
+// Key_Shared subscription, and the gateway that receives the reply records
+// the outcome. Any gateway can then answer for the operation, to its owner
+// only. docs/operations.md has the design.
+//
+// The package records facts (a tool service's error type and message, or a
+// reason of the gateway's own); turning them into statuses is the core's.
+// It knows nothing of tools, doors or HTTP.
+package operations
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is where an operation is.
+type State string
+
+// The states of an operation.
+const (
+	Running   State = "running"
+	Done      State = "done"   // answered: Output
+	Failed    State = "failed" // ended with Failure
+	Cancelled State = "cancelled"
+)
+
+// Reasons of failures the gateway itself records (Failure.Reason).
+const (
+	ReasonDeadline   = "DEADLINE_EXCEEDED"
+	ReasonLost       = "REPLY_LOST"
+	ReasonBadReply   = "BAD_REPLY"
+	ReasonTooLarge   = "OUTPUT_TOO_LARGE"
+	ReasonCancelled  = "CANCELLED"
+	deadlineSlackMS  = 2
+	maxRecordBytes   = 8 << 20
+	maxOwnerBytes    = 1024
+	maxToolNameBytes = 1024
+)
+
+// Failure is how an operation failed: a tool service's error (Type and
+// Message, as it sent them) or one of the gateway's reasons (Reason).
+type Failure struct {
+	Type    string `json:"type,omitempty"`
+	Message string `json:"message,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Record is one operation as the state table holds it.
+type Record struct {
+	ID         string   `json:"id"`
+	Owner      string   `json:"owner"`
+	Tool       string   `json:"tool"`
+	State      State    `json:"state"`
+	CreateMS   int64    `json:"create_ms"`
+	DeadlineMS int64    `json:"deadline_ms"`
+	EndMS      int64    `json:"end_ms,omitempty"`
+	Output     string   `json:"output,omitempty"`
+	Failure    *Failure `json:"error,omitempty"`
+	// Gateway is the instance that wrote the record.
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// Finished reports whether the record is in a final state.
+func (r Record) Finished() bool { return r.State != Running }
+
+// Now is r as it stands at now: a running operation past its deadline has
+// failed with ReasonDeadline, on every gateway alike.
+func (r Record) Now(now time.Time) Record {
+	if r.State == Running && now.UnixMilli() > r.DeadlineMS+deadlineSlackMS {
+		r.State, r.EndMS = Failed, r.DeadlineMS
+		r.Failure = &Failure{Reason: ReasonDeadline, Message: "the tool did not answer before the operation's deadline"}
+	}
+	return r
+}
+
+// expired reports whether r (as it stands at now) ended more than ttl ago.
+func (r Record) expired(now time.Time, ttl time.Duration) bool {
+	r = r.Now(now)
+	if r.State == Running {
+		return false
+	}
+	return now.UnixMilli() > r.EndMS+ttl.Milliseconds()
+}
+
+var errBadRecord = errors.New("not an operation record")
+
+// decodeRecord reads a state table message keyed key, checking what came
+// from the bus: the shape, the id matching the key, the sizes.
+func decodeRecord(key string, b []byte) (Record, error) {
+	var r Record
+	if len(b) > maxRecordBytes {
+		return r, fmt.Errorf("%w: %d bytes", errBadRecord, len(b))
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("%w: %w", errBadRecord, err)
+	}
+	switch {
+	case r.ID != key || !validID(key):
+		return r, fmt.Errorf("%w: id %q under key %q", errBadRecord, r.ID, key)
+	case r.Owner == "" || len(r.Owner) > maxOwnerBytes || len(r.Tool) > maxToolNameBytes:
+		return r, fmt.Errorf("%w: owner or tool missing or too long", errBadRecord)
+	}
+	switch r.State {
+	case Running, Done, Failed, Cancelled:
+	default:
+		return r, fmt.Errorf("%w: state %q", errBadRecord, r.State)
+	}
+	return r, nil
+}
+
+// validID: 32 lower-case hex digits, as newID makes them.
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := range len(id) {
+		c := id[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,147 @@
+package toolcall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/operations"
+	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Operations keeps durable operations (operations.Manager).
+type Operations interface {
+	Start(ctx context.Context, s operations.StartSpec) (operations.Record, error)
+	Get(owner, id string) (operations.Record, error)
+	List(owner string, done *bool) []operations.Record
+	Cancel(ctx context.Context, owner, id string) (operations.Record, error)
+	Delete(ctx context.Context, owner, id string) error
+	Wait(ctx context.Context, owner, id string, timeout time.Duration) (operations.Record, error)
+}
+
+// Bounds of OpWaitOperation's timeout.
+const (
+	DefaultWaitTimeout = 10 * time.Second
+	MaxWaitTimeout     = 60 * time.Second
+)
+
+// ReasonOperationNotFound is the reason of an operation that is not the
+// caller's (or does not exist: the two are not told apart).
+const ReasonOperationNotFound = "OPERATION_NOT_FOUND"
+
+func (s *Core) operation(ctx context.Context, c *Call) (Result, error) {
+	ops := s.opts.Operations
+	if ops == nil {
+		return Result{}, status.Error(codes.Unimplemented, "durable operations are not enabled on this gateway (--operations)")
+	}
+	owner := s.user(c)
+	var (
+		rec operations.Record
+		err error
+	)
+	switch c.Op {
+	case OpStartTool:
+		tool, env, deadline, perr := s.prepare(ctx, c)
+		if perr != nil {
+			return Result{}, s.status(ctx, perr, c.Name, tool, deadline)
+		}
+		rec, err = ops.Start(ctx, operations.StartSpec{Owner: owner, Tool: tool.Name, Request: env, Deadline: deadline,
+			Target: bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}})
+		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) {
+			return Result{}, s.status(ctx, err, c.Name, tool, deadline)
+		}
+	case OpListOperations:
+		var done *bool
+		switch c.Filter {
+		case "":
+		case "done=true", "done = true":
+			t := true
+			done = &t
+		case "done=false", "done = false":
+			f := false
+			done = &f
+		default:
+			return Result{}, status.Errorf(codes.InvalidArgument, "filter %q: want \"done=true\" or \"done=false\"", c.Filter)
+		}
+		recs := ops.List(owner, done)
+		start, end, next, perr := page(len(recs), func(i int) string { return recs[i].ID }, c.PageSize, c.PageToken)
+		if perr != nil {
+			return Result{}, perr
+		}
+		res := Result{NextPageToken: next, Operations: make([]*Operation, 0, end-start)}
+		for _, r := range recs[start:end] {
+			res.Operations = append(res.Operations, s.present(ctx, r))
+		}
+		return res, nil
+	case OpGetOperation:
+		rec, err = ops.Get(owner, c.Name)
+	case OpCancelOperation:
+		rec, err = ops.Cancel(ctx, owner, c.Name)
+	case OpDeleteOperation:
+		return Result{}, opError(ops.Delete(ctx, owner, c.Name), c.Name)
+	case OpWaitOperation:
+		timeout := DefaultWaitTimeout
+		if c.TimeoutSet {
+			if c.Timeout <= 0 {
+				return Result{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+			}
+			timeout = min(c.Timeout, MaxWaitTimeout)
+		}
+		rec, err = ops.Wait(ctx, owner, c.Name, timeout)
+	}
+	if err != nil {
+		return Result{}, opError(err, c.Name)
+	}
+	return Result{Operation: s.present(ctx, rec)}, nil
+}
+
+// opError maps the operations package's errors.
+func opError(err error, id string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, operations.ErrNotFound):
+		return gatewayError(codes.NotFound, ReasonOperationNotFound, fmt.Sprintf("operation %q not found", id), map[string]string{"operation": id})
+	case errors.Is(err, operations.ErrTooMany):
+		return gatewayError(codes.ResourceExhausted, "TOO_MANY_OPERATIONS", err.Error()+"; wait for some to finish", nil)
+	case errors.Is(err, operations.ErrNotReady):
+		return gatewayError(codes.Unavailable, "OPERATIONS_NOT_READY", "the gateway has not read the operations table yet; retry shortly", nil)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return gatewayError(codes.Unavailable, "BROKER_UNAVAILABLE", "the operation could not be recorded: the message broker cannot be reached", nil)
+}
+
+// present is r as a door shows it; its failure goes through the one
+// mapping of failures onto statuses.
+func (s *Core) present(_ context.Context, r operations.Record) *Operation {
+	op := &Operation{ID: r.ID, Tool: r.Tool, State: string(r.State), Done: r.Finished(),
+		Created: time.UnixMilli(r.CreateMS), Deadline: time.UnixMilli(r.DeadlineMS), Output: r.Output}
+	if r.EndMS > 0 {
+		op.Ended = time.UnixMilli(r.EndMS)
+	}
+	if f := r.Failure; f != nil && r.State != operations.Done {
+		var cause error
+		switch f.Reason {
+		case "":
+			cause = &wire.Error{Type: f.Type, Message: f.Message}
+		case operations.ReasonDeadline:
+			cause = context.DeadlineExceeded
+		case operations.ReasonCancelled:
+			cause = context.Canceled
+		case operations.ReasonLost:
+			cause = fmt.Errorf("%w: %s", bridge.ErrLostReplies, f.Message)
+		case operations.ReasonBadReply:
+			cause = bridge.ErrBadReply
+		default:
+			cause = gatewayError(codes.ResourceExhausted, f.Reason, f.Message, map[string]string{"tool": r.Tool})
+		}
+		op.Err = toStatus(cause, r.Tool, nil).Err()
+	}
+	return op
+}

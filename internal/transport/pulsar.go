@@ -563,7 +563,11 @@ func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ 
 				}
 				continue
 			}
-			ok := h(Message{Payload: m.Payload(), Properties: m.Properties(), Key: m.Key(), Redeliveries: m.RedeliveryCount()})
+			msg := Message{Payload: m.Payload(), Properties: m.Properties()}
+			if persistent {
+				msg.Key, msg.Redeliveries = m.Key(), m.RedeliveryCount()
+			}
+			ok := h(msg)
 			switch {
 			case !persistent:
 			case ok:

@@ -1,0 +1,54 @@
+package operations
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
+)
+
+const testID = "0123456789abcdef0123456789abcdef"
+
+func TestDecodeRecordChecksWhatCameFromTheBus(t *testing.T) {
+	good := `{"id":"` + testID + `","owner":"alice","tool":"echo","state":"running","create_ms":1,"deadline_ms":2}`
+	if _, err := decodeRecord(testID, []byte(good)); err != nil {
+		t.Fatalf("a good record refused: %v", err)
+	}
+	for name, c := range map[string]struct{ key, rec string }{
+		"key differs":   {"ffffffffffffffffffffffffffffffff", good},
+		"bad id":        {"x", `{"id":"x","owner":"a","state":"running"}`},
+		"no owner":      {testID, `{"id":"` + testID + `","state":"running"}`},
+		"unknown state": {testID, `{"id":"` + testID + `","owner":"a","state":"odd"}`},
+		"not JSON":      {testID, `nope`},
+	} {
+		if _, err := decodeRecord(c.key, []byte(c.rec)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestRunningPastItsDeadlineHasFailed(t *testing.T) {
+	now := time.Now()
+	r := Record{ID: testID, Owner: "a", State: Running, DeadlineMS: now.Add(-time.Second).UnixMilli()}
+	got := r.Now(now)
+	if got.State != Failed || got.Failure == nil || got.Failure.Reason != ReasonDeadline {
+		t.Fatalf("past its deadline: %+v", got)
+	}
+	if r.expired(now, time.Hour) || !r.expired(now.Add(2*time.Hour), time.Hour) {
+		t.Fatal("expiry does not count from the deadline")
+	}
+}
+
+func TestRunningNeverReplacesFinished(t *testing.T) {
+	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Done, Output: "x"}}
+	log := slog.New(slog.DiscardHandler)
+	applyTo(table, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"running"}`)}, log)
+	if table[testID].State != Done {
+		t.Fatalf("a late running record replaced the finished one: %+v", table[testID])
+	}
+	applyTo(table, transport.Message{Key: testID}, log)
+	if _, ok := table[testID]; ok {
+		t.Fatal("a tombstone left the record")
+	}
+}

@@ -272,14 +272,21 @@ type Service struct {
 	// subscribed (then chunks are sent without waiting for credit).
 	flowTopic string
 	flows     sync.Map // call id → *chunkSender of a flow-controlled stream
+	// cancelTopic is where callers give calls up when they do not know
+	// the instance (wire.CancelTopic); every instance reads it on a
+	// subscription of its own, named after instance.
+	cancelTopic string
+	instance    string
+	calls       calls // the calls running here, and early cancels
 
-	ready    chan struct{} // closed once Run has subscribed
-	sem      chan struct{}
-	wg       sync.WaitGroup
-	handled  atomic.Int64
-	dropped  atomic.Int64
-	callCtx  context.Context
-	cancelFn context.CancelFunc
+	ready     chan struct{} // closed once Run has subscribed
+	sem       chan struct{}
+	wg        sync.WaitGroup
+	handled   atomic.Int64
+	dropped   atomic.Int64
+	cancelled atomic.Int64
+	callCtx   context.Context
+	cancelFn  context.CancelFunc
 
 	// Announcements (announce.go).
 	announceMu sync.Mutex
@@ -351,7 +358,10 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	s.broker = b // closed by Run; a client passed in stays open
 	var inst [6]byte
 	_, _ = rand.Read(inst[:])
-	s.flowTopic = wire.FlowTopic(s.reqTopic, hex.EncodeToString(inst[:]))
+	s.instance = hex.EncodeToString(inst[:])
+	s.flowTopic = wire.FlowTopic(s.reqTopic, s.instance)
+	s.cancelTopic = wire.CancelTopic(s.reqTopic)
+	s.calls.init()
 	s.sem = make(chan struct{}, cfg.MaxConcurrency)
 	s.ready = make(chan struct{})
 	return s, nil
@@ -393,9 +403,19 @@ func (s *Service) Run(ctx context.Context) error {
 	} else {
 		defer func() { _ = flowSub.Close() }() // after the calls in flight
 	}
+	// Cancels for calls whose instance the caller does not know: each
+	// instance hears them all, on a subscription of its own.
+	cancelSub, err := s.broker.Subscribe(ctx, s.cancelTopic, s.cfg.ID+"-cancel-"+s.instance, transport.Exclusive, s.grant)
+	if err != nil {
+		s.log.Warn("cannot subscribe to the cancel topic; calls given up before their first chunk run to their end", "topic", s.cancelTopic, "err", err)
+		s.cancelTopic = ""
+	} else {
+		defer func() { _ = cancelSub.Close() }()
+	}
 	close(s.ready)
 	s.log.Info("tool service listening", "request_topic", s.reqTopic, "response_topic", s.respTopic,
-		"subscription", s.cfg.ID+"-request", "max_concurrency", s.cfg.MaxConcurrency, "flow_topic", s.flowTopic)
+		"subscription", s.cfg.ID+"-request", "max_concurrency", s.cfg.MaxConcurrency, "flow_topic", s.flowTopic,
+		"cancel_topic", s.cancelTopic)
 	s.announceOnStart(ctx)
 	<-ctx.Done()
 	s.withdrawOnStop() // gateways stop routing calls here first
@@ -411,26 +431,56 @@ func (s *Service) Run(ctx context.Context) error {
 		s.cancelFn()
 		<-done
 	}
-	s.log.Info("tool service stopped", "handled", s.handled.Load(), "dropped", s.dropped.Load())
+	s.log.Info("tool service stopped", "handled", s.handled.Load(), "dropped", s.dropped.Load(), "cancelled", s.cancelled.Load())
 	return nil
 }
 
-// grant takes a caller's grant for one of its streams (wire.PropCredit):
-// more credit, or the caller is gone. Grants for calls not streaming here
-// (ended, or never flow-controlled) are ignored.
+// Stats are a Service's counters since New.
+type Stats struct {
+	// Handled counts the calls whose handler returned.
+	Handled int64
+	// Dropped counts the requests dropped because their deadline had
+	// passed before their turn came.
+	Dropped int64
+	// Cancelled counts the calls the caller gave up (wire.CreditCancel)
+	// while they ran here — their handler's context ended, with
+	// ErrCallerGone as its cause — or before they started (the handler
+	// did not run).
+	Cancelled int64
+}
+
+// Stats returns the service's counters.
+func (s *Service) Stats() Stats {
+	return Stats{Handled: s.handled.Load(), Dropped: s.dropped.Load(), Cancelled: s.cancelled.Load()}
+}
+
+// grant takes a caller's grant for one of its streams (wire.PropCredit),
+// from the flow topic: more credit, or the caller is gone; or a cancel
+// from the cancel topic. A cancel ends the call's context (calls.cancel);
+// grants for calls not streaming here (ended, or never flow-controlled)
+// are ignored.
 func (s *Service) grant(m transport.Message) {
-	v, ok := s.flows.Load(m.Properties[wire.PropID])
+	id := m.Properties[wire.PropID]
+	credit := m.Properties[wire.PropCredit]
+	if credit == wire.CreditCancel {
+		if id == "" || id == "unknown" {
+			return
+		}
+		if v, ok := s.flows.Load(id); ok {
+			v.(*chunkSender).cancel()
+		}
+		if s.calls.cancel(id, time.Now()) {
+			s.cancelled.Add(1)
+			s.log.Debug("call given up by the caller; its context is cancelled", "id", id)
+		}
+		return
+	}
+	v, ok := s.flows.Load(id)
 	if !ok {
 		return
 	}
-	cs := v.(*chunkSender)
-	credit := m.Properties[wire.PropCredit]
-	if credit == wire.CreditCancel {
-		cs.cancel()
-		return
-	}
 	if n, err := strconv.Atoi(credit); err == nil {
-		cs.grant(n)
+		v.(*chunkSender).grant(n)
 	}
 }
 
@@ -464,6 +514,16 @@ func (s *Service) serve(m transport.Message) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl)
 		defer cancel()
+	}
+	// The caller may give the call up (grant): that ends ctx, with
+	// ErrCallerGone as its cause.
+	ctx, giveUp := context.WithCancelCause(ctx)
+	defer giveUp(nil)
+	if id != "unknown" {
+		if !s.calls.start(id, giveUp) {
+			giveUp(ErrCallerGone)
+		}
+		defer s.calls.end(id)
 	}
 	// Replies go where the request asks (wire.PropReplyTo: the calling
 	// gateway's own topic) when that is in the response namespace, and
@@ -500,6 +560,12 @@ func (s *Service) serve(m transport.Message) {
 		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {
 			s.log.Warn("cannot send error reply", "id", id, "err", err)
 		}
+	}
+	if errors.Is(context.Cause(ctx), ErrCallerGone) {
+		// Given up before its turn came: the handler does not run.
+		s.cancelled.Add(1)
+		fail("cancelled", "the caller gave the call up before it started")
+		return
 	}
 	req, err := wire.DecodeRequest(m.Payload)
 	if err != nil {
@@ -540,6 +606,10 @@ func (s *Service) serve(m transport.Message) {
 	if err != nil {
 		var te *Error
 		switch {
+		case errors.Is(context.Cause(ctx), ErrCallerGone):
+			// Nobody reads this reply; it is sent all the same, so that
+			// a cancel the caller did not send shows as an error.
+			fail("cancelled", "the caller gave the call up")
 		case errors.As(err, &te):
 			fail(te.Type, te.Message)
 		case ctx.Err() != nil && errors.Is(err, ctx.Err()):

@@ -153,3 +153,19 @@ func FlowTopicAllowed(flow, requestTopic string) bool {
 	inst := flow[len(prefix):]
 	return inst != "" && len(inst) <= 64 && entityRE.MatchString(inst) && ValidateTopic(flow) == nil
 }
+
+// cancelSuffix ends the name of a service's cancel topic.
+const cancelSuffix = ".cancel"
+
+// CancelTopic is the non-persistent topic where every instance of the
+// service on requestTopic, each on a subscription of its own, hears that
+// a caller has given a call up (a message with PropID and PropCredit
+// CreditCancel): the request topic's name with ".cancel" appended. A
+// caller sends there when it does not know which instance has the call
+// (a unary call, a stream before its first chunk); the instance that has
+// it ends the handler's context, the others ignore it. Nothing is sent
+// for calls that are not given up.
+func CancelTopic(requestTopic string) string {
+	_, rest, _ := strings.Cut(requestTopic, "://")
+	return "non-persistent://" + rest + cancelSuffix
+}

@@ -47,7 +47,9 @@ const (
 	// topic, with PropID), the new limit, cumulative — a later grant
 	// replaces a lost one — or CreditCancel: the caller is gone, stop.
 	// The message that ends the reply needs no credit. The Go SDK honours
-	// it; TrustGraph's Python services ignore it.
+	// it; TrustGraph's Python services ignore it. A CreditCancel may also
+	// come on the service's cancel topic (CancelTopic), for a call whose
+	// flow topic the caller does not know.
 	PropCredit = "toolgate-credit"
 	// PropFlow, on the reply chunks of a service that honours PropCredit,
 	// names the topic where that service instance takes grants
@@ -55,7 +57,9 @@ const (
 	PropFlow = "toolgate-flow"
 )
 
-// CreditCancel is the PropCredit of a grant that ends the call.
+// CreditCancel is the PropCredit of a grant that ends the call: on a
+// stream's flow topic (PropFlow), or on the service's cancel topic
+// (CancelTopic), which every instance of the service reads.
 const CreditCancel = "cancel"
 
 // ErrorTypeToolService is the error type TrustGraph's Python base service

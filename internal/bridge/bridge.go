@@ -166,8 +166,12 @@ type Stats struct {
 	// that came on the instance's own reply topic.
 	RepliesViaReplyTo int64
 	// Streams are the flow-controlled streams now; Grants the grants sent
-	// to their services; Busy the calls refused with ErrServiceBusy.
+	// to their services (a stream's cancel included); Busy the calls
+	// refused with ErrServiceBusy.
 	Streams, Grants, Busy int64
+	// Cancels are the calls given up whose services were told so on
+	// their cancel topics (wire.CancelTopic).
+	Cancels int64
 }
 
 // Bridge correlates requests and replies. It is safe for concurrent use.
@@ -210,6 +214,7 @@ type Bridge struct {
 	streams    atomic.Int64
 	grants     atomic.Int64
 	busy       atomic.Int64
+	cancels    atomic.Int64
 
 	// epoch counts the watch's questions; each call notes it when made.
 	epoch atomic.Uint64
@@ -288,6 +293,7 @@ func (b *Bridge) Stats() Stats {
 		Streams: b.streams.Load(),
 		Grants:  b.grants.Load(),
 		Busy:    b.busy.Load(),
+		Cancels: b.cancels.Load(),
 	}
 }
 
@@ -462,6 +468,7 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 	}
 	if !deadline.IsZero() {
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
+		c.sentDeadline = deadline
 	}
 	b.pending.store(c.id, c)
 	// The publish ends by the call's own deadline too: while a broker
@@ -485,7 +492,7 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		done(err)
 		if err != nil {
 			b.publishErrors.Add(1)
-			c.finish(publishError(err))
+			c.end(publishError(err), false)
 			return
 		}
 		b.published.Add(1)
@@ -494,7 +501,7 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		release()
 		done(err)
 		b.publishErrors.Add(1)
-		c.Close()
+		c.end(context.Canceled, false)
 		return nil, publishError(err)
 	}
 	return c, nil
@@ -567,6 +574,25 @@ func (b *Bridge) sendGrant(flow, id string, limit int) {
 		defer cancel()
 		if err := b.broker.Publish(ctx, flow, transport.Message{Payload: []byte(credit), Properties: map[string]string{wire.PropID: id, wire.PropCredit: credit}}); err != nil {
 			b.log.Debug("cannot send a stream's grant", "flow_topic", flow, "id", id, "err", err)
+		}
+	}()
+}
+
+// sendCancel tells the service on requestTopic that call id is given up,
+// on its cancel topic (wire.CancelTopic), for when the call's instance is
+// not known (a unary call, a stream before its first chunk): each
+// instance of a Go SDK service reads it, and the one running the call
+// ends its context. Services that do not read it (TrustGraph's Python
+// ones) run the call to its end, as before. It costs one message per call
+// given up, none for the others.
+func (b *Bridge) sendCancel(requestTopic, id string) {
+	b.cancels.Add(1)
+	topic := wire.CancelTopic(requestTopic)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.broker.Publish(ctx, topic, transport.Message{Payload: []byte(wire.CreditCancel), Properties: map[string]string{wire.PropID: id, wire.PropCredit: wire.CreditCancel}}); err != nil {
+			b.log.Debug("cannot tell a tool service that a call was given up", "cancel_topic", topic, "id", id, "err", err)
 		}
 	}()
 }

@@ -28,6 +28,9 @@ type Call struct {
 	epoch     uint64        // the watch's epoch when it was made
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
+	// sentDeadline is the deadline the request carries (zero: none): past
+	// it the service ends the call by itself, and is not told to.
+	sentDeadline time.Time
 
 	mu      sync.Mutex
 	queue   []Chunk
@@ -104,19 +107,29 @@ func (c *Call) deliver(r wire.Response, seq, flow string) bool {
 	return true
 }
 
-// finish ends the call with err unless it already ended. A stream's
-// service is told to stop: nobody will read what it sends.
-func (c *Call) finish(err error) {
+// finish ends the call with err unless it already ended. The service is
+// told to stop (tell), as nobody will read what it sends: a stream's on
+// its flow topic, any other on the service's cancel topic, which every
+// instance reads (wire.CancelTopic) — unless the request's own deadline
+// has passed, which the service heeds by itself.
+func (c *Call) finish(err error) { c.end(err, true) }
+
+// end is finish; tell false for a call whose request was never sent.
+func (c *Call) end(err error, tell bool) {
 	c.mu.Lock()
-	flow := ""
-	if !c.ended {
+	flow, first := "", !c.ended
+	if first {
 		c.err = err
 		c.ended = true
 		flow = c.flow
 	}
 	c.mu.Unlock()
-	if flow != "" {
+	switch {
+	case !first || !tell:
+	case flow != "":
 		c.b.sendGrant(flow, c.id, -1)
+	case !errors.Is(err, context.DeadlineExceeded) || c.sentDeadline.IsZero() || time.Now().Before(c.sentDeadline):
+		c.b.sendCancel(c.reqTopic, c.id)
 	}
 	c.remove()
 	c.signal()

@@ -141,9 +141,6 @@ func TestGivenUpCallsEndAtTheService(t *testing.T) {
 			}
 			c.Close()
 			dcancel()
-			if got := ends.waitEnd(t, "deadline", 2*time.Second); !errors.Is(got.cause, context.DeadlineExceeded) {
-				t.Fatalf("call past its deadline ended at the service with %v, want its deadline", got.cause)
-			}
 			if s := b.Stats(); s.Cancels != 0 {
 				t.Fatalf("%d cancels sent for calls that ended normally or by their deadline", s.Cancels)
 			}

@@ -165,6 +165,9 @@ var ErrMalformed = errors.New("malformed message")
 // DecodeResponse parses a reply payload. It fails on anything but a JSON
 // object whose known fields have the right types; unknown keys are ignored.
 func DecodeResponse(b []byte) (Response, error) {
+	if r, ok := decodeChunk(b); ok {
+		return r, nil
+	}
 	var r Response
 	if err := strictShape(b); err != nil {
 		return r, fmt.Errorf("response: %w", err)
@@ -200,4 +203,38 @@ func ParseDeadline(s string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.UnixMilli(ms), true
+}
+
+// Prefixes and suffixes of a reply without error as EncodeResponse writes
+// it (the Go SDK's chunks).
+const (
+	chunkPrefix = `{"error":null,"response":"`
+	chunkMore   = `","end_of_stream":false}`
+	chunkLast   = `","end_of_stream":true}`
+)
+
+// decodeChunk decodes, without encoding/json, a reply of exactly the shape
+// EncodeResponse writes without an error, whose text is printable ASCII
+// with no escapes — what json.Unmarshal would decode to the same Response.
+// Anything else is left to json.Unmarshal (ok false).
+func decodeChunk(b []byte) (Response, bool) {
+	if len(b) < len(chunkPrefix)+len(chunkLast) || string(b[:len(chunkPrefix)]) != chunkPrefix {
+		return Response{}, false
+	}
+	rest := b[len(chunkPrefix):]
+	var last bool
+	switch {
+	case bytes.HasSuffix(rest, []byte(chunkMore)):
+		rest = rest[:len(rest)-len(chunkMore)]
+	case bytes.HasSuffix(rest, []byte(chunkLast)):
+		rest, last = rest[:len(rest)-len(chunkLast)], true
+	default:
+		return Response{}, false
+	}
+	for _, c := range rest {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return Response{}, false
+		}
+	}
+	return Response{Response: string(rest), EndOfStream: last}, true
 }

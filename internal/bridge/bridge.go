@@ -657,12 +657,13 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		return
 	}
 	flow := m.Properties[wire.PropFlow]
-	if flow != "" && !wire.FlowTopicAllowed(flow, c.reqTopic) {
+	switch c.deliver(resp, seq, flow) {
+	case delivered:
+	case badFlow:
 		b.refuse(topic, id, "the reply names a flow topic that is not its service's", "flow_topic", flow)
 		c.finish(fmt.Errorf("%w: flow topic %q is not one of %s", ErrBadReply, flow, c.reqTopic))
 		return
-	}
-	if !c.deliver(resp, seq, flow) {
+	case replayed:
 		b.refuse(topic, id, "the reply repeats a sequence number the call already had", "seq", seq)
 		return
 	}

@@ -89,7 +89,7 @@ func BenchmarkRouteChunk(b *testing.B) {
 				ids = append(ids, m.Properties[wire.PropID])
 				return nil
 			}}
-			br := bridge.New(fb, bridge.Options{MaxInFlight: pending + 1})
+			br := bridge.New(fb, bridge.Options{MaxInFlight: pending + 1, MaxInFlightPerService: -1})
 			defer br.Close()
 			ctx := context.Background()
 			var calls []*bridge.Call

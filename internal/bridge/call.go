@@ -46,6 +46,8 @@ type Call struct {
 	granted  int
 	consumed int
 	flow     string
+	// flowChecked is the flow topic last found to be the service's.
+	flowChecked string
 }
 
 // ID is the call's correlation id.
@@ -58,19 +60,37 @@ func (c *Call) signal() {
 	}
 }
 
+// What deliver did with a reply message.
+type delivery int
+
+const (
+	delivered delivery = iota
+	replayed           // refused: a number (seq) the call has had already
+	badFlow            // refused: it names a flow topic not of the call's service
+)
+
 // deliver queues one decoded reply message. It never blocks: a reader that
-// falls too far behind ends its own call with ErrSlowReader. It reports
-// false for a message it refuses: one whose number (seq) the call has had
-// already — a replay, or a forgery racing the real reply.
-func (c *Call) deliver(r wire.Response, seq, flow string) bool {
+// falls too far behind ends its own call with ErrSlowReader. It refuses a
+// message whose number (seq) the call has had already — a replay, or a
+// forgery racing the real reply — and one naming a flow topic (flow) that
+// is not its service's, which is checked once per topic named, not per
+// chunk.
+func (c *Call) deliver(r wire.Response, seq, flow string) delivery {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return true
+		return delivered
 	}
-	if flow != "" && c.flow == "" && c.granted > 0 {
-		c.flow = flow
-		c.b.streams.Add(1)
+	if flow != "" && flow != c.flowChecked {
+		if !wire.FlowTopicAllowed(flow, c.reqTopic) {
+			c.mu.Unlock()
+			return badFlow
+		}
+		c.flowChecked = flow
+		if c.flow == "" && c.granted > 0 {
+			c.flow = flow
+			c.b.streams.Add(1)
+		}
 	}
 	lost := 0
 	if seq != "" {
@@ -79,7 +99,7 @@ func (c *Call) deliver(r wire.Response, seq, flow string) bool {
 		n, err := strconv.Atoi(seq)
 		if err != nil || n < c.nextSeq {
 			c.mu.Unlock()
-			return false
+			return replayed
 		}
 		lost = n - c.nextSeq
 		c.nextSeq = n + 1
@@ -104,7 +124,7 @@ func (c *Call) deliver(r wire.Response, seq, flow string) bool {
 		c.remove()
 	}
 	c.signal()
-	return true
+	return delivered
 }
 
 // finish ends the call with err unless it already ended. The service is
@@ -159,10 +179,19 @@ func (c *Call) remove() {
 // call is abandoned and ctx's error returned; when the call's deadline
 // (CallUntil) passes first, it is abandoned with context.DeadlineExceeded.
 func (c *Call) Recv(ctx context.Context) (Chunk, error) {
+	return c.RecvIdle(ctx, 0, nil)
+}
+
+// RecvIdle is Recv that also gives up when no chunk comes within idle
+// (from the call of RecvIdle; 0: no limit): then the call is abandoned and
+// idleErr returned. It costs nothing when a chunk is waiting already, and
+// a pooled timer otherwise — not a context per chunk.
+func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) (Chunk, error) {
 	var (
 		timer   *time.Timer
 		expired <-chan time.Time
 		regrant <-chan time.Time // a stream's grant is due again
+		idleC   <-chan time.Time // no chunk within idle
 	)
 	for {
 		c.mu.Lock()
@@ -202,8 +231,16 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 			defer putTimer(timer)
 			expired = timer.C
 		}
+		if idle > 0 && idleC == nil {
+			t := getTimer(idle)
+			defer putTimer(t)
+			idleC = t.C
+		}
 		select {
 		case <-c.notify:
+		case <-idleC:
+			c.finish(context.DeadlineExceeded)
+			return Chunk{}, idleErr
 		case <-regrant:
 			// Nothing for a while: the last grant may have been lost.
 			c.b.sendGrant(flow, c.id, limit)

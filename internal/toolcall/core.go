@@ -228,9 +228,7 @@ func (s *Core) recv(ctx context.Context, call *bridge.Call) (bridge.Chunk, error
 	if s.opts.StreamIdleTimeout <= 0 {
 		return call.Recv(ctx)
 	}
-	ictx, cancel := context.WithTimeoutCause(ctx, s.opts.StreamIdleTimeout, errStreamIdle)
-	defer cancel()
-	return call.Recv(ictx)
+	return call.RecvIdle(ctx, s.opts.StreamIdleTimeout, errStreamIdle)
 }
 
 func (s *Core) listTools(c *Call) (Result, error) {

@@ -16,7 +16,8 @@ import (
 
 // TestLoneStreamRate: a lone 100,000-chunk stream, directly over Pulsar
 // and through the gateway (gRPC), alternately, TOOLGATE_LONE_STREAM_REPS
-// times (default 3): each stream must arrive whole; the chunks per second
+// times (default 3): the gateway's stream must arrive whole (the direct
+// one, without flow control, may lose chunks: that pair has no ratio); the chunks per second
 // and the ratio of each pair are logged (not asserted: the machine is
 // shared), with their median.
 func TestLoneStreamRate(t *testing.T) {
@@ -34,7 +35,11 @@ func TestLoneStreamRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	startEcho(t, "lone-echo", topic)
-	g := startGateway(t, regPath, brokertest.UniqueTopic("gw-lone"), "--default-timeout", "120s")
+	args := []string{"--default-timeout", "120s"}
+	if w := os.Getenv("TOOLGATE_LONE_STREAM_WINDOW"); w != "" {
+		args = append(args, "--stream-window", w)
+	}
+	g := startGateway(t, regPath, brokertest.UniqueTopic("gw-lone"), args...)
 	var ratios []float64
 	for i := range reps {
 		direct := directLongStream(t, wire.RequestTopic(topic), longStream)
@@ -43,8 +48,13 @@ func TestLoneStreamRate(t *testing.T) {
 		cancel()
 		t.Logf("rep %d: direct %.0f chunks/s (%s), gateway gRPC %.0f chunks/s (%s): %.2fx",
 			i+1, direct.rate(), orWhole(direct.err), gw.rate(), orWhole(gw.err), gw.rate()/direct.rate())
-		if direct.err != "" || gw.err != "" {
-			t.Errorf("rep %d: a stream was not whole: direct %s, gateway %s", i+1, orWhole(direct.err), orWhole(gw.err))
+		if gw.err != "" {
+			t.Errorf("rep %d: the stream through the gateway was not whole: %s", i+1, gw.err)
+			continue
+		}
+		if direct.err != "" {
+			// The yardstick has no flow control: the broker drops what
+			// its connection cannot take. No ratio for this pair.
 			continue
 		}
 		ratios = append(ratios, gw.rate()/direct.rate())

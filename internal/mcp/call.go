@@ -28,8 +28,8 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 }
 
 // modern reports whether the session's requests speak protocol 2026-07-28
-// or later (a stateless request's _meta names its version; the fast path,
-// which serves only older ones, has no session).
+// or later (a stateless request's _meta names its version; the fast path
+// has no session and marks its 2026-07-28 results itself).
 func modern(ss *sdk.ServerSession) bool {
 	if ss == nil {
 		return false
@@ -38,14 +38,21 @@ func modern(ss *sdk.ServerSession) bool {
 	return p != nil && p.ProtocolVersion >= modernVersion
 }
 
-// complete is r marked as a complete result (resultType "complete"), which
-// the SDK sets only on results of its own tool handlers and leaves no
-// other way to set than its own decoding.
-func complete(r *sdk.CallToolResult) *sdk.CallToolResult {
-	var out sdk.CallToolResult
-	if err := out.UnmarshalJSON([]byte(`{"resultType":"complete","content":[]}`)); err != nil {
+// completeResult is an empty result marked complete (resultType
+// "complete"), which the SDK sets only on results of its own tool handlers
+// and leaves no other way to set than its own decoding: decoded once, and
+// copied (unexported field and all) for each result.
+var completeResult = func() sdk.CallToolResult {
+	var r sdk.CallToolResult
+	if err := r.UnmarshalJSON([]byte(`{"resultType":"complete","content":[]}`)); err != nil {
 		panic("mcp: decoding a constant result: " + err.Error()) // cannot happen
 	}
+	return r
+}()
+
+// complete is r marked as a complete result.
+func complete(r *sdk.CallToolResult) *sdk.CallToolResult {
+	out := completeResult
 	out.Meta, out.Content, out.StructuredContent, out.IsError = r.Meta, r.Content, r.StructuredContent, r.IsError
 	out.InputRequests, out.RequestState = r.InputRequests, r.RequestState
 	return &out

@@ -54,12 +54,19 @@ func post(t *testing.T, h http.Handler, body string, header map[string]string) a
 	req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
+	setHeader(req.Header, header)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
 	a := answer{code: w.Code, contentType: w.Header().Get("Content-Type"), raw: w.Body.String()}
+	if a.contentType == "application/json" {
+		// A refusal as a JSON-RPC error, with an HTTP status of its own.
+		d := json.NewDecoder(strings.NewReader(a.raw))
+		d.UseNumber()
+		if err := d.Decode(&a.message); err != nil {
+			t.Fatalf("JSON body %q: %v", a.raw, err)
+		}
+		return a
+	}
 	for _, line := range strings.Split(w.Body.String(), "\n") {
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
 			d := json.NewDecoder(strings.NewReader(data))
@@ -71,6 +78,45 @@ func post(t *testing.T, h http.Handler, body string, header map[string]string) a
 	}
 	return a
 }
+
+// setHeader sets each field of header in h; a value with newlines is that
+// many values of the field, an empty one removes the field.
+func setHeader(h http.Header, header map[string]string) {
+	for k, v := range header {
+		h.Del(k)
+		for _, part := range strings.Split(v, "\n") {
+			if v != "" {
+				h.Add(k, part)
+			}
+		}
+	}
+}
+
+// modernMeta is the _meta a client of protocol 2026-07-28 sends, with more
+// members if given.
+func modernMeta(more string) string {
+	return `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}` + more + `}`
+}
+
+// modernHeader is the header of a 2026-07-28 tools/call of the tool name.
+func modernHeader(name string) map[string]string {
+	return map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": name}
+}
+
+// with is h with more fields (newlines: several values; "": removed).
+func with(h map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range h {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+// deep is a JSON value nested n arrays deep.
+func deep(n int) string { return strings.Repeat("[", n) + "1" + strings.Repeat("]", n) }
 
 var fastCases = []struct {
 	name   string
@@ -105,6 +151,48 @@ var fastCases = []struct {
 	{"wrong jsonrpc", `{"jsonrpc":"1.0","id":19,"method":"tools/call","params":{"name":"json"}}`, nil, false},
 	{"form body", `name=json`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, false},
 	{"only JSON accepted", `{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Accept": "application/json"}, false},
+	{"Last-Event-ID", `{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Last-Event-ID": "x_1"}, false},
+	{"deep arguments", `{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"json","arguments":{"a":` + deep(1000) + `}}}`, nil, false},
+	{"somewhat deep arguments", `{"jsonrpc":"2.0","id":23,"method":"tools/call","params":{"name":"json","arguments":{"a":` + deep(100) + `}}}`, nil, false},
+	{"_meta protocol version, legacy header", `{"jsonrpc":"2.0","id":24,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, false},
+	{"_meta protocol version, no header", `{"jsonrpc":"2.0","id":25,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, nil, false},
+
+	// Protocol 2026-07-28.
+	{"2026 JSON output", `{"jsonrpc":"2.0","id":100,"method":"tools/call","params":{"name":"json","arguments":{"msg":"x"},` + modernMeta("") + `}}`, modernHeader("json"), true},
+	{"2026 text output", `{"jsonrpc":"2.0","id":"m1","method":"tools/call","params":{"name":"text","arguments":{"n":1},` + modernMeta("") + `}}`, modernHeader("text"), true},
+	{"2026 unknown tool", `{"jsonrpc":"2.0","id":101,"method":"tools/call","params":{"name":"missing",` + modernMeta("") + `}}`, modernHeader("missing"), true},
+	{"2026 denied", `{"jsonrpc":"2.0","id":102,"method":"tools/call","params":{"name":"denied",` + modernMeta("") + `}}`, modernHeader("denied"), true},
+	{"2026 service error", `{"jsonrpc":"2.0","id":103,"method":"tools/call","params":{"name":"fails",` + modernMeta("") + `}}`, modernHeader("fails"), true},
+	{"2026 bad arguments", `{"jsonrpc":"2.0","id":104,"method":"tools/call","params":{"name":"bad-args","arguments":{},` + modernMeta("") + `}}`, modernHeader("bad-args"), true},
+	{"2026 arguments not an object", `{"jsonrpc":"2.0","id":105,"method":"tools/call","params":{"name":"echo","arguments":"x",` + modernMeta("") + `}}`, modernHeader("echo"), true},
+	{"2026 timeout", `{"jsonrpc":"2.0","id":106,"method":"tools/call","params":{"name":"timeout",` + modernMeta(`,"timeout":2`) + `}}`, modernHeader("timeout"), true},
+	{"2026 bad timeout", `{"jsonrpc":"2.0","id":107,"method":"tools/call","params":{"name":"timeout",` + modernMeta(`,"timeout":"x"`) + `}}`, modernHeader("timeout"), true},
+	{"2026 client info and log level", `{"jsonrpc":"2.0","id":108,"method":"tools/call","params":{"name":"json",` +
+		modernMeta(`,"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/logLevel":"debug"`) + `}}`, modernHeader("json"), true},
+	{"2026 capabilities", `{"jsonrpc":"2.0","id":109,"method":"tools/call","params":{"name":"json","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+		`"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{}},"extensions":{"x/y":{}},"experimental":{"z":1},"Roots":5}}}}`, modernHeader("json"), true},
+	{"2026 trace context", `{"jsonrpc":"2.0","id":110,"method":"tools/call","params":{"name":"json",` +
+		modernMeta(`,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"`) + `}}`, modernHeader("json"), true},
+	{"2026 name twice", `{"jsonrpc":"2.0","id":111,"method":"tools/call","params":{"name":"text","name":"json",` + modernMeta("") + `}}`, modernHeader("json"), true},
+	{"2026 _meta twice", `{"jsonrpc":"2.0","id":112,"method":"tools/call","params":{"name":"json","_meta":{},` + modernMeta("") + `}}`, modernHeader("json"), true},
+	{"2026 escaped name", `{"jsonrpc":"2.0","id":113,"method":"tools/call","params":{"name":"\u006a\u0073on",` + modernMeta("") + `}}`, modernHeader("json"), true},
+	// Not taken: the SDK checks and refuses these, or streams.
+	{"2026 no Mcp-Method", `{"jsonrpc":"2.0","id":120,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, with(modernHeader("json"), "Mcp-Method", ""), false},
+	{"2026 other Mcp-Method", `{"jsonrpc":"2.0","id":121,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, with(modernHeader("json"), "Mcp-Method", "tools/list"), false},
+	{"2026 two Mcp-Method", `{"jsonrpc":"2.0","id":122,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, with(modernHeader("json"), "Mcp-Method", "tools/call\ntools/list"), false},
+	{"2026 no Mcp-Name", `{"jsonrpc":"2.0","id":123,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, with(modernHeader("json"), "Mcp-Name", ""), false},
+	{"2026 other Mcp-Name", `{"jsonrpc":"2.0","id":124,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, modernHeader("JSON"), false},
+	{"2026 no name", `{"jsonrpc":"2.0","id":125,"method":"tools/call","params":{` + modernMeta("") + `}}`, modernHeader(""), false},
+	{"2026 no _meta", `{"jsonrpc":"2.0","id":126,"method":"tools/call","params":{"name":"json"}}`, modernHeader("json"), false},
+	{"2026 _meta of another version", `{"jsonrpc":"2.0","id":127,"method":"tools/call","params":{"name":"json","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientCapabilities":{}}}}`, modernHeader("json"), false},
+	{"2026 no capabilities", `{"jsonrpc":"2.0","id":128,"method":"tools/call","params":{"name":"json","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, modernHeader("json"), false},
+	{"2026 capabilities not an object", `{"jsonrpc":"2.0","id":129,"method":"tools/call","params":{"name":"json","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":[]}}}`, modernHeader("json"), false},
+	{"2026 capabilities of the wrong shape", `{"jsonrpc":"2.0","id":130,"method":"tools/call","params":{"name":"json","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"roots":5}}}}`, modernHeader("json"), false},
+	{"2026 client info null", `{"jsonrpc":"2.0","id":131,"method":"tools/call","params":{"name":"json",` + modernMeta(`,"io.modelcontextprotocol/clientInfo":null`) + `}}`, modernHeader("json"), false},
+	{"2026 client info of the wrong shape", `{"jsonrpc":"2.0","id":132,"method":"tools/call","params":{"name":"json",` + modernMeta(`,"io.modelcontextprotocol/clientInfo":{"name":5}`) + `}}`, modernHeader("json"), false},
+	{"2026 progress token", `{"jsonrpc":"2.0","id":133,"method":"tools/call","params":{"name":"json",` + modernMeta(`,"progressToken":"p"`) + `}}`, modernHeader("json"), false},
+	{"2026 request state", `{"jsonrpc":"2.0","id":134,"method":"tools/call","params":{"name":"json","requestState":"s",` + modernMeta("") + `}}`, modernHeader("json"), false},
+	{"2026 tools/list", `{"jsonrpc":"2.0","id":135,"method":"tools/list","params":{` + modernMeta("") + `}}`, with(modernHeader(""), "Mcp-Method", "tools/list"), false},
 }
 
 // TestFastPathMatchesSDK sends each request to the endpoint with and
@@ -123,9 +211,7 @@ func TestFastPathMatchesSDK(t *testing.T) {
 			req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(c.body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
-			for k, v := range c.header {
-				req.Header.Set(k, v)
-			}
+			setHeader(req.Header, c.header)
 			w := httptest.NewRecorder()
 			taken := fast.serveFast(w, req, []byte(c.body), &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}})
 			if taken != c.fast {
@@ -135,18 +221,20 @@ func TestFastPathMatchesSDK(t *testing.T) {
 	}
 }
 
-// FuzzFastPath: for any tools/call body, the fast path answers as the SDK
-// does, or leaves the request to it.
+// FuzzFastPath: for any tools/call body and MCP header (protocol version,
+// method, tool name; newlines separate values of a field), the fast path
+// answers as the SDK does, or leaves the request to it.
 func FuzzFastPath(f *testing.F) {
 	for _, c := range fastCases {
-		f.Add(c.body)
+		f.Add(c.body, c.header["Mcp-Protocol-Version"], c.header["Mcp-Method"], c.header["Mcp-Name"])
 	}
 	fast := New(fixedHandler, Options{})
 	sdkOnly := New(fixedHandler, Options{NoFastPath: true})
-	f.Fuzz(func(t *testing.T, body string) {
-		got, want := post(t, fast, body, nil), post(t, sdkOnly, body, nil)
+	f.Fuzz(func(t *testing.T, body, version, method, name string) {
+		header := map[string]string{"Mcp-Protocol-Version": version, "Mcp-Method": method, "Mcp-Name": name}
+		got, want := post(t, fast, body, header), post(t, sdkOnly, body, header)
 		if got.code != want.code || got.contentType != want.contentType || !reflect.DeepEqual(got.message, want.message) {
-			t.Fatalf("%q\nfast path: %d %s %s\nSDK:       %d %s %s", body, got.code, got.contentType, got.raw, want.code, want.contentType, want.raw)
+			t.Fatalf("%q %q\nfast path: %d %s %s\nSDK:       %d %s %s", body, header, got.code, got.contentType, got.raw, want.code, want.contentType, want.raw)
 		}
 	})
 }

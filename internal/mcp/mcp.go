@@ -144,6 +144,7 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	mcp      *sdk.Server
+	impl     *sdk.Implementation // the server's identity, as results of 2026-07-28 carry it
 	handler  http.Handler
 	pageSize int32
 }
@@ -164,7 +165,8 @@ func New(h toolcall.Handler, opts Options) *Server {
 	// The SDK logs every stateless request's session at Info: keep its
 	// warnings and errors only.
 	sdkLog := slog.New(&minLevel{Handler: opts.Logger.Handler(), min: slog.LevelWarn})
-	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "toolgate", Version: opts.Version}, &sdk.ServerOptions{
+	s.impl = &sdk.Implementation{Name: "toolgate", Version: opts.Version}
+	s.mcp = sdk.NewServer(s.impl, &sdk.ServerOptions{
 		Logger:       sdkLog,
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 		Instructions: "The tools of this toolgate gateway. tools/call accepts _meta.timeout (\"5s\") and streams " +

@@ -227,7 +227,7 @@ func (s *Server) modernCertain(r *http.Request, name string, meta map[string]any
 // in protocol 2026-07-28 (its clientCapabilitiesV2): roots as a pointer.
 type clientCapabilities struct {
 	sdk.ClientCapabilities
-	Roots *sdk.RootCapabilities `json:"roots,omitempty"`
+	Roots *sdk.RootCapabilities `json:"roots,omitempty"` //nolint:staticcheck // deprecated, but the SDK still decodes it: so must this
 }
 
 // decodesAs reports whether v, a value decoded from JSON, decodes as a T

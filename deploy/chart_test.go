@@ -40,6 +40,7 @@ var (
 	chartManaged = map[string]string{
 		"grpc-addr":   "ports.grpc",
 		"http-addr":   "ports.http",
+		"admin-addr":  "ports.admin",
 		"instance-id": "the pod's name",
 	}
 	chartUnused = map[string]string{

@@ -136,6 +136,7 @@ func startGateway(t *testing.T, root string, cfg imageConfig) {
 		"TOOLGATE_PULSAR_ADMIN_URL="+brokertest.AdminURL(),
 		"TOOLGATE_HTTP_ADDR="+httpAddr,
 		"TOOLGATE_GRPC_ADDR="+grpcAddr,
+		"TOOLGATE_ADMIN_ADDR=127.0.0.1:0",
 		"TOOLGATE_ALLOW_ANONYMOUS=true",
 		"TOOLGATE_ANNOUNCE_TOPIC="+announce,
 		"TOOLGATE_INSTANCE_ID="+id,

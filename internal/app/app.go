@@ -50,11 +50,14 @@ type Gateway struct {
 	httpLis net.Listener
 	grpcSrv *grpc.Server
 	httpSrv *http.Server
-	health  *health.Server
-	sec     *security
-	metrics *telemetry.Metrics
-	mcp     *mcp.Server         // nil without --mcp
-	ops     *operations.Manager // nil without --operations
+	// The admin listener and server; nil when --admin-addr is off.
+	adminLis net.Listener
+	adminSrv *http.Server
+	health   *health.Server
+	sec      *security
+	metrics  *telemetry.Metrics
+	mcp      *mcp.Server         // nil without --mcp
+	ops      *operations.Manager // nil without --operations
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
 	listened    atomic.Bool // every known response topic is subscribed
@@ -189,6 +192,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		g.closeEarly()
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
+	if cfg.AdminAddr != "" {
+		if g.adminLis, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			g.closeEarly()
+			return nil, fmt.Errorf("admin listener: %w", err)
+		}
+	}
 	var mcpHandler, mcpMetadata http.Handler
 	if cfg.MCP {
 		a := cfg.Auth
@@ -201,12 +210,14 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
 	}
 	connectPath, connectHandler := connectapi.New(calls)
-	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.ready,
+	// The public listener tells readiness without details and serves no
+	// metrics: those are the admin listener's.
+	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.publicReady,
 		Handler: calls,
 		Connect: connectHandler, ConnectPath: connectPath,
-		ErrorHandler: limits.ErrorHandler, Metrics: g.metrics.Handler(),
-		Docs: docs.New(docs.Options{Logger: log}),
-		MCP:  mcpHandler, MCPResourceMetadata: mcpMetadata,
+		ErrorHandler: limits.ErrorHandler,
+		Docs:         docs.New(docs.Options{Logger: log}),
+		MCP:          mcpHandler, MCPResourceMetadata: mcpMetadata,
 		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
 	if err != nil {
 		g.closeEarly()
@@ -223,13 +234,21 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if g.adminLis != nil {
+		g.adminSrv = &http.Server{
+			Handler:           g.adminHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(log.With("listener", "admin").Handler(), slog.LevelWarn),
+		}
+	}
 	// Last: the broker sources may swap snapshots from now on.
 	g.sources.start(log)
 	return g, nil
 }
 
 func (g *Gateway) closeEarly() {
-	for _, l := range []net.Listener{g.grpcLis, g.httpLis} {
+	for _, l := range []net.Listener{g.grpcLis, g.httpLis, g.adminLis} {
 		if l != nil {
 			_ = l.Close()
 		}
@@ -263,6 +282,14 @@ func (g *Gateway) updateHealth() {
 	}
 	g.health.SetServingStatus("", st)
 	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, st)
+}
+
+// AdminAddr is the admin listener's address, "" when it is off.
+func (g *Gateway) AdminAddr() string {
+	if g.adminLis == nil {
+		return ""
+	}
+	return g.adminLis.Addr().String()
 }
 
 func (g *Gateway) ready(context.Context) (bool, map[string]any) {
@@ -352,9 +379,18 @@ func (g *Gateway) listen(ctx context.Context) {
 // then end with UNAVAILABLE and a RetryInfo, and the broker client closes.
 func (g *Gateway) Run(ctx context.Context) error {
 	gcgoal.Set(g.cfg.GCHeapMiB, g.log)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	var wg sync.WaitGroup
 	wg.Add(5)
+	if g.adminSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.adminSrv.Serve(g.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("admin server: %w", err)
+			}
+		}()
+	}
 	go func() {
 		defer wg.Done()
 		if err := g.grpcSrv.Serve(g.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -379,7 +415,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		wg.Go(func() { g.ops.Run(lctx) })
 		go g.watchOperationsReady(lctx)
 	}
-	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "pulsar", g.cfg.Pulsar.URL, "reply_topic", g.bridge.ReplyTopic())
+	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "admin", g.AdminAddr(), "pulsar", g.cfg.Pulsar.URL, "reply_topic", g.bridge.ReplyTopic())
 
 	var runErr error
 	select {
@@ -446,6 +482,15 @@ func (g *Gateway) shutdown() {
 	g.sources.stop()
 	g.bridge.Close()
 	g.broker.Close()
+	// The admin listener goes last: metrics and readiness answer through
+	// the drain.
+	if g.adminSrv != nil {
+		actx, acancel := context.WithTimeout(context.Background(), time.Second)
+		if err := g.adminSrv.Shutdown(actx); err != nil {
+			_ = g.adminSrv.Close()
+		}
+		acancel()
+	}
 	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer tcancel()
 	if err := g.stopTracing(tctx); err != nil {

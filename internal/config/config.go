@@ -36,6 +36,9 @@ import (
 type Config struct {
 	GRPCAddr    string
 	GRPCWorkers int
+	// AdminAddr is the admin listener (/metrics, detailed /readyz, Go
+	// profiles); "" turns it off.
+	AdminAddr string
 	// HTTP is the HTTP listener: REST, MCP, Connect, docs.
 	HTTP HTTP
 	// Core is how calls are served, whatever the door.
@@ -145,6 +148,9 @@ type MCPOAuth struct {
 // anonymous access, as auth.FromConfig reads them.
 type Auth = auth.Config
 
+// DefaultAdminAddr is the admin listener's default: loopback only.
+const DefaultAdminAddr = "127.0.0.1:8082"
+
 // Parse reads args (without the program name) and the environment.
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	var c Config
@@ -184,6 +190,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.String("config", "", "optional YAML or JSON file of settings keyed by flag name; flags and env win (env TOOLGATE_CONFIG)")
 	str(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	str(&c.HTTP.Addr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
+	str(&c.AdminAddr, "admin-addr", DefaultAdminAddr, "admin listen address: /metrics, /readyz with its details, /healthz and the Go profiles (/debug/pprof/), none of them on the public HTTP listener; off (or \"\") turns it off. Keep it off the internet: it asks for no credentials")
 	str(&c.Pulsar.URL, "pulsar-url", transport.DefaultPulsarURL, "Pulsar broker URL")
 	str(&c.Pulsar.AdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
 	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", 0, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown); 0, the default, starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
@@ -242,6 +249,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if c.AdminAddr == "off" {
+		c.AdminAddr = ""
+	}
 	c.HTTP.CORSOrigins = commaList(cors)
 	c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes = commaList(authServers), commaList(scopes)
 	if c.MCPOAuth.Resource != "" {
@@ -274,7 +284,11 @@ func commaList(s string) []string {
 
 func (c Config) validate() error {
 	var errs []error
-	for _, a := range []struct{ name, v string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTP.Addr}} {
+	addrs := []struct{ name, v string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTP.Addr}}
+	if c.AdminAddr != "" {
+		addrs = append(addrs, struct{ name, v string }{"admin-addr", c.AdminAddr})
+	}
+	for _, a := range addrs {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			errs = append(errs, fmt.Errorf("--%s %q: want host:port", a.name, a.v))
 		}

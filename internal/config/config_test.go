@@ -29,6 +29,14 @@ func TestParse(t *testing.T) {
 	if !c.Pulsar.Batching || c.GRPCWorkers != 0 || !c.MCP || c.GCHeapMiB != 64 {
 		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, 0, true, 64", c.Pulsar.Batching, c.GRPCWorkers, c.MCP, c.GCHeapMiB)
 	}
+	if c.AdminAddr != DefaultAdminAddr || !strings.HasPrefix(c.AdminAddr, "127.0.0.1:") {
+		t.Fatalf("admin listener %q by default, want %s (loopback)", c.AdminAddr, DefaultAdminAddr)
+	}
+	for _, off := range []string{"--admin-addr=", "--admin-addr=off"} {
+		if c, err := Parse([]string{off}, getenv, io.Discard); err != nil || c.AdminAddr != "" {
+			t.Fatalf("%s: admin listener %q, %v; want it off", off, c.AdminAddr, err)
+		}
+	}
 	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP {
 		t.Fatal("--mcp=false left MCP on")
 	}
@@ -58,6 +66,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--announce-topic", "non-persistent://tg/config/x", "--allow-anonymous"}, nil, []string{"must be a persistent:// topic"}},
 		{[]string{"--registry", "/nonexistent", "--allow-anonymous", "--grpc-addr", "nohost"}, nil, []string{"--registry", "--grpc-addr \"nohost\""}},
 		{[]string{"--allow-anonymous", "--pulsar-url", "http://x"}, nil, []string{"--pulsar-url"}},
+		{[]string{"--allow-anonymous", "--admin-addr", "8082"}, nil, []string{"--admin-addr \"8082\": want host:port"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_DEFAULT_TIMEOUT": "soon"}, []string{`TOOLGATE_DEFAULT_TIMEOUT="soon"`}},
 		{[]string{"--allow-anonymous", "--client-ca", "ca.pem"}, nil, []string{"--client-ca needs --tls-cert"}},
 		{[]string{"--allow-anonymous", "--tls-cert", "c.pem"}, nil, []string{"--tls-cert and --tls-key go together"}},

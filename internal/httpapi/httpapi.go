@@ -31,7 +31,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ReadyFunc reports whether the gateway can serve calls, with details.
+// ReadyFunc reports whether the gateway can serve calls, with details;
+// nil details leave them out of /readyz's answer.
 type ReadyFunc func(ctx context.Context) (ready bool, details map[string]any)
 
 // ErrorDomain is the ErrorInfo domain of errors the HTTP side raises.
@@ -268,7 +269,11 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		code, st = http.StatusServiceUnavailable, "not ready"
 	}
-	writeJSON(w, code, map[string]any{"status": st, "details": details})
+	body := map[string]any{"status": st}
+	if details != nil {
+		body["details"] = details
+	}
+	writeJSON(w, code, body)
 }
 
 // headerBytes counts a request's header lines as net/http does for its

@@ -118,9 +118,10 @@ func (g *gateway) hasTool(name string) bool {
 	return slices.ContainsFunc(r.GetTools(), func(x *toolgatev1.Tool) bool { return x.GetName() == name })
 }
 
-// get fetches one of the gateway's HTTP endpoints (/readyz, /metrics).
+// get fetches one of the gateway's admin endpoints (/readyz with its
+// details, /metrics).
 func (g *gateway) get(path string) (int, string) {
-	resp, err := adminClient.Get("http://" + g.gw.HTTPAddr() + path)
+	resp, err := adminClient.Get("http://" + g.gw.AdminAddr() + path)
 	if err != nil {
 		return 0, err.Error()
 	}

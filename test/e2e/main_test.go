@@ -27,6 +27,7 @@ import (
 // topics of the services behind it.
 var env struct {
 	httpBase  string
+	adminBase string // the admin listener: /metrics, detailed /readyz
 	grpc      toolgatev1.ToolServiceClient
 	jokeTopic string
 	echoTopic string
@@ -86,6 +87,7 @@ func run(m *testing.M) int {
 	}
 	env.gw = gw
 	env.httpBase = "http://" + gw.HTTPAddr()
+	env.adminBase = "http://" + gw.AdminAddr()
 	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

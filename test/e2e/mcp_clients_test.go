@@ -34,7 +34,7 @@ func TestMCPTypeScriptClients(t *testing.T) {
 	if err := os.Symlink(filepath.Join(tools, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
 		t.Fatal(err)
 	}
-	vars := []string{"TOOLGATE_MCP_URL=" + env.httpBase + "/mcp", "TOOLGATE_MCP_SECURED_URL=" + sec.base + "/mcp", "TOOLGATE_HTTP_BASE=" + env.httpBase}
+	vars := []string{"TOOLGATE_MCP_URL=" + env.httpBase + "/mcp", "TOOLGATE_MCP_SECURED_URL=" + sec.base + "/mcp", "TOOLGATE_ADMIN_BASE=" + env.adminBase}
 	for _, client := range []string{"v2-auto", "v2-legacy", "v1"} {
 		t.Run(client, func(t *testing.T) {
 			out := runTool(t, ctx, dir, vars, "node", "clients.mjs", client)

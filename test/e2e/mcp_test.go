@@ -91,6 +91,7 @@ func TestMCPPythonClient(t *testing.T) {
 		// conftest.py's gRPC fixtures are unused here but read these.
 		"TOOLGATE_GRPC_ADDR="+env.gw.GRPCAddr(),
 		"TOOLGATE_HTTP_BASE="+env.httpBase,
+		"TOOLGATE_ADMIN_BASE="+env.adminBase, // its /metrics
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
 	var out bytes.Buffer
@@ -110,7 +111,7 @@ func TestMCPPythonClient(t *testing.T) {
 	}
 
 	// The calls went through the interceptors, counted as MCP calls.
-	resp, err := http.Get(env.httpBase + "/metrics")
+	resp, err := http.Get(env.adminBase + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 type srcGateway struct {
 	gw     *app.Gateway
 	base   string
+	admin  string // the admin listener
 	client toolgatev1.ToolServiceClient
 }
 
@@ -43,7 +44,7 @@ func startSourceGateway(t *testing.T, args ...string) *srcGateway {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	g := &srcGateway{gw: gw, base: "http://" + gw.HTTPAddr(), client: toolgatev1.NewToolServiceClient(conn)}
+	g := &srcGateway{gw: gw, base: "http://" + gw.HTTPAddr(), admin: "http://" + gw.AdminAddr(), client: toolgatev1.NewToolServiceClient(conn)}
 	if err := waitReady(g.base, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func within(d time.Duration, f func() error) (time.Duration, error) {
 
 func (g *srcGateway) readyDetails(t *testing.T) map[string]any {
 	t.Helper()
-	resp, err := http.Get(g.base + "/readyz")
+	resp, err := http.Get(g.admin + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func (g *srcGateway) readyDetails(t *testing.T) map[string]any {
 
 func (g *srcGateway) metric(t *testing.T, series string) string {
 	t.Helper()
-	resp, err := http.Get(g.base + "/metrics")
+	resp, err := http.Get(g.admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func TestRegistryHotReload(t *testing.T) {
 	}
 
 	// Calls in flight on echo-a while the file changes.
-	published0 := metric(t, base, "toolgate_bridge_published_total")
+	published0 := metric(t, "http://"+gw.AdminAddr(), "toolgate_bridge_published_total")
 	var wg sync.WaitGroup
 	inflight := make(chan error, 20)
 	for i := range 20 {
@@ -93,7 +93,7 @@ func TestRegistryHotReload(t *testing.T) {
 		}()
 	}
 	eventually.True(t, 20*time.Second, "the calls published", func() bool {
-		return metric(t, base, "toolgate_bridge_published_total")-published0 >= 20
+		return metric(t, "http://"+gw.AdminAddr(), "toolgate_bridge_published_total")-published0 >= 20
 	})
 	writeAtomically(t, path, reloadRegistry("echo-b"))
 
@@ -121,7 +121,7 @@ func TestRegistryHotReload(t *testing.T) {
 	writeAtomically(t, path, "tool:\n  broken: {type: tool-service, service: missing}\n")
 	deadline = time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := http.Get("http://" + gw.AdminAddr() + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,9 +60,8 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 	for range n {
 		<-started
 	}
-	base := "http://" + gw.httpAddr
 	eventually.True(t, 20*time.Second, "the calls published to the service", func() bool {
-		return metric(t, base, "toolgate_bridge_published_total") >= n
+		return metric(t, "http://"+gw.adminAddr, "toolgate_bridge_published_total") >= n
 	})
 	sent := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -102,6 +101,7 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 // gatewayProcess is the real gateway binary, run by a test.
 type gatewayProcess struct {
 	grpcAddr, httpAddr string
+	adminAddr          string // /metrics, detailed /readyz
 	cmd                *exec.Cmd
 	exited             chan error
 	logs               *strings.Builder
@@ -124,8 +124,8 @@ func startGatewayProcess(t *testing.T, args ...string) *gatewayProcess {
 	if err := os.WriteFile(reg, []byte(reloadRegistry("echo")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &gatewayProcess{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), exited: make(chan error, 1), logs: &strings.Builder{}}
-	p.cmd = exec.Command(bin, append([]string{"--registry", reg, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr,
+	p := &gatewayProcess{grpcAddr: freeAddr(t), httpAddr: freeAddr(t), adminAddr: freeAddr(t), exited: make(chan error, 1), logs: &strings.Builder{}}
+	p.cmd = exec.Command(bin, append([]string{"--registry", reg, "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--admin-addr", p.adminAddr,
 		"--pulsar-url", brokertest.PulsarURL(), "--allow-anonymous", "--announcements=false"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
@@ -195,15 +195,15 @@ func TestSIGTERMPastTheGrace(t *testing.T) {
 		}
 	}
 	eventually.True(t, 20*time.Second, "every call published to the service", func() bool {
-		return metric(t, base, "toolgate_bridge_published_total") >= float64(len(calls))
+		return metric(t, "http://"+gw.adminAddr, "toolgate_bridge_published_total") >= float64(len(calls))
 	})
 	sent := time.Now()
 	if err := gw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 
-	// The drain: /readyz is 503 with its details, every time it is asked;
-	// new calls are refused, retryably.
+	// The drain: /readyz is 503 every time it is asked, and the admin
+	// listener's says why; new calls are refused, retryably.
 	eventually.True(t, 2*time.Second, "/readyz 503 after SIGTERM", func() bool {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
@@ -216,6 +216,13 @@ func TestSIGTERMPastTheGrace(t *testing.T) {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			t.Fatalf("/readyz %v into the drain: %v", time.Since(sent).Round(time.Millisecond), err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("public /readyz during the drain: HTTP %d, want 503", resp.StatusCode)
+		}
+		if resp, err = http.Get("http://" + gw.adminAddr + "/readyz"); err != nil {
+			t.Fatalf("admin /readyz %v into the drain: %v", time.Since(sent).Round(time.Millisecond), err)
 		}
 		var body struct {
 			Details map[string]any `json:"details"`

@@ -91,7 +91,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if _, err := invokeEcho(t, map[string]any{"msg": "count me"}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(env.httpBase + "/metrics")
+	resp, err := http.Get(env.adminBase + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,5 +106,46 @@ func TestMetricsEndpoint(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestOperationalEndpointsApart: the public listener answers health and
+// readiness status only; metrics, readiness details and the Go profiles
+// are the admin listener's.
+func TestOperationalEndpointsApart(t *testing.T) {
+	t.Parallel()
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap"} {
+		if code, body := get(env.httpBase + path); code != http.StatusNotFound {
+			t.Errorf("public %s: %d %.200s; want 404", path, code, body)
+		}
+	}
+	if code, body := get(env.httpBase + "/readyz"); code != http.StatusOK || strings.TrimSpace(body) != `{"status":"ready"}` {
+		t.Errorf("public /readyz: %d %s; want 200 and the status alone", code, body)
+	}
+	if code, body := get(env.httpBase + "/healthz"); code != http.StatusOK {
+		t.Errorf("public /healthz: %d %s", code, body)
+	}
+
+	if code, body := get(env.adminBase + "/metrics"); code != http.StatusOK || !strings.Contains(body, "toolgate_bridge_pending") {
+		t.Errorf("admin /metrics: %d %.200s; want the metrics", code, body)
+	}
+	if code, body := get(env.adminBase + "/readyz"); code != http.StatusOK || !strings.Contains(body, `"registry_version"`) || !strings.Contains(body, `"reply_topic"`) {
+		t.Errorf("admin /readyz: %d %s; want the details", code, body)
+	}
+	if code, body := get(env.adminBase + "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile") {
+		t.Errorf("admin /debug/pprof/goroutine: %d %.200s", code, body)
+	}
+	if code, _ := get(env.adminBase + "/v1/tools"); code != http.StatusNotFound {
+		t.Errorf("admin /v1/tools: %d; the admin listener serves no calls", code)
 	}
 }

@@ -10,7 +10,7 @@ Streamable HTTP, against two gateways that test/e2e/mcp_test.go
   TOOLGATE_MCP_SECURED_URL  a gateway with API keys and an access policy
   TOOLGATE_MCP_KEY          an API key of that gateway whose user may list and
                             invoke echo and tell-joke, and nothing else
-  TOOLGATE_HTTP_BASE        the shared gateway's HTTP base (for its /metrics)
+  TOOLGATE_ADMIN_BASE       the shared gateway's admin listener (for its /metrics)
 """
 
 import os
@@ -184,7 +184,7 @@ def test_policy_hides_a_tool(secured, mode):
 
 def canceled_calls():
     """How many echo tools/calls the shared gateway counted as cancelled."""
-    metrics = httpx2.get(_env("TOOLGATE_HTTP_BASE") + "/metrics", timeout=TIMEOUT).text
+    metrics = httpx2.get(_env("TOOLGATE_ADMIN_BASE") + "/metrics", timeout=TIMEOUT).text
     m = re.search(r'^toolgate_calls_total\{code="Canceled",method="mcp/InvokeTool",tool="echo"\} (\d+)', metrics, re.M)
     return int(m.group(1)) if m else 0
 

@@ -22,7 +22,7 @@ import (
 )
 
 type gateway struct {
-	base string
+	base string // the admin listener: detailed /readyz
 	gw   *app.Gateway
 	stop func() error // ends Run (as SIGTERM does) and returns its error
 }
@@ -39,7 +39,7 @@ func startGatewayWith(t *testing.T, extra ...string) *gateway {
 	args := append([]string{"--pulsar-admin-url", brokertest.AdminURL(), "--allow-anonymous"}, extra...)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	gw := apptest.Start(t, log, args...)
-	return &gateway{base: "http://" + gw.HTTPAddr(), gw: gw.Gateway, stop: gw.Stop}
+	return &gateway{base: "http://" + gw.AdminAddr(), gw: gw.Gateway, stop: gw.Stop}
 }
 
 // ready returns /readyz's status code and details.

@@ -45,7 +45,7 @@ func gatewayProcess(t *testing.T, regPath string, extra ...string) (grpcAddr, ht
 		t.Fatalf("go build ./cmd/gateway: %v\n%s", err, out)
 	}
 	grpcAddr, httpAddr = freeLoopback(t), freeLoopback(t)
-	args := append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+	args := append([]string{"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--admin-addr", "127.0.0.1:0",
 		"--pulsar-url", brokertest.PulsarURL(), "--pulsar-admin-url", brokertest.AdminURL(),
 		"--registry", regPath, "--allow-anonymous", "--instance-id", brokertest.UniqueTopic("gw-burst"),
 		"--log-level", "error", "--max-timeout", "60s"}, extra...)

@@ -165,9 +165,9 @@ func deliveries(t *testing.T, topic string) int64 {
 }
 
 // metric reads one unlabelled-by-us sample from a gateway's /metrics.
-func metric(t *testing.T, httpAddr, name string) float64 {
+func metric(t *testing.T, adminAddr, name string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	resp, err := http.Get("http://" + adminAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +183,6 @@ func metric(t *testing.T, httpAddr, name string) float64 {
 			return f
 		}
 	}
-	t.Fatalf("%s has no %s", httpAddr, name)
+	t.Fatalf("%s has no %s", adminAddr, name)
 	return 0
 }

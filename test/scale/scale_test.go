@@ -186,7 +186,7 @@ tool:
 	orphans := func() float64 {
 		var n float64
 		for _, g := range gws {
-			n += metric(t, g.gw.HTTPAddr(), "toolgate_bridge_orphan_replies_total")
+			n += metric(t, g.gw.AdminAddr(), "toolgate_bridge_orphan_replies_total")
 		}
 		return n
 	}
@@ -263,7 +263,7 @@ tool:
 					ReplyToServices []string `json:"reply_to_services"`
 				} `json:"details"`
 			}
-			resp, err := http.Get("http://" + g.gw.HTTPAddr() + "/readyz")
+			resp, err := http.Get("http://" + g.gw.AdminAddr() + "/readyz")
 			if err != nil {
 				t.Fatal(err)
 			}

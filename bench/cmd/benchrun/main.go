@@ -514,14 +514,22 @@ func (e *env) startGatewayWith(ctx context.Context, bin string, pprof bool, regi
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL,
+	aa, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--admin-addr", aa, "--pulsar-url", e.pulsarURL,
 		"--registry", registry, "--log-level", "warn", "--api-keys", e.keysFile}
 	if pprof {
 		args = append(args, "--pprof-addr", pa)
 	}
 	args = append(args, extra...)
 	args = append(args, strings.Fields(e.gwArgs)...)
-	return e.startServer(ctx, fmt.Sprintf("gateway-%03d", e.gwSeq), bin, ga, ha, pa, args)
+	c, err := e.startServer(ctx, fmt.Sprintf("gateway-%03d", e.gwSeq), bin, ga, ha, pa, args)
+	if c != nil {
+		c.metricsAddr = aa
+	}
+	return c, err
 }
 
 // startFloor starts floorgw on free ports, forwarding to the gateway's
@@ -538,7 +546,11 @@ func (e *env) startFloorOn(ctx context.Context, topic string) (*child, error) {
 		return nil, err
 	}
 	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL, "--topic", topic}
-	return e.startServer(ctx, fmt.Sprintf("floorgw-%03d", e.gwSeq), e.floorBin, ga, ha, "", args)
+	c, err := e.startServer(ctx, fmt.Sprintf("floorgw-%03d", e.gwSeq), e.floorBin, ga, ha, "", args)
+	if c != nil {
+		c.metricsAddr = ha
+	}
+	return c, err
 }
 
 func freeAddrs(pprof bool) (grpcAddr, httpAddr, pprofAddr string, err error) {
@@ -699,7 +711,7 @@ func (e *env) load(ctx context.Context, mode string, conc int, warmupS, durS flo
 		args = append(args, "-grpc-addr", t.srv.grpcAddr, "-http-addr", t.srv.httpAddr, "-api-key-file", e.keyFile,
 			"-watch-pid", strconv.Itoa(t.srv.pid()))
 		if streamN == 0 {
-			args = append(args, "-metrics-url", "http://"+t.srv.httpAddr+"/metrics")
+			args = append(args, "-metrics-url", "http://"+t.srv.metricsAddr+"/metrics")
 		}
 	}
 	if e.brokerPID != 0 {

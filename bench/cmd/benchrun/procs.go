@@ -28,6 +28,9 @@ type child struct {
 	err  error
 	// Servers (gateway, gatewayprof, floorgw): where they listen.
 	grpcAddr, httpAddr, pprofAddr string
+	// metricsAddr serves its /metrics: a gateway's admin listener,
+	// floorgw's HTTP listener.
+	metricsAddr string
 }
 
 var (

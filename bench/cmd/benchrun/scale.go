@@ -151,7 +151,12 @@ func (e *env) scalePoint(ctx context.Context, replicas, loaded int, replyTo bool
 			return p
 		}
 		id := fmt.Sprintf("bench-%s-%d", randHex(3), i)
-		args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL,
+		aa, err := freeAddr()
+		if err != nil {
+			p.Failed = err.Error()
+			return p
+		}
+		args := []string{"--grpc-addr", ga, "--http-addr", ha, "--admin-addr", aa, "--pulsar-url", e.pulsarURL,
 			"--registry", e.registry, "--log-level", "warn", "--api-keys", e.keysFile,
 			"--instance-id", id, "--reply-to=" + strconv.FormatBool(replyTo)}
 		g, err := e.startServer(ctx, fmt.Sprintf("gateway-%03d", e.gwSeq), e.gwBin, ga, ha, "", append(args, strings.Fields(e.gwArgs)...))

@@ -21,9 +21,9 @@ import (
 )
 
 // defaults come before a test's own flags, which win over them: free
-// loopback ports and the test broker.
+// loopback ports (the admin listener's too) and the test broker.
 func defaults() []string {
-	return []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL()}
+	return []string{"--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--pulsar-url", brokertest.PulsarURL()}
 }
 
 // Gateway is a gateway running in the test's process.

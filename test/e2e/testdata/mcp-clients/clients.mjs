@@ -7,7 +7,7 @@
 //
 // Environment: TOOLGATE_MCP_URL (the shared gateway, anonymous callers
 // allowed), TOOLGATE_MCP_SECURED_URL (a gateway that wants credentials),
-// TOOLGATE_HTTP_BASE (the shared gateway's base, for /metrics).
+// TOOLGATE_ADMIN_BASE (the shared gateway's admin listener, for /metrics).
 //
 // Each check prints "ok <name>"; the first failure exits 1. The last line is
 // "PASS <client>".
@@ -24,7 +24,7 @@ const env = (name) => {
 };
 const url = new URL(env('TOOLGATE_MCP_URL'));
 const securedURL = new URL(env('TOOLGATE_MCP_SECURED_URL'));
-const httpBase = env('TOOLGATE_HTTP_BASE');
+const adminBase = env('TOOLGATE_ADMIN_BASE');
 
 let connect; // (url) => a connected client
 let callTool; // (client, params, options) => result
@@ -62,7 +62,7 @@ const textOf = (result) => {
 };
 
 async function canceledCalls() {
-  const metrics = await (await fetch(`${httpBase}/metrics`)).text();
+  const metrics = await (await fetch(`${adminBase}/metrics`)).text();
   const m = metrics.match(/^toolgate_calls_total\{code="Canceled",method="mcp\/InvokeTool",tool="echo"\} (\d+)/m);
   return m ? Number(m[1]) : 0;
 }

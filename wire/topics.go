@@ -84,8 +84,11 @@ const OperationsTopic = "persistent://" + Tenant + "/" + ResponseNamespace + "/t
 // that honours PropReplyTo answers that instance's calls there. It lives in
 // the response namespace, as ReplyToAllowed requires.
 func ReplyTopic(instance string) string {
-	return ResponseTopic("toolgate." + instance)
+	return ResponseTopic(ReplyTopicPrefix + instance)
 }
+
+// ReplyTopicPrefix begins the local name of every gateway's reply topic.
+const ReplyTopicPrefix = "toolgate."
 
 // ValidateInstanceID reports whether id can name a gateway instance, that
 // is, can be the end of a topic name (ReplyTopic).

@@ -35,7 +35,9 @@ const syncWait = 5 * time.Second
 // gateway's own does; start runs them.
 func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources, error) {
 	cfg, log := g.cfg, g.log
-	rs := &registrySources{merger: registry.NewMerger(log, g.onRegistrySwap)}
+	rs := &registrySources{merger: registry.NewMerger(log, g.onRegistrySwap,
+		registry.WithAnnouncedNamespaces(cfg.Announce.RequestNamespaces, cfg.Announce.ResponseNamespaces),
+		registry.WithAnnounceTakeover(cfg.Announce.Takeover))}
 	if cfg.Registry != "" {
 		rs.merger.Enable(registry.OriginFile)
 		f, err := registry.NewFileSource(cfg.Registry, log, rs.merger)

@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/operations"
+	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
@@ -79,6 +80,8 @@ type Config struct {
 	// Announcements reads tool services' announcements from AnnounceTopic.
 	Announcements bool
 	AnnounceTopic string
+	// Announce is what announcements may claim.
+	Announce Announce
 	// TrustGraphConfig reads descriptors from TrustGraph's config service
 	// (workspace TrustGraphWorkspace).
 	TrustGraphConfig    bool
@@ -127,6 +130,18 @@ type Pulsar struct {
 	TokenFile string // authentication token, re-read on every connection
 	TLSCA     string // PEM CA bundle for pulsar+ssl:// URLs
 	Batching  bool   // batch requests that gather while a batch is in flight
+}
+
+// Announce bounds what an announcement from the bus may claim
+// (registry.WithAnnouncedNamespaces, registry.WithAnnounceTakeover).
+type Announce struct {
+	// RequestNamespaces and ResponseNamespaces ("tenant/namespace") hold
+	// the topics an announced service may name.
+	RequestNamespaces  []string
+	ResponseNamespaces []string
+	// Takeover lets a later announcement take a tool name or topic from
+	// the service that announced it first.
+	Takeover bool
 }
 
 // Connection is how every Pulsar client of the gateway connects.
@@ -216,6 +231,10 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.Announcements, "announcements", envBool(getenv, "announcements", true, &envErrs), "register the tools that tool services announce on --announce-topic (env "+envName("announcements")+")")
 	str(&c.AnnounceTopic, "announce-topic", pulsarsrc.DefaultAnnounceTopic, "compacted topic of tool service announcements, keyed by service id")
 	fs.BoolVar(&c.TrustGraphConfig, "trustgraph-config", envBool(getenv, "trustgraph-config", false, &envErrs), "read tool-service and tool descriptors from TrustGraph's config service over Pulsar; its entries win over announcements (env "+envName("trustgraph-config")+")")
+	var reqNS, respNS string
+	str(&reqNS, "announce-request-namespaces", strings.Join(registry.DefaultAnnounceRequestNamespaces, ","), "comma-separated namespaces (tenant/namespace) an announced service's request topic must be in; announcements naming another are refused")
+	str(&respNS, "announce-response-namespaces", strings.Join(registry.DefaultAnnounceResponseNamespaces, ","), "comma-separated namespaces (tenant/namespace) an announced service's response topic must be in")
+	fs.BoolVar(&c.Announce.Takeover, "announce-takeover", envBool(getenv, "announce-takeover", false, &envErrs), "let a later announcement take a tool name or topic from the service that announced it first; by default the first keeps it and the later one is a conflict, logged and shown in /readyz (env "+envName("announce-takeover")+")")
 	str(&c.TrustGraphWorkspace, "trustgraph-workspace", pulsarsrc.DefaultWorkspace, "TrustGraph config workspace holding the descriptors")
 	dur(&c.Core.DefaultTimeout, "default-timeout", toolcall.DefaultTimeout, "deadline of a call when neither caller nor tool service sets one")
 	dur(&c.Core.MaxTimeout, "max-timeout", toolcall.DefaultMaxTimeout, "the longest deadline a caller may ask for")
@@ -252,6 +271,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	if c.AdminAddr == "off" {
 		c.AdminAddr = ""
 	}
+	c.Announce.RequestNamespaces, c.Announce.ResponseNamespaces = commaList(reqNS), commaList(respNS)
 	c.HTTP.CORSOrigins = commaList(cors)
 	c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes = commaList(authServers), commaList(scopes)
 	if c.MCPOAuth.Resource != "" {
@@ -382,6 +402,9 @@ func (c Config) validate() error {
 	if c.Announcements && !strings.HasPrefix(c.AnnounceTopic, "persistent://") {
 		errs = append(errs, fmt.Errorf("--announce-topic %q must be a persistent:// topic (announcements are read from its compacted view)", c.AnnounceTopic))
 	}
+	if c.Announcements {
+		errs = append(errs, c.validateAnnounce()...)
+	}
 	if c.TrustGraphConfig && c.TrustGraphWorkspace == "" {
 		errs = append(errs, errors.New("--trustgraph-workspace must not be empty"))
 	}
@@ -412,6 +435,38 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// namespaceRE is a Pulsar tenant/namespace.
+var namespaceRE = regexp.MustCompile(`^[A-Za-z0-9_.\-=]+/[A-Za-z0-9_.\-=]+$`)
+
+// validateAnnounce checks the announced-topic namespaces: well formed,
+// not empty, and never the namespace of the announcements themselves.
+func (c Config) validateAnnounce() []error {
+	var errs []error
+	own := ""
+	if _, rest, ok := strings.Cut(c.AnnounceTopic, "://"); ok {
+		if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+			own = rest[:i]
+		}
+	}
+	for _, f := range []struct {
+		name string
+		list []string
+	}{{"announce-request-namespaces", c.Announce.RequestNamespaces}, {"announce-response-namespaces", c.Announce.ResponseNamespaces}} {
+		if len(f.list) == 0 {
+			errs = append(errs, fmt.Errorf("--%s must name at least one namespace (tenant/namespace)", f.name))
+		}
+		for _, ns := range f.list {
+			switch {
+			case !namespaceRE.MatchString(ns):
+				errs = append(errs, fmt.Errorf("--%s %q: want tenant/namespace, such as tg/request", f.name, ns))
+			case ns == own:
+				errs = append(errs, fmt.Errorf("--%s %q: that is the namespace of --announce-topic; services must not be announced onto it", f.name, ns))
+			}
+		}
+	}
+	return errs
 }
 
 // instanceIDRE is what may end a Pulsar topic name.

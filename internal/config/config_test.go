@@ -37,6 +37,12 @@ func TestParse(t *testing.T) {
 			t.Fatalf("%s: admin listener %q, %v; want it off", off, c.AdminAddr, err)
 		}
 	}
+	if strings.Join(c.Announce.RequestNamespaces, ",") != "tg/request" || strings.Join(c.Announce.ResponseNamespaces, ",") != "tg/response" || c.Announce.Takeover {
+		t.Fatalf("announce defaults: %+v; want tg/request, tg/response, no takeover", c.Announce)
+	}
+	if c, err := Parse([]string{"--announce-request-namespaces", "tg/request, acme/in"}, getenv, io.Discard); err != nil || strings.Join(c.Announce.RequestNamespaces, "|") != "tg/request|acme/in" {
+		t.Fatalf("--announce-request-namespaces: %v, %v", c.Announce.RequestNamespaces, err)
+	}
 	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP {
 		t.Fatal("--mcp=false left MCP on")
 	}
@@ -67,6 +73,9 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--registry", "/nonexistent", "--allow-anonymous", "--grpc-addr", "nohost"}, nil, []string{"--registry", "--grpc-addr \"nohost\""}},
 		{[]string{"--allow-anonymous", "--pulsar-url", "http://x"}, nil, []string{"--pulsar-url"}},
 		{[]string{"--allow-anonymous", "--admin-addr", "8082"}, nil, []string{"--admin-addr \"8082\": want host:port"}},
+		{[]string{"--allow-anonymous", "--announce-request-namespaces", "tg/config"}, nil, []string{"namespace of --announce-topic"}},
+		{[]string{"--allow-anonymous", "--announce-response-namespaces", "tg"}, nil, []string{"--announce-response-namespaces \"tg\": want tenant/namespace"}},
+		{[]string{"--allow-anonymous", "--announce-request-namespaces", " , "}, nil, []string{"--announce-request-namespaces must name at least one"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_DEFAULT_TIMEOUT": "soon"}, []string{`TOOLGATE_DEFAULT_TIMEOUT="soon"`}},
 		{[]string{"--allow-anonymous", "--client-ca", "ca.pem"}, nil, []string{"--client-ca needs --tls-cert"}},
 		{[]string{"--allow-anonymous", "--tls-cert", "c.pem"}, nil, []string{"--tls-cert and --tls-key go together"}},

@@ -5,16 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Conflict is a tool name or service id defined by two units; the one of
 // higher precedence (Winner) is served, the other (Loser) is not.
 type Conflict struct {
-	// Kind is "tool" or "tool-service"; Name the tool name or service id.
+	// Kind is "tool", "tool-service" or "topic"; Name the tool name,
+	// service id or topic.
 	Kind   string `json:"kind"`
 	Name   string `json:"name"`
 	Winner string `json:"winner"`
@@ -49,8 +53,12 @@ type SourceStatus struct {
 }
 
 type part struct {
-	origin   Origin
-	unit     string
+	origin Origin
+	unit   string
+	// seq orders announcements by arrival: a unit keeps the seq of its
+	// first announcement until it withdraws, and the lower seq holds a
+	// contested tool name or topic (the higher one, with takeover on).
+	seq      uint64
 	label    string // "announcement echo-service"
 	doc      []byte // what it was parsed from, to skip repeats
 	services map[string]*Service
@@ -75,6 +83,12 @@ type Merger struct {
 	// Bounds on what the bus may bring (announcements are untrusted).
 	maxAnnounceBytes int
 	maxAnnounced     int
+	// Namespaces ("tenant/namespace") announced request and response
+	// topics must be in; takeover: a later announcement takes contested
+	// tool names and topics from an earlier one.
+	requestNS, responseNS []string
+	takeover              bool
+	seq                   uint64
 
 	swapMu sync.Mutex // orders publishing and onSwap
 
@@ -89,6 +103,13 @@ type Merger struct {
 const (
 	DefaultMaxAnnouncementBytes = 1 << 20
 	DefaultMaxAnnouncedServices = 10000
+)
+
+// The namespaces announced topics must be in by default: those of the
+// short "topic" form (wire.RequestTopic, wire.ResponseTopic).
+var (
+	DefaultAnnounceRequestNamespaces  = []string{wire.Tenant + "/" + wire.RequestNamespace}
+	DefaultAnnounceResponseNamespaces = []string{wire.Tenant + "/" + wire.ResponseNamespace}
 )
 
 // MergerOption tunes a Merger.
@@ -116,6 +137,28 @@ func WithMaxAnnouncedServices(n int) MergerOption {
 	}
 }
 
+// WithAnnouncedNamespaces sets the namespaces ("tenant/namespace") an
+// announced service's request and response topics must be in (defaults
+// DefaultAnnounceRequestNamespaces, DefaultAnnounceResponseNamespaces). An
+// announcement naming a topic elsewhere is refused.
+func WithAnnouncedNamespaces(request, response []string) MergerOption {
+	return func(m *Merger) {
+		if len(request) > 0 {
+			m.requestNS = request
+		}
+		if len(response) > 0 {
+			m.responseNS = response
+		}
+	}
+}
+
+// WithAnnounceTakeover lets a later announcement take a tool name or a
+// topic from the service that announced it first (by default the first
+// keeps it, and the later one is a conflict).
+func WithAnnounceTakeover(on bool) MergerOption {
+	return func(m *Merger) { m.takeover = on }
+}
+
 // NewMerger returns a merger whose registry serves an empty snapshot until
 // the first update. onSwap, if set, is called after each new snapshot is
 // published, with the merger's lock not held, one snapshot at a time and in
@@ -125,7 +168,8 @@ func NewMerger(log *slog.Logger, onSwap func(*Snapshot), opts ...MergerOption) *
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Merger{log: log, onSwap: onSwap, parts: map[Origin]map[string]*part{}, states: map[Origin]*originState{},
-		maxAnnounceBytes: DefaultMaxAnnouncementBytes, maxAnnounced: DefaultMaxAnnouncedServices}
+		maxAnnounceBytes: DefaultMaxAnnouncementBytes, maxAnnounced: DefaultMaxAnnouncedServices,
+		requestNS: DefaultAnnounceRequestNamespaces, responseNS: DefaultAnnounceResponseNamespaces}
 	for _, o := range opts {
 		o(m)
 	}
@@ -262,6 +306,12 @@ func (m *Merger) Apply(u Update) error {
 			m.reject(u.Origin, label, err)
 			return err
 		}
+		if old != nil && !m.takeover {
+			p.seq = old.seq // a re-announcement keeps its place
+		} else {
+			m.seq++
+			p.seq = m.seq
+		}
 		units[u.Unit] = p
 	}
 	snap := m.mergeLocked()
@@ -344,6 +394,9 @@ func (m *Merger) parse(u Update, label string) (*part, error) {
 		if err := checkAnnouncement(u.Unit, doc, p); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrRejected, label, err)
 		}
+		if err := m.checkAnnouncedTopics(p.services[u.Unit]); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrRejected, label, err)
+		}
 	}
 	for _, sv := range p.services {
 		sv.Origin = u.Origin
@@ -381,6 +434,36 @@ func checkAnnouncement(unit string, doc map[string]any, p *part) error {
 	return nil
 }
 
+// checkAnnouncedTopics: an announced service's request topic is in one of
+// the request namespaces, its response topic in one of the response
+// namespaces, and not a gateway's own reply topic (toolgate.<instance>).
+// Anything else — the announcements topic, another tenant — is refused
+// before the gateway publishes to it or subscribes to it.
+func (m *Merger) checkAnnouncedTopics(sv *Service) error {
+	for _, t := range []struct {
+		what, topic string
+		allowed     []string
+	}{{"request", sv.RequestTopic, m.requestNS}, {"response", sv.ResponseTopic, m.responseNS}} {
+		if ns := topicNamespace(t.topic); !slices.Contains(t.allowed, ns) {
+			return fmt.Errorf("its %s topic %s is outside the namespaces announced %s topics may be in (%s)",
+				t.what, t.topic, t.what, strings.Join(t.allowed, ", "))
+		}
+	}
+	if strings.HasPrefix(sv.ResponseTopic[strings.LastIndexByte(sv.ResponseTopic, '/')+1:], wire.ReplyTopicPrefix) {
+		return fmt.Errorf("its response topic %s is named like a gateway's reply topic (%s…), which no service may claim", sv.ResponseTopic, wire.ReplyTopicPrefix)
+	}
+	return nil
+}
+
+// topicNamespace is "tenant/namespace" of a full topic name.
+func topicNamespace(topic string) string {
+	_, rest, _ := strings.Cut(topic, "://")
+	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+		return rest[:i]
+	}
+	return ""
+}
+
 func countKnown(doc map[string]any) int {
 	n := 0
 	for _, k := range []string{"tool-service", "tool"} {
@@ -398,6 +481,8 @@ func (m *Merger) mergeLocked() *Snapshot {
 	tools := map[string]*Tool{}
 	svcOwner := map[string]string{}  // service id → label
 	toolOwner := map[string]string{} // tool name → label
+	// request or response topic → the service id using it, and its label
+	topicOwner := map[string]struct{ id, label string }{}
 	var conflicts []Conflict
 	var labels []string
 	for _, o := range Origins {
@@ -407,24 +492,51 @@ func (m *Merger) mergeLocked() *Snapshot {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
+		if o == OriginAnnouncement {
+			// First come, first served (last, with takeover on): never
+			// by key, which an announcer chooses.
+			sort.SliceStable(keys, func(i, j int) bool {
+				if m.takeover {
+					return units[keys[i]].seq > units[keys[j]].seq
+				}
+				return units[keys[i]].seq < units[keys[j]].seq
+			})
+		}
 		for _, k := range keys {
 			p := units[k]
 			labels = append(labels, p.label)
-			lost := map[string]bool{}
+			// services of this unit that lost a conflict → the winner and
+			// why their tools go with them
+			lost := map[string][2]string{}
 			for _, id := range sortedServiceIDs(p.services) {
 				if w, taken := svcOwner[id]; taken {
 					conflicts = append(conflicts, Conflict{Kind: "tool-service", Name: id, Winner: w, Loser: p.label})
-					lost[id] = true
+					lost[id] = [2]string{w, fmt.Sprintf("its service %q is defined by the winner", id)}
 					continue
 				}
+				sv := p.services[id]
+				if o == OriginAnnouncement {
+					// An announced service never shares a topic with
+					// another service: its requests would reach that
+					// one, or that one could answer its calls.
+					if c, clash := topicClash(topicOwner, sv); clash {
+						conflicts = append(conflicts, c.withLoser(id, p.label))
+						lost[id] = [2]string{c.Winner, fmt.Sprintf("its service %q is on the winner's topic", id)}
+						continue
+					}
+				}
+				for _, t := range []string{sv.RequestTopic, sv.ResponseTopic} {
+					if _, taken := topicOwner[t]; !taken {
+						topicOwner[t] = struct{ id, label string }{id, p.label}
+					}
+				}
 				svcOwner[id] = p.label
-				services[id] = p.services[id]
+				services[id] = sv
 			}
 			for _, name := range sortedToolNames(p.tools) {
 				t := p.tools[name]
-				if lost[t.Service.ID] {
-					conflicts = append(conflicts, Conflict{Kind: "tool", Name: name, Winner: svcOwner[t.Service.ID], Loser: p.label,
-						Reason: fmt.Sprintf("its service %q is defined by the winner", t.Service.ID)})
+				if l, ok := lost[t.Service.ID]; ok {
+					conflicts = append(conflicts, Conflict{Kind: "tool", Name: name, Winner: l[0], Loser: p.label, Reason: l[1]})
 					continue
 				}
 				if w, taken := toolOwner[name]; taken {
@@ -453,6 +565,23 @@ func (m *Merger) mergeLocked() *Snapshot {
 	snap := newSnapshot(src, tools, services)
 	m.reg.Swap(snap)
 	return snap
+}
+
+// topicClash finds a topic of sv that another service id uses already.
+func topicClash(owners map[string]struct{ id, label string }, sv *Service) (Conflict, bool) {
+	for _, t := range []struct{ what, topic string }{{"request", sv.RequestTopic}, {"response", sv.ResponseTopic}} {
+		if o, taken := owners[t.topic]; taken && o.id != sv.ID {
+			return Conflict{Kind: "topic", Name: t.topic, Winner: o.label,
+				Reason: fmt.Sprintf("its %s topic is the topic of service %q", t.what, o.id)}, true
+		}
+	}
+	return Conflict{}, false
+}
+
+func (c Conflict) withLoser(id, label string) Conflict {
+	c.Loser = label
+	c.Reason = fmt.Sprintf("service %q: %s", id, c.Reason)
+	return c
 }
 
 func sortedServiceIDs(m map[string]*Service) []string {

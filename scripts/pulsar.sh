@@ -25,6 +25,12 @@
 #   PULSAR_EXTRA_JAVA_OPTS extra JVM flags appended to the defaults
 #   PULSAR_DATA_DIR        keep the broker's data here across restarts (default: a fresh folder per start)
 #   PULSAR_CDS             1 (default) = use/record an AppCDS class archive in the cache; 0 = off
+#   PULSAR_AUTH            "token": token authentication (AuthenticationProviderToken, HS256) and authorization
+#                          on; clients without a valid token are refused, roles other than the superuser "admin"
+#                          may do only what they are granted. Default: off (no authentication)
+#   PULSAR_AUTH_DIR        with PULSAR_AUTH=token: where the broker's secret key (secret.key) and the superuser's
+#                          token (admin.token) are made, by the broker's own TokensCliUtils, unless there already;
+#                          sign role tokens with secret.key (HS256, the role in "sub"). Default $TOOLGATE_CACHE/pulsar/auth-<web port>
 set -euo pipefail
 
 PULSAR_VERSION=4.2.4
@@ -45,6 +51,15 @@ HEAP="${PULSAR_HEAP:-512m}"
 NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config tg/operations}"
 ADMIN="http://127.0.0.1:$WEB_PORT/admin/v2"
 COMPACTION_THRESHOLD="${PULSAR_COMPACTION_THRESHOLD:-1048576}"
+AUTH="${PULSAR_AUTH:-}"
+case "$AUTH" in
+  "" | token) ;;
+  *) echo "pulsar.sh: PULSAR_AUTH=$AUTH: want token, or leave it unset" >&2; exit 2 ;;
+esac
+AUTH_DIR=""
+if [[ "$AUTH" == token ]]; then
+  AUTH_DIR="${PULSAR_AUTH_DIR:-$CACHE/auth-$WEB_PORT}"
+fi
 # one broker per web port
 daemon_files pulsar "$WEB_PORT" 8080 PulsarStandaloneStarter
 DAEMON_WHAT="the Pulsar broker"
@@ -64,6 +79,9 @@ http_code() {
   local args=(-s -o "$HTTP_BODY_FILE" -w '%{http_code}' --connect-timeout 2 --max-time 10 -X "$method")
   if [[ -n "$body" ]]; then
     args+=(-H 'Content-Type: application/json' --data "$body")
+  fi
+  if [[ -n "$AUTH_DIR" && -s "$AUTH_DIR/admin.token" ]]; then
+    args+=(-H "Authorization: Bearer $(<"$AUTH_DIR/admin.token")")
   fi
   curl "${args[@]}" "$url" 2>/dev/null || true
 }
@@ -135,6 +153,28 @@ ensure_ns() {
 
 fetch_pulsar() { fetch_jars "Pulsar $PULSAR_VERSION" "pulsar-broker-$PULSAR_VERSION.jar"; }
 
+# make_auth JAVA: the secret key and the superuser's token in $AUTH_DIR,
+# made by the broker's own token tool unless they exist (tokens signed
+# earlier stay valid across restarts).
+make_auth() {
+  local java="$1" tokens=org.apache.pulsar.utils.auth.tokens.TokensCliUtils
+  mkdir -p "$AUTH_DIR"
+  chmod 700 "$AUTH_DIR"
+  AUTH_DIR="$(cd "$AUTH_DIR" && pwd)"
+  if [[ ! -s "$AUTH_DIR/secret.key" ]]; then
+    "$java" -cp "$LIB/*" "$tokens" create-secret-key --output "$AUTH_DIR/secret.key" >/dev/null ||
+      die "making the broker's secret key in $AUTH_DIR failed"
+    rm -f "$AUTH_DIR/admin.token"
+  fi
+  if [[ ! -s "$AUTH_DIR/admin.token" ]]; then
+    "$java" -cp "$LIB/*" "$tokens" create --secret-key "file://$AUTH_DIR/secret.key" --subject admin >"$AUTH_DIR/admin.token.tmp" ||
+      die "making the superuser's token in $AUTH_DIR failed"
+    mv "$AUTH_DIR/admin.token.tmp" "$AUTH_DIR/admin.token"
+  fi
+  chmod 600 "$AUTH_DIR/secret.key" "$AUTH_DIR/admin.token"
+  log "token authentication and authorization on: secret key and superuser token (role admin) in $AUTH_DIR"
+}
+
 wait_until_ready() { # $1 = pid of the starting broker
   wait_ready "$1" "$START_TIMEOUT" is_ready ||
     die "the Pulsar broker was not ready after ${START_TIMEOUT}s (still running as pid $1; 'scripts/pulsar.sh down' stops it)"
@@ -175,6 +215,19 @@ cmd_up() {
   sed -e "s/^brokerServicePort=.*/brokerServicePort=$BROKER_PORT/" \
       -e "s/^webServicePort=.*/webServicePort=$WEB_PORT/" \
       "$CONF_DIR/standalone.conf" >"$data/standalone.conf"
+  if [[ "$AUTH" == token ]]; then
+    make_auth "$java"
+    sed -i -e "s/^authenticationEnabled=.*/authenticationEnabled=true/" \
+        -e "s/^authorizationEnabled=.*/authorizationEnabled=true/" "$data/standalone.conf"
+    cat >>"$data/standalone.conf" <<CONF
+# PULSAR_AUTH=token (scripts/pulsar.sh)
+authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken
+tokenSecretKey=file://$AUTH_DIR/secret.key
+superUserRoles=admin
+brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken
+brokerClientAuthenticationParameters=file://$AUTH_DIR/admin.token
+CONF
+  fi
   local jvm=(
     -Xms256m "-Xmx$HEAP" -XX:MaxDirectMemorySize=256m
     -XX:+UseG1GC -XX:MaxGCPauseMillis=10 -XX:+ExitOnOutOfMemoryError

@@ -8,8 +8,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,6 +64,27 @@ func UniqueTopic(prefix string) string {
 // adminClient keeps no idle connections, so tests that check for goroutine
 // leaks see none of its own.
 var adminClient = &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// FreePorts picks n ports nothing listens on, below the kernel's ephemeral
+// range (32768 up), so that no client connection takes one meanwhile: for
+// brokers a test starts of its own.
+func FreePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	var ports []int
+	for i := 0; len(ports) < n; i++ {
+		if i == 1000 {
+			tb.Fatalf("no %d free ports found between 20000 and 32000", n)
+		}
+		p := 20000 + mrand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil || slices.Contains(ports, p) {
+			continue
+		}
+		l.Close()
+		ports = append(ports, p)
+	}
+	return ports
+}
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {

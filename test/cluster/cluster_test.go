@@ -9,19 +9,17 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
-	mrand "math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"go.uber.org/goleak"
 )
 
@@ -59,31 +57,11 @@ func (c *pulsarCluster) admin(i int) string { return fmt.Sprintf("http://127.0.0
 // brokerID is how the load manager names broker i (unload's destinationBroker).
 func (c *pulsarCluster) brokerID(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.webPorts[i]) }
 
-// freePorts picks n ports nothing listens on, below the kernel's ephemeral
-// range (32768 up), so that no client connection takes one meanwhile.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for i := 0; len(ports) < n; i++ {
-		if i == 1000 {
-			t.Fatalf("no %d free ports found between 20000 and 32000", n)
-		}
-		p := 20000 + mrand.IntN(12000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil || slices.Contains(ports, p) {
-			continue
-		}
-		l.Close()
-		ports = append(ports, p)
-	}
-	return ports
-}
-
 // startCluster runs scripts/pulsar-cluster.sh up on free ports and stops
 // the cluster when the test ends.
 func startCluster(t *testing.T) *pulsarCluster {
 	t.Helper()
-	p := freePorts(t, 6)
+	p := brokertest.FreePorts(t, 6)
 	c := &pulsarCluster{zk: p[0], bookie: p[1], brokerPorts: [2]int{p[2], p[3]}, webPorts: [2]int{p[4], p[5]}}
 	data := t.TempDir()
 	t.Cleanup(func() {

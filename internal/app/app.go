@@ -119,6 +119,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	if cfg.Pulsar.AdminURL != "" {
 		p := transport.NewAdminPresence(cfg.Pulsar.AdminURL, log)
+		p.TokenFile = cfg.Pulsar.TokenFile // an authenticating broker's admin API asks for it too
 		bopts.Presence, bopts.Watch = p, p
 	}
 	g.bridge = bridge.New(g.broker, bopts)

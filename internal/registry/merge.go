@@ -306,6 +306,18 @@ func (m *Merger) Apply(u Update) error {
 			m.reject(u.Origin, label, err)
 			return err
 		}
+		if old != nil && u.Origin == OriginAnnouncement {
+			// The key is all that names the announcer: whoever may
+			// produce on the topic may announce under it. A move to other
+			// topics is legitimate (a service reconfigured) but is how a
+			// hijack would look, so it is logged loudly.
+			for id, sv := range p.services {
+				if was := old.services[id]; was != nil && (was.RequestTopic != sv.RequestTopic || was.ResponseTopic != sv.ResponseTopic) {
+					m.log.Warn("an announcement moves a service to other topics", "service", id,
+						"request_topic", sv.RequestTopic, "was", was.RequestTopic, "response_topic", sv.ResponseTopic, "response_was", was.ResponseTopic)
+				}
+			}
+		}
 		if old != nil && !m.takeover {
 			p.seq = old.seq // a re-announcement keeps its place
 		} else {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,10 @@ type AdminPresence struct {
 	log         *slog.Logger
 	PositiveTTL time.Duration
 	NegativeTTL time.Duration
+	// TokenFile, when set, holds the token (the gateway's, as its Pulsar
+	// client uses it) sent as a bearer token to an authenticating broker;
+	// it is read again for every request the cache lets through.
+	TokenFile string
 
 	entries sync.Map // topic → *presenceEntry
 }
@@ -122,6 +127,13 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]string, 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/admin/v2/"+scheme+"/"+rest+"/stats", nil)
 	if err != nil {
 		return nil, err
+	}
+	if a.TokenFile != "" {
+		tok, err := os.ReadFile(a.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("the admin API's token: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {

@@ -26,7 +26,9 @@ import (
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -272,8 +274,15 @@ func TestBrokerTokenAuth(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the tool service with a valid token is not subscribed after 60s")
 	}
-	gw := runGateway(t, nil, "--pulsar-url", b.url, "--pulsar-token-file", b.tokenFile(t, gwRole),
-		"--announce-topic", announce, "--instance-id", instance, "--allow-anonymous", "--default-timeout", "10s")
+	// A tool whose service never runs: the gateway's liveness check asks
+	// the admin API, with the gateway's token too.
+	reg := filepath.Join(t.TempDir(), "registry.yaml")
+	nobody := brokertest.UniqueTopic("auth-nobody")
+	if err := os.WriteFile(reg, []byte("tool-service:\n  nobody: {topic: "+nobody+"}\ntool:\n  nobody-home: {type: tool-service, service: nobody}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw := runGateway(t, nil, "--pulsar-url", b.url, "--pulsar-admin-url", b.admin, "--pulsar-token-file", b.tokenFile(t, gwRole),
+		"--registry", reg, "--announce-topic", announce, "--instance-id", instance, "--allow-anonymous", "--default-timeout", "10s")
 	if err := waitReady("http://"+gw.HTTPAddr(), 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +302,11 @@ func TestBrokerTokenAuth(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("a call through the gateway and the service, both with valid tokens: %v", err)
+	}
+	nctx, ncancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer ncancel()
+	if _, err := client.InvokeTool(nctx, &toolgatev1.InvokeToolRequest{Name: "nobody-home"}); status.Code(err) != codes.Unavailable {
+		t.Errorf("a tool nobody serves: %v; want UNAVAILABLE from the liveness check (the admin API read with the gateway's token)", err)
 	}
 
 	// The broker refuses, by itself:

@@ -31,6 +31,9 @@
 #   PULSAR_AUTH_DIR        with PULSAR_AUTH=token: where the broker's secret key (secret.key) and the superuser's
 #                          token (admin.token) are made, by the broker's own TokensCliUtils, unless there already;
 #                          sign role tokens with secret.key (HS256, the role in "sub"). Default $TOOLGATE_CACHE/pulsar/auth-<web port>
+#   PULSAR_TLS_PORT        also serve the binary protocol over TLS on this port (pulsar+ssl://), with
+#   PULSAR_TLS_CERT        the broker's certificate (PEM; its chain, if any, after it) and
+#   PULSAR_TLS_KEY         its private key (PEM, PKCS#8: "BEGIN PRIVATE KEY")
 set -euo pipefail
 
 PULSAR_VERSION=4.2.4
@@ -56,6 +59,17 @@ case "$AUTH" in
   "" | token) ;;
   *) echo "pulsar.sh: PULSAR_AUTH=$AUTH: want token, or leave it unset" >&2; exit 2 ;;
 esac
+TLS_PORT="${PULSAR_TLS_PORT:-}"
+if [[ -n "$TLS_PORT" ]]; then
+  [[ -r "${PULSAR_TLS_CERT:-}" && -r "${PULSAR_TLS_KEY:-}" ]] || {
+    echo "pulsar.sh: PULSAR_TLS_PORT needs PULSAR_TLS_CERT and PULSAR_TLS_KEY, readable PEM files" >&2
+    exit 2
+  }
+  grep -q 'BEGIN PRIVATE KEY' "$PULSAR_TLS_KEY" || {
+    echo "pulsar.sh: PULSAR_TLS_KEY $PULSAR_TLS_KEY: the broker reads PKCS#8 keys (BEGIN PRIVATE KEY); convert with openssl pkcs8 -topk8 -nocrypt" >&2
+    exit 2
+  }
+fi
 AUTH_DIR=""
 if [[ "$AUTH" == token ]]; then
   AUTH_DIR="${PULSAR_AUTH_DIR:-$CACHE/auth-$WEB_PORT}"
@@ -197,7 +211,7 @@ cmd_up() {
   fi
 
   local port
-  for port in "$WEB_PORT" "$BROKER_PORT"; do
+  for port in "$WEB_PORT" "$BROKER_PORT" $TLS_PORT; do
     if port_taken "$port"; then
       die "port $port on 127.0.0.1 is taken by something other than a ready Pulsar broker: a server, or a connection using it as its own end (set PULSAR_WEB_PORT / PULSAR_BROKER_PORT, or stop it)"
     fi
@@ -227,6 +241,15 @@ superUserRoles=admin
 brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken
 brokerClientAuthenticationParameters=file://$AUTH_DIR/admin.token
 CONF
+  fi
+  if [[ -n "$TLS_PORT" ]]; then
+    cat >>"$data/standalone.conf" <<CONF
+# PULSAR_TLS_PORT (scripts/pulsar.sh)
+brokerServicePortTls=$TLS_PORT
+tlsCertificateFilePath=$(cd "$(dirname "$PULSAR_TLS_CERT")" && pwd)/$(basename "$PULSAR_TLS_CERT")
+tlsKeyFilePath=$(cd "$(dirname "$PULSAR_TLS_KEY")" && pwd)/$(basename "$PULSAR_TLS_KEY")
+CONF
+    log "TLS on pulsar+ssl://127.0.0.1:$TLS_PORT"
   fi
   local jvm=(
     -Xms256m "-Xmx$HEAP" -XX:MaxDirectMemorySize=256m

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,9 +35,12 @@ import (
 )
 
 // authBroker is a standalone broker of a test's own with token
-// authentication and authorization on (scripts/pulsar.sh, PULSAR_AUTH=token).
+// authentication and authorization on (scripts/pulsar.sh, PULSAR_AUTH=token)
+// and TLS on a port of its own (PULSAR_TLS_PORT), with a CA the test makes.
 type authBroker struct {
 	url, admin string
+	tlsURL     string // pulsar+ssl://
+	caFile     string // the CA that signed the broker's certificate
 	dir        string // PULSAR_AUTH_DIR: secret.key, admin.token
 	key        []byte // the broker's HS256 secret key
 	adminToken string // the superuser's, made by the broker's token tool
@@ -45,13 +50,16 @@ type authBroker struct {
 // test ends.
 func startAuthBroker(t *testing.T) *authBroker {
 	t.Helper()
-	ports := brokertest.FreePorts(t, 2)
-	b := &authBroker{url: fmt.Sprintf("pulsar://127.0.0.1:%d", ports[0]), admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), dir: t.TempDir()}
+	ports := brokertest.FreePorts(t, 3)
+	b := &authBroker{url: fmt.Sprintf("pulsar://127.0.0.1:%d", ports[0]), admin: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		tlsURL: fmt.Sprintf("pulsar+ssl://127.0.0.1:%d", ports[2]), dir: t.TempDir()}
+	certFile, keyFile := writeBrokerCert(t, b)
 	script := func(verb string) {
 		cmd := exec.Command("scripts/pulsar.sh", verb)
 		cmd.Dir = filepath.Join("..", "..")
 		cmd.Env = append(os.Environ(), "PULSAR_AUTH=token", "PULSAR_AUTH_DIR="+b.dir,
-			"PULSAR_BROKER_PORT="+strconv.Itoa(ports[0]), "PULSAR_WEB_PORT="+strconv.Itoa(ports[1]))
+			"PULSAR_BROKER_PORT="+strconv.Itoa(ports[0]), "PULSAR_WEB_PORT="+strconv.Itoa(ports[1]),
+			"PULSAR_TLS_PORT="+strconv.Itoa(ports[2]), "PULSAR_TLS_CERT="+certFile, "PULSAR_TLS_KEY="+keyFile)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Errorf("scripts/pulsar.sh %s (PULSAR_AUTH=token): %v\n%s", verb, err, out)
@@ -72,6 +80,35 @@ func startAuthBroker(t *testing.T) *authBroker {
 	}
 	b.adminToken = strings.TrimSpace(string(tok))
 	return b
+}
+
+// writeBrokerCert makes a CA (b.caFile) and a certificate for the broker
+// on 127.0.0.1 signed by it, with its key in PKCS#8 as the broker reads it.
+func writeBrokerCert(t *testing.T, b *authBroker) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caKey := newCA(t)
+	certPEM, keyPEM := newLeaf(t, ca, caKey, "pulsar-broker", true)
+	blk, _ := pem.Decode(keyPEM)
+	key, err := x509.ParseECPrivateKey(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "broker.pem"), filepath.Join(dir, "broker.key")
+	for path, data := range map[string][]byte{
+		b.caFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}),
+		certFile: certPEM,
+		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk8}),
+	} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
 }
 
 // token is a token for role, signed with key (the broker's when nil).
@@ -226,12 +263,13 @@ func TestBrokerTokenAuth(t *testing.T) {
 	b.grant(t, wire.RequestTopic(otherTopic), otherRole, "consume")
 	b.grant(t, wire.ResponseTopic(otherTopic), otherRole, "produce")
 
+	// The service and the gateway reach the broker over TLS.
 	newService := func(tokenFile string, log io.Writer) *toolservice.Service {
 		t.Helper()
-		svc, err := toolservice.New(toolservice.Config{ID: "echo-" + svcTopic, Topic: svcTopic, PulsarURL: b.url,
+		svc, err := toolservice.New(toolservice.Config{ID: "echo-" + svcTopic, Topic: svcTopic, PulsarURL: b.tlsURL,
 			Logger:   slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			Announce: &toolservice.Announcement{Topic: announce, Tools: []toolservice.Tool{{Name: "auth-echo", Description: "echo behind an authenticating broker"}}}},
-			echo.Handle, toolservice.WithTokenFile(tokenFile))
+			echo.Handle, toolservice.WithTokenFile(tokenFile), toolservice.WithTLSTrustCerts(b.caFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +319,7 @@ func TestBrokerTokenAuth(t *testing.T) {
 	if err := os.WriteFile(reg, []byte("tool-service:\n  nobody: {topic: "+nobody+"}\ntool:\n  nobody-home: {type: tool-service, service: nobody}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gw := runGateway(t, nil, "--pulsar-url", b.url, "--pulsar-admin-url", b.admin, "--pulsar-token-file", b.tokenFile(t, gwRole),
+	gw := runGateway(t, nil, "--pulsar-url", b.tlsURL, "--pulsar-tls-ca", b.caFile, "--pulsar-admin-url", b.admin, "--pulsar-token-file", b.tokenFile(t, gwRole),
 		"--registry", reg, "--announce-topic", announce, "--instance-id", instance, "--allow-anonymous", "--default-timeout", "10s")
 	if err := waitReady("http://"+gw.HTTPAddr(), 60*time.Second); err != nil {
 		t.Fatal(err)
@@ -330,6 +368,24 @@ func TestBrokerTokenAuth(t *testing.T) {
 		if err == nil || !strings.Contains(log.String(), "Failed to authenticate") {
 			t.Errorf("%s: %v; want the broker's refusal to authenticate in the client's log:\n%s", what, err, log.String())
 		}
+	}
+	// a client over TLS that trusts another CA (the broker's certificate
+	// is what it refuses, before any token is sent);
+	otherCA, _ := newCA(t)
+	otherCAFile := filepath.Join(t.TempDir(), "other-ca.pem")
+	if err := os.WriteFile(otherCAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: otherCA.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var tlsLog syncBuffer
+	tc, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.tlsURL, TLSTrustCertsFilePath: otherCAFile, OperationTimeout: 5 * time.Second,
+		Authentication: pulsar.NewAuthenticationToken(b.token(t, gwRole, nil)),
+		Logger:         plog.NewLoggerWithSlog(slog.New(slog.NewTextHandler(&tlsLog, &slog.HandlerOptions{Level: slog.LevelWarn})))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	if err := produce(tc, wire.RequestTopic(svcTopic)); err == nil || !strings.Contains(tlsLog.String(), "certificate signed by unknown authority") {
+		t.Errorf("a client trusting another CA: %v; want the broker's certificate refused:\n%s", err, tlsLog.String())
 	}
 	// a service answering for another (its response topic, or the
 	// gateway's reply topic), reading another's requests, or announcing;

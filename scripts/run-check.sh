@@ -43,7 +43,7 @@ free_port() {
 	done
 	fail "no free port found"
 }
-BP=$(free_port) && WP=$(free_port) && HP=$(free_port) && GP=$(free_port)
+BP=$(free_port) && WP=$(free_port) && HP=$(free_port) && GP=$(free_port) && AP=$(free_port)
 ADMIN="http://127.0.0.1:$WP"
 DEFAULT_ADMIN="http://127.0.0.1:8080"
 CACHE="${TOOLGATE_CACHE:-$PWD/.cache}"
@@ -89,7 +89,7 @@ trap cleanup EXIT
 # script inherit it ignored). The broker URLs come only from the ports.
 env -u TOOLGATE_PULSAR_URL -u TOOLGATE_PULSAR_ADMIN_URL -u TOOLGATE_CONFIG \
 	PULSAR_BROKER_PORT="$BP" PULSAR_WEB_PORT="$WP" PULSAR_DATA_DIR="$DATA" \
-	TOOLGATE_HTTP_ADDR="127.0.0.1:$HP" TOOLGATE_GRPC_ADDR="127.0.0.1:$GP" \
+	TOOLGATE_HTTP_ADDR="127.0.0.1:$HP" TOOLGATE_GRPC_ADDR="127.0.0.1:$GP" TOOLGATE_ADMIN_ADDR="127.0.0.1:$AP" \
 	env --default-signal=INT,QUIT setsid make run >"$LOG" 2>&1 </dev/null &
 sid=$!
 
@@ -170,7 +170,7 @@ while [[ -n "$(ps -s "$sid" -o pid= 2>/dev/null)" ]] || kill -0 "$broker_pid" 2>
 	sleep 0.5
 done
 sid=""
-for p in "$BP" "$WP" "$HP" "$GP"; do
+for p in "$BP" "$WP" "$HP" "$GP" "$AP"; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then fail "port $p still answers after the stop"; fi
 done
 grep -q "stopping the Pulsar broker this run started" "$LOG" || fail "make run did not stop the broker it started"

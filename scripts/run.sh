@@ -10,7 +10,7 @@
 # (TOOLGATE_PULSAR_URL + TOOLGATE_PULSAR_ADMIN_URL, else the local broker on
 # PULSAR_BROKER_PORT / PULSAR_WEB_PORT), and every process started here is
 # given that broker's URLs. Also: TOOLGATE_GRPC_ADDR, TOOLGATE_HTTP_ADDR,
-# TOOLGATE_REGISTRY, TOOLGATE_RUN_READY_TIMEOUT (seconds, default 60).
+# TOOLGATE_ADMIN_ADDR (the gateway's admin listener), TOOLGATE_REGISTRY, TOOLGATE_RUN_READY_TIMEOUT (seconds, default 60).
 # Each process's output is shown here and kept in .cache/run/<http port>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,7 @@ source scripts/lib/broker.sh
 
 GRPC_ADDR="${TOOLGATE_GRPC_ADDR:-127.0.0.1:9090}"
 HTTP_ADDR="${TOOLGATE_HTTP_ADDR:-127.0.0.1:8081}"
+ADMIN_ADDR="${TOOLGATE_ADMIN_ADDR:-127.0.0.1:8082}"
 REGISTRY="${TOOLGATE_REGISTRY:-}"
 registry_args=()
 [[ -z "$REGISTRY" ]] || registry_args=(--registry "$REGISTRY")
@@ -59,7 +60,7 @@ start() {
 }
 start joke-service bin/joke-service --pulsar-url "$PULSAR_URL"
 start echo-service bin/echo-service --pulsar-url "$PULSAR_URL"
-start gateway bin/gateway "${registry_args[@]}" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" \
+start gateway bin/gateway "${registry_args[@]}" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" --admin-addr "$ADMIN_ADDR" \
 	--pulsar-url "$PULSAR_URL" --pulsar-admin-url "$ADMIN_URL" --allow-anonymous
 
 # alive PID: the process has not exited (an exited child stays a zombie
@@ -73,7 +74,7 @@ alive() {
 not_ready() {
 	echo >&2
 	echo "toolgate did not come up: $1" >&2
-	echo "  last GET http://$HTTP_ADDR/readyz: ${ready_status:-no answer} ${ready_body:-}" >&2
+	echo "  last GET http://$ADMIN_ADDR/readyz (admin listener): ${ready_status:-no answer} ${ready_body:-}" >&2
 	echo "  broker: $PULSAR_URL (admin $ADMIN_URL)" >&2
 	echo "  logs: $LOGS/{gateway,joke-service,echo-service}.log" >&2
 	exit 1
@@ -86,7 +87,7 @@ while :; do
 		alive "${pids[$i]}" || not_ready "${names[$i]} exited during start-up (see $LOGS/${names[$i]}.log)"
 	done
 	failed=()
-	ready_body="$(curl -sS --max-time 2 -w '\n%{http_code}' "http://$HTTP_ADDR/readyz" 2>&1 || true)"
+	ready_body="$(curl -sS --max-time 2 -w '\n%{http_code}' "http://$ADMIN_ADDR/readyz" 2>&1 || true)"
 	ready_status="HTTP ${ready_body##*$'\n'}"
 	ready_body="${ready_body%$'\n'*}"
 	ready_body="${ready_body%$'\n'}"
@@ -107,7 +108,8 @@ done
 
 cat <<MSG
 
-toolgate is up: gRPC on $GRPC_ADDR, HTTP on $HTTP_ADDR, broker $PULSAR_URL (admin $ADMIN_URL). Try:
+toolgate is up: gRPC on $GRPC_ADDR, HTTP on $HTTP_ADDR, admin (metrics, readiness details) on $ADMIN_ADDR,
+broker $PULSAR_URL (admin $ADMIN_URL). Try:
 
   curl -s -X POST http://$HTTP_ADDR/v1/tools/tell-joke:invoke -d '{"arguments": {"topic": "programming"}}'
 

@@ -264,12 +264,12 @@ func TestBrokerTokenAuth(t *testing.T) {
 	b.grant(t, wire.ResponseTopic(otherTopic), otherRole, "produce")
 
 	// The service and the gateway reach the broker over TLS.
-	newService := func(tokenFile string, log io.Writer) *toolservice.Service {
+	newService := func(auth toolservice.Option, log io.Writer) *toolservice.Service {
 		t.Helper()
 		svc, err := toolservice.New(toolservice.Config{ID: "echo-" + svcTopic, Topic: svcTopic, PulsarURL: b.tlsURL,
 			Logger:   slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			Announce: &toolservice.Announcement{Topic: announce, Tools: []toolservice.Tool{{Name: "auth-echo", Description: "echo behind an authenticating broker"}}}},
-			echo.Handle, toolservice.WithTokenFile(tokenFile), toolservice.WithTLSTrustCerts(b.caFile))
+			echo.Handle, auth, toolservice.WithTLSTrustCerts(b.caFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,25 +277,58 @@ func TestBrokerTokenAuth(t *testing.T) {
 	}
 
 	t.Run("a service with a token of another key cannot subscribe", func(t *testing.T) {
-		wrong := filepath.Join(t.TempDir(), "wrong.token")
 		otherKey := make([]byte, 32)
 		_, _ = rand.Read(otherKey)
-		if err := os.WriteFile(wrong, []byte(b.token(t, svcRole, otherKey)), 0o600); err != nil {
+		wrongToken := b.token(t, svcRole, otherKey)
+		wrongFile := filepath.Join(t.TempDir(), "wrong.token")
+		if err := os.WriteFile(wrongFile, []byte(wrongToken), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-		defer cancel()
-		var log syncBuffer
-		err := newService(wrong, &log).Run(ctx)
-		if err == nil || ctx.Err() != nil || !strings.Contains(log.String(), "Failed to authenticate") {
-			t.Fatalf("Run with a wrong token: %v (ctx %v); want the broker's refusal to authenticate in its log:\n%s", err, ctx.Err(), log.String())
+		var wg sync.WaitGroup
+		for name, opt := range map[string]toolservice.Option{"WithTokenFile": toolservice.WithTokenFile(wrongFile), "WithToken": toolservice.WithToken(wrongToken)} {
+			var log syncBuffer
+			svc := newService(opt, &log)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+				defer cancel()
+				err := svc.Run(ctx)
+				if err == nil || ctx.Err() != nil || !strings.Contains(log.String(), "Failed to authenticate") {
+					t.Errorf("%s: Run with a wrong token: %v (ctx %v); want the broker's refusal to authenticate in its log:\n%s", name, err, ctx.Err(), log.String())
+					return
+				}
+				t.Logf("%s: refused: %v", name, err)
+			}()
 		}
-		t.Logf("refused: %v", err)
+		wg.Wait()
+	})
+
+	t.Run("a service with a valid token given as a string subscribes", func(t *testing.T) {
+		svc, err := toolservice.New(toolservice.Config{ID: "other-" + otherTopic, Topic: otherTopic, PulsarURL: b.tlsURL},
+			echo.Handle, toolservice.WithToken(b.token(t, otherRole, nil)), toolservice.WithTLSTrustCerts(b.caFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		select {
+		case <-svc.Ready():
+		case err := <-done:
+			t.Errorf("WithToken: %v", err)
+		case <-time.After(60 * time.Second):
+			t.Error("WithToken: not subscribed after 60s")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WithToken: %v", err)
+		}
 	})
 
 	// With valid tokens, end to end: the service announces itself, the
 	// gateway serves its tool.
-	svc := newService(b.tokenFile(t, svcRole), os.Stderr)
+	svc := newService(toolservice.WithTokenFile(b.tokenFile(t, svcRole)), os.Stderr)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()

@@ -116,7 +116,10 @@ func TestBadResponseTopicDoesNotHoldUpReadiness(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	g := startGateway(t, topic)
+	// The bad topic's namespace is allowed, or the announcement would be
+	// refused before any subscription is tried.
+	g := startGatewayWith(t, "--announcements", "--announce-topic", topic,
+		"--announce-response-namespaces", "tg/response,nosuch-"+bad+"/response")
 	details := g.waitReady(t, 60*time.Second)
 	t.Logf("ready %v after start", time.Since(start))
 	if n := g.tools(t); n != 2 {

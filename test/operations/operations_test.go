@@ -82,7 +82,7 @@ func startProcess(t *testing.T, args ...string) *gatewayProcess {
 	}
 	httpAddr := freeAddr(t)
 	p := &gatewayProcess{base: "http://" + httpAddr, logs: &strings.Builder{}}
-	p.cmd = exec.Command(bin, append([]string{"--grpc-addr", freeAddr(t), "--http-addr", httpAddr,
+	p.cmd = exec.Command(bin, append([]string{"--grpc-addr", freeAddr(t), "--http-addr", httpAddr, "--admin-addr", "127.0.0.1:0",
 		"--pulsar-url", brokertest.PulsarURL(), "--instance-id", "gw-a-" + brokertest.UniqueTopic("p")}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
@@ -331,7 +332,8 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	time.Sleep(200 * time.Millisecond) // let the chunks pile up unread
+	// The chunks pile up unread: more than the call may buffer.
+	eventually.True(t, 5*time.Second, "more chunks than the buffer holds delivered", func() bool { return b.Stats().Replies > 10 })
 	var gotErr error
 	for range 20 {
 		if _, gotErr = c.Recv(ctxTimeout(t, 5*time.Second)); gotErr != nil {
@@ -358,7 +360,9 @@ func TestSlowReaderWithFlowControl(t *testing.T) {
 	defer c.Close()
 	for i := range 100 {
 		if i%25 == 0 {
-			time.Sleep(100 * time.Millisecond) // let the chunks pile up unread
+			// The reader is slow: it reads nothing until the service has
+			// sent what its credit allows (half a window ahead at least).
+			eventually.True(t, 5*time.Second, "the service a half window ahead", func() bool { return b.Stats().Replies >= int64(min(i+5, 100)) })
 		}
 		ch, err := c.Recv(ctxTimeout(t, 5*time.Second))
 		if err != nil {
@@ -470,11 +474,5 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, d, "the condition", cond)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -174,13 +175,7 @@ func TestTrackReleases(t *testing.T) {
 
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("not reached within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, 10*time.Second, "the condition", cond)
 }
 
 // Track called again and again while the background worker subscribes and

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/registry"
 )
 
@@ -55,9 +56,9 @@ func TestConfigServiceStartsAgainWhenAConsumerIsClosed(t *testing.T) {
 		}
 	}()
 	requests := func() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.requests) }
-	eventually(t, 20*time.Second, "first read", func() bool { return requests() >= 2 })
+	eventually.True(t, 20*time.Second, "first read", func() bool { return requests() >= 2 })
 	var subs []string
-	eventually(t, 10*time.Second, "push subscription listed", func() bool { subs = subscriptionsOf(t, push); return len(subs) == 1 })
+	eventually.True(t, 10*time.Second, "push subscription listed", func() bool { subs = subscriptionsOf(t, push); return len(subs) == 1 })
 	n0 := requests()
 
 	other, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
@@ -81,5 +82,5 @@ func TestConfigServiceStartsAgainWhenAConsumerIsClosed(t *testing.T) {
 		thief, _ = other.Subscribe(pulsar.ConsumerOptions{Topic: push, SubscriptionName: subs[0], Type: pulsar.Exclusive})
 	}
 	defer thief.Close()
-	eventually(t, 30*time.Second, "the session started again (a new read)", func() bool { return requests() > n0 })
+	eventually.True(t, 30*time.Second, "the session started again (a new read)", func() bool { return requests() > n0 })
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/registry"
 )
 
@@ -120,17 +121,6 @@ func (r *recorder) State(o registry.Origin, synced bool, err error) {
 	r.Merger.State(o, synced, err)
 }
 
-func eventually(t *testing.T, d time.Duration, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestConfigServiceSource(t *testing.T) {
 	c := client(t)
 	base := brokertest.UniqueTopic("config")
@@ -153,16 +143,16 @@ func TestConfigServiceSource(t *testing.T) {
 	}()
 
 	reg := sink.Registry()
-	eventually(t, 10*time.Second, "the first read", func() bool { _, ok := reg.Snapshot().Tool("one"); return ok })
+	eventually.True(t, 10*time.Second, "the first read", func() bool { _, ok := reg.Snapshot().Tool("one"); return ok })
 	if tl, _ := reg.Snapshot().Tool("one"); tl.Origin != registry.OriginConfigService {
 		t.Fatalf("origin %q", tl.Origin)
 	}
 	// A push: read again, the new tool is there.
 	r.put(t, "tool", "two", `{"type": "tool-service", "name": "two", "service": "svc"}`)
-	eventually(t, 2*time.Second, "tool two after its push", func() bool { _, ok := reg.Snapshot().Tool("two"); return ok })
+	eventually.True(t, 2*time.Second, "tool two after its push", func() bool { _, ok := reg.Snapshot().Tool("two"); return ok })
 	// A bad value is left out and reported; the rest stays.
 	r.put(t, "tool", "bad", `{"type": "tool-service", "name": "bad", "service": "nowhere"}`)
-	eventually(t, 2*time.Second, "the bad value reported", func() bool { return sink.Rejected(registry.OriginConfigService) > 0 })
+	eventually.True(t, 2*time.Second, "the bad value reported", func() bool { return sink.Rejected(registry.OriginConfigService) > 0 })
 	if _, ok := reg.Snapshot().Tool("bad"); ok {
 		t.Fatal("an invalid descriptor is served")
 	}
@@ -171,7 +161,7 @@ func TestConfigServiceSource(t *testing.T) {
 	}
 	// A delete.
 	r.put(t, "tool", "one", "")
-	eventually(t, 2*time.Second, "tool one gone after its delete", func() bool { _, ok := reg.Snapshot().Tool("one"); return !ok })
+	eventually.True(t, 2*time.Second, "tool one gone after its delete", func() bool { _, ok := reg.Snapshot().Tool("one"); return !ok })
 	// Every request named the workspace, on the system queue.
 	r.mu.Lock()
 	for _, q := range r.requests {
@@ -193,7 +183,7 @@ func TestConfigServiceUnreachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx, sink) }()
-	eventually(t, 10*time.Second, "the problem reported", func() bool {
+	eventually.True(t, 10*time.Second, "the problem reported", func() bool {
 		for _, st := range sink.Status() {
 			if st.Origin == registry.OriginConfigService && st.Error != "" && !st.Synced {
 				return true

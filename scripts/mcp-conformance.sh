@@ -14,29 +14,15 @@ VERSION=0.2.0-alpha.12
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=scripts/lib/common.sh
 source "$HERE/lib/common.sh"
-cache_dir mcp-conformance
-DIR="$CACHE"
-ENTRY="$DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
-STAMP="$DIR/.toolgate-version"
-
+# shellcheck source=scripts/lib/npm.sh
+source "$HERE/lib/npm.sh"
+# npm runs with the pinned Node first on PATH: the suite's packages ask for Node ≥ 22.
 NODE="$("$HERE/node.sh")"
+NPM_NODE="$NODE"
+ENTRY=node_modules/@modelcontextprotocol/conformance/dist/index.js
+npm_single mcp-conformance @modelcontextprotocol/conformance "$VERSION" "$ENTRY"
+ENTRY="$NPM_DIR/$ENTRY"
 
-install() {
-	if [[ -f "$ENTRY" && -f "$STAMP" && "$(cat "$STAMP")" == "$VERSION" ]]; then
-		return 0
-	fi
-	command -v npm >/dev/null 2>&1 || die "npm is required (apt-get install npm)"
-	log "installing @modelcontextprotocol/conformance@$VERSION into $DIR..."
-	rm -f "$STAMP"
-	[[ -f "$DIR/package.json" ]] || echo '{"private": true}' >"$DIR/package.json"
-	# npm runs with the pinned Node first on PATH: the suite's packages ask for Node ≥ 22.
-	PATH="$(dirname "$NODE"):$PATH" npm install --prefix "$DIR" --no-audit --no-fund --save-exact \
-		--ignore-scripts --loglevel=error "@modelcontextprotocol/conformance@$VERSION" >&2
-	[[ -f "$ENTRY" ]] || die "installed, but $ENTRY is missing"
-	echo "$VERSION" >"$STAMP"
-}
-
-with_lock "$CACHE_ROOT/.mcp-conformance.lock" install
 if [[ $# -eq 0 ]]; then
 	echo "$ENTRY"
 else

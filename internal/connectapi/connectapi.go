@@ -13,6 +13,7 @@ import (
 	"errors"
 	"net/http"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"connectrpc.com/connect"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
@@ -177,5 +178,25 @@ func (s *service) GetToolService(ctx context.Context, req *connect.Request[toolg
 		return nil, err
 	}
 	out.Msg.ToolService = apiproto.Service(res.Service)
+	return out, nil
+}
+
+func (s *service) StartTool(ctx context.Context, req *connect.Request[toolgatev1.StartToolRequest]) (*connect.Response[longrunningpb.Operation], error) {
+	c := newCall(ctx, toolcall.OpStartTool, req)
+	c.Name = req.Msg.GetName()
+	if err := apiproto.Request(c, req.Msg.GetArguments(), req.Msg.GetArgumentsJson(), req.Msg.GetTimeout()); err != nil {
+		return nil, connectError(err)
+	}
+	out := connect.NewResponse(&longrunningpb.Operation{})
+	res, err := s.answer(ctx, c, out.Header())
+	if err != nil {
+		return nil, err
+	}
+	if res.Operation == nil {
+		return nil, connect.NewError(connect.CodeInternal, errors.New("no operation to answer"))
+	}
+	if out.Msg, err = apiproto.Operation(res.Operation); err != nil {
+		return nil, connectError(err)
+	}
 	return out, nil
 }

@@ -203,7 +203,7 @@ func (a *api) appendOperation(b []byte, op *toolcall.Operation) []byte {
 	} else {
 		b = append(b, "false"...)
 	}
-	b = append(b, `,"metadata":{"tool":`...)
+	b = append(b, `,"metadata":{"@type":"type.googleapis.com/toolgate.v1.ToolOperationMetadata","tool":`...)
 	b = wire.AppendJSONString(b, op.Tool)
 	b = append(b, `,"state":`...)
 	b = wire.AppendJSONString(b, strings.ToUpper(op.State))
@@ -227,8 +227,10 @@ func (a *api) appendOperation(b []byte, op *toolcall.Operation) []byte {
 		b = append(b, `,"error":`...)
 		b = append(b, js...)
 	default:
-		b = append(b, `,"response":`...)
-		b = appendInvokeResponse(b, op.Output)
+		// protobuf's JSON mapping of an Any: the message's fields and its "@type".
+		r := appendInvokeResponse(nil, op.Output)
+		b = append(b, `,"response":{"@type":"type.googleapis.com/toolgate.v1.InvokeToolResponse",`...)
+		b = append(b, r[1:]...)
 	}
 	return append(b, '}')
 }

@@ -43,6 +43,7 @@ var opErrors = map[string][]int{
 	"GetTool":          {401, 403, 404, 405, 406, 429, 500, 503},
 	"InvokeTool":       {400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503, 504},
 	"StreamTool":       {400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503, 504},
+	"StartTool":        {400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503},
 	"ListToolServices": {400, 401, 403, 405, 406, 429, 500, 503},
 	"GetToolService":   {401, 403, 404, 405, 406, 429, 500, 503},
 }
@@ -499,7 +500,7 @@ func patchSchemas(s *Object) error {
 		return o, nil
 	}
 
-	for _, name := range []string{"InvokeToolBody", "StreamToolBody"} {
+	for _, name := range []string{"InvokeToolBody", "StreamToolBody", "StartToolBody"} {
 		body, err := need(name)
 		if err != nil {
 			return err
@@ -531,6 +532,43 @@ func patchSchemas(s *Object) error {
 		// The gateway rejects unknown members (400).
 		body.Set("additionalProperties", false)
 	}
+
+	// An Operation's metadata and response are google.protobuf.Any; every
+	// operation of this API has a ToolOperationMetadata and, once done
+	// without error, an InvokeToolResponse (StartTool's operation_info).
+	// The REST door writes them with their "@type", as protobuf's JSON
+	// mapping of Any does.
+	op, err := need("Operation")
+	if err != nil {
+		return err
+	}
+	typeURL := func(msg string) *Object {
+		return obj("type", "string", "const", "type.googleapis.com/toolgate.v1."+msg)
+	}
+	ts := func(d string) *Object { return obj("type", "string", "format", "date-time", "description", d) }
+	md, err := prop(op, "Operation", "metadata")
+	if err != nil {
+		return err
+	}
+	md.Delete("$ref")
+	md.Set("type", "object")
+	md.Set("description", "A ToolOperationMetadata: the tool, the state and the operation's times.")
+	md.Set("properties", obj(
+		"@type", typeURL("ToolOperationMetadata"),
+		"tool", obj("type", "string", "description", "The tool called."),
+		"state", obj("type", "string", "enum", []any{"RUNNING", "DONE", "FAILED", "CANCELLED"}),
+		"create_time", ts("When the operation was started."),
+		"deadline", ts("When a running operation fails with DEADLINE_EXCEEDED."),
+		"end_time", ts("When the operation ended; absent while it runs."),
+	))
+	resp, err := prop(op, "Operation", "response")
+	if err != nil {
+		return err
+	}
+	resp.Delete("$ref")
+	resp.Set("description", "Once done without error: the tool's answer, an InvokeToolResponse.")
+	resp.Set("allOf", []any{obj("$ref", "#/components/schemas/InvokeToolResponse"),
+		obj("type", "object", "properties", obj("@type", typeURL("InvokeToolResponse")))})
 
 	tool, err := need("Tool")
 	if err != nil {

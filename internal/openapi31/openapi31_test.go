@@ -129,6 +129,7 @@ func TestOperations(t *testing.T) {
 		"GetTool":          "get /v1/tools/{name}",
 		"InvokeTool":       "post /v1/tools/{name}:invoke",
 		"StreamTool":       "post /v1/tools/{name}:stream",
+		"StartTool":        "post /v1/tools/{name}:start",
 		"ListToolServices": "get /v1/tool-services",
 		"GetToolService":   "get /v1/tool-services/{id}",
 	}
@@ -158,7 +159,7 @@ func TestOperations(t *testing.T) {
 			}
 			if strings.HasPrefix(path, "/v1/tools/{name}:") {
 				for _, c := range []string{"400", "404", "406", "413", "415", "504"} {
-					if _, ok := rs[c]; !ok {
+					if _, ok := rs[c]; !ok && (c != "504" || id != "StartTool") {
 						t.Errorf("%s: no %s response", id, c)
 					}
 				}

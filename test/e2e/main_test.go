@@ -124,10 +124,10 @@ func run(m *testing.M) int {
 // startGateway runs a gateway in process on ephemeral ports with the
 // registry file at regPath, until ctx ends; its Run result arrives on the
 // channel.
-func startGateway(ctx context.Context, regPath string, log *slog.Logger) (*app.Gateway, <-chan error, error) {
-	return apptest.Run(ctx, log, "--pulsar-admin-url", brokertest.AdminURL(),
+func startGateway(ctx context.Context, regPath string, log *slog.Logger, extra ...string) (*app.Gateway, <-chan error, error) {
+	return apptest.Run(ctx, log, append([]string{"--pulsar-admin-url", brokertest.AdminURL(),
 		"--registry", regPath, "--announcements=false", "--default-timeout", "10s", "--stream-idle-timeout", "1s", "--allow-anonymous",
-		"--cors-origins", "http://allowed.example", "--sse-heartbeat", "200ms")
+		"--cors-origins", "http://allowed.example", "--sse-heartbeat", "200ms"}, extra...)...)
 }
 
 func registryYAML(jokeTopic, echoTopic, pyJokeTopic, pyFailTopic string) string {

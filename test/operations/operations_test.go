@@ -32,7 +32,8 @@ const (
 )
 
 // setup starts an echo service on a fresh topic and writes the registry
-// and the API keys of alice and bob; it returns the gateway flags.
+// and the API keys of alice and bob (users named afresh each time); it
+// returns the gateway flags.
 func setup(t *testing.T) []string {
 	t.Helper()
 	brokertest.RequirePulsar(t)
@@ -59,8 +60,10 @@ func setup(t *testing.T) []string {
 		return p
 	}
 	reg := write("registry.yaml", fmt.Sprintf("tool-service:\n  echo-service: {topic: %s}\ntool:\n  echo: {type: tool-service, service: echo-service}\n", topic))
-	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: alice, roles: [user]}\n  - {hash: %q, user: bob, roles: [user]}\n",
-		auth.HashKey(aliceKey), auth.HashKey(bobKey)))
+	// Users of their own: the operations table outlives the test, and a
+	// caller's list shows every operation of theirs still kept.
+	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: %s, roles: [user]}\n  - {hash: %q, user: %s, roles: [user]}\n",
+		auth.HashKey(aliceKey), brokertest.UniqueTopic("alice"), auth.HashKey(bobKey), brokertest.UniqueTopic("bob")))
 	return []string{"--registry", reg, "--api-keys", keys, "--operations", "--announcements=false"}
 }
 

@@ -157,17 +157,22 @@ def test_reflection_and_health(channel):
     with messages built from the descriptors the server sent."""
     db = ProtoReflectionDescriptorDatabase(channel)
     services = set(db.get_services())
-    assert {"toolgate.v1.ToolService", "grpc.health.v1.Health"} <= services, services
+    assert {"toolgate.v1.ToolService", "google.longrunning.Operations", "grpc.health.v1.Health"} <= services, services
 
     pool = DescriptorPool(db)
     tool_svc = pool.FindServiceByName("toolgate.v1.ToolService")
     methods = {m.name: m for m in tool_svc.methods}
     assert set(methods) == {
-        "ListTools", "GetTool", "InvokeTool", "StreamTool", "ListToolServices", "GetToolService",
+        "ListTools", "GetTool", "InvokeTool", "StreamTool", "StartTool", "ListToolServices", "GetToolService",
     }
     assert methods["StreamTool"].server_streaming
     assert not methods["InvokeTool"].server_streaming
     assert methods["InvokeTool"].input_type.full_name == "toolgate.v1.InvokeToolRequest"
+    assert methods["StartTool"].output_type.full_name == "google.longrunning.Operation"
+    ops_svc = pool.FindServiceByName("google.longrunning.Operations")
+    assert {"GetOperation", "ListOperations", "CancelOperation", "DeleteOperation", "WaitOperation"} <= {
+        m.name for m in ops_svc.methods
+    }
 
     check = pool.FindServiceByName("grpc.health.v1.Health").methods_by_name["Check"]
     req_cls = message_factory.GetMessageClass(check.input_type)

@@ -158,7 +158,7 @@ def test_served_spec_is_the_checked_in_one(spec):
     ops = {op["operationId"] for item in spec["paths"].values() for op in item.values()}
     assert ops == {
         "ListTools", "GetTool", "InvokeTool",
-        "StreamTool", "ListToolServices", "GetToolService",
+        "StreamTool", "StartTool", "ListToolServices", "GetToolService",
     }
 
 

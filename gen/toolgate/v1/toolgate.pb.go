@@ -18,11 +18,13 @@
 package toolgatev1
 
 import (
+	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -697,6 +699,165 @@ func (x *InvokeToolResponse) GetOutputJson() *structpb.Value {
 	return nil
 }
 
+// StartToolRequest starts a tool call as a durable operation. Its fields
+// are InvokeToolRequest's.
+type StartToolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The tool's arguments, as in InvokeToolRequest.
+	Arguments *structpb.Struct `protobuf:"bytes,2,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	// How long the operation may run, e.g. "30s": its deadline counts from
+	// the start. When unset, the tool service's default applies, else the
+	// gateway's. Not the gRPC deadline, which bounds only the start.
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The tool's arguments as JSON object text, as in InvokeToolRequest.
+	ArgumentsJson string `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartToolRequest) Reset() {
+	*x = StartToolRequest{}
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartToolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartToolRequest) ProtoMessage() {}
+
+func (x *StartToolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartToolRequest.ProtoReflect.Descriptor instead.
+func (*StartToolRequest) Descriptor() ([]byte, []int) {
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *StartToolRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StartToolRequest) GetArguments() *structpb.Struct {
+	if x != nil {
+		return x.Arguments
+	}
+	return nil
+}
+
+func (x *StartToolRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *StartToolRequest) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
+}
+
+// ToolOperationMetadata is the metadata of an operation started by
+// StartTool.
+type ToolOperationMetadata struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool called.
+	Tool string `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// RUNNING, DONE, FAILED or CANCELLED.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// When the operation was started.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When a running operation fails with DEADLINE_EXCEEDED.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// When the operation ended; absent while it runs.
+	EndTime       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolOperationMetadata) Reset() {
+	*x = ToolOperationMetadata{}
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolOperationMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolOperationMetadata) ProtoMessage() {}
+
+func (x *ToolOperationMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolOperationMetadata.ProtoReflect.Descriptor instead.
+func (*ToolOperationMetadata) Descriptor() ([]byte, []int) {
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ToolOperationMetadata) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolOperationMetadata) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ToolOperationMetadata) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ToolOperationMetadata) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *ToolOperationMetadata) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
 // StreamToolRequest calls a tool and asks for its answer in chunks.
 type StreamToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -714,7 +875,7 @@ type StreamToolRequest struct {
 
 func (x *StreamToolRequest) Reset() {
 	*x = StreamToolRequest{}
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[10]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +887,7 @@ func (x *StreamToolRequest) String() string {
 func (*StreamToolRequest) ProtoMessage() {}
 
 func (x *StreamToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[10]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +900,7 @@ func (x *StreamToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamToolRequest.ProtoReflect.Descriptor instead.
 func (*StreamToolRequest) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{10}
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamToolRequest) GetName() string {
@@ -785,7 +946,7 @@ type StreamToolResponse struct {
 
 func (x *StreamToolResponse) Reset() {
 	*x = StreamToolResponse{}
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[11]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +958,7 @@ func (x *StreamToolResponse) String() string {
 func (*StreamToolResponse) ProtoMessage() {}
 
 func (x *StreamToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[11]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +971,7 @@ func (x *StreamToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamToolResponse.ProtoReflect.Descriptor instead.
 func (*StreamToolResponse) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{11}
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamToolResponse) GetOutput() string {
@@ -848,7 +1009,7 @@ type ListToolServicesRequest struct {
 
 func (x *ListToolServicesRequest) Reset() {
 	*x = ListToolServicesRequest{}
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[12]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1021,7 @@ func (x *ListToolServicesRequest) String() string {
 func (*ListToolServicesRequest) ProtoMessage() {}
 
 func (x *ListToolServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[12]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1034,7 @@ func (x *ListToolServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListToolServicesRequest) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{12}
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListToolServicesRequest) GetPageSize() int32 {
@@ -903,7 +1064,7 @@ type ListToolServicesResponse struct {
 
 func (x *ListToolServicesResponse) Reset() {
 	*x = ListToolServicesResponse{}
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[13]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1076,7 @@ func (x *ListToolServicesResponse) String() string {
 func (*ListToolServicesResponse) ProtoMessage() {}
 
 func (x *ListToolServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[13]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1089,7 @@ func (x *ListToolServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListToolServicesResponse) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{13}
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListToolServicesResponse) GetToolServices() []*ToolServiceDescriptor {
@@ -956,7 +1117,7 @@ type GetToolServiceRequest struct {
 
 func (x *GetToolServiceRequest) Reset() {
 	*x = GetToolServiceRequest{}
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[14]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1129,7 @@ func (x *GetToolServiceRequest) String() string {
 func (*GetToolServiceRequest) ProtoMessage() {}
 
 func (x *GetToolServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[14]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1142,7 @@ func (x *GetToolServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetToolServiceRequest) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{14}
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetToolServiceRequest) GetId() string {
@@ -1002,7 +1163,7 @@ type GetToolServiceResponse struct {
 
 func (x *GetToolServiceResponse) Reset() {
 	*x = GetToolServiceResponse{}
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[15]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1175,7 @@ func (x *GetToolServiceResponse) String() string {
 func (*GetToolServiceResponse) ProtoMessage() {}
 
 func (x *GetToolServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_toolgate_v1_toolgate_proto_msgTypes[15]
+	mi := &file_toolgate_v1_toolgate_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1188,7 @@ func (x *GetToolServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetToolServiceResponse) Descriptor() ([]byte, []int) {
-	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{15}
+	return file_toolgate_v1_toolgate_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetToolServiceResponse) GetToolService() *ToolServiceDescriptor {
@@ -1041,7 +1202,7 @@ var File_toolgate_v1_toolgate_proto protoreflect.FileDescriptor
 
 const file_toolgate_v1_toolgate_proto_rawDesc = "" +
 	"\n" +
-	"\x1atoolgate/v1/toolgate.proto\x12\vtoolgate.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xae\x02\n" +
+	"\x1atoolgate/v1/toolgate.proto\x12\vtoolgate.v1\x1a\x1cgoogle/api/annotations.proto\x1a#google/longrunning/operations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x02\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
@@ -1084,7 +1245,19 @@ const file_toolgate_v1_toolgate_proto_rawDesc = "" +
 	"\x12InvokeToolResponse\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\tR\x06output\x127\n" +
 	"\voutput_json\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\n" +
-	"outputJson\"\xba\x01\n" +
+	"outputJson\"\xb9\x01\n" +
+	"\x10StartToolRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
+	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12%\n" +
+	"\x0earguments_json\x18\x04 \x01(\tR\rargumentsJson\"\xed\x01\n" +
+	"\x15ToolOperationMetadata\x12\x12\n" +
+	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12;\n" +
+	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x126\n" +
+	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x125\n" +
+	"\bend_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\xba\x01\n" +
 	"\x11StreamToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
 	"\targuments\x18\x02 \x01(\v2\x17.google.protobuf.StructR\targuments\x123\n" +
@@ -1104,14 +1277,16 @@ const file_toolgate_v1_toolgate_proto_rawDesc = "" +
 	"\x15GetToolServiceRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"_\n" +
 	"\x16GetToolServiceResponse\x12E\n" +
-	"\ftool_service\x18\x01 \x01(\v2\".toolgate.v1.ToolServiceDescriptorR\vtoolService2\xc0\x05\n" +
+	"\ftool_service\x18\x01 \x01(\v2\".toolgate.v1.ToolServiceDescriptorR\vtoolService2\xdd\x06\n" +
 	"\vToolService\x12]\n" +
 	"\tListTools\x12\x1d.toolgate.v1.ListToolsRequest\x1a\x1e.toolgate.v1.ListToolsResponse\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/tools\x12d\n" +
 	"\aGetTool\x12\x1b.toolgate.v1.GetToolRequest\x1a\x1c.toolgate.v1.GetToolResponse\"\x1e\x82\xd3\xe4\x93\x02\x18b\x04tool\x12\x10/v1/tools/{name}\x12q\n" +
 	"\n" +
 	"InvokeTool\x12\x1e.toolgate.v1.InvokeToolRequest\x1a\x1f.toolgate.v1.InvokeToolResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/tools/{name}:invoke\x12s\n" +
 	"\n" +
-	"StreamTool\x12\x1e.toolgate.v1.StreamToolRequest\x1a\x1f.toolgate.v1.StreamToolResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/tools/{name}:stream0\x01\x12z\n" +
+	"StreamTool\x12\x1e.toolgate.v1.StreamToolRequest\x1a\x1f.toolgate.v1.StreamToolResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/tools/{name}:stream0\x01\x12\x9a\x01\n" +
+	"\tStartTool\x12\x1d.toolgate.v1.StartToolRequest\x1a\x1d.google.longrunning.Operation\"O\xcaA+\n" +
+	"\x12InvokeToolResponse\x12\x15ToolOperationMetadata\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/v1/tools/{name}:start\x12z\n" +
 	"\x10ListToolServices\x12$.toolgate.v1.ListToolServicesRequest\x1a%.toolgate.v1.ListToolServicesResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/tool-services\x12\x87\x01\n" +
 	"\x0eGetToolService\x12\".toolgate.v1.GetToolServiceRequest\x1a#.toolgate.v1.GetToolServiceResponse\",\x82\xd3\xe4\x93\x02&b\ftool_service\x12\x16/v1/tool-services/{id}B9Z7github.com/toolgate/toolgate/gen/toolgate/v1;toolgatev1b\x06proto3"
 
@@ -1127,7 +1302,7 @@ func file_toolgate_v1_toolgate_proto_rawDescGZIP() []byte {
 	return file_toolgate_v1_toolgate_proto_rawDescData
 }
 
-var file_toolgate_v1_toolgate_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_toolgate_v1_toolgate_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_toolgate_v1_toolgate_proto_goTypes = []any{
 	(*Tool)(nil),                     // 0: toolgate.v1.Tool
 	(*ToolArgument)(nil),             // 1: toolgate.v1.ToolArgument
@@ -1139,47 +1314,58 @@ var file_toolgate_v1_toolgate_proto_goTypes = []any{
 	(*GetToolResponse)(nil),          // 7: toolgate.v1.GetToolResponse
 	(*InvokeToolRequest)(nil),        // 8: toolgate.v1.InvokeToolRequest
 	(*InvokeToolResponse)(nil),       // 9: toolgate.v1.InvokeToolResponse
-	(*StreamToolRequest)(nil),        // 10: toolgate.v1.StreamToolRequest
-	(*StreamToolResponse)(nil),       // 11: toolgate.v1.StreamToolResponse
-	(*ListToolServicesRequest)(nil),  // 12: toolgate.v1.ListToolServicesRequest
-	(*ListToolServicesResponse)(nil), // 13: toolgate.v1.ListToolServicesResponse
-	(*GetToolServiceRequest)(nil),    // 14: toolgate.v1.GetToolServiceRequest
-	(*GetToolServiceResponse)(nil),   // 15: toolgate.v1.GetToolServiceResponse
-	(*structpb.Struct)(nil),          // 16: google.protobuf.Struct
-	(*durationpb.Duration)(nil),      // 17: google.protobuf.Duration
-	(*structpb.Value)(nil),           // 18: google.protobuf.Value
+	(*StartToolRequest)(nil),         // 10: toolgate.v1.StartToolRequest
+	(*ToolOperationMetadata)(nil),    // 11: toolgate.v1.ToolOperationMetadata
+	(*StreamToolRequest)(nil),        // 12: toolgate.v1.StreamToolRequest
+	(*StreamToolResponse)(nil),       // 13: toolgate.v1.StreamToolResponse
+	(*ListToolServicesRequest)(nil),  // 14: toolgate.v1.ListToolServicesRequest
+	(*ListToolServicesResponse)(nil), // 15: toolgate.v1.ListToolServicesResponse
+	(*GetToolServiceRequest)(nil),    // 16: toolgate.v1.GetToolServiceRequest
+	(*GetToolServiceResponse)(nil),   // 17: toolgate.v1.GetToolServiceResponse
+	(*structpb.Struct)(nil),          // 18: google.protobuf.Struct
+	(*durationpb.Duration)(nil),      // 19: google.protobuf.Duration
+	(*structpb.Value)(nil),           // 20: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),    // 21: google.protobuf.Timestamp
+	(*longrunningpb.Operation)(nil),  // 22: google.longrunning.Operation
 }
 var file_toolgate_v1_toolgate_proto_depIdxs = []int32{
 	1,  // 0: toolgate.v1.Tool.arguments:type_name -> toolgate.v1.ToolArgument
-	16, // 1: toolgate.v1.Tool.arguments_schema:type_name -> google.protobuf.Struct
+	18, // 1: toolgate.v1.Tool.arguments_schema:type_name -> google.protobuf.Struct
 	3,  // 2: toolgate.v1.ToolServiceDescriptor.config_params:type_name -> toolgate.v1.ConfigParam
-	17, // 3: toolgate.v1.ToolServiceDescriptor.default_timeout:type_name -> google.protobuf.Duration
+	19, // 3: toolgate.v1.ToolServiceDescriptor.default_timeout:type_name -> google.protobuf.Duration
 	0,  // 4: toolgate.v1.ListToolsResponse.tools:type_name -> toolgate.v1.Tool
 	0,  // 5: toolgate.v1.GetToolResponse.tool:type_name -> toolgate.v1.Tool
-	16, // 6: toolgate.v1.InvokeToolRequest.arguments:type_name -> google.protobuf.Struct
-	17, // 7: toolgate.v1.InvokeToolRequest.timeout:type_name -> google.protobuf.Duration
-	18, // 8: toolgate.v1.InvokeToolResponse.output_json:type_name -> google.protobuf.Value
-	16, // 9: toolgate.v1.StreamToolRequest.arguments:type_name -> google.protobuf.Struct
-	17, // 10: toolgate.v1.StreamToolRequest.timeout:type_name -> google.protobuf.Duration
-	2,  // 11: toolgate.v1.ListToolServicesResponse.tool_services:type_name -> toolgate.v1.ToolServiceDescriptor
-	2,  // 12: toolgate.v1.GetToolServiceResponse.tool_service:type_name -> toolgate.v1.ToolServiceDescriptor
-	4,  // 13: toolgate.v1.ToolService.ListTools:input_type -> toolgate.v1.ListToolsRequest
-	6,  // 14: toolgate.v1.ToolService.GetTool:input_type -> toolgate.v1.GetToolRequest
-	8,  // 15: toolgate.v1.ToolService.InvokeTool:input_type -> toolgate.v1.InvokeToolRequest
-	10, // 16: toolgate.v1.ToolService.StreamTool:input_type -> toolgate.v1.StreamToolRequest
-	12, // 17: toolgate.v1.ToolService.ListToolServices:input_type -> toolgate.v1.ListToolServicesRequest
-	14, // 18: toolgate.v1.ToolService.GetToolService:input_type -> toolgate.v1.GetToolServiceRequest
-	5,  // 19: toolgate.v1.ToolService.ListTools:output_type -> toolgate.v1.ListToolsResponse
-	7,  // 20: toolgate.v1.ToolService.GetTool:output_type -> toolgate.v1.GetToolResponse
-	9,  // 21: toolgate.v1.ToolService.InvokeTool:output_type -> toolgate.v1.InvokeToolResponse
-	11, // 22: toolgate.v1.ToolService.StreamTool:output_type -> toolgate.v1.StreamToolResponse
-	13, // 23: toolgate.v1.ToolService.ListToolServices:output_type -> toolgate.v1.ListToolServicesResponse
-	15, // 24: toolgate.v1.ToolService.GetToolService:output_type -> toolgate.v1.GetToolServiceResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	18, // 6: toolgate.v1.InvokeToolRequest.arguments:type_name -> google.protobuf.Struct
+	19, // 7: toolgate.v1.InvokeToolRequest.timeout:type_name -> google.protobuf.Duration
+	20, // 8: toolgate.v1.InvokeToolResponse.output_json:type_name -> google.protobuf.Value
+	18, // 9: toolgate.v1.StartToolRequest.arguments:type_name -> google.protobuf.Struct
+	19, // 10: toolgate.v1.StartToolRequest.timeout:type_name -> google.protobuf.Duration
+	21, // 11: toolgate.v1.ToolOperationMetadata.create_time:type_name -> google.protobuf.Timestamp
+	21, // 12: toolgate.v1.ToolOperationMetadata.deadline:type_name -> google.protobuf.Timestamp
+	21, // 13: toolgate.v1.ToolOperationMetadata.end_time:type_name -> google.protobuf.Timestamp
+	18, // 14: toolgate.v1.StreamToolRequest.arguments:type_name -> google.protobuf.Struct
+	19, // 15: toolgate.v1.StreamToolRequest.timeout:type_name -> google.protobuf.Duration
+	2,  // 16: toolgate.v1.ListToolServicesResponse.tool_services:type_name -> toolgate.v1.ToolServiceDescriptor
+	2,  // 17: toolgate.v1.GetToolServiceResponse.tool_service:type_name -> toolgate.v1.ToolServiceDescriptor
+	4,  // 18: toolgate.v1.ToolService.ListTools:input_type -> toolgate.v1.ListToolsRequest
+	6,  // 19: toolgate.v1.ToolService.GetTool:input_type -> toolgate.v1.GetToolRequest
+	8,  // 20: toolgate.v1.ToolService.InvokeTool:input_type -> toolgate.v1.InvokeToolRequest
+	12, // 21: toolgate.v1.ToolService.StreamTool:input_type -> toolgate.v1.StreamToolRequest
+	10, // 22: toolgate.v1.ToolService.StartTool:input_type -> toolgate.v1.StartToolRequest
+	14, // 23: toolgate.v1.ToolService.ListToolServices:input_type -> toolgate.v1.ListToolServicesRequest
+	16, // 24: toolgate.v1.ToolService.GetToolService:input_type -> toolgate.v1.GetToolServiceRequest
+	5,  // 25: toolgate.v1.ToolService.ListTools:output_type -> toolgate.v1.ListToolsResponse
+	7,  // 26: toolgate.v1.ToolService.GetTool:output_type -> toolgate.v1.GetToolResponse
+	9,  // 27: toolgate.v1.ToolService.InvokeTool:output_type -> toolgate.v1.InvokeToolResponse
+	13, // 28: toolgate.v1.ToolService.StreamTool:output_type -> toolgate.v1.StreamToolResponse
+	22, // 29: toolgate.v1.ToolService.StartTool:output_type -> google.longrunning.Operation
+	15, // 30: toolgate.v1.ToolService.ListToolServices:output_type -> toolgate.v1.ListToolServicesResponse
+	17, // 31: toolgate.v1.ToolService.GetToolService:output_type -> toolgate.v1.GetToolServiceResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_toolgate_v1_toolgate_proto_init() }
@@ -1193,7 +1379,7 @@ func file_toolgate_v1_toolgate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_toolgate_v1_toolgate_proto_rawDesc), len(file_toolgate_v1_toolgate_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

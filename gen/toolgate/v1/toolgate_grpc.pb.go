@@ -18,6 +18,7 @@
 package toolgatev1
 
 import (
+	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	context "context"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
@@ -34,6 +35,7 @@ const (
 	ToolService_GetTool_FullMethodName          = "/toolgate.v1.ToolService/GetTool"
 	ToolService_InvokeTool_FullMethodName       = "/toolgate.v1.ToolService/InvokeTool"
 	ToolService_StreamTool_FullMethodName       = "/toolgate.v1.ToolService/StreamTool"
+	ToolService_StartTool_FullMethodName        = "/toolgate.v1.ToolService/StartTool"
 	ToolService_ListToolServices_FullMethodName = "/toolgate.v1.ToolService/ListToolServices"
 	ToolService_GetToolService_FullMethodName   = "/toolgate.v1.ToolService/GetToolService"
 )
@@ -63,6 +65,14 @@ type ToolServiceClient interface {
 	// chunk, or Server-Sent Events when the request asks for
 	// text/event-stream.
 	StreamTool(ctx context.Context, in *StreamToolRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StreamToolResponse], error)
+	// StartTool calls a tool as a durable operation (see docs/operations.md)
+	// and answers at once with the operation, not yet done. Any gateway of the
+	// deployment then reports it, to the caller who started it, through the
+	// google.longrunning.Operations service (GET /v1/operations/{id}, and
+	// :wait, :cancel, DELETE). Once done, the operation's response is an
+	// InvokeToolResponse, or its error the call's google.rpc.Status; its
+	// metadata is a ToolOperationMetadata.
+	StartTool(ctx context.Context, in *StartToolRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error)
 	// ListToolServices returns the tool service descriptors, ordered by id.
 	ListToolServices(ctx context.Context, in *ListToolServicesRequest, opts ...grpc.CallOption) (*ListToolServicesResponse, error)
 	// GetToolService returns one tool service descriptor.
@@ -126,6 +136,16 @@ func (c *toolServiceClient) StreamTool(ctx context.Context, in *StreamToolReques
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolService_StreamToolClient = grpc.ServerStreamingClient[StreamToolResponse]
 
+func (c *toolServiceClient) StartTool(ctx context.Context, in *StartToolRequest, opts ...grpc.CallOption) (*longrunningpb.Operation, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(longrunningpb.Operation)
+	err := c.cc.Invoke(ctx, ToolService_StartTool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *toolServiceClient) ListToolServices(ctx context.Context, in *ListToolServicesRequest, opts ...grpc.CallOption) (*ListToolServicesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListToolServicesResponse)
@@ -171,6 +191,14 @@ type ToolServiceServer interface {
 	// chunk, or Server-Sent Events when the request asks for
 	// text/event-stream.
 	StreamTool(*StreamToolRequest, grpc.ServerStreamingServer[StreamToolResponse]) error
+	// StartTool calls a tool as a durable operation (see docs/operations.md)
+	// and answers at once with the operation, not yet done. Any gateway of the
+	// deployment then reports it, to the caller who started it, through the
+	// google.longrunning.Operations service (GET /v1/operations/{id}, and
+	// :wait, :cancel, DELETE). Once done, the operation's response is an
+	// InvokeToolResponse, or its error the call's google.rpc.Status; its
+	// metadata is a ToolOperationMetadata.
+	StartTool(context.Context, *StartToolRequest) (*longrunningpb.Operation, error)
 	// ListToolServices returns the tool service descriptors, ordered by id.
 	ListToolServices(context.Context, *ListToolServicesRequest) (*ListToolServicesResponse, error)
 	// GetToolService returns one tool service descriptor.
@@ -196,6 +224,9 @@ func (UnimplementedToolServiceServer) InvokeTool(context.Context, *InvokeToolReq
 }
 func (UnimplementedToolServiceServer) StreamTool(*StreamToolRequest, grpc.ServerStreamingServer[StreamToolResponse]) error {
 	return status.Error(codes.Unimplemented, "method StreamTool not implemented")
+}
+func (UnimplementedToolServiceServer) StartTool(context.Context, *StartToolRequest) (*longrunningpb.Operation, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartTool not implemented")
 }
 func (UnimplementedToolServiceServer) ListToolServices(context.Context, *ListToolServicesRequest) (*ListToolServicesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListToolServices not implemented")
@@ -289,6 +320,24 @@ func _ToolService_StreamTool_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ToolService_StreamToolServer = grpc.ServerStreamingServer[StreamToolResponse]
 
+func _ToolService_StartTool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartToolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ToolServiceServer).StartTool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ToolService_StartTool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ToolServiceServer).StartTool(ctx, req.(*StartToolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ToolService_ListToolServices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListToolServicesRequest)
 	if err := dec(in); err != nil {
@@ -343,6 +392,10 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InvokeTool",
 			Handler:    _ToolService_InvokeTool_Handler,
+		},
+		{
+			MethodName: "StartTool",
+			Handler:    _ToolService_StartTool_Handler,
 		},
 		{
 			MethodName: "ListToolServices",

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/oapi-codegen/runtime"
 	openapi_types "github.com/oapi-codegen/runtime/types"
@@ -26,6 +27,60 @@ const (
 func (e ErrorInfoType) Valid() bool {
 	switch e {
 	case TypeGoogleapisComgoogleRpcErrorInfo:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationMetadataType.
+const (
+	TypeGoogleapisComtoolgateV1ToolOperationMetadata OperationMetadataType = "type.googleapis.com/toolgate.v1.ToolOperationMetadata"
+)
+
+// Valid indicates whether the value is a known member of the OperationMetadataType enum.
+func (e OperationMetadataType) Valid() bool {
+	switch e {
+	case TypeGoogleapisComtoolgateV1ToolOperationMetadata:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationMetadataState.
+const (
+	CANCELLED OperationMetadataState = "CANCELLED"
+	DONE      OperationMetadataState = "DONE"
+	FAILED    OperationMetadataState = "FAILED"
+	RUNNING   OperationMetadataState = "RUNNING"
+)
+
+// Valid indicates whether the value is a known member of the OperationMetadataState enum.
+func (e OperationMetadataState) Valid() bool {
+	switch e {
+	case CANCELLED:
+		return true
+	case DONE:
+		return true
+	case FAILED:
+		return true
+	case RUNNING:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationResponseType.
+const (
+	TypeGoogleapisComtoolgateV1InvokeToolResponse OperationResponseType = "type.googleapis.com/toolgate.v1.InvokeToolResponse"
+)
+
+// Valid indicates whether the value is a known member of the OperationResponseType enum.
+func (e OperationResponseType) Valid() bool {
+	switch e {
+	case TypeGoogleapisComtoolgateV1InvokeToolResponse:
 		return true
 	default:
 		return false
@@ -121,6 +176,61 @@ type ListToolsResponse struct {
 	Tools *[]Tool `json:"tools,omitempty"`
 }
 
+// Operation This resource represents a long-running operation that is the result of a
+// network API call.
+type Operation struct {
+	// Done If the value is `false`, it means the operation is still in progress.
+	// If `true`, the operation is completed, and either `error` or `response` is
+	// available.
+	Done *bool `json:"done,omitempty"`
+
+	// Error The error result of the operation in case of failure or cancellation.
+	Error *Status `json:"error,omitempty"`
+
+	// Metadata A ToolOperationMetadata: the tool, the state and the operation's times.
+	Metadata *struct {
+		Type *OperationMetadataType `json:"@type,omitempty"`
+
+		// CreateTime When the operation was started.
+		CreateTime *time.Time `json:"create_time,omitempty"`
+
+		// Deadline When a running operation fails with DEADLINE_EXCEEDED.
+		Deadline *time.Time `json:"deadline,omitempty"`
+
+		// EndTime When the operation ended; absent while it runs.
+		EndTime *time.Time              `json:"end_time,omitempty"`
+		State   *OperationMetadataState `json:"state,omitempty"`
+
+		// Tool The tool called.
+		Tool *string `json:"tool,omitempty"`
+	} `json:"metadata,omitempty"`
+
+	// Name The server-assigned name, which is only unique within the same service that
+	// originally returns it. If you use the default HTTP mapping, the
+	// `name` should be a resource name ending with `operations/{unique_id}`.
+	Name *string `json:"name,omitempty"`
+
+	// Response Once done without error: the tool's answer, an InvokeToolResponse.
+	Response *struct {
+		Type *OperationResponseType `json:"@type,omitempty"`
+
+		// Output The tool's answer as text (the chunks of a streamed answer, joined).
+		Output string `json:"output"`
+
+		// OutputJson The same answer parsed as JSON, present only when the text is valid JSON. Any JSON value; null or absent when the output is not JSON.
+		OutputJson interface{} `json:"output_json,omitempty"`
+	} `json:"response,omitempty"`
+}
+
+// OperationMetadataType defines model for Operation.Metadata.Type.
+type OperationMetadataType string
+
+// OperationMetadataState defines model for Operation.Metadata.State.
+type OperationMetadataState string
+
+// OperationResponseType defines model for Operation.Response.Type.
+type OperationResponseType string
+
 // OtherDetail A google.protobuf.Any of another type: `@type` names it, the other members are its fields.
 type OtherDetail struct {
 	Type                 string                 `json:"@type"`
@@ -139,6 +249,23 @@ type RetryInfo struct {
 
 // RetryInfoType defines model for RetryInfo.Type.
 type RetryInfoType string
+
+// StartToolBody StartToolRequest starts a tool call as a durable operation. Its fields
+// are InvokeToolRequest's.
+type StartToolBody struct {
+	// Arguments The tool's arguments, as in InvokeToolRequest.
+	//
+	// Examples: {"topic":"programming"}
+	Arguments *map[string]interface{} `json:"arguments,omitempty"`
+
+	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest.
+	ArgumentsJson *openapi_types.File `json:"arguments_json,omitempty"`
+
+	// Timeout How long the operation may run, e.g. "30s": its deadline counts from the start. When unset, the tool service's default applies, else the gateway's. Not the gRPC deadline, which bounds only the start. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
+	//
+	// Examples: 5s, 200ms, 1m30s, 0.25s
+	Timeout *string `json:"timeout,omitempty"`
+}
 
 // Status google.rpc.Status: the body of every error answer.
 type Status struct {
@@ -318,6 +445,9 @@ type ListToolsParams struct {
 
 // InvokeToolJSONRequestBody defines body for InvokeTool for application/json ContentType.
 type InvokeToolJSONRequestBody = InvokeToolBody
+
+// StartToolJSONRequestBody defines body for StartTool for application/json ContentType.
+type StartToolJSONRequestBody = StartToolBody
 
 // StreamToolJSONRequestBody defines body for StreamTool for application/json ContentType.
 type StreamToolJSONRequestBody = StreamToolBody
@@ -650,6 +780,24 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/tools/{name}:invoke (the `InvokeTool` operationId).
 	InvokeTool(ctx context.Context, name string, body InvokeToolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// StartToolWithBody StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+	//
+	// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+	StartToolWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// StartTool StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+	//
+	// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+	StartTool(ctx context.Context, name string, body StartToolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// StreamToolWithBody StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives.
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
@@ -767,6 +915,44 @@ func (c *Client) InvokeToolWithBody(ctx context.Context, name string, contentTyp
 // Corresponds with POST /v1/tools/{name}:invoke (the `InvokeTool` operationId).
 func (c *Client) InvokeTool(ctx context.Context, name string, body InvokeToolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewInvokeToolRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartToolWithBody StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+//
+// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+func (c *Client) StartToolWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartToolRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StartTool StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+//
+// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+func (c *Client) StartTool(ctx context.Context, name string, body StartToolJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStartToolRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1072,6 +1258,53 @@ func NewInvokeToolRequestWithBody(server string, name string, contentType string
 	return req, nil
 }
 
+// NewStartToolRequest calls the generic StartTool builder with application/json body
+func NewStartToolRequest(server string, name string, body StartToolJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewStartToolRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewStartToolRequestWithBody constructs an http.Request for the StartTool method, with any body, and a specified content type
+func NewStartToolRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tools/%s:start", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewStreamToolRequest calls the generic StreamTool builder with application/json body
 func NewStreamToolRequest(server string, name string, body StreamToolJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -1208,6 +1441,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/tools/{name}:invoke (the `InvokeTool` operationId).
 	InvokeToolWithResponse(ctx context.Context, name string, body InvokeToolJSONRequestBody, reqEditors ...RequestEditorFn) (*InvokeToolReply, error)
+
+	// StartToolWithBodyWithResponse StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+	//
+	// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+	StartToolWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartToolReply, error)
+
+	// StartToolWithResponse StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+	//
+	// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+	StartToolWithResponse(ctx context.Context, name string, body StartToolJSONRequestBody, reqEditors ...RequestEditorFn) (*StartToolReply, error)
 
 	// StreamToolWithBodyWithResponse StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives.
 	//
@@ -1856,6 +2107,145 @@ func (r InvokeToolReply) ContentType() string {
 	return ""
 }
 
+// StartToolReply405Headers the declared response headers of an HTTP 405 response for StartTool
+type StartToolReply405Headers struct {
+	Allow *string
+}
+
+// StartToolReply429Headers the declared response headers of an HTTP 429 response for StartTool
+type StartToolReply429Headers struct {
+	RetryAfter *int
+}
+
+type StartToolReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Operation
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *ContentTooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *StartToolReply405Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StartToolReply429Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r StartToolReply) GetJSON200() *Operation {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StartToolReply) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r StartToolReply) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r StartToolReply) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r StartToolReply) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r StartToolReply) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
+}
+
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r StartToolReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r StartToolReply) GetJSON413() *ContentTooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r StartToolReply) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r StartToolReply) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r StartToolReply) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StartToolReply) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r StartToolReply) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StartToolReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StartToolReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StartToolReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StartToolReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // StreamToolReply405Headers the declared response headers of an HTTP 405 response for StreamTool
 type StreamToolReply405Headers struct {
 	Allow *string
@@ -2075,6 +2465,36 @@ func (c *ClientWithResponses) InvokeToolWithResponse(ctx context.Context, name s
 		return nil, err
 	}
 	return ParseInvokeToolReply(rsp)
+}
+
+// StartToolWithBodyWithResponse StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+//
+// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+func (c *ClientWithResponses) StartToolWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*StartToolReply, error) {
+	rsp, err := c.StartToolWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartToolReply(rsp)
+}
+
+// StartToolWithResponse StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done.
+//
+// StartTool calls a tool as a durable operation (see docs/operations.md) and answers at once with the operation, not yet done. Any gateway of the deployment then reports it, to the caller who started it, through the google.longrunning.Operations service (GET /v1/operations/{id}, and :wait, :cancel, DELETE). Once done, the operation's response is an InvokeToolResponse, or its error the call's google.rpc.Status; its metadata is a ToolOperationMetadata.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tools/{name}:start (the `StartTool` operationId).
+func (c *ClientWithResponses) StartToolWithResponse(ctx context.Context, name string, body StartToolJSONRequestBody, reqEditors ...RequestEditorFn) (*StartToolReply, error) {
+	rsp, err := c.StartTool(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStartToolReply(rsp)
 }
 
 // StreamToolWithBodyWithResponse StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives.
@@ -2692,6 +3112,139 @@ func ParseInvokeToolReply(rsp *http.Response) (*InvokeToolReply, error) {
 		response.Headers405 = &headers
 	case rsp.StatusCode == 429:
 		var headers InvokeToolReply429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStartToolReply parses an HTTP response from a StartToolWithResponse call
+func ParseStartToolReply(rsp *http.Response) (*StartToolReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StartToolReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ContentTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 405:
+		var headers StartToolReply405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	case rsp.StatusCode == 429:
+		var headers StartToolReply429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

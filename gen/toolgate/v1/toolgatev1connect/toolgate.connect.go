@@ -15,6 +15,7 @@
 package toolgatev1connect
 
 import (
+	longrunningpb "cloud.google.com/go/longrunning/autogen/longrunningpb"
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
@@ -51,6 +52,8 @@ const (
 	ToolServiceInvokeToolProcedure = "/toolgate.v1.ToolService/InvokeTool"
 	// ToolServiceStreamToolProcedure is the fully-qualified name of the ToolService's StreamTool RPC.
 	ToolServiceStreamToolProcedure = "/toolgate.v1.ToolService/StreamTool"
+	// ToolServiceStartToolProcedure is the fully-qualified name of the ToolService's StartTool RPC.
+	ToolServiceStartToolProcedure = "/toolgate.v1.ToolService/StartTool"
 	// ToolServiceListToolServicesProcedure is the fully-qualified name of the ToolService's
 	// ListToolServices RPC.
 	ToolServiceListToolServicesProcedure = "/toolgate.v1.ToolService/ListToolServices"
@@ -75,6 +78,14 @@ type ToolServiceClient interface {
 	// chunk, or Server-Sent Events when the request asks for
 	// text/event-stream.
 	StreamTool(context.Context, *connect.Request[v1.StreamToolRequest]) (*connect.ServerStreamForClient[v1.StreamToolResponse], error)
+	// StartTool calls a tool as a durable operation (see docs/operations.md)
+	// and answers at once with the operation, not yet done. Any gateway of the
+	// deployment then reports it, to the caller who started it, through the
+	// google.longrunning.Operations service (GET /v1/operations/{id}, and
+	// :wait, :cancel, DELETE). Once done, the operation's response is an
+	// InvokeToolResponse, or its error the call's google.rpc.Status; its
+	// metadata is a ToolOperationMetadata.
+	StartTool(context.Context, *connect.Request[v1.StartToolRequest]) (*connect.Response[longrunningpb.Operation], error)
 	// ListToolServices returns the tool service descriptors, ordered by id.
 	ListToolServices(context.Context, *connect.Request[v1.ListToolServicesRequest]) (*connect.Response[v1.ListToolServicesResponse], error)
 	// GetToolService returns one tool service descriptor.
@@ -116,6 +127,12 @@ func NewToolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(toolServiceMethods.ByName("StreamTool")),
 			connect.WithClientOptions(opts...),
 		),
+		startTool: connect.NewClient[v1.StartToolRequest, longrunningpb.Operation](
+			httpClient,
+			baseURL+ToolServiceStartToolProcedure,
+			connect.WithSchema(toolServiceMethods.ByName("StartTool")),
+			connect.WithClientOptions(opts...),
+		),
 		listToolServices: connect.NewClient[v1.ListToolServicesRequest, v1.ListToolServicesResponse](
 			httpClient,
 			baseURL+ToolServiceListToolServicesProcedure,
@@ -137,6 +154,7 @@ type toolServiceClient struct {
 	getTool          *connect.Client[v1.GetToolRequest, v1.GetToolResponse]
 	invokeTool       *connect.Client[v1.InvokeToolRequest, v1.InvokeToolResponse]
 	streamTool       *connect.Client[v1.StreamToolRequest, v1.StreamToolResponse]
+	startTool        *connect.Client[v1.StartToolRequest, longrunningpb.Operation]
 	listToolServices *connect.Client[v1.ListToolServicesRequest, v1.ListToolServicesResponse]
 	getToolService   *connect.Client[v1.GetToolServiceRequest, v1.GetToolServiceResponse]
 }
@@ -159,6 +177,11 @@ func (c *toolServiceClient) InvokeTool(ctx context.Context, req *connect.Request
 // StreamTool calls toolgate.v1.ToolService.StreamTool.
 func (c *toolServiceClient) StreamTool(ctx context.Context, req *connect.Request[v1.StreamToolRequest]) (*connect.ServerStreamForClient[v1.StreamToolResponse], error) {
 	return c.streamTool.CallServerStream(ctx, req)
+}
+
+// StartTool calls toolgate.v1.ToolService.StartTool.
+func (c *toolServiceClient) StartTool(ctx context.Context, req *connect.Request[v1.StartToolRequest]) (*connect.Response[longrunningpb.Operation], error) {
+	return c.startTool.CallUnary(ctx, req)
 }
 
 // ListToolServices calls toolgate.v1.ToolService.ListToolServices.
@@ -187,6 +210,14 @@ type ToolServiceHandler interface {
 	// chunk, or Server-Sent Events when the request asks for
 	// text/event-stream.
 	StreamTool(context.Context, *connect.Request[v1.StreamToolRequest], *connect.ServerStream[v1.StreamToolResponse]) error
+	// StartTool calls a tool as a durable operation (see docs/operations.md)
+	// and answers at once with the operation, not yet done. Any gateway of the
+	// deployment then reports it, to the caller who started it, through the
+	// google.longrunning.Operations service (GET /v1/operations/{id}, and
+	// :wait, :cancel, DELETE). Once done, the operation's response is an
+	// InvokeToolResponse, or its error the call's google.rpc.Status; its
+	// metadata is a ToolOperationMetadata.
+	StartTool(context.Context, *connect.Request[v1.StartToolRequest]) (*connect.Response[longrunningpb.Operation], error)
 	// ListToolServices returns the tool service descriptors, ordered by id.
 	ListToolServices(context.Context, *connect.Request[v1.ListToolServicesRequest]) (*connect.Response[v1.ListToolServicesResponse], error)
 	// GetToolService returns one tool service descriptor.
@@ -224,6 +255,12 @@ func NewToolServiceHandler(svc ToolServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(toolServiceMethods.ByName("StreamTool")),
 		connect.WithHandlerOptions(opts...),
 	)
+	toolServiceStartToolHandler := connect.NewUnaryHandler(
+		ToolServiceStartToolProcedure,
+		svc.StartTool,
+		connect.WithSchema(toolServiceMethods.ByName("StartTool")),
+		connect.WithHandlerOptions(opts...),
+	)
 	toolServiceListToolServicesHandler := connect.NewUnaryHandler(
 		ToolServiceListToolServicesProcedure,
 		svc.ListToolServices,
@@ -246,6 +283,8 @@ func NewToolServiceHandler(svc ToolServiceHandler, opts ...connect.HandlerOption
 			toolServiceInvokeToolHandler.ServeHTTP(w, r)
 		case ToolServiceStreamToolProcedure:
 			toolServiceStreamToolHandler.ServeHTTP(w, r)
+		case ToolServiceStartToolProcedure:
+			toolServiceStartToolHandler.ServeHTTP(w, r)
 		case ToolServiceListToolServicesProcedure:
 			toolServiceListToolServicesHandler.ServeHTTP(w, r)
 		case ToolServiceGetToolServiceProcedure:
@@ -273,6 +312,10 @@ func (UnimplementedToolServiceHandler) InvokeTool(context.Context, *connect.Requ
 
 func (UnimplementedToolServiceHandler) StreamTool(context.Context, *connect.Request[v1.StreamToolRequest], *connect.ServerStream[v1.StreamToolResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("toolgate.v1.ToolService.StreamTool is not implemented"))
+}
+
+func (UnimplementedToolServiceHandler) StartTool(context.Context, *connect.Request[v1.StartToolRequest]) (*connect.Response[longrunningpb.Operation], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("toolgate.v1.ToolService.StartTool is not implemented"))
 }
 
 func (UnimplementedToolServiceHandler) ListToolServices(context.Context, *connect.Request[v1.ListToolServicesRequest]) (*connect.Response[v1.ListToolServicesResponse], error) {

@@ -69,8 +69,9 @@ tool:
 %s`, env.echoTopic, env.jokeTopic, extra)
 }
 
-// TestMCPPythonClient runs test/python/test_mcp_client.py, the official
-// Python MCP SDK over Streamable HTTP, against the shared gateway and a
+// TestMCPPythonClient runs test/python/test_mcp_client.py (the official
+// Python MCP SDK) and test/python/test_fastmcp_client.py (fastmcp's Client,
+// built on that SDK), over Streamable HTTP, against the shared gateway and a
 // secured one; then checks that the calls were counted as MCP calls.
 func TestMCPPythonClient(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
@@ -82,7 +83,7 @@ func TestMCPPythonClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-rfEs",
-		"-p", "no:cacheprovider", "test/python/test_mcp_client.py")
+		"-p", "no:cacheprovider", "test/python/test_mcp_client.py", "test/python/test_fastmcp_client.py")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(),
 		"TOOLGATE_MCP_URL="+env.httpBase+"/mcp",

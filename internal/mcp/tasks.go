@@ -110,10 +110,15 @@ func (s *Server) missingTasks(ctx context.Context, name string) error {
 	if _, err := s.h(ctx, c, nil); err != nil {
 		return requestError(err)
 	}
-	data, _ := json.Marshal(sdk.MissingRequiredClientCapabilityData{
-		RequiredCapabilities: &sdk.ClientCapabilities{Extensions: map[string]any{TasksExtension: map[string]any{}}}})
-	return &jsonrpc.Error{Code: sdk.CodeMissingRequiredClientCapabilities, Data: data,
-		Message: "tool " + name + " runs only as a task: declare the " + TasksExtension + " extension in the client capabilities"}
+	return missingTasksError("tool " + name + " runs only as a task: declare the " + TasksExtension + " extension in the client capabilities")
+}
+
+// missingTasksError is SEP-2575's missing required client capability
+// error, naming the tasks extension (the SDK's ClientCapabilities would add
+// an empty "roots").
+func missingTasksError(msg string) error {
+	return &jsonrpc.Error{Code: sdk.CodeMissingRequiredClientCapabilities, Message: msg,
+		Data: json.RawMessage(`{"requiredCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}`)}
 }
 
 // serveTask answers r, whose body is body, when it is a request of the
@@ -175,10 +180,7 @@ func (s *Server) taskMethod(ctx context.Context, r *http.Request, in *taskReques
 		return nil, rpcError(codeInvalidParams, "missing or invalid _meta field "+sdk.MetaKeyClientCapabilities, nil)
 	}
 	if !declaresTasks(caps) {
-		data, _ := json.Marshal(sdk.MissingRequiredClientCapabilityData{
-			RequiredCapabilities: &sdk.ClientCapabilities{Extensions: map[string]any{TasksExtension: map[string]any{}}}})
-		return nil, &jsonrpc.Error{Code: sdk.CodeMissingRequiredClientCapabilities, Data: data,
-			Message: in.Method + " needs the " + TasksExtension + " extension declared in the client capabilities"}
+		return nil, missingTasksError(in.Method + " needs the " + TasksExtension + " extension declared in the client capabilities")
 	}
 	if id == "" {
 		return nil, rpcError(codeInvalidParams, in.Method+" needs a taskId", nil)

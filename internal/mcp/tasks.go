@@ -185,9 +185,9 @@ func (s *Server) taskMethod(ctx context.Context, r *http.Request, in *taskReques
 	if id == "" {
 		return nil, rpcError(codeInvalidParams, in.Method+" needs a taskId", nil)
 	}
-	op, method := toolcall.OpGetOperation, "mcp/GetTask"
+	op, method := toolcall.OpGetOperation, "mcp/GetOperation"
 	if in.Method == "tasks/cancel" {
-		op, method = toolcall.OpCancelOperation, "mcp/CancelTask"
+		op, method = toolcall.OpCancelOperation, "mcp/CancelOperation"
 	}
 	ctx, c, done, err := newCall(ctx, op, method)
 	if err != nil {

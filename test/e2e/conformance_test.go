@@ -186,6 +186,10 @@ var conformanceTools = []toolservice.Tool{
 	{Name: "slow_compute", Description: "Answers after the given seconds", Config: map[string]any{"fixture": "slow"}, TaskSupport: "optional",
 		Arguments: []toolservice.Argument{{Name: "seconds", Type: "number", Required: true}, {Name: "label"}}},
 	{Name: "failing_job", Description: "Fails after a second", Config: map[string]any{"fixture": "failing"}, TaskSupport: "required"},
+	// A failure of the protocol rather than of the tool: a reply larger
+	// than an operation keeps, which the gateway refuses (the task fails,
+	// OUTPUT_TOO_LARGE).
+	{Name: "protocol_error_job", Description: "Replies with more than an operation keeps", Config: map[string]any{"fixture": "too-large"}, TaskSupport: "optional"},
 }
 
 // startConformanceService runs the fixture tool service until the test
@@ -246,6 +250,14 @@ func startConformanceService(t *testing.T, topic string) {
 				return nil, &toolservice.Error{Type: "job-failed", Message: "the job failed, as it always does"}
 			}
 			return fmt.Sprintf("computed %v after %v", req.Arguments["label"], d), nil
+		case "too-large":
+			chunk := strings.Repeat("x", 1<<20)
+			for range 5 { // 5 MiB: past the 4 MiB an operation keeps
+				if err := req.Send(chunk); err != nil {
+					return nil, err
+				}
+			}
+			return "", nil
 		case "change":
 			mu.Lock()
 			defer mu.Unlock()

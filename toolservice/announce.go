@@ -51,6 +51,11 @@ type Tool struct {
 	Arguments   []Argument
 	// Strict tools reject arguments they do not declare.
 	Strict bool
+	// TaskSupport is "optional" or "required" when MCP clients that
+	// negotiated the tasks extension may (or must) call the tool as a task
+	// — a durable operation of a gateway run with --operations — instead
+	// of waiting for its result; "" (the default) or "forbidden": never.
+	TaskSupport string
 	// Config holds the values of the service's config params that calls
 	// to this tool carry.
 	Config map[string]any
@@ -104,6 +109,9 @@ func AnnouncementPayload(id, requestTopic, responseTopic string, a *Announcement
 		d["service"] = id
 		if t.Strict {
 			d["strict"] = true
+		}
+		if t.TaskSupport != "" {
+			d["task-support"] = t.TaskSupport
 		}
 		args := []any{}
 		for _, arg := range t.Arguments {

@@ -211,7 +211,15 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			// policy's to say: with either, a tool list is the caller's own.
 			CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
 			MaxCacheTTL:     cfg.MCPCacheTTL,
-			Resource:        cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
+			// MCP tasks are durable operations: served with --operations.
+			Tasks: cfg.Operations, TaskTTL: cfg.OperationTTL,
+			TaskSupport: func(name string) string {
+				if t, ok := g.reg.Snapshot().Tool(name); ok {
+					return t.TaskSupport
+				}
+				return ""
+			},
+			Resource: cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
 		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
 	}
 	connectPath, connectHandler := connectapi.New(calls)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/status"
 )
@@ -20,6 +21,10 @@ const timeoutMeta = "timeout"
 // callTool answers tools/call; from protocol 2026-07-28 on, its result
 // says that it is complete (resultType).
 func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	if req.Params != nil && modern(req.Session) && !sessionDeclaresTasks(req.Session) &&
+		s.taskSupport(req.Params.Name) == registry.TaskRequired {
+		return nil, s.missingTasks(ctx, req.Params.Name)
+	}
 	res, err := s.call(ctx, req)
 	if err != nil || !modern(req.Session) {
 		return res, err
@@ -74,11 +79,8 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallT
 	}
 	defer done()
 	c.Name = p.Name
-	if args := bytes.TrimSpace(p.Arguments); len(args) > 0 && string(args) != "null" {
-		if args[0] != '{' {
-			return nil, rpcError(codeInvalidParams, "arguments must be a JSON object", nil)
-		}
-		c.Args = args
+	if err := callArgs(c, p.Arguments); err != nil {
+		return nil, err
 	}
 	if err := s.timeout(c, p.GetMeta()); err != nil {
 		return nil, rpcError(codeInvalidParams, err.Error(), nil)
@@ -94,6 +96,17 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallT
 		return callError(err)
 	}
 	return result(res.Output), nil
+}
+
+// callArgs sets the arguments of c: a JSON object, or none.
+func callArgs(c *toolcall.Call, raw json.RawMessage) error {
+	if args := bytes.TrimSpace(raw); len(args) > 0 && string(args) != "null" {
+		if args[0] != '{' {
+			return rpcError(codeInvalidParams, "arguments must be a JSON object", nil)
+		}
+		c.Args = args
+	}
+	return nil
 }
 
 // result is a tool's output as a tools/call result: one text content,

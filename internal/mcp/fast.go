@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
+	"github.com/toolgate/toolgate/internal/registry"
 )
 
 // The fast path answers the commonest request, a stateless tools/call
@@ -125,6 +126,9 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 	modern := r.Header.Get("Mcp-Protocol-Version") == modernVersion
 	if modern && !s.modernCertain(r, in.Params.Name, in.Params.Meta) {
 		return false
+	}
+	if modern && s.taskSupport(in.Params.Name) == registry.TaskRequired {
+		return false // the SDK's, to be refused without the tasks extension (callTool)
 	}
 	if _, ok := in.Params.Meta[sdk.MetaKeyProtocolVersion]; ok && !modern {
 		return false // a 2026-07-28 request without that header: the SDK's to refuse

@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -128,6 +129,17 @@ type Options struct {
 	// Scopes are the scopes clients should ask for (the metadata's
 	// scopes_supported and the challenge's scope).
 	Scopes []string
+	// Tasks serves the tasks extension (io.modelcontextprotocol/tasks) of
+	// protocol 2026-07-28 over the gateway's durable operations (tasks.go):
+	// the handler must serve them (--operations). server/discover then
+	// declares the extension.
+	Tasks bool
+	// TaskSupport is the task support of a tool (registry.Tool.TaskSupport;
+	// "" for an unknown tool). With Tasks.
+	TaskSupport func(tool string) string
+	// TaskTTL is how long a task is kept once it ended (the operations'
+	// TTL): the ttlMs of tasks.
+	TaskTTL time.Duration
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -290,6 +302,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 		return
 	}
+	if s.serveTask(w, r, body, req) {
+		return
+	}
 	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
@@ -361,6 +376,18 @@ func (s *Server) middleware(next sdk.MethodHandler) sdk.MethodHandler {
 				Message: fmt.Sprintf("method %q is not served: this MCP endpoint serves tools only", method)}
 		}
 		switch method {
+		case "server/discover":
+			res, err := next(ctx, method, req)
+			if d, ok := res.(*sdk.DiscoverResult); ok && err == nil && s.opts.Tasks && d.Capabilities != nil {
+				caps := *d.Capabilities
+				caps.Extensions = maps.Clone(caps.Extensions)
+				if caps.Extensions == nil {
+					caps.Extensions = map[string]any{}
+				}
+				caps.Extensions[TasksExtension] = map[string]any{}
+				d.Capabilities = &caps
+			}
+			return res, err
 		case "tools/list":
 			if r, ok := req.(*sdk.ListToolsRequest); ok {
 				return s.listTools(ctx, r)

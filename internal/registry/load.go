@@ -386,6 +386,15 @@ func parseTool(key string, d map[string]any, services map[string]*Service) (*Too
 			errs = append(errs, `"strict" must be true or false`)
 		}
 	}
+	if v, ok := d["task-support"]; ok {
+		switch v {
+		case "forbidden":
+		case TaskOptional, TaskRequired:
+			t.TaskSupport = v.(string)
+		default:
+			errs = append(errs, `"task-support" must be "forbidden", "optional" or "required"`)
+		}
+	}
 	sid, _ := d["service"].(string)
 	if sid == "" {
 		errs = append(errs, `"service" must name a tool service`)

@@ -56,11 +56,24 @@ type Tool struct {
 	Arguments  []Argument
 	// Strict tools reject arguments they do not declare.
 	Strict bool
+	// TaskSupport says whether an MCP client that negotiated the tasks
+	// extension gets a task for a call of the tool (descriptor key
+	// "task-support"): TaskForbidden (the default, a plain result),
+	// TaskOptional (a task when the client can take one) or TaskRequired
+	// (only as a task).
+	TaskSupport string
 	// Schema is a JSON Schema of the call's arguments object.
 	Schema map[string]any
 	// Origin says which kind of source defined it ("" when parsed alone).
 	Origin Origin
 }
+
+// The values of Tool.TaskSupport.
+const (
+	TaskForbidden = ""
+	TaskOptional  = "optional"
+	TaskRequired  = "required"
+)
 
 // Snapshot is one immutable, validated registry. Its methods are safe for
 // concurrent use.

@@ -210,3 +210,30 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestTaskSupport(t *testing.T) {
+	s, err := Parse("tasks.yaml", []byte(`
+tool-service: {svc: {topic: t}}
+tool:
+  plain: {type: tool-service, service: svc}
+  never: {type: tool-service, service: svc, task-support: forbidden}
+  may: {type: tool-service, service: svc, task-support: optional}
+  must: {type: tool-service, service: svc, task-support: required}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"plain": TaskForbidden, "never": TaskForbidden, "may": TaskOptional, "must": TaskRequired} {
+		if got := mustTool(t, s, name).TaskSupport; got != want {
+			t.Errorf("%s: task support %q, want %q", name, got, want)
+		}
+	}
+	_, err = Parse("tasks.yaml", []byte(`
+tool-service: {svc: {topic: t}}
+tool:
+  x: {type: tool-service, service: svc, task-support: always}
+`), nil)
+	if err == nil || !strings.Contains(err.Error(), `"task-support" must be "forbidden", "optional" or "required"`) {
+		t.Fatalf("task-support: always: %v", err)
+	}
+}

@@ -23,10 +23,29 @@ import (
 // (--spec-version), and exactly what revision 2026-07-28 requires, frozen
 // at its release (--requirements: adds its stateless-protocol, caching
 // and input-required scenarios, which the active suite leaves out).
-var conformanceRuns = []struct{ name, flag, version string }{
-	{"spec-2025-11-25", "--spec-version", "2025-11-25"},
-	{"spec-2026-07-28", "--spec-version", "2026-07-28"},
-	{"requirements-2026-07-28", "--requirements", "2026-07-28"},
+var conformanceRuns = []conformanceRun{
+	{"spec-2025-11-25", "2025-11-25", []string{"--spec-version", "2025-11-25"}},
+	{"spec-2026-07-28", "2026-07-28", []string{"--spec-version", "2026-07-28"}},
+	{"requirements-2026-07-28", "2026-07-28", []string{"--requirements", "2026-07-28"}},
+}
+
+// conformanceRun is one run of the suite: its arguments, and the revision
+// whose expected failures apply.
+type conformanceRun struct {
+	name, version string
+	args          []string
+}
+
+// conformanceExtensions are the suite's scenarios of the protocol's
+// extensions, which no revision's run includes: each runs on its own
+// (--scenario, and --force: an extension is on no revision's timeline) at
+// 2026-07-28, the revision that defines the extension,
+// against that revision's expected failures. The tasks extension
+// (io.modelcontextprotocol/tasks) is served with --operations.
+var conformanceExtensions = []string{
+	"tasks-lifecycle", "tasks-capability-negotiation", "tasks-wire-fields", "tasks-request-state-removal",
+	"tasks-mrtr-input", "tasks-request-headers", "tasks-dispatch-and-envelope", "tasks-status-notifications",
+	"tasks-required-task-error", "tasks-mrtr-composition",
 }
 
 // TestMCPConformance runs the official MCP conformance suite
@@ -42,19 +61,23 @@ func TestMCPConformance(t *testing.T) {
 	entry := conformanceSuite(t, root)
 	announce := "persistent://tg/config/" + brokertest.UniqueTopic("conformance-announce")
 	startConformanceService(t, announce)
-	gw := runGateway(t, nil, "--announce-topic", announce, "--allow-anonymous", "--default-timeout", "10s")
+	// With --operations: the tasks extension of 2026-07-28 is served.
+	gw := runGateway(t, nil, "--announce-topic", announce, "--allow-anonymous", "--default-timeout", "10s", "--operations")
 	base := "http://" + gw.HTTPAddr()
 	if err := waitReady(base, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitTool(t, base, "test_simple_text", 30*time.Second)
-	for _, run := range conformanceRuns {
+	runs := conformanceRuns
+	for _, sc := range conformanceExtensions {
+		runs = append(runs, conformanceRun{sc, "2026-07-28", []string{"--scenario", sc, "--spec-version", "2026-07-28", "--force"}})
+	}
+	for _, run := range runs {
 		t.Run(run.name, func(t *testing.T) {
 			out := t.TempDir()
 			ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, entry[0], append(entry[1:], "server",
-				"--url", base+"/mcp", run.flag, run.version,
+			cmd := exec.CommandContext(ctx, entry[0], append(append(append(entry[1:], "server", "--url", base+"/mcp"), run.args...),
 				"--expected-failures", filepath.Join(root, "test", "e2e", "testdata", "mcp-conformance", run.version+".yaml"),
 				"-o", out)...)
 			cmd.Dir = root
@@ -64,7 +87,7 @@ func TestMCPConformance(t *testing.T) {
 			t.Logf("%s:\n%s", strings.Join(cmd.Args, " "), buf.String())
 			logFailedChecks(t, out)
 			if err != nil {
-				t.Fatalf("conformance suite, %s %s: %v (see the output above)", run.flag, run.version, err)
+				t.Fatalf("conformance suite, %s: %v (see the output above)", strings.Join(run.args, " "), err)
 			}
 			if !strings.Contains(buf.String(), "passed") {
 				t.Fatal("the conformance suite reported no passed checks")
@@ -155,6 +178,18 @@ var conformanceTools = []toolservice.Tool{
 	{Name: "test_error_handling", Description: "Always fails", Config: map[string]any{"fixture": "error"}},
 	{Name: "test_tool_with_progress", Description: "Streams three chunks 50 ms apart", Config: map[string]any{"fixture": "progress"}},
 	{Name: "test_trigger_tool_change", Description: "Changes this service's tool list (adds or removes test_changed_tool)", Config: map[string]any{"fixture": "change"}},
+	// The tasks extension's fixtures (2026-07-28, SEP-2663): greet runs
+	// as a plain call; slow_compute may run as a task (the gateway runs
+	// with --operations), failing_job only as one.
+	{Name: "greet", Description: "Says hello to name", Config: map[string]any{"fixture": "greet"},
+		Arguments: []toolservice.Argument{{Name: "name", Required: true}}},
+	{Name: "slow_compute", Description: "Answers after the given seconds", Config: map[string]any{"fixture": "slow"}, TaskSupport: "optional",
+		Arguments: []toolservice.Argument{{Name: "seconds", Type: "number", Required: true}, {Name: "label"}}},
+	{Name: "failing_job", Description: "Fails after a second", Config: map[string]any{"fixture": "failing"}, TaskSupport: "required"},
+	// A failure of the protocol rather than of the tool: a reply larger
+	// than an operation keeps, which the gateway refuses (the task fails,
+	// OUTPUT_TOO_LARGE).
+	{Name: "protocol_error_job", Description: "Replies with more than an operation keeps", Config: map[string]any{"fixture": "too-large"}, TaskSupport: "optional"},
 }
 
 // startConformanceService runs the fixture tool service until the test
@@ -189,6 +224,35 @@ func startConformanceService(t *testing.T, topic string) {
 					case <-time.After(50 * time.Millisecond):
 					}
 				}
+				if err := req.Send(chunk); err != nil {
+					return nil, err
+				}
+			}
+			return "", nil
+		case "greet":
+			return fmt.Sprintf("Hello, %v!", req.Arguments["name"]), nil
+		case "slow", "failing":
+			d := time.Second
+			if req.Config["fixture"] == "slow" {
+				n, _ := req.Arguments["seconds"].(json.Number)
+				f, err := n.Float64()
+				if err != nil || f < 0 {
+					return nil, &toolservice.Error{Type: "invalid-argument", Message: "seconds must be a number ≥ 0"}
+				}
+				d = time.Duration(f * float64(time.Second))
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(d):
+			}
+			if req.Config["fixture"] == "failing" {
+				return nil, &toolservice.Error{Type: "job-failed", Message: "the job failed, as it always does"}
+			}
+			return fmt.Sprintf("computed %v after %v", req.Arguments["label"], d), nil
+		case "too-large":
+			chunk := strings.Repeat("x", 1<<20)
+			for range 5 { // 5 MiB: past the 4 MiB an operation keeps
 				if err := req.Send(chunk); err != nil {
 					return nil, err
 				}

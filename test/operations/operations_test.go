@@ -59,7 +59,9 @@ func setup(t *testing.T) []string {
 		}
 		return p
 	}
-	reg := write("registry.yaml", fmt.Sprintf("tool-service:\n  echo-service: {topic: %s}\ntool:\n  echo: {type: tool-service, service: echo-service}\n", topic))
+	// echo-task is echo that MCP clients may call as a task.
+	reg := write("registry.yaml", fmt.Sprintf("tool-service:\n  echo-service: {topic: %s}\ntool:\n  echo: {type: tool-service, service: echo-service}\n"+
+		"  echo-task: {type: tool-service, service: echo-service, task-support: optional}\n", topic))
 	// Users of their own: the operations table outlives the test, and a
 	// caller's list shows every operation of theirs still kept.
 	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: %s, roles: [user]}\n  - {hash: %q, user: %s, roles: [user]}\n",

@@ -54,7 +54,7 @@ CLUSTER="${PULSAR_CLUSTER_NAME:-toolgate-cluster}"
 SESSION_TIMEOUT_MS="${PULSAR_CLUSTER_SESSION_TIMEOUT_MS:-10000}"
 HEAP="${PULSAR_CLUSTER_HEAP:-384m}"
 START_TIMEOUT="${PULSAR_START_TIMEOUT:-180}"
-NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config}"
+NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config tg/operations}"
 COMPACTION_THRESHOLD="${PULSAR_COMPACTION_THRESHOLD:-1048576}"
 DAEMON_ERRORS=' ERROR '
 
@@ -163,6 +163,12 @@ ensure_ns() {
 	if [[ " $NAMESPACES " == *" tg/config "* ]]; then
 		# announcements are keyed by service id: compaction keeps the latest per key
 		admin '200|204' PUT namespaces/tg/config/compactionThreshold "$COMPACTION_THRESHOLD"
+	fi
+	if [[ " $NAMESPACES " == *" tg/operations "* ]]; then
+		# durable operations' state table (docs/operations.md): the latest
+		# record per operation id, kept while no reader is attached
+		admin '200|204' PUT namespaces/tg/operations/compactionThreshold "$COMPACTION_THRESHOLD"
+		admin '200|204' POST namespaces/tg/operations/retention '{"retentionTimeInMinutes": 2880, "retentionSizeInMB": -1}'
 	fi
 	log "namespaces ready: $NAMESPACES"
 }

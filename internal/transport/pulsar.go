@@ -514,8 +514,28 @@ func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ 
 	}
 	res := make(chan result, 1)
 	go func() {
-		c, err := b.client.Subscribe(opts)
-		res <- result{c, err}
+		// ServiceNotReady is the broker asking for a retry with a fresh
+		// lookup (the topic's bundle is being assigned or moved, as on a
+		// cluster just started or during an unload): retried with the
+		// reconnect backoff while ctx lasts, not returned as a refusal.
+		bo := b.backoff()
+		for {
+			c, err := b.client.Subscribe(opts)
+			if err == nil || !serviceNotReady(err) || ctx.Err() != nil {
+				res <- result{c, err}
+				return
+			}
+			d := bo.Next()
+			b.log.Warn("the broker is not ready for the topic; subscribing again", "topic", topic, "subscription", subscription, "err", err, "retry_in", d)
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				res <- result{nil, err}
+				return
+			case <-t.C:
+			}
+		}
 	}()
 	var r result
 	select {
@@ -583,6 +603,12 @@ func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ 
 func isConsumerClosed(err error) bool {
 	var pe *pulsar.Error
 	return errors.As(err, &pe) && pe.Result() == pulsar.ConsumerClosed
+}
+
+// serviceNotReady reports whether err is the broker's ServiceNotReady,
+// which asks the client to look the topic up again and retry.
+func serviceNotReady(err error) bool {
+	return strings.Contains(err.Error(), "ServiceNotReady")
 }
 
 // resubscribe creates the consumer again, with the reconnect backoff,

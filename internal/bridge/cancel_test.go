@@ -11,17 +11,19 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 )
 
-// ctxEnds records, per call (its "tag" argument), when and why the
-// handler's context ended.
+// ctxEnds records, per call (its "tag" argument), that its handler
+// started, and when and why the handler's context ended.
 type ctxEnds struct {
-	mu  sync.Mutex
-	end map[string]ctxEnd
-	ch  chan string
+	mu      sync.Mutex
+	started map[string]bool
+	end     map[string]ctxEnd
+	ch      chan string
 }
 
 type ctxEnd struct {
@@ -29,12 +31,24 @@ type ctxEnd struct {
 	cause error
 }
 
-func newCtxEnds() *ctxEnds { return &ctxEnds{end: map[string]ctxEnd{}, ch: make(chan string, 100)} }
+func newCtxEnds() *ctxEnds {
+	return &ctxEnds{started: map[string]bool{}, end: map[string]ctxEnd{}, ch: make(chan string, 100)}
+}
+
+// isStarted reports whether the handler of the call tagged tag runs.
+func (e *ctxEnds) isStarted(tag string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.started[tag]
+}
 
 // handler runs echo.Handle, after waiting first_ms (a stream whose first
 // chunk is late), and notes when the call's context ends.
 func (e *ctxEnds) handler(ctx context.Context, r *toolservice.Request) (any, error) {
 	tag, _ := r.Arguments["tag"].(string)
+	e.mu.Lock()
+	e.started[tag] = true
+	e.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		e.mu.Lock()
 		e.end[tag] = ctxEnd{time.Now(), context.Cause(ctx)}
@@ -165,7 +179,7 @@ func TestGivenUpCallsEndAtTheService(t *testing.T) {
 							t.Fatalf("%s: first chunk: %v", tag, err)
 						}
 					} else {
-						time.Sleep(300 * time.Millisecond) // the handler is running
+						eventually.True(t, 10*time.Second, tag+": its handler running", func() bool { return ends.isStarted(tag) })
 					}
 					gaveUp := time.Now()
 					ccancel()

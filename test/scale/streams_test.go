@@ -342,9 +342,12 @@ func TestLongStreamsWhole(t *testing.T) {
 
 	// A lone stream first, through the gateway and directly, for the rate.
 	direct := directLongStream(t, wire.RequestTopic(topic), longStream)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	lone := doors[2].run(ctx, 0)
+	// Each stream has 3 minutes of its own: the rounds run one after the
+	// other, and a deadline shared by all of them would end the last round
+	// early on a slow machine.
+	loneCtx, loneCancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	lone := doors[2].run(loneCtx, 0)
+	loneCancel()
 	t.Logf("lone %d-chunk stream: direct over Pulsar %d chunks in %v (%.0f/s, %s); gateway gRPC %d chunks in %v (%.0f/s, %s); gateway ÷ direct %.2f",
 		longStream, direct.chunks, direct.elapsed.Round(time.Millisecond), direct.rate(), orWhole(direct.err),
 		lone.chunks, lone.elapsed.Round(time.Millisecond), lone.rate(), orWhole(lone.err), lone.rate()/direct.rate())
@@ -356,6 +359,7 @@ func TestLongStreamsWhole(t *testing.T) {
 	stop := make(chan struct{})
 	wait := unaryLoad(g, 64, stop)
 	for round := range rounds {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 		var wg sync.WaitGroup
 		results := make([]streamResult, len(doors))
 		for i, d := range doors {
@@ -372,6 +376,7 @@ func TestLongStreamsWhole(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		cancel()
 		for i, r := range results {
 			t.Logf("round %d %-11s %6d chunks in %v (%.0f/s) %s", round+1, doors[i].name, r.chunks, r.elapsed.Round(time.Millisecond), r.rate(), orWhole(r.err))
 			if r.err != "" {

@@ -99,7 +99,7 @@ type Manager struct {
 
 	partial map[string]*partial // replies being joined (the consumer's goroutine only)
 
-	started, finished atomic.Int64
+	started, finished, told atomic.Int64
 }
 
 type partial struct {
@@ -214,13 +214,15 @@ func (m *Manager) apply(msg transport.Message) {
 	m.notifyLocked()
 	m.mu.Unlock()
 	if !ok || r.Finished() {
-		// Finished (or gone) elsewhere: the wait for its reply here is over.
+		// Finished (or gone) elsewhere: the wait for its reply here is
+		// over. The service is not told from here: a reply ended it, or
+		// the gateway that cancelled or deleted it told the service.
 		m.lmu.Lock()
 		c := m.local[msg.Key]
 		delete(m.local, msg.Key)
 		m.lmu.Unlock()
 		if c != nil {
-			c.Close()
+			c.Drop()
 		}
 	}
 }
@@ -284,7 +286,7 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	if n := m.running(s.Owner, now); n >= m.opts.MaxPerOwner {
 		return Record{}, fmt.Errorf("%w: %d of at most %d", ErrTooMany, n, m.opts.MaxPerOwner)
 	}
-	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli()}
+	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: s.Target.RequestTopic}
 	if err := m.put(ctx, r); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", bridge.ErrUnavailable, err)
 	}
@@ -541,23 +543,59 @@ func (m *Manager) List(owner string, done *bool) []Record {
 	return out
 }
 
-// Cancel records owner's operation id as cancelled, unless it has ended.
+// Cancel records owner's operation id as cancelled, unless it has ended,
+// and tells its tool service (tell).
 func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) {
-	if _, err := m.Get(owner, id); err != nil {
+	r, err := m.Get(owner, id)
+	if err != nil {
 		return Record{}, err
 	}
 	if err := m.finish(ctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}); err != nil {
 		return Record{}, err
 	}
-	return m.Get(owner, id)
+	got, err := m.Get(owner, id)
+	if err == nil && !r.Finished() && got.State == Cancelled {
+		m.tell(ctx, r)
+	}
+	return got, err
 }
 
-// Delete removes owner's operation id from the table.
+// Delete removes owner's operation id from the table; a running one's
+// tool service is told (tell).
 func (m *Manager) Delete(ctx context.Context, owner, id string) error {
-	if _, err := m.Get(owner, id); err != nil {
+	r, err := m.Get(owner, id)
+	if err != nil {
 		return err
 	}
-	return m.remove(ctx, id)
+	if err := m.remove(ctx, id); err != nil {
+		return err
+	}
+	if !r.Finished() {
+		m.tell(ctx, r)
+	}
+	return nil
+}
+
+// tell asks r's tool service to stop it, on the service's cancel topic
+// (wire.CancelTopic) as the bridge does for a call given up: every
+// instance of a Go SDK service reads it, and the one running the request
+// of id r.ID ends its context. Services that do not read it run the
+// request to its end; its reply is then dropped, the operation having
+// ended. A record without a topic (written by an older gateway) is not
+// told.
+func (m *Manager) tell(ctx context.Context, r Record) {
+	if r.Topic == "" {
+		return
+	}
+	topic := wire.CancelTopic(r.Topic)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := m.bus.Publish(ctx, topic, transport.Message{Payload: []byte(wire.CreditCancel),
+		Properties: map[string]string{wire.PropID: r.ID, wire.PropCredit: wire.CreditCancel}}); err != nil {
+		m.log.Warn("cannot tell a tool service that an operation was cancelled", "cancel_topic", topic, "id", r.ID, "err", err)
+		return
+	}
+	m.told.Add(1)
 }
 
 // Wait returns owner's operation id once it has ended, or as it stands

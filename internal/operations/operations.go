@@ -99,7 +99,8 @@ type Manager struct {
 
 	partial map[string]*partial // replies being joined (the consumer's goroutine only)
 
-	started, finished, told atomic.Int64
+	started, told                    atomic.Int64
+	done, failed, cancelled, expired atomic.Int64 // final states recorded (expired: counted by await)
 }
 
 type partial struct {
@@ -332,6 +333,12 @@ func (m *Manager) await(id string, call *bridge.Call) {
 		m.finishLogged(id, Failed, "", &Failure{Reason: ReasonLost, Message: err.Error()})
 	case errors.Is(err, bridge.ErrBadReply):
 		m.finishLogged(id, Failed, "", &Failure{Reason: ReasonBadReply, Message: "the tool service sent a malformed reply"})
+	case errors.Is(err, context.DeadlineExceeded):
+		// The deadline passed with no reply: every table shows it failed
+		// (Record.Now); the gateway that started it counts it.
+		if r, ok, _ := m.lookup(id); ok && !r.Finished() {
+			m.expired.Add(1)
+		}
 	}
 }
 
@@ -357,7 +364,14 @@ func (m *Manager) finish(ctx context.Context, id string, st State, out string, f
 	if err := m.put(ctx, r); err != nil {
 		return err
 	}
-	m.finished.Add(1)
+	switch st {
+	case Done:
+		m.done.Add(1)
+	case Failed:
+		m.failed.Add(1)
+	case Cancelled:
+		m.cancelled.Add(1)
+	}
 	return nil
 }
 
@@ -627,16 +641,28 @@ func (m *Manager) Wait(ctx context.Context, owner, id string, timeout time.Durat
 
 // Stats are counters for metrics.
 type Stats struct {
-	Started, Finished int64 // by this gateway
-	Table             int   // operations in the table
+	// Started: operations this gateway started. Done, Failed, Cancelled:
+	// final states this gateway recorded. Expired: operations this
+	// gateway started whose deadline passed with no reply. Told: cancels
+	// this gateway sent to tool services.
+	Started, Done, Failed, Cancelled, Expired, Told int64
+	Running                                         int // running operations in the table
+	Table                                           int // operations in the table
 }
 
 // Stats returns the counters.
 func (m *Manager) Stats() Stats {
+	now := time.Now()
 	m.mu.RLock()
-	n := len(m.table)
+	n, running := len(m.table), 0
+	for _, r := range m.table {
+		if !r.Now(now).Finished() {
+			running++
+		}
+	}
 	m.mu.RUnlock()
-	return Stats{Started: m.started.Load(), Finished: m.finished.Load(), Table: n}
+	return Stats{Started: m.started.Load(), Done: m.done.Load(), Failed: m.failed.Load(), Cancelled: m.cancelled.Load(),
+		Expired: m.expired.Load(), Told: m.told.Load(), Running: running, Table: n}
 }
 
 func newID() string {

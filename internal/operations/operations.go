@@ -192,6 +192,10 @@ func (m *Manager) follow(ctx context.Context) {
 
 // applyTo applies one state table message to t. A running record never
 // replaces a finished one: running is written first, so it is the older.
+// Nor does a done or failed record replace a cancelled one: the cancel
+// tells the tool service, whose answer (often the error of its ended
+// context) may reach a gateway whose table has not shown the cancel yet;
+// the caller's cancel stands, on every gateway reading the table.
 func applyTo(t map[string]Record, msg transport.Message, log *slog.Logger) (Record, bool) {
 	if msg.Payload == nil {
 		delete(t, msg.Key)
@@ -202,7 +206,7 @@ func applyTo(t map[string]Record, msg transport.Message, log *slog.Logger) (Reco
 		log.Warn("operations table: record ignored", "key", msg.Key, "err", err)
 		return Record{}, false
 	}
-	if old, ok := t[r.ID]; ok && old.Finished() && !r.Finished() {
+	if old, ok := t[r.ID]; ok && (old.Finished() && !r.Finished() || old.State == Cancelled && r.State != Cancelled) {
 		return old, true
 	}
 	t[r.ID] = r

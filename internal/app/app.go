@@ -148,14 +148,22 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Logger:            log,
 		Visible:           sec.authn.Visible,
 	})
-	g.metrics = telemetry.NewMetrics(telemetry.WithInstance(cfg.InstanceID),
+	var opsStats []telemetry.MetricsOption
+	if g.ops != nil {
+		opsStats = append(opsStats, telemetry.WithOperationsStats(func() telemetry.OperationsStats {
+			s := g.ops.Stats()
+			return telemetry.OperationsStats{Started: s.Started, Done: s.Done, Failed: s.Failed, Cancelled: s.Cancelled,
+				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table}
+		}))
+	}
+	g.metrics = telemetry.NewMetrics(append([]telemetry.MetricsOption{telemetry.WithInstance(cfg.InstanceID),
 		telemetry.WithKnownTools(func(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }),
 		telemetry.WithBridgeStats(func() telemetry.BridgeStats {
 			s := g.bridge.Stats()
 			return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
 				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies}
 		}),
-		telemetry.WithRegistryStats(g.sources.stats))
+		telemetry.WithRegistryStats(g.sources.stats)}, opsStats...)...)
 	// Every door runs the same chain. Spans when they are exported, else
 	// only the caller's trace context is passed on; then the call log and
 	// metrics, which see every call, refused ones too; then

@@ -292,6 +292,13 @@ func (c *Call) Close() {
 	c.finish(context.Canceled)
 }
 
+// Drop ends the call like Close but does not tell the service: for a call
+// whose end someone else has dealt with (a durable operation that ended,
+// or was cancelled, on another gateway, which told the service).
+func (c *Call) Drop() {
+	c.end(context.Canceled, false)
+}
+
 // timers are reused by Recv: a stopped timer holds no stale tick (Go 1.23
 // timers), so one can be Reset for the next call.
 var timers = sync.Pool{New: func() any {

@@ -70,6 +70,9 @@ func Convert(v2 []byte) ([]byte, error) {
 	if paths == nil || defs == nil {
 		return nil, errors.New("openapi31: the Swagger document has no paths or no definitions")
 	}
+	if err := addOperations(src); err != nil {
+		return nil, err
+	}
 
 	out := obj("openapi", Version)
 	out.Set("info", convertInfo(src.Obj("info")))
@@ -225,7 +228,7 @@ func convertPaths(paths *Object) (*Object, error) {
 }
 
 func convertOperation(method, path string, op *Object) (*Object, string, error) {
-	id := strings.TrimPrefix(op.Str("operationId"), operationPrefix)
+	id := strings.TrimPrefix(strings.TrimPrefix(op.Str("operationId"), operationPrefix), "Operations_")
 	errs, known := opErrors[id]
 	if !known {
 		return nil, "", fmt.Errorf("openapi31: %s %s: operation %q has no error table in internal/openapi31", method, path, op.Str("operationId"))

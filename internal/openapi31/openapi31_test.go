@@ -130,6 +130,11 @@ func TestOperations(t *testing.T) {
 		"InvokeTool":       "post /v1/tools/{name}:invoke",
 		"StreamTool":       "post /v1/tools/{name}:stream",
 		"StartTool":        "post /v1/tools/{name}:start",
+		"ListOperations":   "get /v1/operations",
+		"GetOperation":     "get /v1/operations/{id}",
+		"DeleteOperation":  "delete /v1/operations/{id}",
+		"CancelOperation":  "post /v1/operations/{id}:cancel",
+		"WaitOperation":    "post /v1/operations/{id}:wait",
 		"ListToolServices": "get /v1/tool-services",
 		"GetToolService":   "get /v1/tool-services/{id}",
 	}

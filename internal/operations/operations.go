@@ -99,7 +99,8 @@ type Manager struct {
 
 	partial map[string]*partial // replies being joined (the consumer's goroutine only)
 
-	started, finished atomic.Int64
+	started, told                    atomic.Int64
+	done, failed, cancelled, expired atomic.Int64 // final states recorded (expired: counted by await)
 }
 
 type partial struct {
@@ -191,6 +192,10 @@ func (m *Manager) follow(ctx context.Context) {
 
 // applyTo applies one state table message to t. A running record never
 // replaces a finished one: running is written first, so it is the older.
+// Nor does a done or failed record replace a cancelled one: the cancel
+// tells the tool service, whose answer (often the error of its ended
+// context) may reach a gateway whose table has not shown the cancel yet;
+// the caller's cancel stands, on every gateway reading the table.
 func applyTo(t map[string]Record, msg transport.Message, log *slog.Logger) (Record, bool) {
 	if msg.Payload == nil {
 		delete(t, msg.Key)
@@ -201,7 +206,7 @@ func applyTo(t map[string]Record, msg transport.Message, log *slog.Logger) (Reco
 		log.Warn("operations table: record ignored", "key", msg.Key, "err", err)
 		return Record{}, false
 	}
-	if old, ok := t[r.ID]; ok && old.Finished() && !r.Finished() {
+	if old, ok := t[r.ID]; ok && (old.Finished() && !r.Finished() || old.State == Cancelled && r.State != Cancelled) {
 		return old, true
 	}
 	t[r.ID] = r
@@ -214,13 +219,15 @@ func (m *Manager) apply(msg transport.Message) {
 	m.notifyLocked()
 	m.mu.Unlock()
 	if !ok || r.Finished() {
-		// Finished (or gone) elsewhere: the wait for its reply here is over.
+		// Finished (or gone) elsewhere: the wait for its reply here is
+		// over. The service is not told from here: a reply ended it, or
+		// the gateway that cancelled or deleted it told the service.
 		m.lmu.Lock()
 		c := m.local[msg.Key]
 		delete(m.local, msg.Key)
 		m.lmu.Unlock()
 		if c != nil {
-			c.Close()
+			c.Drop()
 		}
 	}
 }
@@ -284,7 +291,7 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	if n := m.running(s.Owner, now); n >= m.opts.MaxPerOwner {
 		return Record{}, fmt.Errorf("%w: %d of at most %d", ErrTooMany, n, m.opts.MaxPerOwner)
 	}
-	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli()}
+	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: s.Target.RequestTopic}
 	if err := m.put(ctx, r); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", bridge.ErrUnavailable, err)
 	}
@@ -330,6 +337,12 @@ func (m *Manager) await(id string, call *bridge.Call) {
 		m.finishLogged(id, Failed, "", &Failure{Reason: ReasonLost, Message: err.Error()})
 	case errors.Is(err, bridge.ErrBadReply):
 		m.finishLogged(id, Failed, "", &Failure{Reason: ReasonBadReply, Message: "the tool service sent a malformed reply"})
+	case errors.Is(err, context.DeadlineExceeded):
+		// The deadline passed with no reply: every table shows it failed
+		// (Record.Now); the gateway that started it counts it.
+		if r, ok, _ := m.lookup(id); ok && !r.Finished() {
+			m.expired.Add(1)
+		}
 	}
 }
 
@@ -355,7 +368,14 @@ func (m *Manager) finish(ctx context.Context, id string, st State, out string, f
 	if err := m.put(ctx, r); err != nil {
 		return err
 	}
-	m.finished.Add(1)
+	switch st {
+	case Done:
+		m.done.Add(1)
+	case Failed:
+		m.failed.Add(1)
+	case Cancelled:
+		m.cancelled.Add(1)
+	}
 	return nil
 }
 
@@ -541,23 +561,59 @@ func (m *Manager) List(owner string, done *bool) []Record {
 	return out
 }
 
-// Cancel records owner's operation id as cancelled, unless it has ended.
+// Cancel records owner's operation id as cancelled, unless it has ended,
+// and tells its tool service (tell).
 func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) {
-	if _, err := m.Get(owner, id); err != nil {
+	r, err := m.Get(owner, id)
+	if err != nil {
 		return Record{}, err
 	}
 	if err := m.finish(ctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}); err != nil {
 		return Record{}, err
 	}
-	return m.Get(owner, id)
+	got, err := m.Get(owner, id)
+	if err == nil && !r.Finished() && got.State == Cancelled {
+		m.tell(ctx, r)
+	}
+	return got, err
 }
 
-// Delete removes owner's operation id from the table.
+// Delete removes owner's operation id from the table; a running one's
+// tool service is told (tell).
 func (m *Manager) Delete(ctx context.Context, owner, id string) error {
-	if _, err := m.Get(owner, id); err != nil {
+	r, err := m.Get(owner, id)
+	if err != nil {
 		return err
 	}
-	return m.remove(ctx, id)
+	if err := m.remove(ctx, id); err != nil {
+		return err
+	}
+	if !r.Finished() {
+		m.tell(ctx, r)
+	}
+	return nil
+}
+
+// tell asks r's tool service to stop it, on the service's cancel topic
+// (wire.CancelTopic) as the bridge does for a call given up: every
+// instance of a Go SDK service reads it, and the one running the request
+// of id r.ID ends its context. Services that do not read it run the
+// request to its end; its reply is then dropped, the operation having
+// ended. A record without a topic (written by an older gateway) is not
+// told.
+func (m *Manager) tell(ctx context.Context, r Record) {
+	if r.Topic == "" {
+		return
+	}
+	topic := wire.CancelTopic(r.Topic)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := m.bus.Publish(ctx, topic, transport.Message{Payload: []byte(wire.CreditCancel),
+		Properties: map[string]string{wire.PropID: r.ID, wire.PropCredit: wire.CreditCancel}}); err != nil {
+		m.log.Warn("cannot tell a tool service that an operation was cancelled", "cancel_topic", topic, "id", r.ID, "err", err)
+		return
+	}
+	m.told.Add(1)
 }
 
 // Wait returns owner's operation id once it has ended, or as it stands
@@ -589,16 +645,28 @@ func (m *Manager) Wait(ctx context.Context, owner, id string, timeout time.Durat
 
 // Stats are counters for metrics.
 type Stats struct {
-	Started, Finished int64 // by this gateway
-	Table             int   // operations in the table
+	// Started: operations this gateway started. Done, Failed, Cancelled:
+	// final states this gateway recorded. Expired: operations this
+	// gateway started whose deadline passed with no reply. Told: cancels
+	// this gateway sent to tool services.
+	Started, Done, Failed, Cancelled, Expired, Told int64
+	Running                                         int // running operations in the table
+	Table                                           int // operations in the table
 }
 
 // Stats returns the counters.
 func (m *Manager) Stats() Stats {
+	now := time.Now()
 	m.mu.RLock()
-	n := len(m.table)
+	n, running := len(m.table), 0
+	for _, r := range m.table {
+		if !r.Now(now).Finished() {
+			running++
+		}
+	}
 	m.mu.RUnlock()
-	return Stats{Started: m.started.Load(), Finished: m.finished.Load(), Table: n}
+	return Stats{Started: m.started.Load(), Done: m.done.Load(), Failed: m.failed.Load(), Cancelled: m.cancelled.Load(),
+		Expired: m.expired.Load(), Told: m.told.Load(), Running: running, Table: n}
 }
 
 func newID() string {

@@ -40,6 +40,7 @@ const (
 	maxRecordBytes   = 8 << 20
 	maxOwnerBytes    = 1024
 	maxToolNameBytes = 1024
+	maxTopicBytes    = 1024
 )
 
 // Failure is how an operation failed: a tool service's error (Type and
@@ -63,6 +64,10 @@ type Record struct {
 	Failure    *Failure `json:"error,omitempty"`
 	// Gateway is the instance that wrote the record.
 	Gateway string `json:"gateway,omitempty"`
+	// Topic is the request topic of the tool's service: a gateway that
+	// cancels or deletes the running operation tells the service on its
+	// cancel topic (wire.CancelTopic), whichever gateway started it.
+	Topic string `json:"topic,omitempty"`
 }
 
 // Finished reports whether the record is in a final state.
@@ -102,8 +107,8 @@ func decodeRecord(key string, b []byte) (Record, error) {
 	switch {
 	case r.ID != key || !validID(key):
 		return r, fmt.Errorf("%w: id %q under key %q", errBadRecord, r.ID, key)
-	case r.Owner == "" || len(r.Owner) > maxOwnerBytes || len(r.Tool) > maxToolNameBytes:
-		return r, fmt.Errorf("%w: owner or tool missing or too long", errBadRecord)
+	case r.Owner == "" || len(r.Owner) > maxOwnerBytes || len(r.Tool) > maxToolNameBytes || len(r.Topic) > maxTopicBytes:
+		return r, fmt.Errorf("%w: owner or tool missing, or owner, tool or topic too long", errBadRecord)
 	}
 	switch r.State {
 	case Running, Done, Failed, Cancelled:

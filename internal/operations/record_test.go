@@ -52,3 +52,17 @@ func TestRunningNeverReplacesFinished(t *testing.T) {
 		t.Fatal("a tombstone left the record")
 	}
 }
+
+func TestCancelledStands(t *testing.T) {
+	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Cancelled}}
+	log := slog.New(slog.DiscardHandler)
+	applyTo(table, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"failed","error":{"type":"timeout"}}`)}, log)
+	if table[testID].State != Cancelled {
+		t.Fatalf("a reply recorded after the cancel replaced it: %+v", table[testID])
+	}
+	table[testID] = Record{ID: testID, Owner: "a", State: Done}
+	applyTo(table, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"cancelled"}`)}, log)
+	if table[testID].State != Cancelled {
+		t.Fatalf("a cancel recorded after a racing reply did not stand: %+v", table[testID])
+	}
+}

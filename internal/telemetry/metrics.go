@@ -39,6 +39,20 @@ type BridgeStats struct {
 	RefusedReplies int64
 }
 
+// OperationsStats are the durable operations' counters, as
+// WithOperationsStats reads them.
+type OperationsStats struct {
+	Started int64 // operations started by this gateway
+	// Done, Failed and Cancelled count the final states this gateway
+	// recorded; Expired the operations it started whose deadline passed
+	// with no reply.
+	Done, Failed, Cancelled, Expired int64
+	// CancelsSent counts the cancels this gateway sent to tool services.
+	CancelsSent int64
+	Running     int // running operations in this gateway's table
+	Table       int // operations in this gateway's table, ended ones included
+}
+
 // RegistryStats describe the tool registry, as WithRegistryStats reads them.
 type RegistryStats struct {
 	Version        int64 // the current snapshot's version
@@ -110,6 +124,7 @@ type metricsConfig struct {
 	known    func(string) bool
 	bridge   func() BridgeStats
 	registry func() RegistryStats
+	ops      func() OperationsStats
 	buckets  []float64
 	runtime  bool
 	instance string
@@ -137,6 +152,12 @@ func WithBridgeStats(f func() BridgeStats) MetricsOption {
 // scrape.
 func WithRegistryStats(f func() RegistryStats) MetricsOption {
 	return func(c *metricsConfig) { c.registry = f }
+}
+
+// WithOperationsStats exports the durable operations' counters, read
+// from f at each scrape (--operations).
+func WithOperationsStats(f func() OperationsStats) MetricsOption {
+	return func(c *metricsConfig) { c.ops = f }
 }
 
 // WithInstance exports toolgate_instance_info{instance=id} 1, which names
@@ -181,6 +202,9 @@ func NewMetrics(opts ...MetricsOption) *Metrics {
 	}
 	if c.registry != nil {
 		m.reg.MustRegister(newRegistryCollector(c.registry))
+	}
+	if c.ops != nil {
+		m.reg.MustRegister(newOperationsCollector(c.ops))
 	}
 	if c.instance != "" {
 		info := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -320,6 +344,30 @@ func newRegistryCollector(f func() RegistryStats) prometheus.Collector {
 				ch <- prometheus.MustNewConstMetric(up, prometheus.GaugeValue, isUp, src.Source)
 				ch <- prometheus.MustNewConstMetric(units, prometheus.GaugeValue, float64(src.Units), src.Source)
 			}
+		},
+	}
+}
+
+func newOperationsCollector(f func() OperationsStats) prometheus.Collector {
+	started := prometheus.NewDesc("toolgate_operations_started_total", "Durable operations started by this gateway.", nil, nil)
+	ended := prometheus.NewDesc("toolgate_operations_ended_total",
+		"Durable operations ended, by final state: done, failed and cancelled as this gateway recorded them, expired (the deadline passed with no reply) for those it started.",
+		[]string{"state"}, nil)
+	cancels := prometheus.NewDesc("toolgate_operations_cancels_sent_total", "Cancels of durable operations this gateway sent to tool services (on their cancel topics).", nil, nil)
+	running := prometheus.NewDesc("toolgate_operations_running", "Running durable operations in this gateway's copy of the state table.", nil, nil)
+	table := prometheus.NewDesc("toolgate_operations_table", "Durable operations in this gateway's copy of the state table, ended ones kept for their TTL included.", nil, nil)
+	return &funcCollector{
+		descs: []*prometheus.Desc{started, ended, cancels, running, table},
+		collect: func(ch chan<- prometheus.Metric) {
+			s := f()
+			ch <- prometheus.MustNewConstMetric(started, prometheus.CounterValue, float64(s.Started))
+			ch <- prometheus.MustNewConstMetric(ended, prometheus.CounterValue, float64(s.Done), "done")
+			ch <- prometheus.MustNewConstMetric(ended, prometheus.CounterValue, float64(s.Failed), "failed")
+			ch <- prometheus.MustNewConstMetric(ended, prometheus.CounterValue, float64(s.Cancelled), "cancelled")
+			ch <- prometheus.MustNewConstMetric(ended, prometheus.CounterValue, float64(s.Expired), "expired")
+			ch <- prometheus.MustNewConstMetric(cancels, prometheus.CounterValue, float64(s.CancelsSent))
+			ch <- prometheus.MustNewConstMetric(running, prometheus.GaugeValue, float64(s.Running))
+			ch <- prometheus.MustNewConstMetric(table, prometheus.GaugeValue, float64(s.Table))
 		},
 	}
 }

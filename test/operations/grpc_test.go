@@ -141,8 +141,12 @@ func TestOperationOverGRPC(t *testing.T) {
 	if md := metadataOf(t, got); md.GetState() != "DONE" || md.GetEndTime() == nil {
 		t.Fatalf("metadata of the done operation %v", md)
 	}
-	// A says the same.
-	got, err = ga.ops.GetOperation(alice, &longrunningpb.GetOperationRequest{Name: name})
+	// A says the same once its table has it (within milliseconds: B may
+	// have recorded it).
+	eventually.True(t, 5*time.Second, "A to report the operation done", func() bool {
+		got, err = ga.ops.GetOperation(alice, &longrunningpb.GetOperationRequest{Name: name})
+		return err == nil && got.GetDone()
+	})
 	if err != nil || !got.GetDone() || outputOf(t, got) != msg {
 		t.Fatalf("A reports %v, %v", got, err)
 	}

@@ -138,7 +138,8 @@ func TestMCPTaskAcrossGateways(t *testing.T) {
 	var got mcpAnswer
 	eventually.True(t, 30*time.Second, "B to report the task completed", func() bool {
 		got = mcpRequest(t, bBase, aliceKey, "tasks/get", map[string]any{"taskId": id}, true)
-		return got.Result["status"] != "working"
+		// Not found until B's table shows it (milliseconds after A's).
+		return got.Result["status"] != nil && got.Result["status"] != "working"
 	})
 	res, _ := got.Result["result"].(map[string]any)
 	content, _ := res["content"].([]any)

@@ -36,9 +36,15 @@ const (
 // returns the gateway flags.
 func setup(t *testing.T) []string {
 	t.Helper()
+	return setupWith(t, echo.Handle)
+}
+
+// setupWith is setup with the service's handler h in place of echo's.
+func setupWith(t *testing.T, h toolservice.Handler) []string {
+	t.Helper()
 	brokertest.RequirePulsar(t)
 	topic := brokertest.UniqueTopic("opsecho")
-	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: topic, PulsarURL: brokertest.PulsarURL()}, echo.Handle)
+	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: topic, PulsarURL: brokertest.PulsarURL()}, h)
 	if err != nil {
 		t.Fatal(err)
 	}

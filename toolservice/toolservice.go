@@ -466,12 +466,15 @@ func (s *Service) grant(m transport.Message) {
 		if id == "" || id == "unknown" {
 			return
 		}
-		if v, ok := s.flows.Load(id); ok {
-			v.(*chunkSender).cancel()
-		}
+		// The context first, then the stream: a handler whose Send fails
+		// because the caller is gone finds its context ended already, with
+		// ErrCallerGone as the cause.
 		if s.calls.cancel(id, time.Now()) {
 			s.cancelled.Add(1)
 			s.log.Debug("call given up by the caller; its context is cancelled", "id", id)
+		}
+		if v, ok := s.flows.Load(id); ok {
+			v.(*chunkSender).cancel()
 		}
 		return
 	}

@@ -19,6 +19,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -45,34 +46,43 @@ func (w *watched) handle(ctx context.Context, r *toolservice.Request) (any, erro
 	w.mu.Lock()
 	w.started[tag] = time.Now()
 	w.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() {
-		w.mu.Lock()
-		w.ended[tag] = ctxEnd{time.Now(), context.Cause(ctx)}
-		w.mu.Unlock()
-	})
-	defer stop()
+	// Not context.AfterFunc with a deferred stop: a handler that returns
+	// because ctx is done can stop the callback before the cancellation
+	// reaches it. A context still live at return ends later by itself,
+	// which is not recorded.
+	live := make(chan struct{})
+	defer func() {
+		if ctx.Err() == nil {
+			close(live)
+		}
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			w.mu.Lock()
+			w.ended[tag] = ctxEnd{time.Now(), context.Cause(ctx)}
+			w.mu.Unlock()
+		case <-live:
+		}
+	}()
 	return echo.Handle(ctx, r)
 }
 
-// waitFor polls cond every 10 ms for at most d.
-func (w *watched) waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
+// has reports, under w's lock, whether cond holds.
+func (w *watched) has(cond func() bool) func() bool {
+	return func() bool {
 		w.mu.Lock()
-		ok := cond()
-		w.mu.Unlock()
-		if ok || time.Now().After(deadline) {
-			return ok
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer w.mu.Unlock()
+		return cond()
 	}
 }
 
 // TestCancelReachesTheService: a call given up at the gateway — by MCP
 // notifications/cancelled in both eras, by a REST or gRPC client going
-// away — ends the handler's context at the Go tool service within a
-// second (cause toolservice.ErrCallerGone), for a 6 s unary call and a
-// 6 s stream; without it the service would run each to its end.
+// away — ends the handler's context at the Go tool service (cause
+// toolservice.ErrCallerGone), for a 60 s unary call and a 60 s stream,
+// long before their end or the gateway's 20 s deadline; without it the
+// service would run each on. The latency is logged, not asserted.
 func TestCancelReachesTheService(t *testing.T) {
 	t.Parallel()
 	topic := brokertest.UniqueTopic("watched")
@@ -122,8 +132,8 @@ tool:
 	grpcClient := toolgatev1.NewToolServiceClient(conn)
 
 	const (
-		unary  = `"mode":"sleep","ms":6000`
-		stream = `"mode":"stream","n":30,"gap_ms":200`
+		unary  = `"mode":"sleep","ms":60000`
+		stream = `"mode":"stream","n":300,"gap_ms":200`
 	)
 	// mcpCall starts a tools/call in the era given, and returns the function
 	// that gives it up with notifications/cancelled.
@@ -241,15 +251,11 @@ tool:
 				case "grpc":
 					giveUp = grpcCall(t, args, streamed)
 				}
-				if !w.waitFor(10*time.Second, func() bool { _, ok := w.started[tag]; return ok }) {
-					t.Fatal("the call did not reach the service")
-				}
+				eventually.True(t, 10*time.Second, "the call reaches the service", w.has(func() bool { _, ok := w.started[tag]; return ok }))
 				time.Sleep(500 * time.Millisecond) // a stream has sent chunks by then
 				gaveUp := time.Now()
 				giveUp()
-				if !w.waitFor(3*time.Second, func() bool { _, ok := w.ended[tag]; return ok }) {
-					t.Fatal("the service's context did not end within 3 s of the caller giving up")
-				}
+				eventually.True(t, 15*time.Second, "the service's context ends after the caller gave up", w.has(func() bool { _, ok := w.ended[tag]; return ok }))
 				w.mu.Lock()
 				end := w.ended[tag]
 				w.mu.Unlock()
@@ -258,12 +264,11 @@ tool:
 				if !errors.Is(end.cause, toolservice.ErrCallerGone) {
 					t.Errorf("cause %v, want toolservice.ErrCallerGone", end.cause)
 				}
-				if took > time.Second {
-					t.Errorf("took %v, want within a second", took)
-				}
 			})
 		}
 	}
+	// The service counts a cancel just after it ends the context.
+	eventually.True(t, 10*time.Second, "the service counts 8 calls given up", func() bool { return svc.Stats().Cancelled >= 8 })
 	if n := svc.Stats().Cancelled; n != 8 {
 		t.Errorf("the service counted %d calls given up, want 8", n)
 	}

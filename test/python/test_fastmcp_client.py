@@ -18,7 +18,6 @@ Started, with test_mcp_client.py, by test/e2e/mcp_test.go
 """
 
 import json
-import os
 import re
 import time
 
@@ -30,30 +29,10 @@ from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 
+from mcpenv import env, mode, secured, url  # noqa: F401 (fixtures)
+
 TIMEOUT = 30  # seconds, per test
 ERA = {"auto": "2026-07-28", "legacy": "2025-11-25"}
-
-
-def _env(name):
-    value = os.environ.get(name, "")
-    if not value:
-        pytest.fail(f"{name} is not set: run these tests with `go test ./test/e2e -run MCPPythonClient`", pytrace=False)
-    return value
-
-
-@pytest.fixture(scope="module")
-def url():
-    return _env("TOOLGATE_MCP_URL")
-
-
-@pytest.fixture(scope="module")
-def secured():
-    return _env("TOOLGATE_MCP_SECURED_URL"), _env("TOOLGATE_MCP_KEY")
-
-
-@pytest.fixture(params=["auto", "legacy"])
-def mode(request):
-    return request.param
 
 
 class Wire:
@@ -290,7 +269,7 @@ def canceled_calls():
     serves it as a stream. So --stream-idle-timeout (1s on the e2e gateway)
     applies to each: the calls cancelled below stream a chunk every 100 ms
     for 6 s, which neither that nor the 10 s default deadline ends early."""
-    metrics = httpx2.get(_env("TOOLGATE_ADMIN_BASE") + "/metrics", timeout=TIMEOUT).text
+    metrics = httpx2.get(env("TOOLGATE_ADMIN_BASE") + "/metrics", timeout=TIMEOUT).text
     m = re.search(r'^toolgate_calls_total\{code="Canceled",method="mcp/StreamTool",tool="echo"\} (\d+)', metrics, re.M)
     return int(m.group(1)) if m else 0
 

@@ -13,7 +13,6 @@ Streamable HTTP, against two gateways that test/e2e/mcp_test.go
   TOOLGATE_ADMIN_BASE       the shared gateway's admin listener (for its /metrics)
 """
 
-import os
 import re
 import time
 
@@ -24,29 +23,9 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from mcpenv import env, mode, secured, url  # noqa: F401 (fixtures)
+
 TIMEOUT = 30  # seconds, per test
-
-
-def _env(name):
-    value = os.environ.get(name, "")
-    if not value:
-        pytest.fail(f"{name} is not set: run these tests with `go test ./test/e2e -run MCPPythonClient`", pytrace=False)
-    return value
-
-
-@pytest.fixture(scope="module")
-def url():
-    return _env("TOOLGATE_MCP_URL")
-
-
-@pytest.fixture(scope="module")
-def secured():
-    return _env("TOOLGATE_MCP_SECURED_URL"), _env("TOOLGATE_MCP_KEY")
-
-
-@pytest.fixture(params=["auto", "legacy"])
-def mode(request):
-    return request.param
 
 
 def run(url, body, mode, headers=None):
@@ -184,7 +163,7 @@ def test_policy_hides_a_tool(secured, mode):
 
 def canceled_calls():
     """How many echo tools/calls the shared gateway counted as cancelled."""
-    metrics = httpx2.get(_env("TOOLGATE_ADMIN_BASE") + "/metrics", timeout=TIMEOUT).text
+    metrics = httpx2.get(env("TOOLGATE_ADMIN_BASE") + "/metrics", timeout=TIMEOUT).text
     m = re.search(r'^toolgate_calls_total\{code="Canceled",method="mcp/InvokeTool",tool="echo"\} (\d+)', metrics, re.M)
     return int(m.group(1)) if m else 0
 

@@ -56,8 +56,16 @@ func TestAnnouncementsCannotHijack(t *testing.T) {
 	runService(t, toolservice.Config{ID: realID, Topic: realTopic,
 		Announce: &toolservice.Announcement{Topic: topic, Tools: []toolservice.Tool{{Name: tool, Description: "the real one"}}}})
 	g := startSourceGateway(t, "--announce-topic", topic)
-	if out, err := g.invoke(t.Context(), tool, map[string]any{"msg": "secret1"}); err != nil || out != "secret1" {
-		t.Fatalf("before the attack: %q, %v", out, err)
+	// The service announces once subscribed (after Ready): the gateway may
+	// start before the announcement is on the topic.
+	if _, err := within(10*time.Second, func() error {
+		out, err := g.invoke(t.Context(), tool, map[string]any{"msg": "secret1"})
+		if err == nil && out != "secret1" {
+			err = fmt.Errorf("answered %q", out)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("before the attack: %v", err)
 	}
 
 	// 1. A service keyed to sort first announces the same tool name and

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -135,6 +136,9 @@ func TestReplyToContract(t *testing.T) {
 				}
 				wg.Wait()
 				for name, x := range map[string]*bridge.Bridge{"a": a, "b": b} {
+					// A reply is counted after its call is woken: the last
+					// count may trail the last Wait.
+					eventually.True(t, 5*time.Second, "instance "+name+" counting 300 replies", func() bool { return x.Stats().Replies >= 300 })
 					s := x.Stats()
 					if s.Replies != 300 || s.RepliesViaReplyTo != 300 || s.OrphanReplies != 0 {
 						t.Errorf("instance %s: %d replies, %d via its reply topic, %d orphans; want 300, 300, 0", name, s.Replies, s.RepliesViaReplyTo, s.OrphanReplies)

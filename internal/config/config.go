@@ -166,6 +166,13 @@ type Auth = auth.Config
 // DefaultAdminAddr is the admin listener's default: loopback only.
 const DefaultAdminAddr = "127.0.0.1:8082"
 
+// DefaultGRPCWorkers is how many gRPC handler goroutines are kept for
+// reuse by default. grpc-go otherwise starts a goroutine per call, whose
+// stack the call path outgrows and the runtime copies each time
+// (docs/benchmarks/ANALYSIS.md); a kept goroutine's stack stays grown.
+// Calls beyond them get a goroutine of their own, as without workers.
+const DefaultGRPCWorkers = 128
+
 // Parse reads args (without the program name) and the environment.
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	var c Config
@@ -208,7 +215,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.AdminAddr, "admin-addr", DefaultAdminAddr, "admin listen address: /metrics, /readyz with its details, /healthz and the Go profiles (/debug/pprof/), none of them on the public HTTP listener; off (or \"\") turns it off. Keep it off the internet: it asks for no credentials")
 	str(&c.Pulsar.URL, "pulsar-url", transport.DefaultPulsarURL, "Pulsar broker URL")
 	str(&c.Pulsar.AdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
-	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", 0, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown); 0, the default, starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
+	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", DefaultGRPCWorkers, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown; calls beyond them get a goroutine each); 0 starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
 	fs.IntVar(&c.GCHeapMiB, "gc-heap-mib", envInt(getenv, "gc-heap-mib", gcgoal.DefaultHeapMiB, &envErrs), "heap size in MiB below which the garbage collector runs less often (GOGC up to 500 while the live heap is small, Go's default 100 once it reaches half this); 0 turns it off, and a GOGC environment variable overrides it (env "+envName("gc-heap-mib")+")")
 	fs.BoolVar(&c.Pulsar.Batching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
 	fs.BoolVar(&c.MCP, "mcp", envBool(getenv, "mcp", true, &envErrs), "serve the tools over the Model Context Protocol (Streamable HTTP, stateless) at /mcp on the HTTP listener (env "+envName("mcp")+")")

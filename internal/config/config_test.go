@@ -26,8 +26,8 @@ func TestParse(t *testing.T) {
 	if c.GRPCAddr != "127.0.0.1:1" || c.HTTP.Addr != "127.0.0.1:8081" || c.Core.DefaultTimeout != 5*time.Second || !c.Auth.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
 		t.Fatalf("parsed %+v", c)
 	}
-	if !c.Pulsar.Batching || c.GRPCWorkers != 0 || !c.MCP || c.GCHeapMiB != 64 {
-		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, 0, true, 64", c.Pulsar.Batching, c.GRPCWorkers, c.MCP, c.GCHeapMiB)
+	if !c.Pulsar.Batching || c.GRPCWorkers != DefaultGRPCWorkers || !c.MCP || c.GCHeapMiB != 64 {
+		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, %d, true, 64", c.Pulsar.Batching, c.GRPCWorkers, c.MCP, c.GCHeapMiB, DefaultGRPCWorkers)
 	}
 	if c.AdminAddr != DefaultAdminAddr || !strings.HasPrefix(c.AdminAddr, "127.0.0.1:") {
 		t.Fatalf("admin listener %q by default, want %s (loopback)", c.AdminAddr, DefaultAdminAddr)

@@ -80,7 +80,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	gw, gwDone, err := startGateway(ctx, regPath, log)
+	gw, gwDone, err := startGateway(ctx, regPath, log, "--operations")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1

@@ -410,6 +410,72 @@ func TestOpenAPIGoClient(t *testing.T) {
 		}
 	})
 
+	t.Run("an operation: start, poll, wait, read", func(t *testing.T) {
+		t.Parallel()
+		resp, err := c.StartToolWithResponse(t.Context(), "echo", oapiclient.StartToolJSONRequestBody{
+			Arguments: args(map[string]any{"mode": "sleep", "ms": 300, "msg": "op-go"}), Timeout: new("20s"),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := resp.JSON200
+		if resp.StatusCode() != http.StatusOK || op == nil || op.Name == nil || !strings.HasPrefix(*op.Name, "operations/") {
+			t.Fatalf("start: %d %s", resp.StatusCode(), resp.Body)
+		}
+		if op.Done != nil && *op.Done {
+			t.Fatalf("a 300 ms call is done at its start: %s", resp.Body)
+		}
+		if op.Metadata == nil || op.Metadata.Tool == nil || *op.Metadata.Tool != "echo" || op.Metadata.State == nil || *op.Metadata.State != oapiclient.RUNNING {
+			t.Fatalf("start: metadata %s", resp.Body)
+		}
+		id := strings.TrimPrefix(*op.Name, "operations/")
+		// Poll until done, as a generated client's user would.
+		var got *oapiclient.Operation
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			g, err := c.GetOperationWithResponse(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.StatusCode() != http.StatusOK || g.JSON200 == nil {
+				t.Fatalf("get: %d %s", g.StatusCode(), g.Body)
+			}
+			if got = g.JSON200; got.Done != nil && *got.Done {
+				break
+			}
+		}
+		if got == nil || got.Done == nil || !*got.Done {
+			t.Fatalf("the operation is not done after 20s: %+v", got)
+		}
+		if got.Error != nil || got.Response == nil || got.Response.Output != "op-go" || *got.Metadata.State != oapiclient.DONE || got.Metadata.EndTime == nil {
+			t.Fatalf("done operation: error %+v, response %+v, metadata %+v", got.Error, got.Response, got.Metadata)
+		}
+		// :wait on a done operation answers at once with the same.
+		w, err := c.WaitOperationWithResponse(t.Context(), id, oapiclient.WaitOperationJSONRequestBody{Timeout: new("5s")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.StatusCode() != http.StatusOK || w.JSON200 == nil || w.JSON200.Response == nil || w.JSON200.Response.Output != "op-go" {
+			t.Fatalf("wait: %d %s", w.StatusCode(), w.Body)
+		}
+		// A failed operation carries the typed Status.
+		f, err := c.StartToolWithResponse(t.Context(), "echo", oapiclient.StartToolJSONRequestBody{
+			Arguments: args(map[string]any{"mode": "fail", "type": "no-luck", "message": "not today"}),
+		})
+		if err != nil || f.JSON200 == nil || f.JSON200.Name == nil {
+			t.Fatalf("start: %v %s", err, f.Body)
+		}
+		fw, err := c.WaitOperationWithResponse(t.Context(), strings.TrimPrefix(*f.JSON200.Name, "operations/"), oapiclient.WaitOperationJSONRequestBody{Timeout: new("10s")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fw.JSON200 == nil || fw.JSON200.Error == nil || fw.JSON200.Response != nil || *fw.JSON200.Metadata.State != oapiclient.FAILED {
+			t.Fatalf("failed operation: %d %s", fw.StatusCode(), fw.Body)
+		}
+		if ei := statusErrorInfo(t, fw.JSON200.Error); ei.Reason != "no-luck" {
+			t.Fatalf("failed operation's ErrorInfo reason %q, want no-luck: %s", ei.Reason, fw.Body)
+		}
+	})
+
 	t.Run("list and get", func(t *testing.T) {
 		t.Parallel()
 		list, err := c.ListToolsWithResponse(t.Context(), &oapiclient.ListToolsParams{PageSize: new(int32(1000))})

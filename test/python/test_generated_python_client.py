@@ -4,8 +4,10 @@ document, calling the gateway.
 openapi-python-client (pinned in scripts/python/requirements.txt) generates
 the package from the gateway's live /openapi.json into a temporary directory,
 with test/python/openapi-python-client.yaml; the tests import it and use its
-operations and models: a unary call, a streamed answer read line by line, and
-typed error answers parsed into the generated Status / ErrorInfo models. Run
+operations and models: a unary call, a streamed answer read line by line,
+typed error answers parsed into the generated Status / ErrorInfo models, and
+a durable operation started, polled and read (the gateway runs with
+--operations). Run
 by test/e2e/openapi_test.go (TestOpenAPIPythonClient); see conftest.py.
 """
 
@@ -210,3 +212,53 @@ def test_list_and_get(api, models, client):
     assert isinstance(tool, models.Tool)
     assert tool.arguments_schema.to_dict()["required"] == ["topic"]
     assert [a.name for a in tool.arguments] == ["topic"]
+
+
+def test_operation_start_poll_read(gen, api, models, client):
+    """An operation started, polled and read with the generated client."""
+    import time
+    from importlib import import_module
+
+    start_tool = import_module(api.__name__ + ".start_tool")
+    get_operation = import_module(PACKAGE + ".api.operations.get_operation")
+    wait_operation = import_module(PACKAGE + ".api.operations.wait_operation")
+
+    op = start_tool.sync(
+        name="echo", client=client,
+        body=body(models, "StartToolBody", {"mode": "sleep", "ms": 300, "msg": "op-py"}, timeout="20s"),
+    )
+    assert isinstance(op, models.Operation), op
+    assert op.name.startswith("operations/") and op.done is not True
+    assert op.metadata.tool == "echo" and op.metadata.state == models.OperationMetadataState.RUNNING
+    op_id = op.name.removeprefix("operations/")
+
+    deadline = time.monotonic() + 20
+    got = op
+    while got.done is not True and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = get_operation.sync(id=op_id, client=client)
+        assert isinstance(got, models.Operation), got
+    assert got.done is True, got
+    assert isinstance(got.response, models.OperationResponse) and got.response.output == "op-py", got
+    assert got.metadata.state == models.OperationMetadataState.DONE
+    assert got.metadata.end_time >= got.metadata.create_time
+
+    # A failed operation carries the typed Status.
+    failed = start_tool.sync(
+        name="echo", client=client,
+        body=body(models, "StartToolBody", {"mode": "fail", "type": "no-luck", "message": "not today"}),
+    )
+    assert isinstance(failed, models.Operation), failed
+    done = wait_operation.sync(
+        id=failed.name.removeprefix("operations/"), client=client,
+        body=models.WaitOperationBody(timeout="10s"),
+    )
+    assert isinstance(done, models.Operation) and done.done is True, done
+    assert done.metadata.state == models.OperationMetadataState.FAILED
+    assert isinstance(done.error, models.Status) and done.error.message == "not today", done.error
+    (info,) = [d for d in done.error.details if isinstance(d, models.ErrorInfo)]
+    assert info.reason == "no-luck"
+
+    # Another operation id is a typed 404.
+    resp = get_operation.sync_detailed(id="0123456789abcdef0123456789abcdef", client=client)
+    assert resp.status_code == 404 and isinstance(resp.parsed, models.Status), resp.content

@@ -13,7 +13,7 @@ func resource(c *toolcall.Call) (action, tool string, known bool) {
 	case toolcall.OpInvoke, toolcall.OpStream, toolcall.OpStartTool:
 		return ActionInvoke, c.Name, true
 	case toolcall.OpGetOperation, toolcall.OpListOperations, toolcall.OpCancelOperation,
-		toolcall.OpDeleteOperation, toolcall.OpWaitOperation:
+		toolcall.OpDeleteOperation, toolcall.OpWaitOperation, toolcall.OpStreamOperation:
 		// A caller only ever sees their own operations: no action of the
 		// policy is needed (action "").
 		return "", "", true

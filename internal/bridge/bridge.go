@@ -410,6 +410,11 @@ type CallOptions struct {
 	// NoCredit sends the request without flow control: the service
 	// answers without waiting for grants.
 	NoCredit bool
+	// Detached: the call's end never tells the service (no cancel when it
+	// is closed, given up or the bridge shuts down). For a request that
+	// outlives this gateway, a durable operation, whose cancels are sent
+	// by whoever cancels it.
+	Detached bool
 }
 
 // CallWith is CallUntil with options.
@@ -446,7 +451,7 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		id = newID()
 	}
 	c := &Call{b: b, id: id, notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic,
-		deadline: deadline, slot: slot, epoch: b.epoch.Load()}
+		deadline: deadline, slot: slot, epoch: b.epoch.Load(), detached: o.Detached}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
 		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
 	}

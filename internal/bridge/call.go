@@ -23,6 +23,7 @@ type Call struct {
 	b         *Bridge
 	id        string
 	respTopic string        // the response topic of the service called
+	detached  bool          // its end never tells the service (CallOptions.Detached)
 	reqTopic  string        // the request topic it was published on
 	slot      chan struct{} // the service's slots, one of which the call holds (nil: none)
 	epoch     uint64        // the watch's epoch when it was made
@@ -145,7 +146,7 @@ func (c *Call) end(err error, tell bool) {
 	}
 	c.mu.Unlock()
 	switch {
-	case !first || !tell:
+	case !first || !tell || c.detached:
 	case flow != "":
 		c.b.sendGrant(flow, c.id, -1)
 	case !errors.Is(err, context.DeadlineExceeded) || c.sentDeadline.IsZero() || time.Now().Before(c.sentDeadline):

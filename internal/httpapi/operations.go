@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,10 +52,14 @@ func (a *api) serveStart(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 func (a *api) getOperation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if id, ok := strings.CutSuffix(id, ":"+verbStream); ok {
+		a.serveOperationStream(w, r, id)
+		return
+	}
 	if !acceptJSON(w, r) {
 		return
 	}
-	id := r.PathValue("id")
 	if _, verb := splitOpVerb(id); verb != "" {
 		notAllowed(w, r, http.MethodPost)
 		return
@@ -116,9 +121,13 @@ func (a *api) operationVerb(w http.ResponseWriter, r *http.Request) {
 	call := r.PathValue("call")
 	id, verb := splitOpVerb(call)
 	if verb == "" {
+		if strings.HasSuffix(call, ":"+verbStream) {
+			notAllowed(w, r, "GET, HEAD")
+			return
+		}
 		if strings.IndexByte(call, ':') >= 0 {
 			writeStatus(w, http.StatusNotFound, codes.NotFound, "ROUTE_NOT_FOUND",
-				"no such path: "+r.URL.Path+" (POST /v1/operations/{id}:cancel or :wait; see /openapi.json)", nil)
+				"no such path: "+r.URL.Path+" (POST /v1/operations/{id}:cancel or :wait, GET /v1/operations/{id}:stream; see /openapi.json)", nil)
 			return
 		}
 		notAllowed(w, r, "GET, HEAD, DELETE")
@@ -238,4 +247,55 @@ func (a *api) appendOperation(b []byte, op *toolcall.Operation) []byte {
 func writeJSONBytes(w http.ResponseWriter, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
+}
+
+// serveOperationStream serves GET /v1/operations/{id}:stream: the
+// operation's answer chunk by chunk, as NDJSON or Server-Sent Events like
+// :stream of a tool, from the chunk the query's from names, or the one
+// after an SSE client's Last-Event-ID; SSE events carry the chunk's index
+// as their id, so a client that lost its connection resumes where it was,
+// on any gateway.
+func (a *api) serveOperationStream(w http.ResponseWriter, r *http.Request, id string) {
+	ctx := r.Context()
+	sse, ok := streamFormat(r.Header.Get("Accept"))
+	if !ok {
+		notAcceptable(w, r, ContentTypeNDJSON, ContentTypeSSE)
+		return
+	}
+	c := newCall(r, toolcall.OpStreamOperation)
+	c.Name = id
+	from, err := streamFrom(r)
+	if err != nil {
+		a.httpError(ctx, w, r, err)
+		return
+	}
+	c.From = from
+	s := &httpStream{ctx: ctx, w: w, rc: http.NewResponseController(w), sse: sse, ids: true, call: c,
+		heartbeat: a.opts.SSEHeartbeat, log: a.opts.Logger}
+	_, err = a.opts.Handler(ctx, c, s.Send)
+	s.finish(err, func(err error) { setRequestID(w, c); a.httpError(ctx, w, r, err) }, a.m)
+}
+
+// streamFrom reads where an operation's stream starts: the query's from
+// (a chunk index), else the chunk after the Last-Event-ID header's.
+func streamFrom(r *http.Request) (int, error) {
+	q := r.URL.Query()["from"]
+	last := r.Header.Values("Last-Event-ID")
+	switch {
+	case len(q) > 1:
+		return 0, status.Error(codes.InvalidArgument, "from is given more than once; give it once")
+	case len(q) == 1:
+		n, err := strconv.Atoi(q[0])
+		if err != nil || n < 0 {
+			return 0, status.Errorf(codes.InvalidArgument, "from %q: want the index of the first chunk wanted, 0 or more", q[0])
+		}
+		return n, nil
+	case len(last) > 0 && strings.TrimSpace(last[0]) != "":
+		n, err := strconv.Atoi(strings.TrimSpace(last[0]))
+		if err != nil || n < 0 {
+			return 0, status.Errorf(codes.InvalidArgument, "Last-Event-ID %q: want the index of the last chunk received", last[0])
+		}
+		return n + 1, nil
+	}
+	return 0, nil
 }

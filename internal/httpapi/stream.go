@@ -56,6 +56,7 @@ type httpStream struct {
 	w         http.ResponseWriter
 	rc        *http.ResponseController
 	sse       bool
+	ids       bool           // SSE events carry the chunk's index as their id
 	call      *toolcall.Call // for its request id
 	heartbeat time.Duration
 	log       *slog.Logger
@@ -81,6 +82,11 @@ func (s *httpStream) Send(c toolcall.Chunk) error {
 	s.start()
 	b := s.buf[:0]
 	if s.sse {
+		if s.ids {
+			b = append(b, "id: "...)
+			b = strconv.AppendInt(b, c.Index, 10)
+			b = append(b, '\n')
+		}
 		b = append(b, "event: chunk\ndata: "...)
 	}
 	b = appendChunk(b, c)

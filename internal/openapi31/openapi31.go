@@ -241,8 +241,13 @@ func convertOperation(method, path string, op *Object) (*Object, string, error) 
 	if d := op.Str("description"); d != "" {
 		text += "\n\n" + d
 	}
-	if streamOps[id] {
+	switch {
+	case id == "StreamTool":
 		text = streamDescription
+	case streamOps[id]:
+		// The formats of StreamTool's answer, after the first line.
+		_, formats, _ := strings.Cut(streamDescription, "\n")
+		text += "\n" + formats + "\n\nEvents of `text/event-stream` carry the chunk's index as their `id`, so a client that lost its connection resumes on any gateway with `Last-Event-ID`."
 	}
 	out.Set("summary", firstSentence(text))
 	out.Set("description", unwrap(text))
@@ -257,7 +262,7 @@ func convertOperation(method, path string, op *Object) (*Object, string, error) 
 			return nil, "", fmt.Errorf("openapi31: %s: a parameter is not an object", id)
 		}
 		switch in := p.Str("in"); in {
-		case "path", "query":
+		case "path", "query", "header":
 			schema := obj()
 			for _, k := range []string{"type", "format", "enum", "default", "items"} {
 				if v, ok := p.Get(k); ok {

@@ -135,6 +135,7 @@ func TestOperations(t *testing.T) {
 		"DeleteOperation":  "delete /v1/operations/{id}",
 		"CancelOperation":  "post /v1/operations/{id}:cancel",
 		"WaitOperation":    "post /v1/operations/{id}:wait",
+		"StreamOperation":  "get /v1/operations/{id}:stream",
 		"ListToolServices": "get /v1/tool-services",
 		"GetToolService":   "get /v1/tool-services/{id}",
 	}

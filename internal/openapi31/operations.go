@@ -53,6 +53,19 @@ const operationsSwagger = `{
         "tags": ["Operations"]
       }
     },
+    "/v1/operations/{id}:stream": {
+      "get": {
+        "summary": "StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it.",
+        "operationId": "Operations_StreamOperation",
+        "responses": {"200": {"description": "A successful response.", "schema": {"$ref": "#/definitions/StreamToolResponse"}}},
+        "parameters": [
+          {"name": "id", "description": "The operation's id (its name without operations/).", "in": "path", "required": true, "type": "string"},
+          {"name": "from", "description": "The index of the first chunk wanted (default 0: all of them).", "in": "query", "required": false, "type": "integer", "format": "int32"},
+          {"name": "Last-Event-ID", "description": "Server-sent events: the id (chunk index) of the last event received; the stream resumes with the chunk after it. The query's from wins over it.", "in": "header", "required": false, "type": "string"}
+        ],
+        "tags": ["Operations"]
+      }
+    },
     "/v1/operations/{id}:wait": {
       "post": {
         "summary": "WaitOperation answers the caller's operation once it has ended, or as it stands when the timeout passes.",
@@ -98,12 +111,14 @@ var opsErrors = map[string][]int{
 	"DeleteOperation": {401, 403, 404, 405, 406, 429, 500, 503},
 	"CancelOperation": {400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503},
 	"WaitOperation":   {400, 401, 403, 404, 405, 406, 413, 415, 429, 500, 503},
+	"StreamOperation": {400, 401, 403, 404, 405, 406, 429, 500, 503},
 }
 
 func init() {
 	for k, v := range opsErrors {
 		opErrors[k] = v
 	}
+	streamOps["StreamOperation"] = true
 }
 
 // addOperations adds the operations' routes, definitions and tag to the

@@ -29,11 +29,17 @@ var (
 	ErrTooMany = errors.New("too many operations running")
 	// ErrNotReady: the state table has not been read to its end yet.
 	ErrNotReady = errors.New("the operations table is not read yet")
+	// ErrChunksLost: chunks of an operation's answer are missing from the
+	// chunk topic (Stream).
+	ErrChunksLost = errors.New("chunks of the operation's answer are missing")
+	// ErrUnavailable: the broker could not be read (Stream).
+	ErrUnavailable = errors.New("the operation's chunks cannot be read")
 )
 
 // Defaults of Options.
 const (
 	DefaultStateTopic   = "persistent://tg/operations/state"
+	DefaultChunkTopic   = "persistent://tg/operations/chunks"
 	DefaultSubscription = "toolgate-operations"
 	DefaultTTL          = 24 * time.Hour
 	DefaultMaxPerOwner  = 1000
@@ -45,6 +51,14 @@ const (
 	// maxRedeliveries: a reply for an operation no table ever shows is
 	// dropped after this many deliveries.
 	maxRedeliveries = 10
+	// clockSlack: a chunk reader starts this long before the operation's
+	// start, as the gateways' clocks (which stamp the chunks) may differ.
+	clockSlack = 10 * time.Second
+	// lastChunkWait bounds how long Stream waits for the chunks an ended
+	// operation's record announces.
+	lastChunkWait = 30 * time.Second
+	// propLast marks the last chunk of an answer on the chunk topic.
+	propLast = "toolgate-last"
 )
 
 // Bus is what the Manager needs of the broker (transport.Pulsar).
@@ -52,6 +66,8 @@ type Bus interface {
 	Publish(ctx context.Context, topic string, msg transport.Message) error
 	Consume(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(transport.Message) bool) (transport.Subscription, error)
 	Follow(ctx context.Context, topic, name string, apply func(transport.Message), caughtUp func()) error
+	ReadSince(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message) bool) error
+	ReadRange(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message)) error
 }
 
 // Caller publishes a request (the bridge).
@@ -66,8 +82,10 @@ type Options struct {
 	// StateTopic is the state table (DefaultStateTopic); ReplyTopic the
 	// topic requests of operations name in reply-to
 	// (wire.OperationsTopic); Subscription the one subscription of every
-	// gateway to it (DefaultSubscription).
-	StateTopic, ReplyTopic, Subscription string
+	// gateway to it (DefaultSubscription); ChunkTopic the topic the chunks
+	// of answers that come in several messages are kept on, keyed by
+	// operation id (DefaultChunkTopic), for Stream.
+	StateTopic, ReplyTopic, Subscription, ChunkTopic string
 	// TTL is how long an operation is kept after it ended (DefaultTTL).
 	TTL time.Duration
 	// MaxPerOwner bounds one caller's running operations
@@ -104,8 +122,9 @@ type Manager struct {
 }
 
 type partial struct {
-	sb   strings.Builder
-	next int
+	sb      strings.Builder
+	next    int // the sequence number due next
+	written int // chunks written to the chunk topic
 }
 
 // New returns a Manager; Run makes it work.
@@ -118,6 +137,9 @@ func New(bus Bus, calls Caller, opts Options) *Manager {
 	}
 	if opts.Subscription == "" {
 		opts.Subscription = DefaultSubscription
+	}
+	if opts.ChunkTopic == "" {
+		opts.ChunkTopic = DefaultChunkTopic
 	}
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
@@ -297,7 +319,7 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	}
 	// The request outlives the caller's request: it is the operation's.
 	call, err := m.calls.CallWith(context.WithoutCancel(ctx), s.Target, s.Request, s.Deadline,
-		bridge.CallOptions{ID: r.ID, ReplyTo: m.opts.ReplyTopic, NoCredit: true})
+		bridge.CallOptions{ID: r.ID, ReplyTo: m.opts.ReplyTopic, NoCredit: true, Detached: true})
 	if err != nil {
 		if rerr := m.remove(context.WithoutCancel(ctx), r.ID); rerr != nil {
 			m.log.Warn("an operation that could not start stays in the table until its deadline", "id", r.ID, "err", rerr)
@@ -349,13 +371,14 @@ func (m *Manager) await(id string, call *bridge.Call) {
 func (m *Manager) finishLogged(id string, st State, out string, f *Failure) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := m.finish(ctx, id, st, out, f); err != nil {
+	if err := m.finish(ctx, id, st, out, f, 0); err != nil {
 		m.log.Warn("cannot record an operation's end", "id", id, "err", err)
 	}
 }
 
-// finish records id's end unless it has ended already.
-func (m *Manager) finish(ctx context.Context, id string, st State, out string, f *Failure) error {
+// finish records id's end unless it has ended already; chunks is how
+// many chunks of the answer are on the chunk topic.
+func (m *Manager) finish(ctx context.Context, id string, st State, out string, f *Failure, chunks int) error {
 	r, ok, _ := m.lookup(id)
 	now := time.Now()
 	if !ok || r.Now(now).Finished() {
@@ -364,7 +387,7 @@ func (m *Manager) finish(ctx context.Context, id string, st State, out string, f
 	if len(out) > m.opts.MaxOutput {
 		st, out, f = Failed, "", &Failure{Reason: ReasonTooLarge, Message: fmt.Sprintf("the output is larger than the %d bytes an operation keeps", m.opts.MaxOutput)}
 	}
-	r.State, r.Output, r.Failure, r.EndMS = st, out, f, now.UnixMilli()
+	r.State, r.Output, r.Failure, r.EndMS, r.Chunks = st, out, f, now.UnixMilli(), chunks
 	if err := m.put(ctx, r); err != nil {
 		return err
 	}
@@ -440,23 +463,32 @@ func (m *Manager) onReply(msg transport.Message) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	p := m.partial[id]
+	if p == nil {
+		p = &partial{}
+		if s := msg.Properties[wire.PropSeq]; s != "" && s != "0" {
+			// Replies of this operation went to another gateway before
+			// (it stopped): the chunks it kept are the answer so far.
+			if err := m.rejoin(ctx, r, p); err != nil {
+				m.log.Warn("cannot read the chunks kept of an operation taken over; the reply will come again", "id", id, "err", err)
+				return false
+			}
+		}
+		m.partial[id] = p
+	}
 	end := func(st State, out string, f *Failure) bool {
-		delete(m.partial, id)
-		if err := m.finish(ctx, id, st, out, f); err != nil {
+		if err := m.finish(ctx, id, st, out, f, p.written); err != nil {
 			m.log.Warn("cannot record an operation's end; the reply will come again", "id", id, "err", err)
 			return false
 		}
+		delete(m.partial, id)
 		return true
 	}
 	resp, err := wire.DecodeResponse(msg.Payload)
 	if err != nil {
 		return end(Failed, "", &Failure{Reason: ReasonBadReply, Message: "the tool service sent a malformed reply"})
 	}
-	p := m.partial[id]
-	if p == nil {
-		p = &partial{}
-		m.partial[id] = p
-	}
+	seq := -1
 	if s := msg.Properties[wire.PropSeq]; s != "" {
 		n, err := strconv.Atoi(s)
 		switch {
@@ -467,19 +499,71 @@ func (m *Manager) onReply(msg transport.Message) bool {
 		case n > p.next:
 			return end(Failed, "", &Failure{Reason: ReasonLost, Message: fmt.Sprintf("%d reply message(s) of this operation were lost", n-p.next)})
 		}
-		p.next = n + 1
+		seq = n
 	}
 	if resp.Error != nil {
 		return end(Failed, "", &Failure{Type: resp.Error.Type, Message: resp.Error.Message})
 	}
-	p.sb.WriteString(resp.Response)
-	if p.sb.Len() > m.opts.MaxOutput {
+	if p.sb.Len()+len(resp.Response) > m.opts.MaxOutput {
 		return end(Failed, "", &Failure{Reason: ReasonTooLarge, Message: fmt.Sprintf("the output is larger than the %d bytes an operation keeps", m.opts.MaxOutput)})
 	}
+	// An answer in several messages is kept chunk by chunk for Stream; one
+	// in a single message is all in the record.
+	if !resp.EndOfStream || p.written > 0 {
+		if err := m.writeChunk(ctx, id, p.written, resp.Response, resp.EndOfStream); err != nil {
+			m.log.Warn("cannot keep a chunk of an operation's answer; the reply will come again", "id", id, "chunk", p.written, "err", err)
+			return false
+		}
+		p.written++
+	}
+	if seq >= 0 {
+		p.next = seq + 1
+	}
+	p.sb.WriteString(resp.Response)
 	if !resp.EndOfStream {
 		return true
 	}
 	return end(Done, p.sb.String(), nil)
+}
+
+// rejoin fills p with the chunks of r's answer kept on the chunk topic:
+// the longest run from chunk 0, the sequence number due next being the
+// chunk's (the Go SDK numbers an answer's messages from 0, one chunk
+// each).
+func (m *Manager) rejoin(ctx context.Context, r Record, p *partial) error {
+	kept := map[int]string{}
+	err := m.bus.ReadRange(ctx, m.opts.ChunkTopic, "toolgate-operation-rejoin", time.UnixMilli(r.CreateMS).Add(-clockSlack), func(msg transport.Message) {
+		if msg.Key != r.ID {
+			return
+		}
+		if i, err := strconv.Atoi(msg.Properties[wire.PropSeq]); err == nil && i >= 0 {
+			kept[i] = string(msg.Payload)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for {
+		text, ok := kept[p.written]
+		if !ok {
+			break
+		}
+		p.sb.WriteString(text)
+		p.written++
+	}
+	p.next = p.written
+	m.log.Info("operation taken over: chunks kept so far rejoined", "id", r.ID, "chunks", p.written)
+	return nil
+}
+
+// writeChunk keeps chunk i of operation id's answer on the chunk topic,
+// waiting for the broker's receipt.
+func (m *Manager) writeChunk(ctx context.Context, id string, i int, text string, last bool) error {
+	props := map[string]string{wire.PropSeq: strconv.Itoa(i)}
+	if last {
+		props[propLast] = "true"
+	}
+	return m.bus.Publish(ctx, m.opts.ChunkTopic, transport.Message{Key: id, Payload: []byte(text), Properties: props})
 }
 
 // recordOf returns id's record, waiting up to lagWait for it to reach the
@@ -568,7 +652,7 @@ func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) 
 	if err != nil {
 		return Record{}, err
 	}
-	if err := m.finish(ctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}); err != nil {
+	if err := m.finish(ctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}, 0); err != nil {
 		return Record{}, err
 	}
 	got, err := m.Get(owner, id)
@@ -673,4 +757,120 @@ func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// Stream hands owner's operation id's answer to emit chunk by chunk, in
+// order and each once, from chunk from on: the chunks kept so far, then
+// each as it comes, until the last. Any gateway can serve it: the chunks
+// are read from the chunk topic. An answer that came in one message is
+// one chunk (index 0), emitted once the operation is done. Stream returns
+// the record as it stands at the end: an operation that failed, was
+// cancelled or passed its deadline ends the stream after the chunks
+// recorded before that, and the caller reports the record's failure. The
+// error is emit's, ctx's, ErrNotFound (also when the operation is
+// deleted meanwhile), ErrChunksLost or ErrUnavailable.
+func (m *Manager) Stream(ctx context.Context, owner, id string, from int, emit func(i int, text string, last bool) error) (Record, error) {
+	r, err := m.Get(owner, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if r.Finished() && r.Chunks == 0 {
+		if r.State == Done && from == 0 {
+			return r, emit(0, r.Output, true)
+		}
+		return r, nil
+	}
+	type chunk struct {
+		i    int
+		text string
+		last bool
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chunks := make(chan chunk, 64)
+	readErr := make(chan error, 1)
+	since := time.UnixMilli(r.CreateMS).Add(-clockSlack)
+	go func() {
+		readErr <- m.bus.ReadSince(rctx, m.opts.ChunkTopic, "toolgate-operation-stream", since, func(msg transport.Message) bool {
+			if msg.Key != id {
+				return true
+			}
+			i, err := strconv.Atoi(msg.Properties[wire.PropSeq])
+			if err != nil || i < 0 {
+				m.log.Warn("operation chunk without a valid index ignored", "id", id, "index", msg.Properties[wire.PropSeq])
+				return true
+			}
+			select {
+			case chunks <- chunk{i: i, text: string(msg.Payload), last: msg.Properties[propLast] == "true"}:
+				return true
+			case <-rctx.Done():
+				return false
+			}
+		})
+	}()
+	next := 0 // the chunk due next from the topic
+	var endedAt time.Time
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	for {
+		_, _, changed := m.lookup(id) // before the read: no change is missed
+		r, err = m.Get(owner, id)
+		if err != nil {
+			return Record{}, err
+		}
+		if r.Finished() {
+			switch {
+			case r.State == Done && r.Chunks == 0 && next == 0:
+				// Answered in one message after all.
+				if from == 0 {
+					return r, emit(0, r.Output, true)
+				}
+				return r, nil
+			case r.State != Done && next >= r.Chunks:
+				return r, nil
+			}
+			if endedAt.IsZero() {
+				endedAt = time.Now()
+			}
+		}
+		if r.Finished() {
+			wake.Reset(time.Until(endedAt.Add(lastChunkWait)))
+		} else {
+			// The deadline passing changes the record without a message.
+			wake.Reset(time.Until(time.UnixMilli(r.DeadlineMS+deadlineSlackMS+1)) + time.Millisecond)
+		}
+		select {
+		case c := <-chunks:
+			switch {
+			case c.i < next:
+				continue // written twice (a gateway stopped between writing it and acknowledging its reply)
+			case c.i > next:
+				return r, fmt.Errorf("%w: chunk %d came after %d", ErrChunksLost, c.i, next-1)
+			}
+			next++
+			if c.i >= from {
+				if err := emit(c.i, c.text, c.last); err != nil {
+					return r, err
+				}
+			}
+			if c.last {
+				return r, nil
+			}
+		case <-changed:
+		case <-wake.C:
+			if !endedAt.IsZero() && time.Since(endedAt) >= lastChunkWait {
+				return r, fmt.Errorf("%w: the operation ended with %d chunks, %d of them found", ErrChunksLost, r.Chunks, next)
+			}
+		case err := <-readErr:
+			if ctx.Err() != nil {
+				return r, ctx.Err()
+			}
+			if err == nil {
+				err = errors.New("the reader stopped")
+			}
+			return r, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+	}
 }

@@ -68,6 +68,11 @@ type Record struct {
 	// cancels or deletes the running operation tells the service on its
 	// cancel topic (wire.CancelTopic), whichever gateway started it.
 	Topic string `json:"topic,omitempty"`
+	// Chunks is how many chunks of the answer are on the chunk topic
+	// (Options.ChunkTopic), set when the operation ends: 0 when the answer
+	// came in one message (Output is all there is), or when it ended
+	// without chunks recorded.
+	Chunks int `json:"chunks,omitempty"`
 }
 
 // Finished reports whether the record is in a final state.
@@ -109,6 +114,8 @@ func decodeRecord(key string, b []byte) (Record, error) {
 		return r, fmt.Errorf("%w: id %q under key %q", errBadRecord, r.ID, key)
 	case r.Owner == "" || len(r.Owner) > maxOwnerBytes || len(r.Tool) > maxToolNameBytes || len(r.Topic) > maxTopicBytes:
 		return r, fmt.Errorf("%w: owner or tool missing, or owner, tool or topic too long", errBadRecord)
+	case r.Chunks < 0:
+		return r, fmt.Errorf("%w: %d chunks", errBadRecord, r.Chunks)
 	}
 	switch r.State {
 	case Running, Done, Failed, Cancelled:

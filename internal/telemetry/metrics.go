@@ -262,7 +262,7 @@ func (m *Metrics) Middleware() toolcall.Middleware {
 			method, tool := c.MethodName(), m.toolLabel(c.Name)
 			switch c.Op {
 			case toolcall.OpGetService, toolcall.OpGetOperation, toolcall.OpCancelOperation,
-				toolcall.OpDeleteOperation, toolcall.OpWaitOperation:
+				toolcall.OpDeleteOperation, toolcall.OpWaitOperation, toolcall.OpStreamOperation:
 				tool = "" // Name is a service or operation id
 			}
 			s := m.seriesFor(method, tool)

@@ -42,6 +42,9 @@ const (
 	OpCancelOperation // cancel one
 	OpDeleteOperation // delete one
 	OpWaitOperation   // one, once done or when Timeout passes
+	// OpStreamOperation emits an operation's answer chunk by chunk from
+	// chunk From, kept and live (REST's GET /v1/operations/{id}:stream).
+	OpStreamOperation
 )
 
 // Method names of the ops: the gRPC full method names of the ToolService,
@@ -61,6 +64,8 @@ const (
 	MethodCancelOperation = "/google.longrunning.Operations/CancelOperation"
 	MethodDeleteOperation = "/google.longrunning.Operations/DeleteOperation"
 	MethodWaitOperation   = "/google.longrunning.Operations/WaitOperation"
+	// MethodStreamOperation has no gRPC method: REST serves it alone.
+	MethodStreamOperation = "rest/StreamOperation"
 )
 
 // Method is op's ToolService method name.
@@ -90,6 +95,8 @@ func (op Op) Method() string {
 		return MethodDeleteOperation
 	case OpWaitOperation:
 		return MethodWaitOperation
+	case OpStreamOperation:
+		return MethodStreamOperation
 	}
 	return ""
 }
@@ -147,6 +154,8 @@ type Call struct {
 	PageToken string
 	// Filter narrows OpListOperations: "", "done=true" or "done=false".
 	Filter string
+	// From is the first chunk OpStreamOperation emits (0: all).
+	From int
 	// Header is the request's metadata (never nil once a door built the
 	// call: NoHeader).
 	Header Header
@@ -220,7 +229,8 @@ type Operation struct {
 	Err    error
 }
 
-// Handler serves a call. emit is nil but for OpStream.
+// Handler serves a call. emit is nil but for OpStream and
+// OpStreamOperation.
 type Handler func(ctx context.Context, c *Call, emit Emit) (Result, error)
 
 // Middleware wraps a Handler with what every call goes through.

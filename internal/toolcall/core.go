@@ -113,8 +113,8 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 			return Result{}, err
 		}
 		return Result{Services: svcs[start:end], NextPageToken: next, RegistryVersion: snap.Version}, nil
-	case OpStartTool, OpGetOperation, OpListOperations, OpCancelOperation, OpDeleteOperation, OpWaitOperation:
-		return s.operation(ctx, c)
+	case OpStartTool, OpGetOperation, OpListOperations, OpCancelOperation, OpDeleteOperation, OpWaitOperation, OpStreamOperation:
+		return s.operation(ctx, c, emit)
 	case OpGetService:
 		sv, ok := s.reg.Snapshot().Service(c.Name)
 		if !ok {

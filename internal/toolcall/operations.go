@@ -21,6 +21,7 @@ type Operations interface {
 	Cancel(ctx context.Context, owner, id string) (operations.Record, error)
 	Delete(ctx context.Context, owner, id string) error
 	Wait(ctx context.Context, owner, id string, timeout time.Duration) (operations.Record, error)
+	Stream(ctx context.Context, owner, id string, from int, emit func(i int, text string, last bool) error) (operations.Record, error)
 }
 
 // Bounds of OpWaitOperation's timeout.
@@ -33,7 +34,7 @@ const (
 // caller's (or does not exist: the two are not told apart).
 const ReasonOperationNotFound = "OPERATION_NOT_FOUND"
 
-func (s *Core) operation(ctx context.Context, c *Call) (Result, error) {
+func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error) {
 	ops := s.opts.Operations
 	if ops == nil {
 		return Result{}, status.Error(codes.Unimplemented, "durable operations are not enabled on this gateway (--operations)")
@@ -92,6 +93,26 @@ func (s *Core) operation(ctx context.Context, c *Call) (Result, error) {
 			timeout = min(c.Timeout, MaxWaitTimeout)
 		}
 		rec, err = ops.Wait(ctx, owner, c.Name, timeout)
+	case OpStreamOperation:
+		if emit == nil {
+			return Result{}, status.Error(codes.Internal, "a stream of an operation without a receiver")
+		}
+		if c.From < 0 {
+			return Result{}, status.Errorf(codes.InvalidArgument, "from %d: the first chunk wanted is 0 or more", c.From)
+		}
+		var emitErr error
+		rec, err = ops.Stream(ctx, owner, c.Name, c.From, func(i int, text string, last bool) error {
+			emitErr = emit(Chunk{Text: text, Index: int64(i), Last: last})
+			return emitErr
+		})
+		switch {
+		case err != nil && ((emitErr != nil && errors.Is(err, emitErr)) || ctx.Err() != nil):
+			return Result{}, err // the door's client went away
+		case err == nil && rec.Finished() && rec.State != operations.Done:
+			return Result{}, s.present(ctx, rec).Err
+		case err == nil:
+			return Result{}, nil
+		}
 	}
 	if err != nil {
 		return Result{}, opError(err, c.Name)
@@ -110,6 +131,10 @@ func opError(err error, id string) error {
 		return gatewayError(codes.ResourceExhausted, "TOO_MANY_OPERATIONS", err.Error()+"; wait for some to finish", nil)
 	case errors.Is(err, operations.ErrNotReady):
 		return gatewayError(codes.Unavailable, "OPERATIONS_NOT_READY", "the gateway has not read the operations table yet; retry shortly", nil)
+	case errors.Is(err, operations.ErrChunksLost):
+		return gatewayError(codes.DataLoss, "CHUNKS_LOST", err.Error(), map[string]string{"operation": id})
+	case errors.Is(err, operations.ErrUnavailable):
+		return gatewayError(codes.Unavailable, "BROKER_UNAVAILABLE", "the operation's answer cannot be read: the message broker cannot be reached; retry from the last chunk received", map[string]string{"operation": id})
 	}
 	if _, ok := status.FromError(err); ok {
 		return err

@@ -754,3 +754,62 @@ func tableMessage(m pulsar.Message) Message {
 	}
 	return msg
 }
+
+// ReadSince reads topic in full (not its compacted view) from the first
+// message published at since or later, and then every message as it
+// comes, handing each to apply until apply returns false (ReadSince then
+// returns nil), ctx ends (nil) or the reader fails.
+func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.Time, apply func(Message) bool) error {
+	r, err := b.client.CreateReader(pulsar.ReaderOptions{
+		Topic:             topic,
+		StartMessageID:    pulsar.EarliestMessageID(),
+		Name:              name,
+		ReceiverQueueSize: 256,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+	}
+	defer r.Close()
+	if err := r.SeekByTime(since); err != nil {
+		return fmt.Errorf("%w: read %s from %s: %w", ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
+	}
+	for {
+		m, err := r.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read %s: %w", topic, err)
+		}
+		if !apply(tableMessage(m)) {
+			return nil
+		}
+	}
+}
+
+// ReadRange reads topic in full (not its compacted view) from the first
+// message published at since or later to the last one there when it
+// started, handing each to apply.
+func (b *Pulsar) ReadRange(ctx context.Context, topic, name string, since time.Time, apply func(Message)) error {
+	r, err := b.client.CreateReader(pulsar.ReaderOptions{
+		Topic:             topic,
+		StartMessageID:    pulsar.EarliestMessageID(),
+		Name:              name,
+		ReceiverQueueSize: 256,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+	}
+	defer r.Close()
+	if err := r.SeekByTime(since); err != nil {
+		return fmt.Errorf("%w: read %s from %s: %w", ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
+	}
+	for r.HasNext() {
+		m, err := r.Next(ctx)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", topic, err)
+		}
+		apply(tableMessage(m))
+	}
+	return ctx.Err()
+}

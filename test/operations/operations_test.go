@@ -42,9 +42,16 @@ func setup(t *testing.T) []string {
 // setupWith is setup with the service's handler h in place of echo's.
 func setupWith(t *testing.T, h toolservice.Handler) []string {
 	t.Helper()
+	return setupService(t, 0, h)
+}
+
+// setupService is setupWith with the service running up to
+// maxConcurrency calls at once (0: the SDK's default).
+func setupService(t *testing.T, maxConcurrency int, h toolservice.Handler) []string {
+	t.Helper()
 	brokertest.RequirePulsar(t)
 	topic := brokertest.UniqueTopic("opsecho")
-	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: topic, PulsarURL: brokertest.PulsarURL()}, h)
+	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: topic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: maxConcurrency}, h)
 	if err != nil {
 		t.Fatal(err)
 	}

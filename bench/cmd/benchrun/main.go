@@ -91,6 +91,10 @@ type Config struct {
 	Doors            []string `json:"doors,omitempty"`
 	DoorsConcurrency int      `json:"doors_concurrency,omitempty"`
 	DoorsWindows     int      `json:"doors_windows,omitempty"`
+	// OpsConcurrency and OpsWindows shape the operations phase (ops.go);
+	// 0 skips it.
+	OpsConcurrency int `json:"operations_concurrency,omitempty"`
+	OpsWindows     int `json:"operations_windows,omitempty"`
 }
 
 type env struct {
@@ -132,7 +136,7 @@ func main() {
 	var duration, warmup time.Duration
 	var paced float64
 	var concs, modes, profile, interleave, doors string
-	var doorsConc int
+	var doorsConc, opsConc int
 	var slices int
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
 	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (about 2 min)")
@@ -146,6 +150,7 @@ func main() {
 	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
 	fs.StringVar(&doors, "doors", "rest,mcp,mcp-2026,connect,grpc", "after each repetition, these doors take turns on one gateway (\"off\" skips): rest, mcp (protocol 2025-11-25), mcp-2026 (2026-07-28), connect, grpcweb, grpc")
 	fs.IntVar(&doorsConc, "doors-concurrency", 64, "concurrency of the doors phase")
+	fs.IntVar(&opsConc, "operations-concurrency", 16, "after each repetition, plain REST invokes and the same calls as durable operations take turns on one gateway at this concurrency (0 skips)")
 	fs.IntVar(&slices, "interleave-windows", 4, "windows per server and concurrency in the interleaved phase (each -duration / this long)")
 	fs.StringVar(&profile, "profile", "auto", "pprof the gateway under grpc and rest load at concurrency 64: on, off, auto (= on unless -quick)")
 	fs.StringVar(&e.repo, "repo", ".", "repository root")
@@ -222,6 +227,9 @@ func main() {
 		if !hasREST {
 			fatalf("-doors: the doors are compared with rest, which must be one of them")
 		}
+	}
+	if opsConc > 0 {
+		c.OpsConcurrency, c.OpsWindows = opsConc, 2*max(slices, 1)
 	}
 	switch profile {
 	case "on":
@@ -331,6 +339,9 @@ func (e *env) run(ctx context.Context) error {
 			return err
 		}
 		if err := e.doorsRep(ctx, rep, r); err != nil {
+			return err
+		}
+		if err := e.opsRep(ctx, rep, r); err != nil {
 			return err
 		}
 		if err := e.interleavedRep(ctx, rep, r); err != nil {

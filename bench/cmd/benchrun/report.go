@@ -139,8 +139,13 @@ type Report struct {
 	InterleavedSamples []*Sample `json:"interleaved_samples,omitempty"`
 	// DoorSamples are the doors phase's windows (doors.go); Doors its
 	// summary.
-	DoorSamples []*Sample        `json:"door_samples,omitempty"`
-	Doors       []DoorRow        `json:"doors,omitempty"`
+	DoorSamples []*Sample `json:"door_samples,omitempty"`
+	Doors       []DoorRow `json:"doors,omitempty"`
+	// OpsSamples and OpsBus are the operations phase's windows and what
+	// they wrote to the broker (ops.go); Ops its summary.
+	OpsSamples  []*Sample        `json:"operation_samples,omitempty"`
+	OpsBus      []OpsBus         `json:"operation_bus,omitempty"`
+	Ops         *OpsRow          `json:"operations,omitempty"`
 	Interleaved []InterleavedRow `json:"interleaved,omitempty"`
 }
 
@@ -375,6 +380,7 @@ func (r *Report) summarize() {
 	r.summarizePaced()
 	r.summarizeInterleaved()
 	r.summarizeDoors()
+	r.summarizeOps()
 	r.summarizeGoals()
 }
 
@@ -608,6 +614,7 @@ func (r *Report) markdown() string {
 
 	r.floorMarkdown(&b)
 	r.doorsMarkdown(&b)
+	r.opsMarkdown(&b)
 
 	if len(r.Streaming) > 0 {
 		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); `rest-stream` reads NDJSON, `rest-sse` Server-Sent Events; chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)

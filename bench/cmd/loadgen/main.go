@@ -89,7 +89,7 @@ type (
 func main() {
 	var o Options
 	fs := flag.NewFlagSet("loadgen", flag.ExitOnError)
-	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | connect | grpcweb | direct-stream | grpc-stream | rest-stream (NDJSON) | rest-sse | connect-stream | mcp (protocol 2025-11-25) | mcp-2026 (protocol 2026-07-28) | inflight")
+	fs.StringVar(&o.Mode, "mode", "grpc", "direct | grpc | rest | connect | grpcweb | direct-stream | grpc-stream | rest-stream (NDJSON) | rest-sse | connect-stream | mcp (protocol 2025-11-25) | mcp-2026 (protocol 2026-07-28) | operation (REST :start, then :wait until done; the gateway needs --operations) | inflight")
 	fs.IntVar(&o.Concurrency, "concurrency", 16, "calls in flight at once (workers); for inflight: calls to park")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&o.Warmup, "warmup", 2*time.Second, "load before the window, not counted")
@@ -190,6 +190,8 @@ func newCaller(ctx context.Context, o Options) (Caller, error) {
 		return newConnect(o, msg, true, false)
 	case "grpcweb":
 		return newConnect(o, msg, false, true)
+	case "operation":
+		return newOperation(o, msg), nil
 	}
 	return nil, fmt.Errorf("unknown mode %q", o.Mode)
 }

@@ -496,6 +496,15 @@ type ListOperationsParams struct {
 // ListOperationsParamsFilter defines parameters for ListOperations.
 type ListOperationsParamsFilter string
 
+// StreamOperationParams defines parameters for StreamOperation.
+type StreamOperationParams struct {
+	// From The index of the first chunk wanted (default 0: all of them).
+	From *int32 `form:"from,omitempty" json:"from,omitempty"`
+
+	// LastEventID Server-sent events: the id (chunk index) of the last event received; the stream resumes with the chunk after it. The query's from wins over it.
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // ListToolServicesParams defines parameters for ListToolServices.
 type ListToolServicesParams struct {
 	// PageSize The most descriptors to return; 0 means 50, and values above 1000 are treated as 1000.
@@ -848,6 +857,20 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/operations/{id}:cancel (the `CancelOperation` operationId).
 	CancelOperation(ctx context.Context, id string, body CancelOperationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// StreamOperation StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it.
+	//
+	// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
+	//
+	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
+	//
+	// Events of `text/event-stream` carry the chunk's index as their `id`, so a client that lost its connection resumes on any gateway with `Last-Event-ID`.
+	//
+	// Corresponds with GET /v1/operations/{id}:stream (the `StreamOperation` operationId).
+	StreamOperation(ctx context.Context, id string, params *StreamOperationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// WaitOperationWithBody WaitOperation answers the caller's operation once it has ended, or as it stands when the timeout passes.
 	//
 	// Takes any type of body and a specified content type.
@@ -1016,6 +1039,30 @@ func (c *Client) CancelOperationWithBody(ctx context.Context, id string, content
 // Corresponds with POST /v1/operations/{id}:cancel (the `CancelOperation` operationId).
 func (c *Client) CancelOperation(ctx context.Context, id string, body CancelOperationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelOperationRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// StreamOperation StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it.
+//
+// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
+//
+// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
+//
+// Events of `text/event-stream` carry the chunk's index as their `id`, so a client that lost its connection resumes on any gateway with `Last-Event-ID`.
+//
+// Corresponds with GET /v1/operations/{id}:stream (the `StreamOperation` operationId).
+func (c *Client) StreamOperation(ctx context.Context, id string, params *StreamOperationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamOperationRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1433,6 +1480,82 @@ func NewCancelOperationRequestWithBody(server string, id string, contentType str
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewStreamOperationRequest constructs an http.Request for the StreamOperation method
+func NewStreamOperationRequest(server string, id string, params *StreamOperationParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/operations/%s:stream", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.From != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -1903,6 +2026,22 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/operations/{id}:cancel (the `CancelOperation` operationId).
 	CancelOperationWithResponse(ctx context.Context, id string, body CancelOperationJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelOperationReply, error)
+
+	// StreamOperationWithResponse StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it.
+	//
+	// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
+	//
+	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
+	//
+	// Events of `text/event-stream` carry the chunk's index as their `id`, so a client that lost its connection resumes on any gateway with `Last-Event-ID`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/operations/{id}:stream (the `StreamOperation` operationId).
+	StreamOperationWithResponse(ctx context.Context, id string, params *StreamOperationParams, reqEditors ...RequestEditorFn) (*StreamOperationReply, error)
 
 	// WaitOperationWithBodyWithResponse WaitOperation answers the caller's operation once it has ended, or as it stands when the timeout passes.
 	//
@@ -2498,6 +2637,124 @@ func (r CancelOperationReply) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelOperationReply) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// StreamOperationReply405Headers the declared response headers of an HTTP 405 response for StreamOperation
+type StreamOperationReply405Headers struct {
+	Allow *string
+}
+
+// StreamOperationReply429Headers the declared response headers of an HTTP 429 response for StreamOperation
+type StreamOperationReply429Headers struct {
+	RetryAfter *int
+}
+
+type StreamOperationReply struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
+	// JSON406 the response for an HTTP 406 `application/json` response
+	JSON406 *NotAcceptable
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *StreamOperationReply405Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StreamOperationReply429Headers
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r StreamOperationReply) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r StreamOperationReply) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r StreamOperationReply) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r StreamOperationReply) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r StreamOperationReply) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
+}
+
+// GetJSON406 returns the response for an HTTP 406 `application/json` response
+func (r StreamOperationReply) GetJSON406() *NotAcceptable {
+	return r.JSON406
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r StreamOperationReply) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r StreamOperationReply) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r StreamOperationReply) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r StreamOperationReply) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamOperationReply) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamOperationReply) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamOperationReply) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamOperationReply) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3604,6 +3861,28 @@ func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, i
 	return ParseCancelOperationReply(rsp)
 }
 
+// StreamOperationWithResponse StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it.
+//
+// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
+//
+// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
+//
+// Events of `text/event-stream` carry the chunk's index as their `id`, so a client that lost its connection resumes on any gateway with `Last-Event-ID`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/operations/{id}:stream (the `StreamOperation` operationId).
+func (c *ClientWithResponses) StreamOperationWithResponse(ctx context.Context, id string, params *StreamOperationParams, reqEditors ...RequestEditorFn) (*StreamOperationReply, error) {
+	rsp, err := c.StreamOperation(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamOperationReply(rsp)
+}
+
 // WaitOperationWithBodyWithResponse WaitOperation answers the caller's operation once it has ended, or as it stands when the timeout passes.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -4238,6 +4517,118 @@ func ParseCancelOperationReply(rsp *http.Response) (*CancelOperationReply, error
 		response.Headers405 = &headers
 	case rsp.StatusCode == 429:
 		var headers CancelOperationReply429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseStreamOperationReply parses an HTTP response from a StreamOperationWithResponse call
+func ParseStreamOperationReply(rsp *http.Response) (*StreamOperationReply, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamOperationReply{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 406:
+		var dest NotAcceptable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON406 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 405:
+		var headers StreamOperationReply405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		response.Headers405 = &headers
+	case rsp.StatusCode == 429:
+		var headers StreamOperationReply429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

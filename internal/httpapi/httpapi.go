@@ -236,6 +236,9 @@ func (a *api) allowed(path string) string {
 		if _, verb := splitOpVerb(rest); verb != "" {
 			return http.MethodPost
 		}
+		if strings.HasSuffix(rest, ":"+verbStream) {
+			return get
+		}
 		return "GET, HEAD, DELETE"
 	}
 	if rest, ok := strings.CutPrefix(path, "/v1/tool-services/"); ok && rest != "" && !strings.Contains(rest, "/") {

@@ -251,7 +251,7 @@ func writeJSONBytes(w http.ResponseWriter, b []byte) {
 
 // serveOperationStream serves GET /v1/operations/{id}:stream: the
 // operation's answer chunk by chunk, as NDJSON or Server-Sent Events like
-// :stream of a tool, from the chunk the query's from names, or the one
+// :stream of a tool, from the chunk the query's from_chunk names, or the one
 // after an SSE client's Last-Event-ID; SSE events carry the chunk's index
 // as their id, so a client that lost its connection resumes where it was,
 // on any gateway.
@@ -276,18 +276,18 @@ func (a *api) serveOperationStream(w http.ResponseWriter, r *http.Request, id st
 	s.finish(err, func(err error) { setRequestID(w, c); a.httpError(ctx, w, r, err) }, a.m)
 }
 
-// streamFrom reads where an operation's stream starts: the query's from
-// (a chunk index), else the chunk after the Last-Event-ID header's.
+// streamFrom reads where an operation's stream starts: the query's
+// from_chunk (a chunk index), else the chunk after the Last-Event-ID header's.
 func streamFrom(r *http.Request) (int, error) {
-	q := r.URL.Query()["from"]
+	q := r.URL.Query()["from_chunk"]
 	last := r.Header.Values("Last-Event-ID")
 	switch {
 	case len(q) > 1:
-		return 0, status.Error(codes.InvalidArgument, "from is given more than once; give it once")
+		return 0, status.Error(codes.InvalidArgument, "from_chunk is given more than once; give it once")
 	case len(q) == 1:
 		n, err := strconv.Atoi(q[0])
 		if err != nil || n < 0 {
-			return 0, status.Errorf(codes.InvalidArgument, "from %q: want the index of the first chunk wanted, 0 or more", q[0])
+			return 0, status.Errorf(codes.InvalidArgument, "from_chunk %q: want the index of the first chunk wanted, 0 or more", q[0])
 		}
 		return n, nil
 	case len(last) > 0 && strings.TrimSpace(last[0]) != "":

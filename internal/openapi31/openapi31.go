@@ -264,7 +264,7 @@ func convertOperation(method, path string, op *Object) (*Object, string, error) 
 		switch in := p.Str("in"); in {
 		case "path", "query", "header":
 			schema := obj()
-			for _, k := range []string{"type", "format", "enum", "default", "items"} {
+			for _, k := range []string{"type", "format", "enum", "default", "items", "minimum", "pattern"} {
 				if v, ok := p.Get(k); ok {
 					schema.Set(k, convertSchema(v))
 				}

@@ -60,8 +60,8 @@ const operationsSwagger = `{
         "responses": {"200": {"description": "A successful response.", "schema": {"$ref": "#/definitions/StreamToolResponse"}}},
         "parameters": [
           {"name": "id", "description": "The operation's id (its name without operations/).", "in": "path", "required": true, "type": "string"},
-          {"name": "from", "description": "The index of the first chunk wanted (default 0: all of them).", "in": "query", "required": false, "type": "integer", "format": "int32"},
-          {"name": "Last-Event-ID", "description": "Server-sent events: the id (chunk index) of the last event received; the stream resumes with the chunk after it. The query's from wins over it.", "in": "header", "required": false, "type": "string"}
+          {"name": "from_chunk", "description": "The index of the first chunk wanted (default 0: all of them).", "in": "query", "required": false, "type": "integer", "format": "int32", "minimum": 0},
+          {"name": "Last-Event-ID", "description": "Server-sent events: the id (chunk index) of the last event received; the stream resumes with the chunk after it. The query's from_chunk wins over it.", "in": "header", "required": false, "type": "string", "pattern": "^[0-9]{0,9}$"}
         ],
         "tags": ["Operations"]
       }

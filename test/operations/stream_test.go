@@ -24,7 +24,7 @@ type opChunk struct {
 }
 
 // openOpStream sends GET base/v1/operations/{id}:stream (with query, e.g.
-// "?from=5") as alice, with the Accept and Last-Event-ID headers given.
+// "?from_chunk=5") as alice, with the Accept and Last-Event-ID headers given.
 func openOpStream(t *testing.T, base, id, query, accept, lastEventID string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/v1/operations/"+id+":stream"+query, nil)
@@ -193,7 +193,7 @@ func TestOperationStreamResumesOnAnotherGateway(t *testing.T) {
 	if code != http.StatusOK || out == nil || !strings.HasPrefix(out["output"].(string), "0,1,2,") || !strings.HasSuffix(out["output"].(string), ",998,999") {
 		t.Fatalf("the operation after its stream: %d %v", code, doneOp)
 	}
-	resp = openOpStream(t, aBase, id, "?from=995", "application/x-ndjson", "")
+	resp = openOpStream(t, aBase, id, "?from_chunk=995", "application/x-ndjson", "")
 	body, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
@@ -227,9 +227,9 @@ func TestOperationStreamResumesOnAnotherGateway(t *testing.T) {
 		t.Fatalf("the stream of a failed operation: %d %s", resp.StatusCode, body)
 	}
 	// A bad from is INVALID_ARGUMENT.
-	resp = openOpStream(t, bBase, id, "?from=-1", "application/x-ndjson", "")
+	resp = openOpStream(t, bBase, id, "?from_chunk=-1", "application/x-ndjson", "")
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("from=-1: %d, want 400", resp.StatusCode)
+		t.Fatalf("from_chunk=-1: %d, want 400", resp.StatusCode)
 	}
 }

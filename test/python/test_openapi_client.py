@@ -159,7 +159,7 @@ def test_served_spec_is_the_checked_in_one(spec):
     assert ops == {
         "ListTools", "GetTool", "InvokeTool",
         "StreamTool", "StartTool", "ListToolServices", "GetToolService",
-        "ListOperations", "GetOperation", "DeleteOperation", "CancelOperation", "WaitOperation",
+        "ListOperations", "GetOperation", "DeleteOperation", "CancelOperation", "WaitOperation", "StreamOperation",
     }
 
 

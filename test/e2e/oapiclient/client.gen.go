@@ -498,10 +498,10 @@ type ListOperationsParamsFilter string
 
 // StreamOperationParams defines parameters for StreamOperation.
 type StreamOperationParams struct {
-	// From The index of the first chunk wanted (default 0: all of them).
-	From *int32 `form:"from,omitempty" json:"from,omitempty"`
+	// FromChunk The index of the first chunk wanted (default 0: all of them).
+	FromChunk *int32 `form:"from_chunk,omitempty" json:"from_chunk,omitempty"`
 
-	// LastEventID Server-sent events: the id (chunk index) of the last event received; the stream resumes with the chunk after it. The query's from wins over it.
+	// LastEventID Server-sent events: the id (chunk index) of the last event received; the stream resumes with the chunk after it. The query's from_chunk wins over it.
 	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
@@ -1519,9 +1519,9 @@ func NewStreamOperationRequest(server string, id string, params *StreamOperation
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
-		if params.From != nil {
+		if params.FromChunk != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from_chunk", *params.FromChunk, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

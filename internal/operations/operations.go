@@ -64,7 +64,7 @@ const (
 // Bus is what the Manager needs of the broker (transport.Pulsar).
 type Bus interface {
 	Publish(ctx context.Context, topic string, msg transport.Message) error
-	Consume(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(transport.Message) bool) (transport.Subscription, error)
+	ConsumeAsync(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(m transport.Message, done func(ack bool))) (transport.Subscription, error)
 	Follow(ctx context.Context, topic, name string, apply func(transport.Message), caughtUp func()) error
 	ReadSince(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message) bool) error
 	ReadRange(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message)) error
@@ -106,16 +106,15 @@ type Manager struct {
 	opts  Options
 	log   *slog.Logger
 
-	mu       sync.RWMutex
-	table    map[string]Record
-	changed  chan struct{} // closed and replaced on every change
-	caughtUp atomic.Bool
-	consumed atomic.Bool
+	mu        sync.RWMutex
+	table     map[string]Record
+	runningBy map[string]int // records of table stored as running, by owner
+	changed   chan struct{}  // closed and replaced on every change
+	caughtUp  atomic.Bool
+	consumed  atomic.Bool
 
 	lmu   sync.Mutex
 	local map[string]*bridge.Call // operations this gateway started, still waited for
-
-	partial map[string]*partial // replies being joined (the consumer's goroutine only)
 
 	started, told                    atomic.Int64
 	done, failed, cancelled, expired atomic.Int64 // final states recorded (expired: counted by await)
@@ -157,8 +156,8 @@ func New(bus Bus, calls Caller, opts Options) *Manager {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger,
-		table: map[string]Record{}, changed: make(chan struct{}),
-		local: map[string]*bridge.Call{}, partial: map[string]*partial{}}
+		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}),
+		local: map[string]*bridge.Call{}}
 }
 
 // Ready reports whether the table has been read to its end and the reply
@@ -180,18 +179,18 @@ func (m *Manager) follow(ctx context.Context) {
 	for ctx.Err() == nil {
 		// A fresh read builds a fresh table, swapped in once caught up:
 		// deletions missed meanwhile are not kept.
-		building := map[string]Record{}
+		building, counts := map[string]Record{}, map[string]int{}
 		live := false
 		apply := func(msg transport.Message) {
 			if live {
 				m.apply(msg)
 				return
 			}
-			applyTo(building, msg, m.log)
+			applyTo(building, counts, msg, m.log)
 		}
 		err := m.bus.Follow(ctx, m.opts.StateTopic, "toolgate-operations-table", apply, func() {
 			m.mu.Lock()
-			m.table = building
+			m.table, m.runningBy = building, counts
 			m.notifyLocked()
 			m.mu.Unlock()
 			live = true
@@ -218,9 +217,14 @@ func (m *Manager) follow(ctx context.Context) {
 // tells the tool service, whose answer (often the error of its ended
 // context) may reach a gateway whose table has not shown the cancel yet;
 // the caller's cancel stands, on every gateway reading the table.
-func applyTo(t map[string]Record, msg transport.Message, log *slog.Logger) (Record, bool) {
+// running counts the records of t stored as running, per owner.
+func applyTo(t map[string]Record, running map[string]int, msg transport.Message, log *slog.Logger) (Record, bool) {
+	old, had := t[msg.Key]
 	if msg.Payload == nil {
 		delete(t, msg.Key)
+		if had {
+			countRunning(running, old, -1)
+		}
 		return Record{}, false
 	}
 	r, err := decodeRecord(msg.Key, msg.Payload)
@@ -228,16 +232,32 @@ func applyTo(t map[string]Record, msg transport.Message, log *slog.Logger) (Reco
 		log.Warn("operations table: record ignored", "key", msg.Key, "err", err)
 		return Record{}, false
 	}
-	if old, ok := t[r.ID]; ok && (old.Finished() && !r.Finished() || old.State == Cancelled && r.State != Cancelled) {
+	if had && (old.Finished() && !r.Finished() || old.State == Cancelled && r.State != Cancelled) {
 		return old, true
 	}
+	if had {
+		countRunning(running, old, -1)
+	}
 	t[r.ID] = r
+	countRunning(running, r, 1)
 	return r, true
+}
+
+// countRunning adds d to the count of r's owner when r is stored running.
+func countRunning(running map[string]int, r Record, d int) {
+	if r.State != Running {
+		return
+	}
+	if n := running[r.Owner] + d; n > 0 {
+		running[r.Owner] = n
+	} else {
+		delete(running, r.Owner)
+	}
 }
 
 func (m *Manager) apply(msg transport.Message) {
 	m.mu.Lock()
-	r, ok := applyTo(m.table, msg, m.log)
+	r, ok := applyTo(m.table, m.runningBy, msg, m.log)
 	m.notifyLocked()
 	m.mu.Unlock()
 	if !ok || r.Finished() {
@@ -310,7 +330,7 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 		return Record{}, ErrNotReady
 	}
 	now := time.Now()
-	if n := m.running(s.Owner, now); n >= m.opts.MaxPerOwner {
+	if n := m.running(s.Owner, now, m.opts.MaxPerOwner); n >= m.opts.MaxPerOwner {
 		return Record{}, fmt.Errorf("%w: %d of at most %d", ErrTooMany, n, m.opts.MaxPerOwner)
 	}
 	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: s.Target.RequestTopic}
@@ -402,10 +422,16 @@ func (m *Manager) finish(ctx context.Context, id string, st State, out string, f
 	return nil
 }
 
-// running counts owner's running operations.
-func (m *Manager) running(owner string, now time.Time) int {
+// running counts owner's running operations. The count of records
+// stored as running bounds it from above (a record past its deadline
+// stays stored as running): only when that bound reaches max are the
+// owner's records looked at one by one.
+func (m *Manager) running(owner string, now time.Time, max int) int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if n := m.runningBy[owner]; n < max {
+		return n
+	}
 	n := 0
 	for _, r := range m.table {
 		if r.Owner == owner && !r.Now(now).Finished() {
@@ -415,16 +441,61 @@ func (m *Manager) running(owner string, now time.Time) int {
 	return n
 }
 
+// replyLanes is how many replies of different operations are handled at
+// once: each waits for its record's write, so one lane would bound a
+// gateway to one write's round trip per reply.
+const replyLanes = 16
+
+// replyLane handles the replies of the operations whose ids hash to it,
+// in the order they come; partial is its operations' answers so far.
+type replyLane struct {
+	in      chan laneMsg
+	partial map[string]*partial
+}
+
+type laneMsg struct {
+	msg  transport.Message
+	done func(ack bool)
+}
+
+func laneOf(id string) int {
+	h := uint32(2166136261) // FNV-1a
+	for i := range len(id) {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return int(h % replyLanes)
+}
+
 func (m *Manager) consume(ctx context.Context) {
+	var lanes [replyLanes]*replyLane
+	var wg sync.WaitGroup
+	for i := range lanes {
+		l := &replyLane{in: make(chan laneMsg, 64), partial: map[string]*partial{}}
+		lanes[i] = l
+		wg.Go(func() {
+			for lm := range l.in {
+				lm.done(m.onReply(l, lm.msg))
+			}
+		})
+	}
+	defer func() {
+		for _, l := range lanes {
+			close(l.in)
+		}
+		wg.Wait()
+	}()
+	dispatch := func(msg transport.Message, done func(bool)) {
+		lanes[laneOf(msg.Properties[wire.PropID])].in <- laneMsg{msg: msg, done: done}
+	}
 	backoff := 250 * time.Millisecond
 	for {
-		sub, err := m.bus.Consume(ctx, m.opts.ReplyTopic, m.opts.Subscription, transport.KeyShared, m.onReply)
+		sub, err := m.bus.ConsumeAsync(ctx, m.opts.ReplyTopic, m.opts.Subscription, transport.KeyShared, dispatch)
 		if err == nil {
 			m.consumed.Store(true)
 			m.log.Info("consuming operation replies", "topic", m.opts.ReplyTopic, "subscription", m.opts.Subscription)
 			<-ctx.Done()
 			m.consumed.Store(false)
-			_ = sub.Close()
+			_ = sub.Close() // no more dispatches once it returns
 			return
 		}
 		if ctx.Err() != nil {
@@ -440,10 +511,11 @@ func (m *Manager) consume(ctx context.Context) {
 	}
 }
 
-// onReply takes one reply message of an operation; true acknowledges it.
-// What comes from the bus is checked: the id is an operation of the table
-// and running, the payload a response, the replies in sequence.
-func (m *Manager) onReply(msg transport.Message) bool {
+// onReply takes one reply message of an operation, on its lane; true
+// acknowledges it. What comes from the bus is checked: the id is an
+// operation of the table and running, the payload a response, the replies
+// in sequence.
+func (m *Manager) onReply(l *replyLane, msg transport.Message) bool {
 	id := msg.Properties[wire.PropID]
 	if !validID(id) {
 		m.log.Warn("operation reply without a valid id dropped", "id", id)
@@ -458,12 +530,12 @@ func (m *Manager) onReply(msg transport.Message) bool {
 		return false // the table may lag: deliver it again
 	}
 	if r.Now(time.Now()).Finished() {
-		delete(m.partial, id)
+		delete(l.partial, id)
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := m.partial[id]
+	p := l.partial[id]
 	if p == nil {
 		p = &partial{}
 		if s := msg.Properties[wire.PropSeq]; s != "" && s != "0" {
@@ -474,14 +546,14 @@ func (m *Manager) onReply(msg transport.Message) bool {
 				return false
 			}
 		}
-		m.partial[id] = p
+		l.partial[id] = p
 	}
 	end := func(st State, out string, f *Failure) bool {
 		if err := m.finish(ctx, id, st, out, f, p.written); err != nil {
 			m.log.Warn("cannot record an operation's end; the reply will come again", "id", id, "err", err)
 			return false
 		}
-		delete(m.partial, id)
+		delete(l.partial, id)
 		return true
 	}
 	resp, err := wire.DecodeResponse(msg.Payload)

@@ -43,11 +43,11 @@ func TestRunningPastItsDeadlineHasFailed(t *testing.T) {
 func TestRunningNeverReplacesFinished(t *testing.T) {
 	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Done, Output: "x"}}
 	log := slog.New(slog.DiscardHandler)
-	applyTo(table, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"running"}`)}, log)
+	applyTo(table, map[string]int{}, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"running"}`)}, log)
 	if table[testID].State != Done {
 		t.Fatalf("a late running record replaced the finished one: %+v", table[testID])
 	}
-	applyTo(table, transport.Message{Key: testID}, log)
+	applyTo(table, map[string]int{}, transport.Message{Key: testID}, log)
 	if _, ok := table[testID]; ok {
 		t.Fatal("a tombstone left the record")
 	}
@@ -56,13 +56,38 @@ func TestRunningNeverReplacesFinished(t *testing.T) {
 func TestCancelledStands(t *testing.T) {
 	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Cancelled}}
 	log := slog.New(slog.DiscardHandler)
-	applyTo(table, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"failed","error":{"type":"timeout"}}`)}, log)
+	applyTo(table, map[string]int{}, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"failed","error":{"type":"timeout"}}`)}, log)
 	if table[testID].State != Cancelled {
 		t.Fatalf("a reply recorded after the cancel replaced it: %+v", table[testID])
 	}
 	table[testID] = Record{ID: testID, Owner: "a", State: Done}
-	applyTo(table, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"cancelled"}`)}, log)
+	applyTo(table, map[string]int{}, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"cancelled"}`)}, log)
 	if table[testID].State != Cancelled {
 		t.Fatalf("a cancel recorded after a racing reply did not stand: %+v", table[testID])
+	}
+}
+
+func TestRunningCountedPerOwner(t *testing.T) {
+	table, running := map[string]Record{}, map[string]int{}
+	log := slog.New(slog.DiscardHandler)
+	rec := func(id, owner, state string) transport.Message {
+		return transport.Message{Key: id, Payload: []byte(`{"id":"` + id + `","owner":"` + owner + `","state":"` + state + `"}`)}
+	}
+	other := "ffffffffffffffffffffffffffffffff"
+	applyTo(table, running, rec(testID, "a", "running"), log)
+	applyTo(table, running, rec(other, "a", "running"), log)
+	applyTo(table, running, rec(testID, "a", "running"), log) // written again: still one
+	if running["a"] != 2 {
+		t.Fatalf("two running: counted %d", running["a"])
+	}
+	applyTo(table, running, rec(testID, "a", "done"), log)
+	applyTo(table, running, rec(testID, "a", "running"), log) // a late running record: refused
+	applyTo(table, running, transport.Message{Key: other}, log)
+	if n, ok := running["a"]; ok {
+		t.Fatalf("none running: counted %d", n)
+	}
+	applyTo(table, running, transport.Message{Key: testID}, log)
+	if len(running) != 0 || len(table) != 0 {
+		t.Fatalf("after the tombstones: running %v, table %v", running, table)
 	}
 }

@@ -477,10 +477,17 @@ func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ 
 // deliver it again, after NackDelay, to this or another consumer of the
 // subscription. Message.Redeliveries counts the earlier deliveries.
 func (b *Pulsar) Consume(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message) bool) (Subscription, error) {
+	return b.ConsumeAsync(ctx, topic, subscription, typ, func(m Message, done func(bool)) { done(h(m)) })
+}
+
+// ConsumeAsync is Consume for a handler that may finish with a message
+// later, on another goroutine: it calls done once, with what Consume's
+// handler would return, and the next message is handed over meanwhile.
+func (b *Pulsar) ConsumeAsync(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(m Message, done func(ack bool))) (Subscription, error) {
 	if strings.HasPrefix(topic, "non-persistent://") {
 		return nil, fmt.Errorf("consume %s: not a persistent topic", topic)
 	}
-	return b.subscribe(ctx, topic, subscription, typ, h)
+	return b.subscribeWith(ctx, topic, subscription, typ, h)
 }
 
 // NackDelay is how long a message Consume's handler refused waits before
@@ -488,6 +495,10 @@ func (b *Pulsar) Consume(ctx context.Context, topic, subscription string, typ Su
 const NackDelay = time.Second
 
 func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message) bool) (Subscription, error) {
+	return b.subscribeWith(ctx, topic, subscription, typ, func(m Message, done func(bool)) { done(h(m)) })
+}
+
+func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message, func(bool))) (Subscription, error) {
 	st := pulsar.Exclusive
 	switch typ {
 	case Shared:
@@ -587,14 +598,18 @@ func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ 
 			if persistent {
 				msg.Key, msg.Redeliveries = m.Key(), m.RedeliveryCount()
 			}
-			ok := h(msg)
-			switch {
-			case !persistent:
-			case ok:
-				_ = c.Ack(m)
-			default:
-				c.Nack(m)
+			if !persistent {
+				h(msg, func(bool) {})
+				continue
 			}
+			cur := c // the consumer that received it acknowledges it
+			h(msg, func(ok bool) {
+				if ok {
+					_ = cur.Ack(m)
+				} else {
+					cur.Nack(m)
+				}
+			})
 		}
 	}()
 	return s, nil

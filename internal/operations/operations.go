@@ -191,11 +191,12 @@ func (m *Manager) follow(ctx context.Context) {
 		err := m.bus.Follow(ctx, m.opts.StateTopic, "toolgate-operations-table", apply, func() {
 			m.mu.Lock()
 			m.table, m.runningBy = building, counts
+			n := len(building) // the table is the calls' from here on
 			m.notifyLocked()
 			m.mu.Unlock()
 			live = true
 			if !m.caughtUp.Swap(true) {
-				m.log.Info("operations table read", "topic", m.opts.StateTopic, "operations", len(building))
+				m.log.Info("operations table read", "topic", m.opts.StateTopic, "operations", n)
 			}
 		})
 		if ctx.Err() != nil {

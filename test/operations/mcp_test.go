@@ -174,6 +174,10 @@ func TestMCPTaskAcrossGateways(t *testing.T) {
 	if lid == "" {
 		t.Fatalf("long task: %+v %v", long.Error, long.Result)
 	}
+	// B knows the task once its table has A's record (a moment later).
+	eventually.True(t, 5*time.Second, "B to know the long task", func() bool {
+		return mcpRequest(t, bBase, aliceKey, "tasks/get", map[string]any{"taskId": lid}, true).Result["status"] == "working"
+	})
 	ack := mcpRequest(t, bBase, aliceKey, "tasks/cancel", map[string]any{"taskId": lid}, true)
 	if ack.Error != nil || ack.Result["resultType"] != "complete" || ack.Result["taskId"] != nil || ack.Result["status"] != nil {
 		t.Fatalf("tasks/cancel on B: %+v %v", ack.Error, ack.Result)

@@ -245,6 +245,7 @@ func TestOperationCancelAndDelete(t *testing.T) {
 	aBase, bBase := "http://"+a.HTTPAddr(), "http://"+b.HTTPAddr()
 	_, op := do(t, http.MethodPost, aBase+"/v1/tools/echo:start", aliceKey, `{"arguments": {"mode": "sleep", "ms": 3000, "msg": "late"}}`)
 	id := strings.TrimPrefix(op["name"].(string), "operations/")
+	known(t, bBase, id)
 	if code, e := do(t, http.MethodPost, bBase+"/v1/operations/"+id+":cancel", bobKey, "{}"); code != http.StatusNotFound {
 		t.Fatalf("bob's cancel: %d %v, want 404", code, e)
 	}

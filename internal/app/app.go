@@ -153,7 +153,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		opsStats = append(opsStats, telemetry.WithOperationsStats(func() telemetry.OperationsStats {
 			s := g.ops.Stats()
 			return telemetry.OperationsStats{Started: s.Started, Done: s.Done, Failed: s.Failed, Cancelled: s.Cancelled,
-				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table}
+				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table, TableLag: s.TableLag}
 		}))
 	}
 	g.metrics = telemetry.NewMetrics(append([]telemetry.MetricsOption{telemetry.WithInstance(cfg.InstanceID),

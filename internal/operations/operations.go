@@ -112,6 +112,7 @@ type Manager struct {
 	changed   chan struct{}  // closed and replaced on every change
 	caughtUp  atomic.Bool
 	consumed  atomic.Bool
+	lag       atomic.Int64 // of the last record read live: now − its publish time, ns
 
 	lmu   sync.Mutex
 	local map[string]*bridge.Call // operations this gateway started, still waited for
@@ -183,6 +184,9 @@ func (m *Manager) follow(ctx context.Context) {
 		live := false
 		apply := func(msg transport.Message) {
 			if live {
+				if !msg.PublishTime.IsZero() {
+					m.lag.Store(int64(time.Since(msg.PublishTime)))
+				}
 				m.apply(msg)
 				return
 			}
@@ -809,6 +813,10 @@ type Stats struct {
 	Started, Done, Failed, Cancelled, Expired, Told int64
 	Running                                         int // running operations in the table
 	Table                                           int // operations in the table
+	// TableLag is how long the last record read from the state table
+	// took from its writer's publish to this gateway's table (the
+	// writers' clocks may differ).
+	TableLag time.Duration
 }
 
 // Stats returns the counters.
@@ -823,7 +831,7 @@ func (m *Manager) Stats() Stats {
 	}
 	m.mu.RUnlock()
 	return Stats{Started: m.started.Load(), Done: m.done.Load(), Failed: m.failed.Load(), Cancelled: m.cancelled.Load(),
-		Expired: m.expired.Load(), Told: m.told.Load(), Running: running, Table: n}
+		Expired: m.expired.Load(), Told: m.told.Load(), Running: running, Table: n, TableLag: time.Duration(m.lag.Load())}
 }
 
 func newID() string {

@@ -51,6 +51,9 @@ type OperationsStats struct {
 	CancelsSent int64
 	Running     int // running operations in this gateway's table
 	Table       int // operations in this gateway's table, ended ones included
+	// TableLag: how long the last record read took from its publish to
+	// this gateway's table.
+	TableLag time.Duration
 }
 
 // RegistryStats describe the tool registry, as WithRegistryStats reads them.
@@ -356,8 +359,10 @@ func newOperationsCollector(f func() OperationsStats) prometheus.Collector {
 	cancels := prometheus.NewDesc("toolgate_operations_cancels_sent_total", "Cancels of durable operations this gateway sent to tool services (on their cancel topics).", nil, nil)
 	running := prometheus.NewDesc("toolgate_operations_running", "Running durable operations in this gateway's copy of the state table.", nil, nil)
 	table := prometheus.NewDesc("toolgate_operations_table", "Durable operations in this gateway's copy of the state table, ended ones kept for their TTL included.", nil, nil)
+	lag := prometheus.NewDesc("toolgate_operations_table_lag_seconds",
+		"How long the last record read from the state table took from its writer's publish to this gateway's copy (by the writer's clock).", nil, nil)
 	return &funcCollector{
-		descs: []*prometheus.Desc{started, ended, cancels, running, table},
+		descs: []*prometheus.Desc{started, ended, cancels, running, table, lag},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := f()
 			ch <- prometheus.MustNewConstMetric(started, prometheus.CounterValue, float64(s.Started))
@@ -368,6 +373,7 @@ func newOperationsCollector(f func() OperationsStats) prometheus.Collector {
 			ch <- prometheus.MustNewConstMetric(cancels, prometheus.CounterValue, float64(s.CancelsSent))
 			ch <- prometheus.MustNewConstMetric(running, prometheus.GaugeValue, float64(s.Running))
 			ch <- prometheus.MustNewConstMetric(table, prometheus.GaugeValue, float64(s.Table))
+			ch <- prometheus.MustNewConstMetric(lag, prometheus.GaugeValue, s.TableLag.Seconds())
 		},
 	}
 }

@@ -763,7 +763,7 @@ func (b *Pulsar) Follow(ctx context.Context, topic, name string, apply func(Mess
 }
 
 func tableMessage(m pulsar.Message) Message {
-	msg := Message{Payload: m.Payload(), Properties: m.Properties(), Key: m.Key()}
+	msg := Message{Payload: m.Payload(), Properties: m.Properties(), Key: m.Key(), PublishTime: m.PublishTime()}
 	if m.IsNullValue() || len(msg.Payload) == 0 {
 		msg.Payload = nil
 	}
@@ -775,19 +775,11 @@ func tableMessage(m pulsar.Message) Message {
 // comes, handing each to apply until apply returns false (ReadSince then
 // returns nil), ctx ends (nil) or the reader fails.
 func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.Time, apply func(Message) bool) error {
-	r, err := b.client.CreateReader(pulsar.ReaderOptions{
-		Topic:             topic,
-		StartMessageID:    pulsar.EarliestMessageID(),
-		Name:              name,
-		ReceiverQueueSize: 256,
-	})
+	r, err := b.readerSince(topic, name, since)
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+		return err
 	}
 	defer r.Close()
-	if err := r.SeekByTime(since); err != nil {
-		return fmt.Errorf("%w: read %s from %s: %w", ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
-	}
 	for {
 		m, err := r.Next(ctx)
 		if err != nil {
@@ -806,19 +798,11 @@ func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.T
 // message published at since or later to the last one there when it
 // started, handing each to apply.
 func (b *Pulsar) ReadRange(ctx context.Context, topic, name string, since time.Time, apply func(Message)) error {
-	r, err := b.client.CreateReader(pulsar.ReaderOptions{
-		Topic:             topic,
-		StartMessageID:    pulsar.EarliestMessageID(),
-		Name:              name,
-		ReceiverQueueSize: 256,
-	})
+	r, err := b.readerSince(topic, name, since)
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+		return err
 	}
 	defer r.Close()
-	if err := r.SeekByTime(since); err != nil {
-		return fmt.Errorf("%w: read %s from %s: %w", ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
-	}
 	for r.HasNext() {
 		m, err := r.Next(ctx)
 		if err != nil {
@@ -827,4 +811,23 @@ func (b *Pulsar) ReadRange(ctx context.Context, topic, name string, since time.T
 		apply(tableMessage(m))
 	}
 	return ctx.Err()
+}
+
+// readerSince is a reader of topic in full, at the first message published
+// at since or later.
+func (b *Pulsar) readerSince(topic, name string, since time.Time) (pulsar.Reader, error) {
+	r, err := b.client.CreateReader(pulsar.ReaderOptions{
+		Topic:             topic,
+		StartMessageID:    pulsar.EarliestMessageID(),
+		Name:              name,
+		ReceiverQueueSize: 256,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+	}
+	if err := r.SeekByTime(since); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("%w: read %s from %s: %w", ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
+	}
+	return r, nil
 }

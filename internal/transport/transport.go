@@ -8,6 +8,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Message is one message on a topic.
@@ -19,6 +20,9 @@ type Message struct {
 	// Redeliveries counts a received message's earlier deliveries (on a
 	// persistent topic: ones not acknowledged).
 	Redeliveries uint32
+	// PublishTime is when its producer published a message read from a
+	// table (Follow, ReadSince, ReadRange), by the producer's clock.
+	PublishTime time.Time
 }
 
 // SubscriptionType says how a subscription's consumers share messages.

@@ -87,4 +87,9 @@ func TestOperationMetrics(t *testing.T) {
 	for _, s := range []string{done, failed, expired} {
 		eventually.True(t, 10*time.Second, s+" to move by 1", func() bool { return scrape(t, admin, s)-before[s] == 1 })
 	}
+	// The records it wrote came back from the state topic: a lag was
+	// measured, a positive one well under the time the test took.
+	if lag := scrape(t, admin, "toolgate_operations_table_lag_seconds"); lag <= 0 || lag > 30 {
+		t.Fatalf("toolgate_operations_table_lag_seconds = %v, want a positive lag of less than 30 s", lag)
+	}
 }

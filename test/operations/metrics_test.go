@@ -2,6 +2,7 @@ package operations_test
 
 import (
 	"bufio"
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/app/apptest"
+	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/eventually"
+	"github.com/toolgate/toolgate/toolservice"
 )
 
 // scrape returns the value of the series named series (name and labels
@@ -40,7 +43,17 @@ func scrape(t *testing.T, admin, series string) float64 {
 // operations start and end — done, failed, cancelled, expired — and the
 // running gauge counts the one still running.
 func TestOperationMetrics(t *testing.T) {
-	flags := setup(t)
+	// "deaf" answers after 3 s whatever its deadline: its reply comes
+	// long after the deadline, which the gateway that started it counts
+	// as expired. (Echo's sleep answers with an error at the deadline,
+	// a reply that may beat the deadline's slack and be recorded failed.)
+	flags := setupWith(t, func(ctx context.Context, r *toolservice.Request) (any, error) {
+		if r.Arguments["mode"] == "deaf" {
+			time.Sleep(3 * time.Second)
+			return "too late", nil
+		}
+		return echo.Handle(ctx, r)
+	})
 	g := apptest.Start(t, nil, flags...)
 	g.WaitReady(t, 60*time.Second)
 	base, admin := "http://"+g.HTTPAddr(), "http://"+g.AdminAddr()
@@ -67,7 +80,7 @@ func TestOperationMetrics(t *testing.T) {
 	}
 	start(`{"arguments": {"msg": "quick"}}`)
 	start(`{"arguments": {"mode": "fail", "type": "not-found", "message": "no"}}`)
-	start(`{"arguments": {"mode": "sleep", "ms": 5000}, "timeout": "1s"}`)
+	start(`{"arguments": {"mode": "deaf"}, "timeout": "1s"}`)
 	long := start(`{"arguments": {"mode": "sleep", "ms": 30000}, "timeout": "60s"}`)
 	if got := scrape(t, admin, started) - before[started]; got != 4 {
 		t.Fatalf("%s moved by %v, want 4", started, got)

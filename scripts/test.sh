@@ -50,8 +50,13 @@ echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"
 # (partitionProducer.grabCnx writes the encryptor that a concurrent send
 # reads), which -race reports whenever a broker restarts under load.
 read -r -a gotest_flags <<<"${GOTEST_FLAGS:-}" # extra flags, split on white space
-mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/cluster$')
+mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/cluster$' -e '/test/scale$')
 go test -race -count=1 -timeout 15m "${gotest_flags[@]}" "${packages[@]}"
+# test/scale alone: its bursts check that every call is answered in time,
+# which other packages' load tests (1,000 durable operations over three
+# gateways) would contend with on a 2-core machine.
+echo "==> go test -race ./test/scale (3 gateways, bursts and long streams; alone)"
+go test -race -count=1 -timeout 15m "${gotest_flags[@]}" ./test/scale
 echo "==> go test ./test/restart (a broker of its own, stopped and restarted under load)"
 go test -count=1 -timeout 10m "${gotest_flags[@]}" ./test/restart
 # test/cluster too runs without the race detector, for the same reason: it

@@ -27,6 +27,7 @@ type Call struct {
 	reqTopic  string        // the request topic it was published on
 	slot      chan struct{} // the service's slots, one of which the call holds (nil: none)
 	epoch     uint64        // the watch's epoch when it was made
+	made      time.Time     // when it was made (the watch compares it with consumers' connection times)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
 	// sentDeadline is the deadline the request carries (zero: none): past
@@ -35,10 +36,11 @@ type Call struct {
 
 	mu      sync.Mutex
 	queue   []Chunk
-	err     error // terminal error, reported after the queued chunks
-	ended   bool  // no more chunks will arrive
-	removed bool  // taken out of the pending map
-	nextSeq int   // the reply message number expected next (wire.PropSeq)
+	err     error  // terminal error, reported after the queued chunks
+	ended   bool   // no more chunks will arrive
+	removed bool   // taken out of the pending map
+	nextSeq int    // the reply message number expected next (wire.PropSeq)
+	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
 
 	// Flow control (wire.PropCredit): the service may send reply messages
 	// numbered below granted; consumed counts those Recv has returned.
@@ -105,6 +107,7 @@ func (c *Call) deliver(r wire.Response, seq, flow string) delivery {
 		lost = n - c.nextSeq
 		c.nextSeq = n + 1
 	}
+	c.heard = c.b.epoch.Load()
 	switch {
 	case lost > 0:
 		c.err = &LostRepliesError{Lost: lost}

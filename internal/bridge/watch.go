@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
 )
 
 // ErrServiceGone means the consumers of the request topic that could have taken
@@ -29,9 +31,9 @@ func (e *ServiceGoneError) Unwrap() error { return ErrServiceGone }
 
 // Watcher answers, asked now rather than from a cache, which consumers a
 // topic has: one identity per consumer, different for a consumer that
-// took another's place.
+// took another's place, and when each connected.
 type Watcher interface {
-	Consumers(ctx context.Context, topic string) ([]string, error)
+	Consumers(ctx context.Context, topic string) ([]transport.Consumer, error)
 }
 
 // DefaultWatchEvery is Options.WatchEvery's default.
@@ -50,9 +52,20 @@ const watchParallel = 8
 //   - no consumer is left: every call to the topic published before the
 //     question was asked ends with ErrServiceGone;
 //   - every consumer seen at the previous question is gone, though others
-//     have come (a service restarted between two questions): the calls
-//     published before that previous question end; later ones may have
-//     reached a new consumer and wait on.
+//     have come (a service restarted between two questions, or its
+//     request topic moved to another broker, which reconnects every
+//     consumer): the calls published before that previous question are
+//     lost or on a consumer that has left;
+//   - every consumer there is connected after a call was made (by the
+//     broker's clock against this process's): the call was published when
+//     none of them was there, so the consumer that took it has gone, or
+//     the broker dropped it on the way (a request published while its
+//     topic moves finds no consumer).
+//
+// Such a call ends, unless a reply message came for it since the previous
+// question: then it is suspect, and ends at the next question unless a
+// reply message comes meanwhile (a stream whose service reconnected goes
+// on). A call ended this way gets UNAVAILABLE, which a caller may retry.
 //
 // When some of several consumers (instances sharing the subscription) go
 // and others stay, the calls go on: each may be on a survivor, and one on
@@ -63,6 +76,9 @@ type watch struct {
 	// seen is, per request topic watched, the consumers at the last
 	// question and the epoch when it was asked.
 	seen map[string]seenConsumers
+	// suspect holds the calls spared at a question (the epoch asked)
+	// because a reply message had come for them shortly before.
+	suspect map[*Call]uint64
 }
 
 type seenConsumers struct {
@@ -71,7 +87,7 @@ type seenConsumers struct {
 }
 
 func (b *Bridge) startWatch() {
-	b.watch = &watch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]seenConsumers{}}
+	b.watch = &watch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}}
 	go b.watchLoop()
 }
 
@@ -104,7 +120,19 @@ func (b *Bridge) watchOnce() {
 	w := b.watch
 	if b.inFlight.Load() == 0 {
 		clear(w.seen)
+		clear(w.suspect)
 		return
+	}
+	// The suspects of the previous question that no reply message came
+	// for since end now; the others go on.
+	for c, at := range w.suspect {
+		c.mu.Lock()
+		alive, ended := c.heard >= at, c.ended
+		c.mu.Unlock()
+		if !alive && !ended {
+			c.finish(&ServiceGoneError{Topic: c.reqTopic, Why: "its consumer left or reconnected, and no reply came since"})
+		}
+		delete(w.suspect, c)
 	}
 	topics := map[string]bool{}
 	b.pending.each(func(c *Call) { topics[c.reqTopic] = true })
@@ -119,7 +147,7 @@ func (b *Bridge) watchOnce() {
 	defer cancel()
 	type answer struct {
 		topic string
-		ids   []string
+		cs    []transport.Consumer
 		err   error
 	}
 	answers := make(chan answer, len(topics))
@@ -129,8 +157,8 @@ func (b *Bridge) watchOnce() {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ids, err := b.opts.Watch.Consumers(ctx, topic)
-			answers <- answer{topic, ids, err}
+			cs, err := b.opts.Watch.Consumers(ctx, topic)
+			answers <- answer{topic, cs, err}
 		})
 	}
 	wg.Wait()
@@ -140,27 +168,71 @@ func (b *Bridge) watchOnce() {
 			b.log.Debug("cannot ask which consumers the request topic has; asking again later", "topic", a.topic, "err", a.err)
 			continue
 		}
+		ids := make([]string, len(a.cs))
+		for i, c := range a.cs {
+			ids[i] = c.ID
+		}
 		prev, known := w.seen[a.topic]
-		w.seen[a.topic] = seenConsumers{ids: a.ids, epoch: asked}
-		switch {
-		case len(a.ids) == 0:
-			b.endGone(a.topic, asked, "no consumer is left")
-		case known && len(prev.ids) > 0 && !slices.ContainsFunc(prev.ids, func(id string) bool { return slices.Contains(a.ids, id) }):
-			b.endGone(a.topic, prev.epoch, "every consumer was replaced since the call was made")
+		w.seen[a.topic] = seenConsumers{ids: ids, epoch: asked}
+		// A reply message since the previous question (any, at the
+		// first) makes a call suspect instead of ended.
+		heardSince := uint64(1)
+		if known {
+			heardSince = prev.epoch
+		}
+		if len(ids) == 0 {
+			b.endLost(a.topic, heardSince, asked, "no consumer is left", func(c *Call) bool { return c.epoch < asked })
+			continue
+		}
+		replaced := known && len(prev.ids) > 0 && !slices.ContainsFunc(prev.ids, func(id string) bool { return slices.Contains(ids, id) })
+		first := earliest(a.cs)
+		if replaced || !first.IsZero() {
+			b.endLost(a.topic, heardSince, asked, "every consumer that could have taken the call has left or reconnected", func(c *Call) bool {
+				return replaced && c.epoch < prev.epoch || c.made.Before(first)
+			})
 		}
 	}
 }
 
-// endGone ends the calls to topic published before epoch.
-func (b *Bridge) endGone(topic string, epoch uint64, why string) {
-	n := 0
+// endLost ends the calls to topic that lost says are lost, except those a
+// reply message came for since epoch heardSince, which become suspects of
+// question asked.
+func (b *Bridge) endLost(topic string, heardSince, asked uint64, why string, lost func(*Call) bool) {
+	w, n := b.watch, 0
 	b.pending.each(func(c *Call) {
-		if c.reqTopic == topic && c.epoch < epoch {
+		if c.reqTopic != topic || !lost(c) {
+			return
+		}
+		c.mu.Lock()
+		heard, ended := c.heard, c.ended
+		c.mu.Unlock()
+		switch {
+		case ended:
+		case heard >= heardSince:
+			if _, ok := w.suspect[c]; !ok {
+				w.suspect[c] = asked
+			}
+		default:
 			c.finish(&ServiceGoneError{Topic: topic, Why: why})
 			n++
 		}
 	})
 	if n > 0 {
-		b.log.Warn("calls ended: their tool service stopped listening", "request_topic", topic, "calls", n, "why", why)
+		b.log.Warn("calls ended: their tool service's consumers left or reconnected", "request_topic", topic, "calls", n, "why", why)
 	}
+}
+
+// earliest is the first time one of cs connected; zero when one's is
+// unknown.
+func earliest(cs []transport.Consumer) time.Time {
+	var first time.Time
+	for _, c := range cs {
+		if c.Since.IsZero() {
+			return time.Time{}
+		}
+		if first.IsZero() || c.Since.Before(first) {
+			first = c.Since
+		}
+	}
+	return first
 }

@@ -17,14 +17,23 @@ import (
 // counts the questions.
 type consumersStub struct {
 	mu    sync.Mutex
-	ids   map[string][]string
+	ids   map[string][]transport.Consumer
 	asked map[string]int
 }
 
+// set gives topic consumers whose connection times are unknown.
 func (s *consumersStub) set(topic string, ids ...string) {
+	cs := make([]transport.Consumer, len(ids))
+	for i, id := range ids {
+		cs[i] = transport.Consumer{ID: id}
+	}
+	s.setConsumers(topic, cs...)
+}
+
+func (s *consumersStub) setConsumers(topic string, cs ...transport.Consumer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ids[topic] = ids
+	s.ids[topic] = cs
 }
 
 func (s *consumersStub) questions(topic string) int {
@@ -33,7 +42,7 @@ func (s *consumersStub) questions(topic string) int {
 	return s.asked[topic]
 }
 
-func (s *consumersStub) Consumers(_ context.Context, topic string) ([]string, error) {
+func (s *consumersStub) Consumers(_ context.Context, topic string) ([]transport.Consumer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked[topic]++
@@ -47,7 +56,7 @@ func (s *consumersStub) Consumers(_ context.Context, topic string) ([]string, er
 func TestWatchEndsCallsOfAServiceThatIsGone(t *testing.T) {
 	m := transport.NewMem()
 	t.Cleanup(m.Close)
-	stub := &consumersStub{ids: map[string][]string{}, asked: map[string]int{}}
+	stub := &consumersStub{ids: map[string][]transport.Consumer{}, asked: map[string]int{}}
 	const every = 20 * time.Millisecond
 	b := bridge.New(m, bridge.Options{Watch: stub, WatchEvery: every})
 	t.Cleanup(b.Close)
@@ -115,5 +124,118 @@ func TestWatchEndsCallsOfAServiceThatIsGone(t *testing.T) {
 	}
 	if n := stub.questions(target("idle").RequestTopic); n != 0 {
 		t.Errorf("a topic without calls in flight was asked about %d times", n)
+	}
+}
+
+// When every consumer of a request topic connected after a call was made
+// (the topic moved to another broker, which reconnects every consumer, or
+// the service restarted), the call ends with ErrServiceGone at the next
+// question instead of at its deadline: its request found no consumer on
+// the way, or the one that took it has left. A stream whose replies keep
+// coming goes on; one whose replies stop ends a question later; calls
+// made after the consumers connected wait on.
+func TestWatchEndsCallsMadeBeforeEveryConsumerConnected(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	stub := &consumersStub{ids: map[string][]transport.Consumer{}, asked: map[string]int{}}
+	const every = 20 * time.Millisecond
+	b := bridge.New(m, bridge.Options{Watch: stub, WatchEvery: every})
+	t.Cleanup(b.Close)
+	target := bridge.Target{RequestTopic: wire.RequestTopic("moving"), ResponseTopic: wire.ResponseTopic("moving")}
+	sub, err := m.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(transport.Message) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	stub.setConsumers(target.RequestTopic, transport.Consumer{ID: "a@1", Since: time.Now().Add(-time.Hour)})
+
+	call := func() (*bridge.Call, <-chan error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		t.Cleanup(cancel)
+		c, err := b.Call(ctx, target, wire.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		ended := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := c.Recv(ctx); err != nil {
+					ended <- err
+					return
+				}
+			}
+		}()
+		return c, ended
+	}
+	// chunks sends reply messages for c every few milliseconds until stop
+	// is closed.
+	chunks := func(c *bridge.Call, stop <-chan struct{}) {
+		go func() {
+			payload := wire.EncodeResponse(wire.Response{Response: "x"})
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(every / 4):
+				}
+				_ = m.Publish(context.Background(), target.ResponseTopic, transport.Message{Payload: payload, Properties: map[string]string{wire.PropID: c.ID()}})
+			}
+		}()
+	}
+	_, unary := call()
+	flowing, flowingEnded := call()
+	stops, stopping := call()
+	keep, stopNow := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(keep) })
+	chunks(flowing, keep)
+	chunks(stops, stopNow)
+	waitFor(t, 5*time.Second, func() bool { return stub.questions(target.RequestTopic) >= 2 })
+
+	// The topic moves: the same consumer, connected again now.
+	stub.setConsumers(target.RequestTopic, transport.Consumer{ID: "a@2", Since: time.Now()})
+	select {
+	case err := <-unary:
+		if !errors.Is(err, bridge.ErrServiceGone) {
+			t.Fatalf("a call made before every consumer connected ended with %v, want ErrServiceGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call made before every consumer connected did not end within 5 s")
+	}
+	_, after := call() // made after the consumer connected: it reached it
+	close(stopNow)
+	select {
+	case err := <-stopping:
+		if !errors.Is(err, bridge.ErrServiceGone) {
+			t.Fatalf("a stream whose replies stopped after the move ended with %v, want ErrServiceGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stream whose replies stopped after the move did not end within 5 s")
+	}
+	time.Sleep(10 * every)
+	for name, ended := range map[string]<-chan error{"a stream whose replies go on": flowingEnded, "a call made after the move": after} {
+		select {
+		case err := <-ended:
+			t.Fatalf("%s ended: %v", name, err)
+		default:
+		}
+	}
+
+	// A question falls in the move's gap and sees no consumer (the calls
+	// made before it end); a call made after it, just before the consumer
+	// is back, was dropped on the way: since the consumer connected after
+	// the call was made, it ends too, though no question saw it alone.
+	stub.setConsumers(target.RequestTopic)
+	n := stub.questions(target.RequestTopic)
+	waitFor(t, 5*time.Second, func() bool { return stub.questions(target.RequestTopic) >= n+1 })
+	_, inGap := call()
+	stub.setConsumers(target.RequestTopic, transport.Consumer{ID: "a@3", Since: time.Now()})
+	select {
+	case err := <-inGap:
+		if !errors.Is(err, bridge.ErrServiceGone) {
+			t.Fatalf("a call made in the gap ended with %v, want ErrServiceGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call made in the gap did not end within 5 s of the consumer's return")
 	}
 }

@@ -214,7 +214,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.HTTP.Addr, "http-addr", "127.0.0.1:8081", "HTTP/JSON listen address")
 	str(&c.AdminAddr, "admin-addr", DefaultAdminAddr, "admin listen address: /metrics, /readyz with its details, /healthz and the Go profiles (/debug/pprof/), none of them on the public HTTP listener; off (or \"\") turns it off. Keep it off the internet: it asks for no credentials")
 	str(&c.Pulsar.URL, "pulsar-url", transport.DefaultPulsarURL, "Pulsar broker URL")
-	str(&c.Pulsar.AdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE")
+	str(&c.Pulsar.AdminURL, "pulsar-admin-url", "", "Pulsar admin URL (e.g. http://127.0.0.1:8080; on a cluster several, comma-separated, tried in turn); when set, calls to a tool service nobody listens to fail at once with UNAVAILABLE, and calls whose service left or reconnected soon after")
 	fs.IntVar(&c.GRPCWorkers, "grpc-workers", envInt(getenv, "grpc-workers", DefaultGRPCWorkers, &envErrs), "gRPC handler goroutines kept for reuse (their stacks stay grown; calls beyond them get a goroutine each); 0 starts a goroutine per call as grpc-go does (env "+envName("grpc-workers")+")")
 	fs.IntVar(&c.GCHeapMiB, "gc-heap-mib", envInt(getenv, "gc-heap-mib", gcgoal.DefaultHeapMiB, &envErrs), "heap size in MiB below which the garbage collector runs less often (GOGC up to 500 while the live heap is small, Go's default 100 once it reaches half this); 0 turns it off, and a GOGC environment variable overrides it (env "+envName("gc-heap-mib")+")")
 	fs.BoolVar(&c.Pulsar.Batching, "pulsar-batching", envBool(getenv, "pulsar-batching", true, &envErrs), "batch requests that gather while the previous batch awaits the broker's receipt; false sends each on its own (env "+envName("pulsar-batching")+")")
@@ -323,8 +323,13 @@ func (c Config) validate() error {
 	if !strings.HasPrefix(c.Pulsar.URL, "pulsar://") && !strings.HasPrefix(c.Pulsar.URL, "pulsar+ssl://") {
 		errs = append(errs, fmt.Errorf("--pulsar-url %q: want pulsar://host:port or pulsar+ssl://host:port", c.Pulsar.URL))
 	}
-	if c.Pulsar.AdminURL != "" && !strings.HasPrefix(c.Pulsar.AdminURL, "http://") && !strings.HasPrefix(c.Pulsar.AdminURL, "https://") {
-		errs = append(errs, fmt.Errorf("--pulsar-admin-url %q: want http://host:port", c.Pulsar.AdminURL))
+	if c.Pulsar.AdminURL != "" {
+		for u := range strings.SplitSeq(c.Pulsar.AdminURL, ",") {
+			if u = strings.TrimSpace(u); !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				errs = append(errs, fmt.Errorf("--pulsar-admin-url %q: want http://host:port, or several separated by commas", c.Pulsar.AdminURL))
+				break
+			}
+		}
 	}
 	if !instanceIDRE.MatchString(c.InstanceID) {
 		errs = append(errs, fmt.Errorf("--instance-id %q: want 1 to 200 letters, digits and . _ - = (it ends the name of the instance's reply topic)", c.InstanceID))

@@ -3,7 +3,9 @@ package transport
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -20,7 +22,8 @@ import (
 // after that an answer past its TTL is given as it is while one request in
 // the background refreshes it, so calls never queue behind the admin API.
 type AdminPresence struct {
-	base        string
+	bases       []string     // admin API URLs, tried in turn
+	next        atomic.Int32 // the index in bases asked first: the last that answered
 	client      *http.Client
 	log         *slog.Logger
 	PositiveTTL time.Duration
@@ -45,13 +48,23 @@ type presenceAnswer struct {
 }
 
 // NewAdminPresence returns a checker for the admin API at adminURL
-// (e.g. http://127.0.0.1:8080).
+// (e.g. http://127.0.0.1:8080). On a cluster adminURL may list several
+// brokers' admin APIs, separated by commas (http://b1:8080,http://b2:8080):
+// a question goes to the one that answered last, and to the next when it
+// cannot be reached or fails with a server error (any broker answers for
+// any topic, redirecting to its owner).
 func NewAdminPresence(adminURL string, log *slog.Logger) *AdminPresence {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var bases []string
+	for u := range strings.SplitSeq(adminURL, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			bases = append(bases, u)
+		}
+	}
 	return &AdminPresence{
-		base:        strings.TrimRight(adminURL, "/"),
+		bases:       bases,
 		client:      &http.Client{Timeout: 2 * time.Second},
 		log:         log,
 		PositiveTTL: 2 * time.Second,
@@ -109,7 +122,7 @@ func (a *AdminPresence) check(ctx context.Context, e *presenceEntry, topic strin
 // and returns one identity per consumer: its name, address and the time
 // it connected, so that a consumer that went away and one that took its
 // place differ. The answer also refreshes what Subscribed answers.
-func (a *AdminPresence) Consumers(ctx context.Context, topic string) ([]string, error) {
+func (a *AdminPresence) Consumers(ctx context.Context, topic string) ([]Consumer, error) {
 	ids, err := a.consumers(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -119,33 +132,67 @@ func (a *AdminPresence) Consumers(ctx context.Context, topic string) ([]string, 
 	return ids, nil
 }
 
-func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]string, error) {
+// Consumer is one consumer of a topic, as the admin API describes it.
+type Consumer struct {
+	// ID is the consumer's subscription, name, address and the time it
+	// connected: a consumer that went away and one that took its place
+	// (a restart, or its topic moved to another broker) differ.
+	ID string
+	// Since is when it connected, by the broker's clock; zero when the
+	// broker did not say or said it in an unknown form.
+	Since time.Time
+}
+
+func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]Consumer, error) {
 	scheme, rest, ok := strings.Cut(topic, "://")
 	if !ok {
 		return nil, fmt.Errorf("topic %q has no scheme", topic)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/admin/v2/"+scheme+"/"+rest+"/stats", nil)
+	if len(a.bases) == 0 {
+		return nil, fmt.Errorf("no admin API URL")
+	}
+	first := int(a.next.Load())
+	var errs []error
+	for i := range a.bases {
+		k := (first + i) % len(a.bases)
+		cs, retry, err := a.stats(ctx, a.bases[k]+"/admin/v2/"+scheme+"/"+rest+"/stats", topic)
+		if err == nil {
+			a.next.Store(int32(k))
+			return cs, nil
+		}
+		errs = append(errs, err)
+		if !retry || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// stats asks one admin API for topic's stats; retry says whether another
+// broker's admin API might answer instead.
+func (a *AdminPresence) stats(ctx context.Context, url, topic string) (cs []Consumer, retry bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if a.TokenFile != "" {
 		tok, err := os.ReadFile(a.TokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("the admin API's token: %w", err)
+			return nil, false, fmt.Errorf("the admin API's token: %w", err)
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return nil, nil // the topic does not exist: nobody ever attached
+		return nil, false, nil // the topic does not exist: nobody ever attached
 	default:
-		return nil, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
+		return nil, resp.StatusCode >= 500, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
 	}
 	var st struct {
 		Subscriptions map[string]struct {
@@ -156,14 +203,18 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]string, 
 			} `json:"consumers"`
 		} `json:"subscriptions"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return nil, fmt.Errorf("topic stats of %s: %w", topic, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatsBytes)).Decode(&st); err != nil {
+		return nil, false, fmt.Errorf("topic stats of %s: %w", topic, err)
 	}
-	var ids []string
 	for sub, s := range st.Subscriptions {
 		for _, c := range s.Consumers {
-			ids = append(ids, sub+"/"+c.Name+"@"+c.Address+"@"+c.ConnectedSince)
+			since, _ := time.Parse(time.RFC3339Nano, c.ConnectedSince)
+			cs = append(cs, Consumer{ID: sub + "/" + c.Name + "@" + c.Address + "@" + c.ConnectedSince, Since: since})
 		}
 	}
-	return ids, nil
+	return cs, false, nil
 }
+
+// maxStatsBytes bounds a topic-stats answer read (a topic with thousands of
+// consumers is a few hundred kilobytes).
+const maxStatsBytes = 16 << 20

@@ -117,3 +117,29 @@ func TestAdminPresence(t *testing.T) {
 		t.Fatalf("after a failed check: %v, %v, %d requests; want true, no error, no request", ok, err, stub.requests.Load()-before)
 	}
 }
+
+// With several admin APIs (a cluster's brokers), a question goes on to the
+// next when one cannot be reached or fails, and to the one that answered
+// first after that; a 404 (no such topic) is an answer, not a failure.
+func TestAdminPresenceSeveralBrokers(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close() // nothing listens there any more
+	stub := &adminStub{}
+	stub.consumers.Store(2)
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	p := NewAdminPresence(deadURL+", "+srv.URL+"/", nil)
+	const topic = "non-persistent://tg/request/x"
+	cs, err := p.Consumers(context.Background(), topic)
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("with the first broker down: %v, %v; want 2 consumers from the second", cs, err)
+	}
+	if cs, err = p.Consumers(context.Background(), topic); err != nil || len(cs) != 2 || stub.requests.Load() != 2 {
+		t.Fatalf("second question: %v, %v, %d requests to the live broker; want it asked first", cs, err, stub.requests.Load())
+	}
+	stub.broken.Store(true)
+	if _, err := p.Consumers(context.Background(), topic); err == nil {
+		t.Fatal("every broker failing: no error")
+	}
+}

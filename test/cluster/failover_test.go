@@ -47,7 +47,7 @@ const (
 
 // call is the record of one call of the load.
 type call struct {
-	gw         string
+	gw, msg    string // msg: an echo call's message ("" for Python calls)
 	start, end time.Time
 	code       codes.Code
 	late       bool // the gateway had not answered by the deadline plus grace
@@ -80,10 +80,13 @@ type gateway struct {
 	stop          func()
 }
 
-func startGateway(t *testing.T, name, url, registry string, log *slog.Logger) *gateway {
+// startGateway starts a gateway on the cluster's brokers (url), given both
+// brokers' admin APIs (admin, comma-separated) for its watch of calls in
+// flight.
+func startGateway(t *testing.T, name, url, admin, registry string, log *slog.Logger) *gateway {
 	t.Helper()
 	id := brokertest.UniqueTopic("cluster-" + name)
-	gw := apptest.Start(t, log.With("gateway", name), "--pulsar-url", url,
+	gw := apptest.Start(t, log.With("gateway", name), "--pulsar-url", url, "--pulsar-admin-url", admin,
 		"--registry", registry, "--shutdown-grace", "2s", "--allow-anonymous", "--instance-id", id)
 	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -182,6 +185,9 @@ func load(ctx context.Context, g *gateway, worker, kind int, rec *recorder) {
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), callTimeout+grace)
 		c := call{gw: who, start: time.Now()}
+		if kind != python {
+			c.msg = msg
+		}
 		out, err := g.invokeTool(cctx, tool, args)
 		c.end, c.code = time.Now(), status.Code(err)
 		c.late = cctx.Err() != nil // the caller gave up: no answer by the deadline plus grace
@@ -328,12 +334,26 @@ func TestFailover(t *testing.T) {
 	reqTopic, respTopic := wire.RequestTopic(svcTopic), wire.ResponseTopic(svcTopic)
 	announce := &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "echo", Description: "echoes msg",
 		Arguments: []toolservice.Argument{{Name: "msg"}, {Name: "mode"}, {Name: "ms", Type: "number"}}}}}
+	// The echo service notes each request it takes: a call that ran to its
+	// deadline was either dropped on the way there (the gateway must see
+	// that and end it early) or answered into a reply topic that was
+	// moving (nobody can tell then; it ends at its deadline).
+	var takenMu sync.Mutex
+	taken := map[string]bool{}
+	handle := func(ctx context.Context, r *toolservice.Request) (any, error) {
+		if msg, ok := r.Arguments["msg"].(string); ok {
+			takenMu.Lock()
+			taken[msg] = true
+			takenMu.Unlock()
+		}
+		return echo.Handle(ctx, r)
+	}
 	svcCtx, svcCancel := context.WithCancel(context.Background())
 	var svcWG sync.WaitGroup
 	defer func() { svcCancel(); svcWG.Wait() }()
 	for i := range 2 {
 		svc, err := toolservice.New(toolservice.Config{ID: "cluster-echo", Topic: svcTopic, PulsarURL: c.serviceURL(i),
-			MaxConcurrency: 256, StopGrace: time.Second, Logger: log.With("service", i), Announce: announce}, echo.Handle)
+			MaxConcurrency: 256, StopGrace: time.Second, Logger: log.With("service", i), Announce: announce}, handle)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +382,8 @@ tool:
 	startPythonJokes(t, c, c.serviceURL(1), pyTopic)
 
 	// Two gateways, each given both brokers, a different one first.
-	gws := []*gateway{startGateway(t, "A", c.serviceURL(0), registry, log), startGateway(t, "B", c.serviceURL(1), registry, log)}
+	admins := c.admin(0) + "," + c.admin(1)
+	gws := []*gateway{startGateway(t, "A", c.serviceURL(0), admins, registry, log), startGateway(t, "B", c.serviceURL(1), admins, registry, log)}
 	for _, g := range gws {
 		eventually.True(t, 60*time.Second, "gateway "+g.name+" lists the announced echo tool", func() bool { return g.hasTool("echo") })
 	}
@@ -429,8 +450,37 @@ tool:
 	for _, s := range series {
 		moveRecovery = max(moveRecovery, recovery(calls, s, tMoved).Sub(tUnload))
 	}
+	inFlight := outcomes(calls, tUnload, tMoved)
 	t.Logf("unload of tg/request and tg/response to broker%d took %s; calls in flight: %v; every gateway answering again %s after the unload",
-		to+1, tMoved.Sub(tUnload).Round(time.Millisecond), outcomes(calls, tUnload, tMoved), moveRecovery.Round(time.Millisecond))
+		to+1, tMoved.Sub(tUnload).Round(time.Millisecond), inFlight, moveRecovery.Round(time.Millisecond))
+	// A request published while its topic moves may find no consumer and
+	// be dropped; the gateway's watch sees every consumer reconnected
+	// after such a call was made and ends it with UNAVAILABLE, a code the
+	// caller may retry at once, instead of letting it run to its deadline.
+	// A reply sent while the reply topic moves is dropped as well, and
+	// that call does run to its deadline: nothing says it was answered.
+	var dropped, replyLost []string
+	takenMu.Lock()
+	for _, cl := range calls {
+		if cl.start.Before(tMoved) && cl.end.After(tUnload) && cl.code == codes.DeadlineExceeded {
+			what := fmt.Sprintf("%s %q started %s after the unload", cl.gw, cl.msg, cl.start.Sub(tUnload).Round(time.Millisecond))
+			switch {
+			case cl.msg == "":
+				replyLost = append(replyLost, what+" (Python: whether it was taken is unknown)")
+			case taken[cl.msg]:
+				replyLost = append(replyLost, what)
+			default:
+				dropped = append(dropped, what)
+			}
+		}
+	}
+	takenMu.Unlock()
+	if len(replyLost) > 0 {
+		t.Logf("calls in flight at the unload that ran to their deadline with their request taken by the service (a reply lost on a moving topic): %q", replyLost)
+	}
+	if len(dropped) > 0 {
+		t.Errorf("calls in flight at the unload whose request never reached the service ran to their deadline instead of ending early: %q", dropped)
+	}
 
 	// (2) Everything the calls use (request, response and reply topics, and
 	// the announcements) is put on one broker, which is then SIGKILLed.
@@ -508,7 +558,7 @@ tool:
 
 	// (3) A gateway started after the kill finds the announcement, kept
 	// on the bookie, through the survivor.
-	gC := startGateway(t, "C", c.serviceURL(survivor), registry, log)
+	gC := startGateway(t, "C", c.serviceURL(survivor), admins, registry, log)
 	eventually.True(t, 60*time.Second, "gateway C (started after the kill) lists the announced echo tool", func() bool { return gC.hasTool("echo") })
 	eventually.True(t, 30*time.Second, "gateway C answers", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout+grace)

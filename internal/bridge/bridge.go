@@ -351,7 +351,7 @@ func (b *Bridge) listen(ctx context.Context, responseTopic string, detach bool) 
 			parent = context.WithoutCancel(ctx)
 		}
 		sctx, cancel := context.WithTimeout(parent, 30*time.Second)
-		l.sub, l.err = b.broker.Subscribe(sctx, responseTopic, b.subID, transport.Exclusive,
+		l.sub, l.err = b.broker.Subscribe(sctx, responseTopic, b.subID, transport.Transient,
 			func(m transport.Message) { b.route(responseTopic, m) })
 		cancel()
 		if l.err != nil {

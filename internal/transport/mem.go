@@ -90,6 +90,9 @@ func (m *Mem) Subscribe(ctx context.Context, topic, subscription string, typ Sub
 		subs = map[string]*memSub{}
 		m.topics[topic] = subs
 	}
+	if typ == Transient {
+		typ = Exclusive // nothing here outlives its consumer anyway
+	}
 	s := subs[subscription]
 	if s == nil {
 		s = &memSub{typ: typ}

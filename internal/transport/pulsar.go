@@ -507,12 +507,17 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 		st = pulsar.KeyShared
 	}
 	persistent := !strings.HasPrefix(topic, "non-persistent://")
+	mode := pulsar.Durable
+	if typ == Transient && persistent {
+		mode = pulsar.NonDurable
+	}
 	opts := pulsar.ConsumerOptions{
 		Topic:                       topic,
 		SubscriptionName:            subscription,
 		Type:                        st,
 		ReceiverQueueSize:           b.opts.ReceiverQueueSize,
 		SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest,
+		SubscriptionMode:            mode,
 		// One ack per message: the grouping tracker is what loses messages
 		// whose ids repeat.
 		AckGroupingOptions:  &pulsar.AckGroupingOptions{MaxSize: 1},

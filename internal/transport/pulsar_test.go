@@ -2,13 +2,17 @@ package transport_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
 )
 
@@ -160,4 +164,58 @@ func TestConnection(t *testing.T) {
 	if _, err := transport.NewPulsarClient(transport.PulsarOptions{}); err == nil {
 		t.Error("NewPulsarClient without a URL succeeded")
 	}
+}
+
+// A Transient subscription on a persistent topic gets what is sent while
+// it listens, and the broker forgets it once its consumer is closed: no
+// subscription, hence no backlog, is left behind.
+func TestTransientSubscriptionLeavesNothing(t *testing.T) {
+	brokertest.RequirePulsar(t)
+	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	topic := "persistent://tg/response/" + brokertest.UniqueTopic("transient")
+	subscriptions := func() map[string]json.RawMessage {
+		resp, err := http.Get(brokertest.AdminURL() + "/admin/v2/persistent/" + strings.TrimPrefix(topic, "persistent://") + "/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st struct {
+			Subscriptions map[string]json.RawMessage `json:"subscriptions"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Subscriptions
+	}
+	got := make(chan string, 10)
+	sub, err := b.Subscribe(t.Context(), topic, "listener", transport.Transient, func(m transport.Message) { got <- string(m.Payload) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		if err := b.Publish(t.Context(), topic, transport.Message{Payload: []byte(p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"a", "b", "c"} {
+		select {
+		case p := <-got:
+			if p != want {
+				t.Fatalf("got %q, want %q", p, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no message %q within 10 s", want)
+		}
+	}
+	if s := subscriptions(); len(s) != 1 {
+		t.Fatalf("while listening: subscriptions %v, want the one", s)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 10*time.Second, "no subscription left once the consumer is closed", func() bool { return len(subscriptions()) == 0 })
 }

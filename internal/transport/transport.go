@@ -37,6 +37,12 @@ const (
 	// consumer, in order (Pulsar's Key_Shared; the in-memory broker treats
 	// it as Shared).
 	KeyShared
+	// Transient is Exclusive for a listener that wants the messages sent
+	// while it listens and nothing else: on a persistent topic the broker
+	// forgets the subscription, and keeps no backlog for it, once its
+	// consumer is gone (a non-durable subscription); on a non-persistent
+	// topic it is Exclusive.
+	Transient
 )
 
 // Handler receives the messages of a subscription, one at a time, in the

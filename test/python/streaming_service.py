@@ -14,6 +14,12 @@ Used by test/e2e/interop_test.go (TestInteropPythonStream):
     python test/python/streaming_service.py -p pulsar://127.0.0.1:6650 \\
         --id py-stream -t <topic>
 
+--response-topic names the topic it answers on (default
+non-persistent://tg/response/<topic>, as TrustGraph's services by default);
+a persistent one (persistent://tg/response/<topic>) keeps long streams
+whole: the broker stores what the gateway's consumer cannot take at once
+instead of dropping it.
+
 The arguments choose the reply: {"n": N} sends "0,", "1,", ... "N-2,"
 with end_of_stream false, then "N-1" with end_of_stream true;
 "gap_ms" waits between chunks.
@@ -39,7 +45,9 @@ def main():
     p.add_argument("-p", "--pulsar-host", default="pulsar://127.0.0.1:6650")
     p.add_argument("--id", default="py-stream")
     p.add_argument("-t", "--topic", default="py-stream")
+    p.add_argument("--response-topic", default="")
     a = p.parse_args()
+    response_topic = a.response_topic or f"non-persistent://tg/response/{a.topic}"
 
     client = pulsar.Client(a.pulsar_host, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     consumer = client.subscribe(
@@ -47,7 +55,7 @@ def main():
         consumer_type=pulsar.ConsumerType.Shared, schema=pulsar.schema.BytesSchema(),
     )
     producer = client.create_producer(
-        f"non-persistent://tg/response/{a.topic}", schema=pulsar.schema.BytesSchema(),
+        response_topic, schema=pulsar.schema.BytesSchema(),
         block_if_queue_full=True,
     )
     stop = []

@@ -54,12 +54,8 @@ func (s *consumersStub) Consumers(_ context.Context, topic string) ([]transport.
 // published before; while some of several consumers stay, calls go on;
 // topics without calls in flight are not asked about.
 func TestWatchEndsCallsOfAServiceThatIsGone(t *testing.T) {
-	m := transport.NewMem()
-	t.Cleanup(m.Close)
-	stub := &consumersStub{ids: map[string][]transport.Consumer{}, asked: map[string]int{}}
 	const every = 20 * time.Millisecond
-	b := bridge.New(m, bridge.Options{Watch: stub, WatchEvery: every})
-	t.Cleanup(b.Close)
+	m, stub, b := watchedBridge(t, every)
 
 	// A service that takes requests and never answers: its consumer holds
 	// them, as a service killed mid-call did.
@@ -78,18 +74,7 @@ func TestWatchEndsCallsOfAServiceThatIsGone(t *testing.T) {
 	stub.set(target("idle").RequestTopic, "a")
 	stub.set(target("restarted").RequestTopic, "a")
 
-	call := func(name string) (*bridge.Call, <-chan error) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		t.Cleanup(cancel)
-		c, err := b.Call(ctx, target(name), wire.Request{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		ended := make(chan error, 1)
-		go func() { _, err := c.Wait(ctx); ended <- err }()
-		return c, ended
-	}
+	call := func(name string) (*bridge.Call, <-chan error) { return watchedCall(t, b, target(name)) }
 	_, gone := call("gone")
 	_, shared := call("shared")
 	_, restartedOld := call("restarted")
@@ -135,12 +120,8 @@ func TestWatchEndsCallsOfAServiceThatIsGone(t *testing.T) {
 // coming goes on; one whose replies stop ends a question later; calls
 // made after the consumers connected wait on.
 func TestWatchEndsCallsMadeBeforeEveryConsumerConnected(t *testing.T) {
-	m := transport.NewMem()
-	t.Cleanup(m.Close)
-	stub := &consumersStub{ids: map[string][]transport.Consumer{}, asked: map[string]int{}}
 	const every = 20 * time.Millisecond
-	b := bridge.New(m, bridge.Options{Watch: stub, WatchEvery: every})
-	t.Cleanup(b.Close)
+	m, stub, b := watchedBridge(t, every)
 	target := bridge.Target{RequestTopic: wire.RequestTopic("moving"), ResponseTopic: wire.ResponseTopic("moving")}
 	sub, err := m.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(transport.Message) {})
 	if err != nil {
@@ -149,25 +130,7 @@ func TestWatchEndsCallsMadeBeforeEveryConsumerConnected(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Close() })
 	stub.setConsumers(target.RequestTopic, transport.Consumer{ID: "a@1", Since: time.Now().Add(-time.Hour)})
 
-	call := func() (*bridge.Call, <-chan error) {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		t.Cleanup(cancel)
-		c, err := b.Call(ctx, target, wire.Request{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		ended := make(chan error, 1)
-		go func() {
-			for {
-				if _, err := c.Recv(ctx); err != nil {
-					ended <- err
-					return
-				}
-			}
-		}()
-		return c, ended
-	}
+	call := func() (*bridge.Call, <-chan error) { return watchedCall(t, b, target) }
 	// chunks sends reply messages for c every few milliseconds until stop
 	// is closed.
 	chunks := func(c *bridge.Call, stop <-chan struct{}) {
@@ -194,24 +157,10 @@ func TestWatchEndsCallsMadeBeforeEveryConsumerConnected(t *testing.T) {
 
 	// The topic moves: the same consumer, connected again now.
 	stub.setConsumers(target.RequestTopic, transport.Consumer{ID: "a@2", Since: time.Now()})
-	select {
-	case err := <-unary:
-		if !errors.Is(err, bridge.ErrServiceGone) {
-			t.Fatalf("a call made before every consumer connected ended with %v, want ErrServiceGone", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a call made before every consumer connected did not end within 5 s")
-	}
+	endsGone(t, unary, "a call made before every consumer connected")
 	_, after := call() // made after the consumer connected: it reached it
 	close(stopNow)
-	select {
-	case err := <-stopping:
-		if !errors.Is(err, bridge.ErrServiceGone) {
-			t.Fatalf("a stream whose replies stopped after the move ended with %v, want ErrServiceGone", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a stream whose replies stopped after the move did not end within 5 s")
-	}
+	endsGone(t, stopping, "a stream whose replies stopped after the move")
 	time.Sleep(10 * every)
 	for name, ended := range map[string]<-chan error{"a stream whose replies go on": flowingEnded, "a call made after the move": after} {
 		select {
@@ -230,12 +179,52 @@ func TestWatchEndsCallsMadeBeforeEveryConsumerConnected(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return stub.questions(target.RequestTopic) >= n+1 })
 	_, inGap := call()
 	stub.setConsumers(target.RequestTopic, transport.Consumer{ID: "a@3", Since: time.Now()})
+	endsGone(t, inGap, "a call made in the gap")
+}
+
+// watchedBridge is a bridge on the in-memory broker whose watch asks stub
+// every so often.
+func watchedBridge(t *testing.T, every time.Duration) (*transport.Mem, *consumersStub, *bridge.Bridge) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	stub := &consumersStub{ids: map[string][]transport.Consumer{}, asked: map[string]int{}}
+	b := bridge.New(m, bridge.Options{Watch: stub, WatchEvery: every})
+	t.Cleanup(b.Close)
+	return m, stub, b
+}
+
+// watchedCall makes a call to target that nobody answers but the test, and
+// returns it with a channel that gets the error its reader ends with.
+func watchedCall(t *testing.T, b *bridge.Bridge, target bridge.Target) (*bridge.Call, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	c, err := b.Call(ctx, target, wire.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := c.Recv(ctx); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	return c, ended
+}
+
+// endsGone waits up to 5 s for a call to end with ErrServiceGone.
+func endsGone(t *testing.T, ended <-chan error, what string) {
+	t.Helper()
 	select {
-	case err := <-inGap:
+	case err := <-ended:
 		if !errors.Is(err, bridge.ErrServiceGone) {
-			t.Fatalf("a call made in the gap ended with %v, want ErrServiceGone", err)
+			t.Fatalf("%s ended with %v, want ErrServiceGone", what, err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a call made in the gap did not end within 5 s of the consumer's return")
+		t.Fatalf("%s did not end within 5 s", what)
 	}
 }

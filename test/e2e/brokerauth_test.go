@@ -329,22 +329,7 @@ func TestBrokerTokenAuth(t *testing.T) {
 	// With valid tokens, end to end: the service announces itself, the
 	// gateway serves its tool.
 	svc := newService(toolservice.WithTokenFile(b.tokenFile(t, svcRole)), os.Stderr)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("tool service: %v", err)
-		}
-	})
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("the tool service with a valid token: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the tool service with a valid token is not subscribed after 60s")
-	}
+	brokertest.RunService(t, "with a valid token", svc, 60*time.Second)
 	// A tool whose service never runs: the gateway's liveness check asks
 	// the admin API, with the gateway's token too.
 	reg := filepath.Join(t.TempDir(), "registry.yaml")

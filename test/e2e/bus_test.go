@@ -24,22 +24,7 @@ func runHandler(t *testing.T, cfg toolservice.Config, h toolservice.Handler) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("tool service %s: %v", cfg.ID, err)
-		}
-	})
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("tool service %s: %v", cfg.ID, err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("tool service %s not subscribed after 30s", cfg.ID)
-	}
+	brokertest.RunService(t, cfg.ID, svc, 30*time.Second)
 }
 
 // Whoever may produce on the announcements topic cannot take a tool from

@@ -93,20 +93,7 @@ func TestCancelReachesTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.svc = svc
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("tool service: %v", err)
-		}
-	})
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatal(err)
-	}
+	brokertest.RunService(t, topic, svc, time.Minute)
 	reg := filepath.Join(t.TempDir(), "registry.yaml")
 	if err := os.WriteFile(reg, []byte(fmt.Sprintf(`tool-service:
   watched:

@@ -26,20 +26,12 @@ import (
 // topic; every caller gets exactly its own reply.
 func TestManyConcurrentCallsToReplicas(t *testing.T) {
 	// A second replica of the echo service, on the same shared subscription.
-	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	replica, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: env.echoTopic, PulsarURL: brokertest.PulsarURL(), MaxConcurrency: 512, Logger: log}, echo.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- replica.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("replica: %v", err)
-		}
-	})
+	brokertest.RunService(t, "echo replica", replica, 0)
 	if err := waitConsumers("non-persistent://tg/request/"+env.echoTopic, 2, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}

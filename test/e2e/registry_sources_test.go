@@ -127,29 +127,7 @@ func runService(t *testing.T, cfg toolservice.Config) (svc *toolservice.Service,
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	var stopped bool
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("tool service %s: %v", cfg.ID, err)
-		}
-	}
-	t.Cleanup(stop)
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("tool service %s: %v", cfg.ID, err)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("tool service %s not subscribed after 30s", cfg.ID)
-	}
-	return svc, stop
+	return svc, brokertest.RunService(t, cfg.ID, svc, 30*time.Second)
 }
 
 func pulsarClient(t *testing.T) pulsar.Client {

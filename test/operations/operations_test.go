@@ -4,7 +4,6 @@ package operations_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -55,15 +54,7 @@ func setupService(t *testing.T, maxConcurrency int, h toolservice.Handler) []str
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("echo service: %v", err)
-		}
-	})
+	brokertest.RunService(t, "echo", svc, 0)
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)

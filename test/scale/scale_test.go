@@ -76,22 +76,7 @@ func startEchoWith(t *testing.T, id, topic string, concurrency, queue int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("echo service: %v", err)
-		}
-	})
-	select {
-	case <-svc.Ready():
-	case err := <-done:
-		t.Fatalf("echo service: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("echo service did not subscribe within 30s")
-	}
+	brokertest.RunService(t, "echo", svc, 30*time.Second)
 }
 
 // outcome is one call's result.

@@ -22,6 +22,11 @@
 #                          operations (docs/operations.md), with compaction and a retention of 2 days)
 #   PULSAR_COMPACTION_THRESHOLD  compaction threshold in bytes set on tg/config (default 1048576): the broker
 #                          compacts the announcements topic, keeping the latest message per service id
+#   PULSAR_ANNOUNCE_MAX_BYTES  the broker's largest message on persistent://tg/config/tool-descriptors (default
+#                          1114112: the gateway's 1 MiB bound on an announcement, plus room for the message's
+#                          metadata): larger ones are refused by the broker, so a flood of them never reaches,
+#                          nor holds up, the gateways reading the topic (a topic policy: topic-level policies
+#                          are on in scripts/pulsar/standalone.conf)
 #   PULSAR_EXTRA_JAVA_OPTS extra JVM flags appended to the defaults
 #   PULSAR_DATA_DIR        keep the broker's data here across restarts (default: a fresh folder per start)
 #   PULSAR_CDS             1 (default) = use/record an AppCDS class archive in the cache; 0 = off
@@ -54,6 +59,7 @@ HEAP="${PULSAR_HEAP:-512m}"
 NAMESPACES="${PULSAR_NAMESPACES:-tg/request tg/response tg/notify tg/config tg/operations}"
 ADMIN="http://127.0.0.1:$WEB_PORT/admin/v2"
 COMPACTION_THRESHOLD="${PULSAR_COMPACTION_THRESHOLD:-1048576}"
+ANNOUNCE_MAX_BYTES="${PULSAR_ANNOUNCE_MAX_BYTES:-1114112}"
 AUTH="${PULSAR_AUTH:-}"
 case "$AUTH" in
   "" | token) ;;
@@ -147,6 +153,23 @@ ensure_ns() {
         *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "setting the compaction threshold of tg/config: HTTP $code" ;;
       esac
     fi
+  fi
+  if [[ " $NAMESPACES " == *" tg/config "* ]]; then
+    # the announcements topic refuses messages larger than an announcement
+    # may be: the broker keeps a flood of large ones out of the topic
+    local topic="$ADMIN/persistent/tg/config/tool-descriptors"
+    code="$(http_code PUT "$topic")"
+    case "$code" in
+      204 | 409) ;;
+      *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "creating persistent://tg/config/tool-descriptors: HTTP $code" ;;
+    esac
+    code="$(http_code POST "$topic/maxMessageSize" "$ANNOUNCE_MAX_BYTES")"
+    case "$code" in
+      204 | 200) ;;
+      405) log "warning: the broker has topic-level policies off (a broker started with another configuration?):" \
+        "persistent://tg/config/tool-descriptors has no maximum message size" ;;
+      *) cat "$HTTP_BODY_FILE" >&2; echo >&2; die "setting the maximum message size of persistent://tg/config/tool-descriptors: HTTP $code" ;;
+    esac
   fi
   if [[ " $NAMESPACES " == *" tg/operations "* ]]; then
     # operation state is keyed by operation id: compaction keeps the latest

@@ -139,6 +139,24 @@ type timingSink struct {
 	seen map[string]time.Time
 }
 
+// runSource reads topic into sink until the test ends and waits for its
+// first sync.
+func runSource(t *testing.T, c pulsar.Client, topic string, sink *timingSink) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewAnnouncements(c, topic, nil).Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("source: %v", err)
+		}
+	})
+	if missing := sink.WaitSynced(20 * time.Second); len(missing) > 0 {
+		t.Fatalf("not synced: %v", missing)
+	}
+}
+
 func (s *timingSink) Apply(u registry.Update) error {
 	err := s.Merger.Apply(u)
 	s.mu.Lock()
@@ -164,18 +182,7 @@ func TestAnnouncementFloodDoesNotHoldUpOthers(t *testing.T) {
 	m := registry.NewMerger(nil, nil)
 	m.Enable(registry.OriginAnnouncement)
 	sink := &timingSink{Merger: m, seen: map[string]time.Time{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- NewAnnouncements(c, topic, nil).Run(ctx, sink) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("source: %v", err)
-		}
-	}()
-	if missing := m.WaitSynced(20 * time.Second); len(missing) > 0 {
-		t.Fatalf("not synced: %v", missing)
-	}
+	runSource(t, c, topic, sink)
 	// Large but valid: a service with many tools (about 900 KB of YAML).
 	big := func(id string) []byte {
 		var sb strings.Builder

@@ -277,7 +277,8 @@ type Service struct {
 	// subscription of its own, named after instance.
 	cancelTopic string
 	instance    string
-	calls       calls // the calls running here, and early cancels
+	calls       calls         // the calls running here, and early cancels
+	recent      recentReplies // the last reply of recent calls, for a resend
 
 	ready     chan struct{} // closed once Run has subscribed
 	sem       chan struct{}
@@ -285,6 +286,7 @@ type Service struct {
 	handled   atomic.Int64
 	dropped   atomic.Int64
 	cancelled atomic.Int64
+	resent    atomic.Int64
 	callCtx   context.Context
 	cancelFn  context.CancelFunc
 
@@ -447,21 +449,28 @@ type Stats struct {
 	// ErrCallerGone as its cause — or before they started (the handler
 	// did not run).
 	Cancelled int64
+	// Resent counts the replies published again at a caller's request
+	// (wire.CreditResend): its consumer was away when they were sent.
+	Resent int64
 }
 
 // Stats returns the service's counters.
 func (s *Service) Stats() Stats {
-	return Stats{Handled: s.handled.Load(), Dropped: s.dropped.Load(), Cancelled: s.cancelled.Load()}
+	return Stats{Handled: s.handled.Load(), Dropped: s.dropped.Load(), Cancelled: s.cancelled.Load(), Resent: s.resent.Load()}
 }
 
 // grant takes a caller's grant for one of its streams (wire.PropCredit),
-// from the flow topic: more credit, or the caller is gone; or a cancel
-// from the cancel topic. A cancel ends the call's context (calls.cancel);
+// from the flow topic: more credit, or the caller is gone; or a cancel or
+// a request to send a reply again (resend) from the cancel topic. A cancel ends the call's context (calls.cancel);
 // grants for calls not streaming here (ended, or never flow-controlled)
 // are ignored.
 func (s *Service) grant(m transport.Message) {
 	id := m.Properties[wire.PropID]
 	credit := m.Properties[wire.PropCredit]
+	if credit == wire.CreditResend {
+		s.resend(id)
+		return
+	}
 	if credit == wire.CreditCancel {
 		if id == "" || id == "unknown" {
 			return
@@ -485,6 +494,26 @@ func (s *Service) grant(m transport.Message) {
 	if n, err := strconv.Atoi(credit); err == nil {
 		v.(*chunkSender).grant(n)
 	}
+}
+
+// resend publishes once more the last reply of call id, when this instance
+// answered it within the last minute (wire.CreditResend); it does not wait
+// for the broker.
+func (s *Service) resend(id string) {
+	rep, ok := s.recent.take(id, time.Now())
+	if !ok {
+		return
+	}
+	s.resent.Add(1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.broker.Publish(ctx, rep.topic, rep.msg); err != nil {
+			s.log.Warn("cannot send a reply again", "id", id, "topic", rep.topic, "err", err)
+			return
+		}
+		s.log.Debug("reply sent again at the caller's request", "id", id, "topic", rep.topic)
+	}()
 }
 
 // accept runs on the subscription's goroutine: it waits for a free slot and
@@ -557,7 +586,12 @@ func (s *Service) serve(m transport.Message) {
 		// producer's queue is full (a burst of chunks), it waits for room
 		// instead of being dropped, which would leave the caller to its
 		// deadline.
-		return retryQueueFull(pctx, func(ctx context.Context) error { return s.broker.Publish(ctx, replyTopic, msg) })
+		err := retryQueueFull(pctx, func(ctx context.Context) error { return s.broker.Publish(ctx, replyTopic, msg) })
+		if err == nil && r.EndOfStream && id != "unknown" {
+			// Kept a minute, should the caller miss it (wire.CreditResend).
+			s.recent.keep(id, replyTopic, msg, time.Now())
+		}
+		return err
 	}
 	fail := func(typ, msg string) {
 		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {

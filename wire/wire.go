@@ -62,6 +62,16 @@ const (
 // (CancelTopic), which every instance of the service reads.
 const CreditCancel = "cancel"
 
+// CreditResend is the PropCredit of a message on the service's cancel topic
+// (CancelTopic) asking for the last reply message of the call PropID once
+// more: the caller's consumer of the topic that reply went to was away for
+// a moment (the topic moved to another broker), and a message published
+// then is dropped on a non-persistent topic. The instance that answered the
+// call and still holds that message publishes it again, to the topic it
+// went to; the others, and services that do not know the request, ignore
+// it.
+const CreditResend = "resend"
+
 // ErrorTypeToolService is the error type TrustGraph's Python base service
 // reports for any exception raised by a tool.
 const ErrorTypeToolService = "tool-service-error"

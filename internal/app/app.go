@@ -161,7 +161,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		telemetry.WithBridgeStats(func() telemetry.BridgeStats {
 			s := g.bridge.Stats()
 			return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
-				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies}
+				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies,
+				Resends: s.Resends}
 		}),
 		telemetry.WithRegistryStats(g.sources.stats)}, opsStats...)...)
 	// Every door runs the same chain. Spans when they are exported, else

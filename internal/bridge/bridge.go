@@ -170,8 +170,10 @@ type Stats struct {
 	// refused with ErrServiceBusy.
 	Streams, Grants, Busy int64
 	// Cancels are the calls given up whose services were told so on
-	// their cancel topics (wire.CancelTopic).
-	Cancels int64
+	// their cancel topics (wire.CancelTopic); Resends the calls whose
+	// services were asked for their last reply again there
+	// (wire.CreditResend), this bridge's consumer of it having been away.
+	Cancels, Resends int64
 }
 
 // Bridge correlates requests and replies. It is safe for concurrent use.
@@ -215,6 +217,7 @@ type Bridge struct {
 	grants     atomic.Int64
 	busy       atomic.Int64
 	cancels    atomic.Int64
+	resends    atomic.Int64
 
 	// epoch counts the watch's questions; each call notes it when made.
 	epoch atomic.Uint64
@@ -294,11 +297,16 @@ func (b *Bridge) Stats() Stats {
 		Grants:  b.grants.Load(),
 		Busy:    b.busy.Load(),
 		Cancels: b.cancels.Load(),
+		Resends: b.resends.Load(),
 	}
 }
 
 // ReplyTopic is the instance's own reply topic ("" without one).
 func (b *Bridge) ReplyTopic() string { return b.opts.ReplyTopic }
+
+// Subscription is the name of this bridge's subscriptions to response
+// topics and its reply topic, as the broker's topic stats show it.
+func (b *Bridge) Subscription() string { return b.subID }
 
 // Honouring lists, sorted, the response topics whose services have been
 // seen answering on the instance's reply topic: they honour reply-to. It
@@ -460,8 +468,10 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 	switch {
 	case o.ReplyTo != "":
 		props[wire.PropReplyTo] = o.ReplyTo
+		c.replyTo = o.ReplyTo
 	case b.opts.ReplyTopic != "":
 		props[wire.PropReplyTo] = b.opts.ReplyTopic
+		c.replyTo = b.opts.ReplyTopic
 	}
 	if b.opts.StreamWindow > 0 && !o.NoCredit {
 		c.granted = b.window()
@@ -598,6 +608,20 @@ func (b *Bridge) sendCancel(requestTopic, id string) {
 		defer cancel()
 		if err := b.broker.Publish(ctx, topic, transport.Message{Payload: []byte(wire.CreditCancel), Properties: map[string]string{wire.PropID: id, wire.PropCredit: wire.CreditCancel}}); err != nil {
 			b.log.Debug("cannot tell a tool service that a call was given up", "cancel_topic", topic, "id", id, "err", err)
+		}
+	}()
+}
+
+// sendResend asks the service on requestTopic, on its cancel topic, for
+// the last reply of call id once more (wire.CreditResend).
+func (b *Bridge) sendResend(requestTopic, id string) {
+	b.resends.Add(1)
+	topic := wire.CancelTopic(requestTopic)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.broker.Publish(ctx, topic, transport.Message{Payload: []byte(wire.CreditResend), Properties: map[string]string{wire.PropID: id, wire.PropCredit: wire.CreditResend}}); err != nil {
+			b.log.Debug("cannot ask a tool service for a reply again", "cancel_topic", topic, "id", id, "err", err)
 		}
 	}()
 }

@@ -28,6 +28,7 @@ type Call struct {
 	slot      chan struct{} // the service's slots, one of which the call holds (nil: none)
 	epoch     uint64        // the watch's epoch when it was made
 	made      time.Time     // when it was made (the watch compares it with consumers' connection times)
+	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
 	// sentDeadline is the deadline the request carries (zero: none): past
@@ -41,6 +42,7 @@ type Call struct {
 	removed bool   // taken out of the pending map
 	nextSeq int    // the reply message number expected next (wire.PropSeq)
 	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
+	resent  bool   // its service was asked to send its last reply again
 
 	// Flow control (wire.PropCredit): the service may send reply messages
 	// numbered below granted; consumed counts those Recv has returned.
@@ -51,6 +53,20 @@ type Call struct {
 	flow     string
 	// flowChecked is the flow topic last found to be the service's.
 	flowChecked string
+}
+
+// replyTopic is where a Go SDK service answers the call, when the watch
+// should mind this bridge's consumer there: its reply topic, or the
+// service's response topic without one; "" for calls whose replies go to
+// a topic of CallOptions.ReplyTo (another subscription's).
+func (c *Call) replyTopic() string {
+	switch {
+	case c.replyTo == c.b.opts.ReplyTopic && c.replyTo != "":
+		return c.replyTo
+	case c.replyTo == "":
+		return c.respTopic
+	}
+	return ""
 }
 
 // ID is the call's correlation id.

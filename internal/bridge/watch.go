@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,6 +80,9 @@ type watch struct {
 	// suspect holds the calls spared at a question (the epoch asked)
 	// because a reply message had come for them shortly before.
 	suspect map[*Call]uint64
+	// ours is, per topic replies come on, when this bridge's consumer
+	// there connected, at the last question.
+	ours map[string]time.Time
 }
 
 type seenConsumers struct {
@@ -87,7 +91,7 @@ type seenConsumers struct {
 }
 
 func (b *Bridge) startWatch() {
-	b.watch = &watch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}}
+	b.watch = &watch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}, ours: map[string]time.Time{}}
 	go b.watchLoop()
 }
 
@@ -121,6 +125,7 @@ func (b *Bridge) watchOnce() {
 	if b.inFlight.Load() == 0 {
 		clear(w.seen)
 		clear(w.suspect)
+		clear(w.ours)
 		return
 	}
 	// The suspects of the previous question that no reply message came
@@ -134,11 +139,21 @@ func (b *Bridge) watchOnce() {
 		}
 		delete(w.suspect, c)
 	}
-	topics := map[string]bool{}
-	b.pending.each(func(c *Call) { topics[c.reqTopic] = true })
+	topics, replyTopics := map[string]bool{}, map[string]bool{}
+	b.pending.each(func(c *Call) {
+		topics[c.reqTopic] = true
+		if t := c.replyTopic(); t != "" {
+			replyTopics[t] = true
+		}
+	})
 	for t := range w.seen {
 		if !topics[t] {
 			delete(w.seen, t)
+		}
+	}
+	for t := range w.ours {
+		if !replyTopics[t] {
+			delete(w.ours, t)
 		}
 	}
 	// Calls published from now on are not judged by these answers.
@@ -147,25 +162,36 @@ func (b *Bridge) watchOnce() {
 	defer cancel()
 	type answer struct {
 		topic string
+		reply bool // a topic replies come on, asked about this bridge's own consumer
 		cs    []transport.Consumer
 		err   error
 	}
-	answers := make(chan answer, len(topics))
+	answers := make(chan answer, len(topics)+len(replyTopics))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, watchParallel)
-	for topic := range topics {
+	ask := func(topic string, reply bool) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			cs, err := b.opts.Watch.Consumers(ctx, topic)
-			answers <- answer{topic, cs, err}
+			answers <- answer{topic, reply, cs, err}
 		})
+	}
+	for topic := range topics {
+		ask(topic, false)
+	}
+	for topic := range replyTopics {
+		ask(topic, true)
 	}
 	wg.Wait()
 	close(answers)
 	for a := range answers {
 		if a.err != nil {
-			b.log.Debug("cannot ask which consumers the request topic has; asking again later", "topic", a.topic, "err", a.err)
+			b.log.Debug("cannot ask which consumers a topic has; asking again later", "topic", a.topic, "err", a.err)
+			continue
+		}
+		if a.reply {
+			b.checkOwnConsumer(a.topic, a.cs)
 			continue
 		}
 		ids := make([]string, len(a.cs))
@@ -235,4 +261,52 @@ func earliest(cs []transport.Consumer) time.Time {
 		}
 	}
 	return first
+}
+
+// checkOwnConsumer looks at this bridge's consumer among cs, the consumers
+// of topic, a topic replies come on. When it connected again since the
+// previous question (the topic moved to another broker), a reply
+// published meanwhile was dropped: each call made before, still waiting
+// and whose replies come there, asks its service for its last reply once
+// more (wire.CreditResend, on the service's cancel topic). A Go SDK
+// instance that answered it sends it again; a call whose service is still
+// at work is answered as usual; services that ignore the request
+// (TrustGraph's Python ones) leave the call to its deadline, as before.
+func (b *Bridge) checkOwnConsumer(topic string, cs []transport.Consumer) {
+	w := b.watch
+	prefix := b.subID + "/"
+	var since time.Time
+	for _, c := range cs {
+		if strings.HasPrefix(c.ID, prefix) {
+			since = c.Since
+			break
+		}
+	}
+	if since.IsZero() { // not (yet) back, or its time unknown
+		return
+	}
+	prev, known := w.ours[topic]
+	w.ours[topic] = since
+	if !known || !since.After(prev) {
+		return
+	}
+	n := 0
+	b.pending.each(func(c *Call) {
+		if c.replyTopic() != topic || !c.made.Before(since) {
+			return
+		}
+		c.mu.Lock()
+		skip := c.ended || c.resent
+		c.resent = true
+		c.mu.Unlock()
+		if skip {
+			return
+		}
+		b.sendResend(c.reqTopic, c.id)
+		n++
+	})
+	if n > 0 {
+		b.log.Info("this gateway's consumer of a reply topic connected again; the services of calls waiting on it were asked to send their replies again",
+			"topic", topic, "calls", n, "connected", since)
+	}
 }

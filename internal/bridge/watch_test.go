@@ -228,3 +228,84 @@ func endsGone(t *testing.T, ended <-chan error, what string) {
 		t.Fatalf("%s did not end within 5 s", what)
 	}
 }
+
+// When this bridge's consumer of its reply topic has connected again
+// since the previous question (the topic moved to another broker), a
+// reply published meanwhile was dropped: the calls made before, still
+// waiting, ask their services for their last reply again, once, and a
+// service that sent it sends it again. Calls made after are not asked for.
+func TestWatchAsksForRepliesLostWhileTheReplyTopicMoved(t *testing.T) {
+	m, stub, b := func() (*transport.Mem, *consumersStub, *bridge.Bridge) {
+		m := transport.NewMem()
+		t.Cleanup(m.Close)
+		stub := &consumersStub{ids: map[string][]transport.Consumer{}, asked: map[string]int{}}
+		b := bridge.New(m, bridge.Options{Watch: stub, WatchEvery: 20 * time.Millisecond, ReplyTopic: wire.ReplyTopic("gw-1")})
+		t.Cleanup(b.Close)
+		return m, stub, b
+	}()
+	target := bridge.Target{RequestTopic: wire.RequestTopic("svc"), ResponseTopic: wire.ResponseTopic("svc")}
+	// The service: it answers nothing by itself (its reply was lost), and
+	// answers a resend with the reply it keeps.
+	asked := make(chan string, 10)
+	for topic, h := range map[string]transport.Handler{
+		target.RequestTopic: func(transport.Message) {},
+		wire.CancelTopic(target.RequestTopic): func(msg transport.Message) {
+			if msg.Properties[wire.PropCredit] != wire.CreditResend {
+				return
+			}
+			id := msg.Properties[wire.PropID]
+			asked <- id
+			go func() {
+				_ = m.Publish(context.Background(), wire.ReplyTopic("gw-1"), transport.Message{Payload: wire.EncodeResponse(wire.Response{Response: "kept " + id, EndOfStream: true}),
+					Properties: map[string]string{wire.PropID: id, wire.PropSeq: "0"}})
+			}()
+		},
+	} {
+		sub, err := m.Subscribe(t.Context(), topic, "svc", transport.Shared, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Close() })
+	}
+	svc := transport.Consumer{ID: "svc/a@1", Since: time.Now().Add(-time.Hour)}
+	stub.setConsumers(target.RequestTopic, svc)
+	ours := func(since time.Time) transport.Consumer {
+		return transport.Consumer{ID: b.Subscription() + "/gw@1@" + since.String(), Since: since}
+	}
+	stub.setConsumers(wire.ReplyTopic("gw-1"), ours(time.Now().Add(-time.Minute)), transport.Consumer{ID: "spy/x@2", Since: time.Now()})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	before, err := b.Call(ctx, target, wire.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	n := stub.questions(wire.ReplyTopic("gw-1"))
+	waitFor(t, 5*time.Second, func() bool { return stub.questions(wire.ReplyTopic("gw-1")) >= n+2 })
+	select {
+	case id := <-asked:
+		t.Fatalf("a reply (%s) was asked for while the consumer stayed connected", id)
+	default:
+	}
+
+	// The reply topic moves: our consumer is connected again from now on.
+	stub.setConsumers(wire.ReplyTopic("gw-1"), ours(time.Now()))
+	out, err := before.Wait(ctx)
+	if err != nil || out != "kept "+before.ID() {
+		t.Fatalf("the call made before the move: %q, %v; want its reply sent again (%+v)", out, err, b.Stats())
+	}
+	after, err := b.Call(ctx, target, wire.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	n = stub.questions(wire.ReplyTopic("gw-1"))
+	waitFor(t, 5*time.Second, func() bool { return stub.questions(wire.ReplyTopic("gw-1")) >= n+3 })
+	if got := len(asked); got != 1 {
+		t.Fatalf("%d more resends asked for; want only the one for the call made before the move", got)
+	}
+	if s := b.Stats(); s.Resends != 1 {
+		t.Fatalf("Stats().Resends = %d, want 1", s.Resends)
+	}
+}

@@ -37,6 +37,9 @@ type BridgeStats struct {
 	// RefusedReplies: replies from where the call's are not expected,
 	// replays, unnumbered ones from a numbering service.
 	RefusedReplies int64
+	// Resends: calls whose tool services were asked for their last
+	// reply again, this gateway's consumer of it having been away.
+	Resends int64
 }
 
 // OperationsStats are the durable operations' counters, as
@@ -303,8 +306,10 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 	bad := prometheus.NewDesc("toolgate_bridge_bad_replies_total", "Replies that could not be decoded.", nil, nil)
 	refused := prometheus.NewDesc("toolgate_bridge_refused_replies_total",
 		"Replies refused for a waiting call: from a topic where its replies are not expected, a replayed sequence number, or none from a service that numbers its replies.", nil, nil)
+	resends := prometheus.NewDesc("toolgate_bridge_resends_total",
+		"Calls whose tool services were asked for their last reply again: this gateway's consumer of the topic it went to had connected again (the topic moved to another broker).", nil, nil)
 	return &funcCollector{
-		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad, refused},
+		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad, refused, resends},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := f()
 			ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
@@ -314,6 +319,7 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 			ch <- prometheus.MustNewConstMetric(orphans, prometheus.CounterValue, float64(s.OrphanReplies))
 			ch <- prometheus.MustNewConstMetric(bad, prometheus.CounterValue, float64(s.BadReplies))
 			ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, float64(s.RefusedReplies))
+			ch <- prometheus.MustNewConstMetric(resends, prometheus.CounterValue, float64(s.Resends))
 		},
 	}
 }

@@ -212,7 +212,7 @@ func TestCallsInFlight(t *testing.T) {
 
 func TestBridgeAndRegistryMetrics(t *testing.T) {
 	t.Parallel()
-	bs := BridgeStats{Pending: 3, Published: 10, PublishErrors: 1, Replies: 12, OrphanReplies: 2, BadReplies: 4}
+	bs := BridgeStats{Pending: 3, Published: 10, PublishErrors: 1, Replies: 12, OrphanReplies: 2, BadReplies: 4, Resends: 6}
 	rs := RegistryStats{Version: 7, Tools: 5, ReloadFailures: 2}
 	m := NewMetrics(WithoutRuntimeMetrics(),
 		WithBridgeStats(func() BridgeStats { return bs }),
@@ -236,6 +236,9 @@ toolgate_bridge_published_total 10
 # HELP toolgate_bridge_replies_total Reply chunks delivered to a waiting call.
 # TYPE toolgate_bridge_replies_total counter
 toolgate_bridge_replies_total 12
+# HELP toolgate_bridge_resends_total Calls whose tool services were asked for their last reply again: this gateway's consumer of the topic it went to had connected again (the topic moved to another broker).
+# TYPE toolgate_bridge_resends_total counter
+toolgate_bridge_resends_total 6
 # HELP toolgate_registry_reload_failures_total Registry reloads that failed (the previous snapshot stayed in use).
 # TYPE toolgate_registry_reload_failures_total counter
 toolgate_registry_reload_failures_total 2
@@ -249,7 +252,7 @@ toolgate_registry_version 7
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want),
 		"toolgate_bridge_pending", "toolgate_bridge_published_total", "toolgate_bridge_publish_errors_total",
 		"toolgate_bridge_replies_total", "toolgate_bridge_orphan_replies_total", "toolgate_bridge_bad_replies_total",
-		"toolgate_registry_version", "toolgate_registry_tools", "toolgate_registry_reload_failures_total"); err != nil {
+		"toolgate_bridge_resends_total", "toolgate_registry_version", "toolgate_registry_tools", "toolgate_registry_reload_failures_total"); err != nil {
 		t.Fatal(err)
 	}
 	problems, err := testutil.GatherAndLint(m.Registry())

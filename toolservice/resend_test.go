@@ -1,0 +1,124 @@
+package toolservice
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// The replies kept for a resend are bounded in number, bytes and age, and
+// each is given out once.
+func TestRecentReplies(t *testing.T) {
+	var r recentReplies
+	now := time.Now()
+	msg := func(n int) transport.Message { return transport.Message{Payload: make([]byte, n)} }
+	r.keep("a", "t", msg(10), now)
+	if rep, ok := r.take("a", now); !ok || rep.topic != "t" {
+		t.Fatalf("take a: %v %v", rep, ok)
+	}
+	if _, ok := r.take("a", now); ok {
+		t.Fatal("a reply was given out twice")
+	}
+	r.keep("big", "t", msg(recentMaxMessage+1), now)
+	if _, ok := r.take("big", now); ok {
+		t.Fatal("a reply over recentMaxMessage was kept")
+	}
+	for i := range recentMax + 100 {
+		r.keep(fmt.Sprint(i), "t", msg(1), now)
+	}
+	if n := r.len(); n != recentMax {
+		t.Fatalf("%d replies kept, want %d", n, recentMax)
+	}
+	if _, ok := r.take("0", now); ok {
+		t.Fatal("the oldest reply is still kept past recentMax")
+	}
+	if _, ok := r.take(fmt.Sprint(recentMax+99), now); !ok {
+		t.Fatal("the newest reply is not kept")
+	}
+	for i := range 40 {
+		r.keep(fmt.Sprint("m", i), "t", msg(recentMaxMessage), now)
+	}
+	if r.bytes > recentMaxBytes {
+		t.Fatalf("%d bytes kept, want at most %d", r.bytes, recentMaxBytes)
+	}
+	r.keep("late", "t", msg(1), now.Add(recentTTL+time.Second)) // expires everything before
+	if n := r.len(); n != 1 {
+		t.Fatalf("%d replies kept past recentTTL, want only the last", n)
+	}
+}
+
+// A caller that missed a reply asks for it on the cancel topic
+// (wire.CreditResend): the instance that answered publishes the same
+// message again to the same topic, once; an unknown id is ignored.
+func TestResendOnRequest(t *testing.T) {
+	mem := transport.NewMem()
+	defer mem.Close()
+	const replyTo = "non-persistent://tg/response/caller-1"
+	got := make(chan transport.Message, 10)
+	sub, err := mem.Subscribe(t.Context(), replyTo, "caller", transport.Exclusive, func(m transport.Message) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	svc, err := New(Config{ID: "svc", Topic: "resend", Logger: slog.New(slog.DiscardHandler)},
+		func(_ context.Context, r *Request) (any, error) { return "answer " + r.ID, nil }, WithPulsarClient(transporttest.PulsarClient(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-svc.Ready()
+	next := func(what string) transport.Message {
+		t.Helper()
+		select {
+		case m := <-got:
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s", what)
+		}
+		return transport.Message{}
+	}
+	if err := mem.Publish(t.Context(), wire.RequestTopic("resend"), transport.Message{Payload: wire.EncodeRequest(wire.Request{}),
+		Properties: map[string]string{wire.PropID: "c1", wire.PropReplyTo: replyTo}}); err != nil {
+		t.Fatal(err)
+	}
+	first := next("reply")
+	ask := func(id string) {
+		if err := mem.Publish(t.Context(), wire.CancelTopic(wire.RequestTopic("resend")), transport.Message{Payload: []byte(wire.CreditResend),
+			Properties: map[string]string{wire.PropID: id, wire.PropCredit: wire.CreditResend}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask("c1")
+	again := next("reply sent again")
+	if string(again.Payload) != string(first.Payload) || again.Properties[wire.PropID] != "c1" || again.Properties[wire.PropSeq] != first.Properties[wire.PropSeq] {
+		t.Fatalf("sent again: %s %v; want the first reply %s %v", again.Payload, again.Properties, first.Payload, first.Properties)
+	}
+	if !strings.Contains(string(again.Payload), "answer c1") {
+		t.Fatalf("reply %s", again.Payload)
+	}
+	ask("c1")    // given out once only
+	ask("other") // never answered here
+	select {
+	case m := <-got:
+		t.Fatalf("a reply sent a third time, or one for an unknown call: %s %v", m.Payload, m.Properties)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if n := svc.Stats().Resent; n != 1 {
+		t.Fatalf("Resent = %d, want 1", n)
+	}
+}

@@ -586,12 +586,12 @@ func (s *Service) serve(m transport.Message) {
 		// producer's queue is full (a burst of chunks), it waits for room
 		// instead of being dropped, which would leave the caller to its
 		// deadline.
-		err := retryQueueFull(pctx, func(ctx context.Context) error { return s.broker.Publish(ctx, replyTopic, msg) })
-		if err == nil && r.EndOfStream && id != "unknown" {
-			// Kept a minute, should the caller miss it (wire.CreditResend).
+		if r.EndOfStream && id != "unknown" {
+			// Kept a minute, should the caller miss it (wire.CreditResend);
+			// kept first, as the caller may ask as soon as it is out.
 			s.recent.keep(id, replyTopic, msg, time.Now())
 		}
-		return err
+		return retryQueueFull(pctx, func(ctx context.Context) error { return s.broker.Publish(ctx, replyTopic, msg) })
 	}
 	fail := func(typ, msg string) {
 		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {

@@ -65,6 +65,8 @@ type ScaleReport struct {
 	DurationS float64      `json:"duration_s"`
 	MsgSize   int          `json:"msg_size"`
 	Points    []ScalePoint `json:"points"`
+	// Cluster is the point on a two-broker cluster (cluster.go), when run.
+	Cluster *ClusterReport `json:"cluster,omitempty"`
 }
 
 const scaleConcurrency = 64
@@ -99,6 +101,35 @@ func (e *env) scaleRun(ctx context.Context) error {
 			}
 		}
 	}
+	if e.cluster == "on" {
+		rep.Cluster = e.clusterRun(ctx)
+	}
+	return e.writeScale(rep)
+}
+
+// clusterOnly runs the cluster point alone and puts it into the
+// scale.json already in -out (a new one when there is none), keeping its
+// replica points.
+func (e *env) clusterOnly(ctx context.Context) error {
+	rep := ScaleReport{Date: time.Now().UTC().Format(time.RFC3339), Quick: e.cfg.Quick, MsgSize: e.cfg.MsgSize}
+	b, err := os.ReadFile(filepath.Join(e.out, "scale.json"))
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(e.out, "scale.json"), err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	rep.Cluster = e.clusterRun(ctx)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return e.writeScale(rep)
+}
+
+// writeScale writes scale.json and scale.md into -out.
+func (e *env) writeScale(rep ScaleReport) error {
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -106,8 +137,7 @@ func (e *env) scaleRun(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(e.out, "scale.json"), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	md := rep.markdown()
-	if err := os.WriteFile(filepath.Join(e.out, "scale.md"), []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.out, "scale.md"), []byte(rep.markdown()), 0o644); err != nil {
 		return err
 	}
 	logf("wrote %s and %s", filepath.Join(e.out, "scale.json"), filepath.Join(e.out, "scale.md"))
@@ -117,21 +147,32 @@ func (e *env) scaleRun(ctx context.Context) error {
 func (r ScaleReport) markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# Gateway replicas and reply-to (%s)\n\n", r.Date)
-	fmt.Fprintf(&sb, "Closed-loop gRPC load, concurrency %d spread evenly over the loaded ones of R gateway processes, all calling one Go echo service (%d-byte messages); %.0f s window after %.0f s warm-up. Gateway CPU is the sum over the replicas; a bystander is a replica that takes no load, its CPU per call of the others what their replies cost it; reply deliveries are the broker's msgOutCounter on the service's response topic and the replicas' reply topics.\n\n",
+	if len(r.Points) > 0 {
+		r.replicasMarkdown(&sb)
+	} else {
+		sb.WriteString("The replica points were not run.\n")
+	}
+	if r.Cluster != nil {
+		r.Cluster.markdown(&sb)
+	}
+	return sb.String()
+}
+
+func (r ScaleReport) replicasMarkdown(sb *strings.Builder) {
+	fmt.Fprintf(sb, "Closed-loop gRPC load, concurrency %d spread evenly over the loaded ones of R gateway processes, all calling one Go echo service (%d-byte messages); %.0f s window after %.0f s warm-up. Gateway CPU is the sum over the replicas; a bystander is a replica that takes no load, its CPU per call of the others what their replies cost it; reply deliveries are the broker's msgOutCounter on the service's response topic and the replicas' reply topics.\n\n",
 		scaleConcurrency, r.MsgSize, r.DurationS, r.WarmupS)
 	sb.WriteString("| R | loaded | reply-to | calls/s | gateway CPU ms/call | one bystander CPU ms/call | broker CPU ms/call | reply deliveries/call | reply bytes/call | errors |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Points {
 		if p.Failed != "" {
-			fmt.Fprintf(&sb, "| %d | %d | %v | failed: %s | | | | | | |\n", p.Replicas, p.Loaded, p.ReplyTo, p.Failed)
+			fmt.Fprintf(sb, "| %d | %d | %v | failed: %s | | | | | | |\n", p.Replicas, p.Loaded, p.ReplyTo, p.Failed)
 			continue
 		}
 		by := "–"
 		if p.Loaded < p.Replicas {
 			by = fmt.Sprintf("%.4f", p.BystanderCPUMsPerCall)
 		}
-		fmt.Fprintf(&sb, "| %d | %d | %v | %.0f | %.3f | %s | %.3f | %.3f | %.0f | %d |\n", p.Replicas, p.Loaded, p.ReplyTo, p.RPS, p.GatewayCPUMsPerCall, by, p.BrokerCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
+		fmt.Fprintf(sb, "| %d | %d | %v | %.0f | %.3f | %s | %.3f | %.3f | %.0f | %d |\n", p.Replicas, p.Loaded, p.ReplyTo, p.RPS, p.GatewayCPUMsPerCall, by, p.BrokerCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
 	}
-	return sb.String()
 }
 
 func (e *env) scalePoint(ctx context.Context, replicas, loaded int, replyTo bool, key string, warmupS, durS float64) ScalePoint {

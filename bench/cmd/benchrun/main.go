@@ -127,6 +127,7 @@ type env struct {
 	gwArgs    string
 	failures  int
 	scale     string // the scaling points (scale.go): on, off, only
+	cluster   string // the scale point on a two-broker cluster (cluster.go): on, off, only
 }
 
 func main() {
@@ -168,6 +169,7 @@ func main() {
 	fs.StringVar(&e.note, "note", "", "free text about the machine, stored with the results")
 	fs.BoolVar(&e.verbose, "v", false, "print each result line")
 	fs.StringVar(&e.scale, "scale", "on", "gateway replicas R = 1, 2, 4 with reply-to off and on, to scale.json/scale.md: on, off, only (nothing else)")
+	fs.StringVar(&e.cluster, "cluster", "on", "with the scale phase, 2 replicas on a two-broker Pulsar cluster (scripts/pulsar-cluster.sh, started on free ports or the PULSAR_CLUSTER_*_PORT ones, and stopped at the end), topics on one broker vs spread over both, into scale.json/scale.md: on, off, only (nothing else, no broker needed; merged into the scale.json in -out)")
 	var reportOnly bool
 	fs.BoolVar(&reportOnly, "report-only", false, "run nothing: rebuild latest.json's summaries and latest.md from latest.json and the profile files in -out")
 	_ = fs.Parse(os.Args[1:])
@@ -177,6 +179,12 @@ func main() {
 		StreamN: 1000, StreamReps: 3, StreamWarmupS: 1, StreamDurS: 6,
 		InflightCalls: 10000, InflightConns: 4, InflightSleep: 9000, EchoConc: 20000, FreshGateway: true,
 		GatewayAuth: "api-key", PacedFraction: paced,
+	}
+	if e.cluster != "on" && e.cluster != "off" && e.cluster != "only" {
+		fatalf("-cluster: want on, off or only")
+	}
+	if e.scale != "on" && e.scale != "off" && e.scale != "only" {
+		fatalf("-scale: want on, off or only")
 	}
 	if paced < 0 || paced > 1 {
 		fatalf("-paced %v: want a fraction between 0 and 1", paced)
@@ -294,6 +302,9 @@ func (e *env) run(ctx context.Context) error {
 	}
 	if err := e.writeAPIKey(); err != nil {
 		return err
+	}
+	if e.cluster == "only" {
+		return e.clusterOnly(ctx)
 	}
 	e.brokerPID = brokerPID(e.repo, e.pulsarURL, e.adminURL)
 	if e.brokerPID == 0 {
@@ -479,8 +490,14 @@ tool:
 }
 
 func (e *env) startEcho(name, topic string) (*child, error) {
+	return e.startEchoOn(name, e.pulsarURL, topic)
+}
+
+// startEchoOn starts an echo service on topic against the brokers of
+// pulsarURL.
+func (e *env) startEchoOn(name, pulsarURL, topic string) (*child, error) {
 	c, err := startChild(e.tmp, name, filepath.Join(e.bin, "echo-service"),
-		"--pulsar-url", e.pulsarURL, "--id", topic, "--topic", topic, "--concurrency", strconv.Itoa(e.cfg.EchoConc))
+		"--pulsar-url", pulsarURL, "--id", topic, "--topic", topic, "--concurrency", strconv.Itoa(e.cfg.EchoConc))
 	if err != nil {
 		return nil, err
 	}

@@ -65,6 +65,8 @@ type ScaleReport struct {
 	DurationS float64      `json:"duration_s"`
 	MsgSize   int          `json:"msg_size"`
 	Points    []ScalePoint `json:"points"`
+	// Cluster is the point on a two-broker cluster (cluster.go), when run.
+	Cluster *ClusterReport `json:"cluster,omitempty"`
 }
 
 const scaleConcurrency = 64
@@ -99,6 +101,35 @@ func (e *env) scaleRun(ctx context.Context) error {
 			}
 		}
 	}
+	if e.cluster == "on" {
+		rep.Cluster = e.clusterRun(ctx)
+	}
+	return e.writeScale(rep)
+}
+
+// clusterOnly runs the cluster point alone and puts it into the
+// scale.json already in -out (a new one when there is none), keeping its
+// replica points.
+func (e *env) clusterOnly(ctx context.Context) error {
+	rep := ScaleReport{Date: time.Now().UTC().Format(time.RFC3339), Quick: e.cfg.Quick, MsgSize: e.cfg.MsgSize}
+	b, err := os.ReadFile(filepath.Join(e.out, "scale.json"))
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(e.out, "scale.json"), err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	rep.Cluster = e.clusterRun(ctx)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return e.writeScale(rep)
+}
+
+// writeScale writes scale.json and scale.md into -out.
+func (e *env) writeScale(rep ScaleReport) error {
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -106,8 +137,7 @@ func (e *env) scaleRun(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(e.out, "scale.json"), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	md := rep.markdown()
-	if err := os.WriteFile(filepath.Join(e.out, "scale.md"), []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.out, "scale.md"), []byte(rep.markdown()), 0o644); err != nil {
 		return err
 	}
 	logf("wrote %s and %s", filepath.Join(e.out, "scale.json"), filepath.Join(e.out, "scale.md"))
@@ -117,21 +147,32 @@ func (e *env) scaleRun(ctx context.Context) error {
 func (r ScaleReport) markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# Gateway replicas and reply-to (%s)\n\n", r.Date)
-	fmt.Fprintf(&sb, "Closed-loop gRPC load, concurrency %d spread evenly over the loaded ones of R gateway processes, all calling one Go echo service (%d-byte messages); %.0f s window after %.0f s warm-up. Gateway CPU is the sum over the replicas; a bystander is a replica that takes no load, its CPU per call of the others what their replies cost it; reply deliveries are the broker's msgOutCounter on the service's response topic and the replicas' reply topics.\n\n",
+	if len(r.Points) > 0 {
+		r.replicasMarkdown(&sb)
+	} else {
+		sb.WriteString("The replica points were not run.\n")
+	}
+	if r.Cluster != nil {
+		r.Cluster.markdown(&sb)
+	}
+	return sb.String()
+}
+
+func (r ScaleReport) replicasMarkdown(sb *strings.Builder) {
+	fmt.Fprintf(sb, "Closed-loop gRPC load, concurrency %d spread evenly over the loaded ones of R gateway processes, all calling one Go echo service (%d-byte messages); %.0f s window after %.0f s warm-up. Gateway CPU is the sum over the replicas; a bystander is a replica that takes no load, its CPU per call of the others what their replies cost it; reply deliveries are the broker's msgOutCounter on the service's response topic and the replicas' reply topics.\n\n",
 		scaleConcurrency, r.MsgSize, r.DurationS, r.WarmupS)
 	sb.WriteString("| R | loaded | reply-to | calls/s | gateway CPU ms/call | one bystander CPU ms/call | broker CPU ms/call | reply deliveries/call | reply bytes/call | errors |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Points {
 		if p.Failed != "" {
-			fmt.Fprintf(&sb, "| %d | %d | %v | failed: %s | | | | | | |\n", p.Replicas, p.Loaded, p.ReplyTo, p.Failed)
+			fmt.Fprintf(sb, "| %d | %d | %v | failed: %s | | | | | | |\n", p.Replicas, p.Loaded, p.ReplyTo, p.Failed)
 			continue
 		}
 		by := "–"
 		if p.Loaded < p.Replicas {
 			by = fmt.Sprintf("%.4f", p.BystanderCPUMsPerCall)
 		}
-		fmt.Fprintf(&sb, "| %d | %d | %v | %.0f | %.3f | %s | %.3f | %.3f | %.0f | %d |\n", p.Replicas, p.Loaded, p.ReplyTo, p.RPS, p.GatewayCPUMsPerCall, by, p.BrokerCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
+		fmt.Fprintf(sb, "| %d | %d | %v | %.0f | %.3f | %s | %.3f | %.3f | %.0f | %d |\n", p.Replicas, p.Loaded, p.ReplyTo, p.RPS, p.GatewayCPUMsPerCall, by, p.BrokerCPUMsPerCall, p.ReplyDeliveriesPerCall, p.ReplyBytesPerCall, p.Errors)
 	}
-	return sb.String()
 }
 
 func (e *env) scalePoint(ctx context.Context, replicas, loaded int, replyTo bool, key string, warmupS, durS float64) ScalePoint {
@@ -144,57 +185,129 @@ func (e *env) scalePoint(ctx context.Context, replicas, loaded int, replyTo bool
 		}
 	}()
 	for i := range replicas {
-		e.gwSeq++
-		ga, ha, _, err := freeAddrs(false)
-		if err != nil {
-			p.Failed = err.Error()
-			return p
-		}
 		id := fmt.Sprintf("bench-%s-%d", randHex(3), i)
-		aa, err := freeAddr()
-		if err != nil {
-			p.Failed = err.Error()
-			return p
-		}
-		args := []string{"--grpc-addr", ga, "--http-addr", ha, "--admin-addr", aa, "--pulsar-url", e.pulsarURL,
-			"--registry", e.registry, "--log-level", "warn", "--api-keys", e.keysFile,
-			"--instance-id", id, "--reply-to=" + strconv.FormatBool(replyTo)}
-		g, err := e.startServer(ctx, fmt.Sprintf("gateway-%03d", e.gwSeq), e.gwBin, ga, ha, "", append(args, strings.Fields(e.gwArgs)...))
+		g, err := e.startReplica(ctx, e.pulsarURL, id, replyTo)
 		if err != nil {
 			p.Failed = err.Error()
 			return p
 		}
 		gws, ids = append(gws, g), append(ids, id)
 	}
-	var clients []toolgatev1.ToolServiceClient
-	for _, g := range gws {
-		conn, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			p.Failed = err.Error()
-			return p
-		}
-		defer conn.Close()
-		clients = append(clients, toolgatev1.NewToolServiceClient(conn))
-	}
-	topics := []string{wire.ResponseTopic(e.topicGW)}
-	for _, id := range ids {
-		topics = append(topics, wire.ReplyTopic(id))
-	}
-	args, err := structpb.NewStruct(map[string]any{"msg": strings.Repeat("x", e.cfg.MsgSize)})
+	clients, closeClients, err := grpcClients(gws)
 	if err != nil {
 		p.Failed = err.Error()
 		return p
 	}
+	defer closeClients()
+	topics := []string{wire.ResponseTopic(e.topicGW)}
+	for _, id := range ids {
+		topics = append(topics, wire.ReplyTopic(id))
+	}
+	var cpu0, cpu1, by0, by1, broker0, broker1 float64
+	var msgs0, bytes0, msgs1, bytes1 int64
+	var err1, err2, err3, err4 error
+	w, err := e.closedLoop(ctx, clients[:loaded], key, warmupS, durS, func(start bool) {
+		if start {
+			cpu0, err1 = cpuOf(gws)
+			by0, _ = cpuOf(gws[loaded:])
+			broker0 = e.brokerCPU()
+			msgs0, bytes0, err2 = e.deliveredFrom(topics)
+			return
+		}
+		cpu1, err3 = cpuOf(gws)
+		by1, _ = cpuOf(gws[loaded:])
+		broker1 = e.brokerCPU()
+		msgs1, bytes1, err4 = e.deliveredFrom(topics)
+	})
+	if err := errors.Join(err, err1, err2, err3, err4); err != nil {
+		p.Failed = err.Error()
+		return p
+	}
+	p.Calls, p.Errors = w.calls, w.errors
+	if p.Calls == 0 {
+		p.Failed = fmt.Sprintf("no call completed (%d errors)", p.Errors)
+		return p
+	}
+	n := float64(p.Calls)
+	p.RPS = round(n/w.elapsed.Seconds(), 1)
+	p.GatewayCPUMsPerCall = round((cpu1-cpu0)*1000/n, 4)
+	p.BrokerCPUMsPerCall = round((broker1-broker0)*1000/n, 4)
+	if bystanders := replicas - loaded; bystanders > 0 {
+		p.BystanderCPUMsPerCall = round((by1-by0)*1000/n/float64(bystanders), 5)
+	}
+	p.ReplyDeliveriesPerCall = round(float64(msgs1-msgs0)/n, 3)
+	p.ReplyBytesPerCall = round(float64(bytes1-bytes0)/n, 1)
+	time.Sleep(300 * time.Millisecond) // let the last replies drain
+	return p
+}
+
+// startReplica starts one gateway replica on free ports, with instance id
+// id, against the brokers of pulsarURL.
+func (e *env) startReplica(ctx context.Context, pulsarURL, id string, replyTo bool) (*child, error) {
+	e.gwSeq++
+	ga, ha, _, err := freeAddrs(false)
+	if err != nil {
+		return nil, err
+	}
+	aa, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--admin-addr", aa, "--pulsar-url", pulsarURL,
+		"--registry", e.registry, "--log-level", "warn", "--api-keys", e.keysFile,
+		"--instance-id", id, "--reply-to=" + strconv.FormatBool(replyTo)}
+	return e.startServer(ctx, fmt.Sprintf("gateway-%03d", e.gwSeq), e.gwBin, ga, ha, "", append(args, strings.Fields(e.gwArgs)...))
+}
+
+// grpcClients opens one gRPC connection to each server; close closes them.
+func grpcClients(srvs []*child) (clients []toolgatev1.ToolServiceClient, closeAll func(), err error) {
+	var conns []*grpc.ClientConn
+	closeAll = func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	for _, s := range srvs {
+		conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, conn)
+		clients = append(clients, toolgatev1.NewToolServiceClient(conn))
+	}
+	return clients, closeAll, nil
+}
+
+// loopWindow is what a closed loop counted in its measured window.
+type loopWindow struct {
+	calls, errors int64
+	elapsed       time.Duration
+	latencies     []time.Duration // of the calls completed in the window
+}
+
+// closedLoop calls echo back to back from scaleConcurrency callers spread
+// evenly over clients: warmupS seconds unmeasured, then a window of durS
+// seconds. mark(true) runs just before the window opens, mark(false) right
+// after it closes (the snapshots of CPU and counters).
+func (e *env) closedLoop(ctx context.Context, clients []toolgatev1.ToolServiceClient, key string, warmupS, durS float64, mark func(start bool)) (loopWindow, error) {
+	args, err := structpb.NewStruct(map[string]any{"msg": strings.Repeat("x", e.cfg.MsgSize)})
+	if err != nil {
+		return loopWindow{}, err
+	}
 	var counting atomic.Bool
 	var calls, errs atomic.Int64
 	lctx, stop := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key))
+	defer stop()
+	lat := make([][]time.Duration, scaleConcurrency)
 	var wg sync.WaitGroup
 	for w := range scaleConcurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := clients[w%loaded]
+			c := clients[w%len(clients)]
 			for lctx.Err() == nil {
+				t0 := time.Now()
 				cctx, cancel := context.WithTimeout(lctx, 10*time.Second)
 				_, err := c.InvokeTool(cctx, &toolgatev1.InvokeToolRequest{Name: "echo", Arguments: args})
 				cancel()
@@ -205,46 +318,26 @@ func (e *env) scalePoint(ctx context.Context, replicas, loaded int, replyTo bool
 					errs.Add(1)
 				} else if err == nil {
 					calls.Add(1)
+					lat[w] = append(lat[w], time.Since(t0))
 				}
 			}
 		}()
 	}
 	time.Sleep(time.Duration(warmupS * float64(time.Second)))
-	cpu0, err := cpuOf(gws)
-	by0, _ := cpuOf(gws[loaded:])
-	broker0 := e.brokerCPU()
-	msgs0, bytes0, err2 := e.deliveredFrom(topics)
+	mark(true)
 	t0 := time.Now()
 	counting.Store(true)
 	time.Sleep(time.Duration(durS * float64(time.Second)))
 	counting.Store(false)
 	elapsed := time.Since(t0)
-	cpu1, err3 := cpuOf(gws)
-	by1, _ := cpuOf(gws[loaded:])
-	broker1 := e.brokerCPU()
-	msgs1, bytes1, err4 := e.deliveredFrom(topics)
+	mark(false)
 	stop()
 	wg.Wait()
-	if err := errors.Join(err, err2, err3, err4); err != nil {
-		p.Failed = err.Error()
-		return p
+	out := loopWindow{calls: calls.Load(), errors: errs.Load(), elapsed: elapsed}
+	for _, l := range lat {
+		out.latencies = append(out.latencies, l...)
 	}
-	p.Calls, p.Errors = calls.Load(), errs.Load()
-	if p.Calls == 0 {
-		p.Failed = fmt.Sprintf("no call completed (%d errors)", p.Errors)
-		return p
-	}
-	n := float64(p.Calls)
-	p.RPS = round(n/elapsed.Seconds(), 1)
-	p.GatewayCPUMsPerCall = round((cpu1-cpu0)*1000/n, 4)
-	p.BrokerCPUMsPerCall = round((broker1-broker0)*1000/n, 4)
-	if bystanders := replicas - loaded; bystanders > 0 {
-		p.BystanderCPUMsPerCall = round((by1-by0)*1000/n/float64(bystanders), 5)
-	}
-	p.ReplyDeliveriesPerCall = round(float64(msgs1-msgs0)/n, 3)
-	p.ReplyBytesPerCall = round(float64(bytes1-bytes0)/n, 1)
-	time.Sleep(300 * time.Millisecond) // let the last replies drain
-	return p
+	return out, nil
 }
 
 // cpuOf sums utime+stime of the processes, in seconds.

@@ -7,9 +7,7 @@
 package cluster
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,35 +32,15 @@ func TestMain(m *testing.M) {
 // pulsarCluster is the cluster of one test: its ports, and how to reach
 // and steer it.
 type pulsarCluster struct {
-	zk, bookie  int
-	brokerPorts [2]int // binary protocol
-	webPorts    [2]int // admin (HTTP)
+	brokertest.Cluster
 }
-
-// brokerURL is broker i's own service URL.
-func (c *pulsarCluster) brokerURL(i int) string {
-	return fmt.Sprintf("pulsar://127.0.0.1:%d", c.brokerPorts[i])
-}
-
-// serviceURL names both brokers, broker first: a client looks topics up
-// at either (pulsar-client-go starts at a random one of the list and goes
-// round it), so it can still find the topics' new owner when one broker is
-// gone (a URL with only the dead broker never could).
-func (c *pulsarCluster) serviceURL(first int) string {
-	return fmt.Sprintf("pulsar://127.0.0.1:%d,127.0.0.1:%d", c.brokerPorts[first], c.brokerPorts[1-first])
-}
-
-func (c *pulsarCluster) admin(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.webPorts[i]) }
-
-// brokerID is how the load manager names broker i (unload's destinationBroker).
-func (c *pulsarCluster) brokerID(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.webPorts[i]) }
 
 // startCluster runs scripts/pulsar-cluster.sh up on free ports and stops
 // the cluster when the test ends.
 func startCluster(t *testing.T) *pulsarCluster {
 	t.Helper()
 	p := brokertest.FreePorts(t, 6)
-	c := &pulsarCluster{zk: p[0], bookie: p[1], brokerPorts: [2]int{p[2], p[3]}, webPorts: [2]int{p[4], p[5]}}
+	c := &pulsarCluster{brokertest.Cluster{ZK: p[0], Bookie: p[1], BrokerPorts: [2]int{p[2], p[3]}, WebPorts: [2]int{p[4], p[5]}}}
 	data := t.TempDir()
 	t.Cleanup(func() {
 		c.script(t, "down")
@@ -74,16 +52,7 @@ func startCluster(t *testing.T) *pulsarCluster {
 	return c
 }
 
-func (c *pulsarCluster) env() []string {
-	return append(os.Environ(),
-		"PULSAR_CLUSTER_ZK_PORT="+strconv.Itoa(c.zk),
-		"PULSAR_CLUSTER_BOOKIE_PORT="+strconv.Itoa(c.bookie),
-		"PULSAR_CLUSTER_BROKER1_PORT="+strconv.Itoa(c.brokerPorts[0]),
-		"PULSAR_CLUSTER_BROKER2_PORT="+strconv.Itoa(c.brokerPorts[1]),
-		"PULSAR_CLUSTER_WEB1_PORT="+strconv.Itoa(c.webPorts[0]),
-		"PULSAR_CLUSTER_WEB2_PORT="+strconv.Itoa(c.webPorts[1]),
-	)
-}
+func (c *pulsarCluster) env() []string { return append(os.Environ(), c.Env()...) }
 
 // script runs scripts/pulsar-cluster.sh with the cluster's ports (and
 // extra environment), failing the test when it fails.
@@ -135,67 +104,14 @@ func (c *pulsarCluster) removeFiles(t *testing.T) {
 	}
 	dir := filepath.Join(cache, "pulsar")
 	if t.Failed() {
-		t.Logf("cluster logs: %s/cluster-*-%d.log", dir, c.zk)
+		t.Logf("cluster logs: %s/cluster-*-%d.log", dir, c.ZK)
 		return
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("cluster-*-%d.log*", c.zk)))
-	files = append(files, filepath.Join(dir, fmt.Sprintf(".lock-cluster-%d", c.zk)))
+	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("cluster-*-%d.log*", c.ZK)))
+	files = append(files, filepath.Join(dir, fmt.Sprintf(".lock-cluster-%d", c.ZK)))
 	for _, f := range files {
 		_ = os.Remove(f)
 	}
-}
-
-// adminClient follows the brokers' redirects to a topic's owner and keeps
-// no idle connections (goleak).
-var adminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-// owner returns which broker (0 or 1) owns topic, by a lookup at any
-// broker that answers (assigning an owner when the bundle has none).
-func (c *pulsarCluster) owner(topic string) (int, error) {
-	scheme, rest, _ := strings.Cut(topic, "://")
-	var last error
-	for i := range 2 {
-		resp, err := adminClient.Get(c.admin(i) + "/lookup/v2/topic/" + scheme + "/" + rest)
-		if err != nil {
-			last = err
-			continue
-		}
-		var r struct {
-			BrokerURL string `json:"brokerUrl"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			last = fmt.Errorf("lookup of %s at broker%d: %s", topic, i+1, resp.Status)
-			continue
-		}
-		if err != nil {
-			last = fmt.Errorf("lookup of %s at broker%d: %w", topic, i+1, err)
-			continue
-		}
-		for j := range 2 {
-			if r.BrokerURL == c.brokerURL(j) {
-				return j, nil
-			}
-		}
-		return -1, fmt.Errorf("lookup of %s: owner %q is neither broker", topic, r.BrokerURL)
-	}
-	return -1, last
-}
-
-// moveNamespace unloads the (single) bundle of namespace ns to broker
-// dst, through broker via's admin API: its topics move there.
-func (c *pulsarCluster) moveNamespace(ns string, via, dst int) error {
-	req, _ := http.NewRequest(http.MethodPut, c.admin(via)+"/admin/v2/namespaces/"+ns+"/0x00000000_0xffffffff/unload?destinationBroker="+c.brokerID(dst), nil)
-	resp, err := adminClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("unload %s to broker%d: %s", ns, dst+1, resp.Status)
-	}
-	return nil
 }
 
 // place moves namespace ns (the bundle of topic) to broker dst and waits
@@ -204,44 +120,7 @@ func (c *pulsarCluster) moveNamespace(ns string, via, dst int) error {
 // again until the topic is there.
 func (c *pulsarCluster) place(t *testing.T, ns, topic string, dst int) {
 	t.Helper()
-	var last error
-	for range 20 {
-		o, err := c.owner(topic)
-		if err == nil && o == dst {
-			return
-		}
-		if err == nil {
-			err = c.moveNamespace(ns, dst, dst)
-		}
-		last = err
-		time.Sleep(250 * time.Millisecond)
+	if err := c.Place(t.Context(), ns, topic, dst); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("%s did not move to broker%d: %v", ns, dst+1, last)
-}
-
-// consumers counts the consumers the owner of topic reports on it.
-func (c *pulsarCluster) consumers(topic string) int {
-	scheme, rest, _ := strings.Cut(topic, "://")
-	for i := range 2 {
-		resp, err := adminClient.Get(c.admin(i) + "/admin/v2/" + scheme + "/" + rest + "/stats")
-		if err != nil {
-			continue
-		}
-		var st struct {
-			Subscriptions map[string]struct {
-				Consumers []json.RawMessage `json:"consumers"`
-			} `json:"subscriptions"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&st)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || err != nil {
-			continue
-		}
-		n := 0
-		for _, s := range st.Subscriptions {
-			n += len(s.Consumers)
-		}
-		return n
-	}
-	return 0
 }

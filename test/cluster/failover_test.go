@@ -121,6 +121,9 @@ func (g *gateway) hasTool(name string) bool {
 	return slices.ContainsFunc(r.GetTools(), func(x *toolgatev1.Tool) bool { return x.GetName() == name })
 }
 
+// adminClient keeps no idle connections (goleak).
+var adminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
 // get fetches one of the gateway's admin endpoints (/readyz with its
 // details, /metrics).
 func (g *gateway) get(path string) (int, string) {
@@ -352,7 +355,7 @@ func TestFailover(t *testing.T) {
 	var svcWG sync.WaitGroup
 	defer func() { svcCancel(); svcWG.Wait() }()
 	for i := range 2 {
-		svc, err := toolservice.New(toolservice.Config{ID: "cluster-echo", Topic: svcTopic, PulsarURL: c.serviceURL(i),
+		svc, err := toolservice.New(toolservice.Config{ID: "cluster-echo", Topic: svcTopic, PulsarURL: c.ServiceURL(i),
 			MaxConcurrency: 256, StopGrace: time.Second, Logger: log.With("service", i), Announce: announce}, handle)
 		if err != nil {
 			t.Fatal(err)
@@ -365,7 +368,7 @@ func TestFailover(t *testing.T) {
 			}
 		}()
 	}
-	eventually.True(t, 60*time.Second, "both service replicas subscribed", func() bool { return c.consumers(reqTopic) >= 2 })
+	eventually.True(t, 60*time.Second, "both service replicas subscribed", func() bool { return c.Consumers(reqTopic) >= 2 })
 
 	// TrustGraph's Python joke service, from the registry file (it does
 	// not announce); it answers on the shared response topic (it knows no
@@ -379,17 +382,17 @@ tool:
 `, pyTopic), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startPythonJokes(t, c, c.serviceURL(1), pyTopic)
+	startPythonJokes(t, c, c.ServiceURL(1), pyTopic)
 
 	// Two gateways, each given both brokers, a different one first.
-	admins := c.admin(0) + "," + c.admin(1)
-	gws := []*gateway{startGateway(t, "A", c.serviceURL(0), admins, registry, log), startGateway(t, "B", c.serviceURL(1), admins, registry, log)}
+	admins := c.Admin(0) + "," + c.Admin(1)
+	gws := []*gateway{startGateway(t, "A", c.ServiceURL(0), admins, registry, log), startGateway(t, "B", c.ServiceURL(1), admins, registry, log)}
 	for _, g := range gws {
 		eventually.True(t, 60*time.Second, "gateway "+g.name+" lists the announced echo tool", func() bool { return g.hasTool("echo") })
 	}
-	eventually.True(t, 60*time.Second, "both gateways subscribed to the response topic", func() bool { return c.consumers(respTopic) >= 2 })
+	eventually.True(t, 60*time.Second, "both gateways subscribed to the response topic", func() bool { return c.Consumers(respTopic) >= 2 })
 
-	spyClient, err := pulsar.NewClient(pulsar.ClientOptions{URL: c.serviceURL(0), ConnectionTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second})
+	spyClient, err := pulsar.NewClient(pulsar.ClientOptions{URL: c.ServiceURL(0), ConnectionTimeout: 5 * time.Second, OperationTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +403,7 @@ tool:
 	sp := &spy{seen: map[string]int{}, misrouted: map[string]int{}}
 	for _, g := range gws {
 		sp.run(spyCtx, t, spyClient, g, &spyWG)
-		eventually.True(t, 60*time.Second, "gateway "+g.name+" and the spy on its reply topic", func() bool { return c.consumers(wire.ReplyTopic(g.id)) >= 2 })
+		eventually.True(t, 60*time.Second, "gateway "+g.name+" and the spy on its reply topic", func() bool { return c.Consumers(wire.ReplyTopic(g.id)) >= 2 })
 		if out, err := g.invoke(t.Context(), map[string]any{"msg": "gw" + g.name + "-first"}); err != nil || out != "gw"+g.name+"-first" {
 			t.Fatalf("first call through gateway %s: %q %v", g.name, out, err)
 		}
@@ -427,7 +430,7 @@ tool:
 
 	// (1) The bundles of tg/request and tg/response are unloaded to the
 	// other broker: the topics move under the load.
-	from, err := c.owner(reqTopic)
+	from, err := c.Owner(reqTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +499,7 @@ tool:
 	victim, survivor := to, from
 	c.place(t, "tg/config", toolservice.DefaultAnnounceTopic, victim)
 	for _, topic := range []string{reqTopic, respTopic, wire.ReplyTopic(gws[0].id), wire.ReplyTopic(gws[1].id), toolservice.DefaultAnnounceTopic} {
-		if o, err := c.owner(topic); err != nil || o != victim {
+		if o, err := c.Owner(topic); err != nil || o != victim {
 			t.Fatalf("before the kill, %s is owned by broker%d (%v), want broker%d", topic, o+1, err, victim+1)
 		}
 	}
@@ -559,15 +562,15 @@ tool:
 	// The topics are the survivor's now, and the services and gateways
 	// are back on them without a restart.
 	for _, topic := range []string{reqTopic, respTopic, wire.ReplyTopic(gws[0].id), wire.ReplyTopic(gws[1].id)} {
-		if o, err := c.owner(topic); err != nil || o != survivor {
+		if o, err := c.Owner(topic); err != nil || o != survivor {
 			t.Errorf("after the kill, %s is owned by broker%d (%v), want broker%d", topic, o+1, err, survivor+1)
 		}
 	}
-	eventually.True(t, 30*time.Second, "both service replicas subscribed on the survivor", func() bool { return c.consumers(reqTopic) >= 2 })
+	eventually.True(t, 30*time.Second, "both service replicas subscribed on the survivor", func() bool { return c.Consumers(reqTopic) >= 2 })
 
 	// (3) A gateway started after the kill finds the announcement, kept
 	// on the bookie, through the survivor.
-	gC := startGateway(t, "C", c.serviceURL(survivor), admins, registry, log)
+	gC := startGateway(t, "C", c.ServiceURL(survivor), admins, registry, log)
 	eventually.True(t, 60*time.Second, "gateway C (started after the kill) lists the announced echo tool", func() bool { return gC.hasTool("echo") })
 	eventually.True(t, 30*time.Second, "gateway C answers", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout+grace)

@@ -79,7 +79,7 @@ func startPythonJokes(t *testing.T, c *pulsarCluster, url, topic string) {
 	})
 	requestTopic := wire.RequestTopic(topic)
 	deadline := time.Now().Add(90 * time.Second)
-	for c.consumers(requestTopic) == 0 {
+	for c.Consumers(requestTopic) == 0 {
 		select {
 		case <-done:
 			t.Fatalf("joke-service exited before subscribing to %s; output:\n%s", requestTopic, logTail())

@@ -114,7 +114,7 @@ func (e *env) clusterRun(ctx context.Context) *ClusterReport {
 	if err != nil {
 		return fail(err)
 	}
-	rep.ServiceURL = c.serviceURL(0)
+	rep.ServiceURL = c.ServiceURL(0)
 	keepLogs := true
 	defer func() { c.stop(keepLogs && ctx.Err() == nil) }() // nothing to look into after an interrupt
 	if err := c.start(ctx); err != nil {
@@ -159,7 +159,7 @@ func (e *env) clusterPoint(ctx context.Context, c *pulsarCluster, brokerPIDs [2]
 	want := map[string]int{} // namespace → broker (0 or 1)
 	for _, pl := range l.place {
 		want[pl.ns] = pl.broker
-		if err := c.place(ctx, pl.ns, topicOf[pl.ns], pl.broker); err != nil {
+		if err := c.Place(ctx, pl.ns, topicOf[pl.ns], pl.broker); err != nil {
 			p.Failed = err.Error()
 			return p
 		}
@@ -173,7 +173,7 @@ func (e *env) clusterPoint(ctx context.Context, c *pulsarCluster, brokerPIDs [2]
 	// Each process gets both brokers, a different one first (the client
 	// looks topics up at the first that answers).
 	for i := range 2 {
-		s, err := e.startEchoOn(fmt.Sprintf("cluster-echo-%d", i), c.serviceURL(i), e.topicGW)
+		s, err := e.startEchoOn(fmt.Sprintf("cluster-echo-%d", i), c.ServiceURL(i), e.topicGW)
 		if err != nil {
 			p.Failed = err.Error()
 			return p
@@ -187,7 +187,7 @@ func (e *env) clusterPoint(ctx context.Context, c *pulsarCluster, brokerPIDs [2]
 	}
 	for i := range 2 {
 		id := fmt.Sprintf("bench-cl-%s-%d", randHex(3), i)
-		g, err := e.startReplica(ctx, c.serviceURL(i), id, true)
+		g, err := e.startReplica(ctx, c.ServiceURL(i), id, true)
 		if err != nil {
 			p.Failed = err.Error()
 			return p
@@ -197,7 +197,7 @@ func (e *env) clusterPoint(ctx context.Context, c *pulsarCluster, brokerPIDs [2]
 	}
 	owners = append(owners, ClusterOwner{Role: "announcements", Topic: topicOf["tg/config"]})
 	for i := range owners {
-		o, err := c.owner(owners[i].Topic)
+		o, err := c.Owner(owners[i].Topic)
 		if err != nil {
 			p.Failed = err.Error()
 			return p
@@ -241,7 +241,7 @@ func (e *env) clusterPoint(ctx context.Context, c *pulsarCluster, brokerPIDs [2]
 		return p
 	}
 	for _, o := range owners {
-		if now, err := c.owner(o.Topic); err != nil || now+1 != o.Broker {
+		if now, err := c.Owner(o.Topic); err != nil || now+1 != o.Broker {
 			p.Failed = fmt.Sprintf("the owner of %s changed during the window: broker%d, then broker%d (%v)", o.Topic, o.Broker, now+1, err)
 			return p
 		}

@@ -103,9 +103,9 @@ func TestNewClusterPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := []int{c.zk, c.bookie, c.brokerPorts[0], c.webPorts[0], c.brokerPorts[1], c.webPorts[1]}
-	if c.brokerPorts[1] != 26651 {
-		t.Errorf("broker 2's port %d, want 26651 from PULSAR_CLUSTER_BROKER2_PORT", c.brokerPorts[1])
+	ports := []int{c.ZK, c.Bookie, c.BrokerPorts[0], c.WebPorts[0], c.BrokerPorts[1], c.WebPorts[1]}
+	if c.BrokerPorts[1] != 26651 {
+		t.Errorf("broker 2's port %d, want 26651 from PULSAR_CLUSTER_BROKER2_PORT", c.BrokerPorts[1])
 	}
 	seen := map[int]bool{}
 	for _, p := range ports {
@@ -115,7 +115,7 @@ func TestNewClusterPorts(t *testing.T) {
 		}
 		seen[p] = true
 	}
-	if got, want := c.serviceURL(1), "pulsar://127.0.0.1:26651,127.0.0.1:"+strconv.Itoa(c.brokerPorts[0]); got != want {
+	if got, want := c.ServiceURL(1), "pulsar://127.0.0.1:26651,127.0.0.1:"+strconv.Itoa(c.BrokerPorts[0]); got != want {
 		t.Errorf("serviceURL(1) = %q, want %q", got, want)
 	}
 	t.Setenv("PULSAR_CLUSTER_ZK_PORT", "zk")

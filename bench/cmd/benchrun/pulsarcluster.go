@@ -6,12 +6,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,18 +18,18 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 // pulsarCluster is the cluster of scripts/pulsar-cluster.sh that the
 // point runs on: its ports, and whether benchrun started it (and so
 // stops it).
 type pulsarCluster struct {
-	repo        string
-	zk, bookie  int
-	brokerPorts [2]int
-	webPorts    [2]int
-	data        string // its data folder, when benchrun started it
-	started     bool
+	brokertest.Cluster
+	repo    string
+	data    string // its data folder, when benchrun started it
+	started bool
 }
 
 // clusterPortVars are the script's port variables, in newCluster's order.
@@ -63,8 +61,8 @@ func newCluster(repo string) (*pulsarCluster, error) {
 		}
 		ports[i] = p
 	}
-	return &pulsarCluster{repo: repo, zk: ports[0], bookie: ports[1],
-		brokerPorts: [2]int{ports[2], ports[4]}, webPorts: [2]int{ports[3], ports[5]}}, nil
+	return &pulsarCluster{repo: repo, Cluster: brokertest.Cluster{ZK: ports[0], Bookie: ports[1],
+		BrokerPorts: [2]int{ports[2], ports[4]}, WebPorts: [2]int{ports[3], ports[5]}}}, nil
 }
 
 // freeLowPort picks a port nothing listens on between 20000 and 32000:
@@ -87,30 +85,12 @@ func freeLowPort(taken []int) (int, error) {
 }
 
 func (c *pulsarCluster) env() []string {
-	env := os.Environ()
-	for i, p := range []int{c.zk, c.bookie, c.brokerPorts[0], c.webPorts[0], c.brokerPorts[1], c.webPorts[1]} {
-		env = append(env, clusterPortVars[i]+"="+strconv.Itoa(p))
-	}
+	env := append(os.Environ(), c.Env()...)
 	if c.data != "" {
 		env = append(env, "PULSAR_CLUSTER_DATA_DIR="+c.data)
 	}
 	return env
 }
-
-// serviceURL names both brokers, broker first first.
-func (c *pulsarCluster) serviceURL(first int) string {
-	return fmt.Sprintf("pulsar://127.0.0.1:%d,127.0.0.1:%d", c.brokerPorts[first], c.brokerPorts[1-first])
-}
-
-func (c *pulsarCluster) brokerURL(i int) string {
-	return fmt.Sprintf("pulsar://127.0.0.1:%d", c.brokerPorts[i])
-}
-
-func (c *pulsarCluster) admin(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.webPorts[i]) }
-
-// brokerID is how the load manager names broker i (unload's
-// destinationBroker).
-func (c *pulsarCluster) brokerID(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.webPorts[i]) }
 
 // script runs scripts/pulsar-cluster.sh in its own process group, so that
 // a Ctrl-C at the terminal reaches benchrun only, which then stops it
@@ -132,7 +112,7 @@ func (c *pulsarCluster) script(ctx context.Context, args ...string) (string, err
 // ports (which is then left running).
 func (c *pulsarCluster) start(ctx context.Context) error {
 	if _, err := c.script(ctx, "status"); err == nil {
-		logf("cluster: using the one already running on %s (left running)", c.serviceURL(0))
+		logf("cluster: using the one already running on %s (left running)", c.ServiceURL(0))
 		return nil
 	}
 	data, err := os.MkdirTemp("", "toolgate-bench-cluster-")
@@ -140,7 +120,7 @@ func (c *pulsarCluster) start(ctx context.Context) error {
 		return err
 	}
 	c.data, c.started = data, true
-	logf("cluster: starting ZooKeeper :%d, bookie :%d, brokers %s (admin :%d, :%d)", c.zk, c.bookie, c.serviceURL(0), c.webPorts[0], c.webPorts[1])
+	logf("cluster: starting ZooKeeper :%d, bookie :%d, brokers %s (admin :%d, :%d)", c.ZK, c.Bookie, c.ServiceURL(0), c.WebPorts[0], c.WebPorts[1])
 	t0 := time.Now()
 	if _, err := c.script(ctx, "up"); err != nil {
 		return err
@@ -173,11 +153,11 @@ func (c *pulsarCluster) stop(keepLogs bool) {
 	}
 	dir := filepath.Join(cache, "pulsar")
 	if keepLogs {
-		logf("cluster: its logs are %s/cluster-*-%d.log", dir, c.zk)
+		logf("cluster: its logs are %s/cluster-*-%d.log", dir, c.ZK)
 		return
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("cluster-*-%d.log*", c.zk)))
-	files = append(files, filepath.Join(dir, fmt.Sprintf(".lock-cluster-%d", c.zk)))
+	files, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("cluster-*-%d.log*", c.ZK)))
+	files = append(files, filepath.Join(dir, fmt.Sprintf(".lock-cluster-%d", c.ZK)))
 	for _, f := range files {
 		_ = os.Remove(f)
 	}
@@ -194,83 +174,4 @@ func (c *pulsarCluster) pid(i int) (int, error) {
 		return 0, fmt.Errorf("pid of broker%d: %q", i+1, out)
 	}
 	return pid, nil
-}
-
-// clusterHTTP follows the brokers' redirects to a topic's or bundle's
-// owner.
-var clusterHTTP = &http.Client{Timeout: 10 * time.Second}
-
-// owner is the broker (0 or 1) that owns topic, by a lookup at the first
-// broker that answers (which assigns an owner when the bundle has none).
-func (c *pulsarCluster) owner(topic string) (int, error) {
-	scheme, rest, _ := strings.Cut(topic, "://")
-	var last error
-	for i := range 2 {
-		resp, err := clusterHTTP.Get(c.admin(i) + "/lookup/v2/topic/" + scheme + "/" + rest)
-		if err != nil {
-			last = err
-			continue
-		}
-		var r struct {
-			BrokerURL string `json:"brokerUrl"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			last = fmt.Errorf("lookup of %s at broker%d: %s", topic, i+1, resp.Status)
-			continue
-		}
-		if err != nil {
-			last = fmt.Errorf("lookup of %s at broker%d: %w", topic, i+1, err)
-			continue
-		}
-		for j := range 2 {
-			if r.BrokerURL == c.brokerURL(j) {
-				return j, nil
-			}
-		}
-		return -1, fmt.Errorf("lookup of %s: owner %q is neither broker", topic, r.BrokerURL)
-	}
-	return -1, last
-}
-
-// place moves namespace ns, whose topic is topic, to broker dst: it
-// unloads the namespace's one bundle with dst as destination until a
-// lookup of topic names dst (the destination is a hint that a lookup
-// racing the unload can beat).
-func (c *pulsarCluster) place(ctx context.Context, ns, topic string, dst int) error {
-	var last error
-	for range 20 {
-		o, err := c.owner(topic)
-		if err == nil && o == dst {
-			return nil
-		}
-		if err == nil {
-			err = c.unload(ns, dst)
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s did not move to broker%d: %w", ns, dst+1, last)
-}
-
-// unload unloads the (single) bundle of ns to broker dst.
-func (c *pulsarCluster) unload(ns string, dst int) error {
-	req, err := http.NewRequest(http.MethodPut, c.admin(dst)+"/admin/v2/namespaces/"+ns+"/0x00000000_0xffffffff/unload?destinationBroker="+c.brokerID(dst), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := clusterHTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("unload %s to broker%d: %s", ns, dst+1, resp.Status)
-	}
-	return nil
 }

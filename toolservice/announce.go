@@ -56,6 +56,10 @@ type Tool struct {
 	// — a durable operation of a gateway run with --operations — instead
 	// of waiting for its result; "" (the default) or "forbidden": never.
 	TaskSupport string
+	// Result is ResultMCPContent when the tool answers with MCP content
+	// blocks (Content) and may send log records (Request.Log); "" (the
+	// default) or "text": its output is text.
+	Result string
 	// Config holds the values of the service's config params that calls
 	// to this tool carry.
 	Config map[string]any
@@ -112,6 +116,9 @@ func AnnouncementPayload(id, requestTopic, responseTopic string, a *Announcement
 		}
 		if t.TaskSupport != "" {
 			d["task-support"] = t.TaskSupport
+		}
+		if t.Result != "" {
+			d["result"] = t.Result
 		}
 		args := []any{}
 		for _, arg := range t.Arguments {

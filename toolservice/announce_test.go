@@ -25,7 +25,7 @@ func TestAnnouncementPayloadIsARegistryUnit(t *testing.T) {
 		Tools: []toolservice.Tool{
 			{Name: "tell-joke", Description: "a joke", Config: map[string]any{"style": "pun"},
 				Arguments: []toolservice.Argument{{Name: "topic", Required: true}, {Name: "n", Type: "integer"}}},
-			{Key: "k2", Name: "strict-joke", Strict: true, TaskSupport: "optional", Config: map[string]any{"style": "dad-joke"}},
+			{Key: "k2", Name: "strict-joke", Strict: true, TaskSupport: "optional", Result: toolservice.ResultMCPContent, Config: map[string]any{"style": "dad-joke"}},
 		},
 	}
 	b, err := toolservice.AnnouncementPayload("joke-service", "non-persistent://tg/request/joke", "non-persistent://tg/response/joke", a)
@@ -39,10 +39,10 @@ func TestAnnouncementPayloadIsARegistryUnit(t *testing.T) {
 	snap := m.Registry().Snapshot()
 	tl, ok := snap.Tool("tell-joke")
 	if !ok || tl.ConfigJSON != `{"style":"pun"}` || len(tl.Arguments) != 2 || tl.Arguments[0].Type != "string" || !tl.Arguments[0].Required ||
-		tl.Service.RequestTopic != "non-persistent://tg/request/joke" || tl.Origin != registry.OriginAnnouncement || tl.TaskSupport != registry.TaskForbidden {
+		tl.Service.RequestTopic != "non-persistent://tg/request/joke" || tl.Origin != registry.OriginAnnouncement || tl.TaskSupport != registry.TaskForbidden || tl.Result != registry.ResultText {
 		t.Fatalf("tell-joke = %+v", tl)
 	}
-	if st, ok := snap.Tool("strict-joke"); !ok || !st.Strict || st.Key != "k2" || st.TaskSupport != registry.TaskOptional {
+	if st, ok := snap.Tool("strict-joke"); !ok || !st.Strict || st.Key != "k2" || st.TaskSupport != registry.TaskOptional || st.Result != registry.ResultMCPContent {
 		t.Fatalf("strict-joke = %+v", st)
 	}
 	var doc map[string]map[string]any

@@ -107,6 +107,49 @@ func ExampleErrorf() {
 	// {"joke": "They dig it.", "topic": "gophers"}
 }
 
+// A tool whose descriptor says result: mcp-content answers with MCP
+// content blocks; a gateway's MCP door returns them as the tool result's
+// content, and its other doors the JSON text.
+func ExampleContent() {
+	tool := toolservice.Tool{Name: "red-dot", Description: "Draws a red dot", Result: toolservice.ResultMCPContent}
+	handler := func(ctx context.Context, req *toolservice.Request) (any, error) {
+		png := []byte{0x89, 'P', 'N', 'G'} // an image's bytes, sent base64-encoded
+		return toolservice.Content(
+			toolservice.TextContent("A red dot:"),
+			toolservice.ImageContent(png, "image/png"),
+			toolservice.ResourceLinkContent("file:///dots/red.png", "red.png", "image/png"),
+		)
+	}
+	out, err := handler(context.Background(), &toolservice.Request{})
+	fmt.Println(tool.Result, out, err)
+	// Output: mcp-content [{"type":"text","text":"A red dot:"},{"type":"image","data":"iVBORw==","mimeType":"image/png"},{"type":"resource_link","uri":"file:///dots/red.png","name":"red.png","mimeType":"image/png"}] <nil>
+}
+
+// A tool of MCP content sends log records while it runs; MCP clients that
+// asked for records of their level receive them as notifications/message.
+func ExampleRequest_Log() {
+	svc, err := toolservice.New(toolservice.Config{ID: "indexer", Topic: uniqueTopic("indexer"), PulsarURL: pulsarURL, Logger: quiet},
+		func(ctx context.Context, req *toolservice.Request) (any, error) {
+			if err := req.Log(toolservice.LogInfo, "indexing started"); err != nil {
+				return nil, err
+			}
+			if err := req.Log(toolservice.LogDebug, map[string]any{"files": 3}); err != nil {
+				return nil, err
+			}
+			return toolservice.Content(toolservice.TextContent("3 files indexed"))
+		})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer serve(svc)()
+
+	call(svc, nil) // what the gateway receives: each record a chunk, then the content
+	// Output:
+	// {"log":{"level":"info","data":"indexing started"}}
+	// {"log":{"level":"debug","data":{"files":3}}}
+	// [{"type":"text","text":"3 files indexed"}]
+}
+
 func ExampleWithPulsarClient() {
 	// A client the program already has, configured as it needs
 	// (authentication, TLS, timeouts). The service leaves it open.

@@ -19,6 +19,10 @@
 // pulsar.Authentication with WithAuthentication) and a CA for pulsar+ssl://
 // URLs (WithTLSTrustCerts), or hand the service a client the program
 // already has (WithPulsarClient).
+//
+// A tool announced with Result ResultMCPContent answers with MCP content
+// blocks (Content) and may send log records while it runs (Request.Log),
+// which a gateway's MCP door hands to MCP clients as such.
 package toolservice
 
 import (

@@ -228,6 +228,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 				}
 				return ""
 			},
+			Result: func(name string) string {
+				if t, ok := g.reg.Snapshot().Tool(name); ok {
+					return t.Result
+				}
+				return registry.ResultText
+			},
 			Resource: cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
 		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
 	}

@@ -25,7 +25,11 @@ func (s *Server) callTool(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		s.taskSupport(req.Params.Name) == registry.TaskRequired {
 		return nil, s.missingTasks(ctx, req.Params.Name)
 	}
-	res, err := s.call(ctx, req)
+	var meta map[string]any
+	if req.Params != nil {
+		meta = req.Params.GetMeta()
+	}
+	res, err := s.call(ctx, req, logThreshold(meta, modern(req.Session)))
 	if err != nil || !modern(req.Session) {
 		return res, err
 	}
@@ -63,14 +67,22 @@ func complete(r *sdk.CallToolResult) *sdk.CallToolResult {
 	return &out
 }
 
-func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+// call runs a tools/call. logLevel is the least severe level of the log
+// records the request wants (logThreshold; "" none): a call of a tool of
+// MCP content that wants some is streamed, so that they reach the client
+// while it runs.
+func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, logLevel string) (*sdk.CallToolResult, error) {
 	p := req.Params
 	if p == nil || p.Name == "" {
 		return nil, rpcError(codeInvalidParams, "tools/call needs the name of a tool", nil)
 	}
+	content := s.resultFormat(p.Name) == registry.ResultMCPContent
+	if !content {
+		logLevel = ""
+	}
 	op, method := toolcall.OpInvoke, "mcp/InvokeTool"
 	token := p.GetProgressToken()
-	if token != nil {
+	if token != nil || logLevel != "" {
 		op, method = toolcall.OpStream, "mcp/StreamTool"
 	}
 	ctx, c, done, err := newCall(ctx, op, method)
@@ -88,14 +100,14 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallT
 	if err := traceMeta(c, p.GetMeta()); err != nil {
 		return nil, rpcError(codeInvalidParams, err.Error(), nil)
 	}
-	if token != nil {
-		return s.stream(ctx, c, req.Session, token)
+	if op == toolcall.OpStream {
+		return s.stream(ctx, c, req.Session, token, content, logLevel)
 	}
 	res, err := s.h(ctx, c, nil)
 	if err != nil {
 		return callError(err)
 	}
-	return result(res.Output), nil
+	return s.toolResult(ctx, c.Name, res.Output), nil
 }
 
 // callArgs sets the arguments of c: a JSON object, or none.
@@ -198,12 +210,29 @@ func (s *Server) timeout(c *toolcall.Call, meta map[string]any) error {
 	return nil
 }
 
-// stream runs a streaming call, sending each chunk to the client as a
-// progress notification, and answers with the chunks joined.
-func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.ServerSession, token any) (*sdk.CallToolResult, error) {
+// stream runs a streaming call: each chunk is sent to the client as a
+// progress notification when there is a progress token — but a log record
+// of a tool of MCP content (content), which is sent as
+// notifications/message when its level is logLevel or above — and the
+// answer is the chunks joined.
+func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.ServerSession, token any, content bool, logLevel string) (*sdk.CallToolResult, error) {
 	var out strings.Builder
 	emit := func(ch toolcall.Chunk) error {
 		out.WriteString(ch.Text)
+		if content {
+			if rec, ok := logChunk(ch.Text); ok {
+				if !wantLog(rec.Level, logLevel) {
+					return nil
+				}
+				if err := session.Log(ctx, rec); err != nil {
+					return fmt.Errorf("sending a log record: %w", err)
+				}
+				return nil
+			}
+		}
+		if token == nil {
+			return nil
+		}
 		err := session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{
 			ProgressToken: token, Progress: float64(ch.Index + 1), Message: ch.Text})
 		if err != nil {
@@ -218,5 +247,5 @@ func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.Serv
 		}
 		return callError(err)
 	}
-	return result(out.String()), nil
+	return s.toolResult(ctx, c.Name, out.String()), nil
 }

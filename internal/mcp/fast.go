@@ -133,10 +133,13 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 	if _, ok := in.Params.Meta[sdk.MetaKeyProtocolVersion]; ok && !modern {
 		return false // a 2026-07-28 request without that header: the SDK's to refuse
 	}
+	if s.resultFormat(in.Params.Name) == registry.ResultMCPContent && logThreshold(in.Params.Meta, modern) != "" {
+		return false // its log records go out while it runs, as notifications of the SDK's session
+	}
 	ctx := context.WithValue(r.Context(), requestKey{}, req)
 	req.id = in.ID
 	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.Params.Name, Arguments: in.Params.Arguments, Meta: in.Params.Meta}}
-	res, err := s.call(ctx, call)
+	res, err := s.call(ctx, call, "")
 	if err == nil && modern {
 		// What the SDK's session adds to a result of protocol 2026-07-28.
 		res = complete(res)

@@ -10,15 +10,38 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// fixedHandler answers by tool name, the same every time.
-func fixedHandler(_ context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
+// fixedHandler answers by tool name, the same every time; a stream is its
+// output as one chunk.
+func fixedHandler(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+	res, err := fixedAnswer(ctx, c)
+	if err != nil || emit == nil {
+		return res, err
+	}
+	return toolcall.Result{}, emit(toolcall.Chunk{Text: res.Output, Last: true})
+}
+
+// fixedResult is the result format of fixedHandler's tools: those named
+// content… answer with MCP content.
+func fixedResult(tool string) string {
+	if strings.HasPrefix(tool, "content") {
+		return registry.ResultMCPContent
+	}
+	return registry.ResultText
+}
+
+func fixedAnswer(_ context.Context, c *toolcall.Call) (toolcall.Result, error) {
 	switch c.Name {
+	case "content":
+		return toolcall.Result{Output: `{"log":{"level":"info","data":"x"}}[{"type":"text","text":"t"},{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}]`}, nil
+	case "content-bad":
+		return toolcall.Result{Output: `[{"type":"image","mimeType":"image/png"}]`}, nil
 	case "json":
 		return toolcall.Result{Output: `{"a": [1, 2.50, "x"], "big": 123456789012345678}`}, nil
 	case "text":
@@ -141,6 +164,8 @@ var fastCases = []struct {
 	{"protocol 2025-06-18", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "2025-06-18"}, true},
 	{"protocol 2025-11-25", `{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"json"}}`, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, true},
 	// Not taken: the SDK answers these.
+	{"MCP content: log records at info", `{"jsonrpc":"2.0","id":26,"method":"tools/call","params":{"name":"content"}}`, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, false},
+	{"malformed MCP content", `{"jsonrpc":"2.0","id":27,"method":"tools/call","params":{"name":"content-bad"}}`, nil, false},
 	{"progress token", `{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"json","_meta":{"progressToken":1}}}`, nil, false},
 	{"tools/list", `{"jsonrpc":"2.0","id":14,"method":"tools/list"}`, nil, false},
 	{"notification", `{"jsonrpc":"2.0","method":"tools/call","params":{"name":"json"}}`, nil, false},
@@ -175,6 +200,10 @@ var fastCases = []struct {
 		modernMeta(`,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"`) + `}}`, modernHeader("json"), true},
 	{"2026 name twice", `{"jsonrpc":"2.0","id":111,"method":"tools/call","params":{"name":"text","name":"json",` + modernMeta("") + `}}`, modernHeader("json"), true},
 	{"2026 _meta twice", `{"jsonrpc":"2.0","id":112,"method":"tools/call","params":{"name":"json","_meta":{},` + modernMeta("") + `}}`, modernHeader("json"), true},
+	{"2026 MCP content", `{"jsonrpc":"2.0","id":114,"method":"tools/call","params":{"name":"content",` + modernMeta("") + `}}`, modernHeader("content"), true},
+	{"2026 malformed MCP content", `{"jsonrpc":"2.0","id":115,"method":"tools/call","params":{"name":"content-bad",` + modernMeta("") + `}}`, modernHeader("content-bad"), true},
+	{"2026 MCP content, a log level that is none", `{"jsonrpc":"2.0","id":116,"method":"tools/call","params":{"name":"content",` +
+		modernMeta(`,"io.modelcontextprotocol/logLevel":"loud"`) + `}}`, modernHeader("content"), true},
 	{"2026 escaped name", `{"jsonrpc":"2.0","id":113,"method":"tools/call","params":{"name":"\u006a\u0073on",` + modernMeta("") + `}}`, modernHeader("json"), true},
 	// Not taken: the SDK checks and refuses these, or streams.
 	{"2026 no Mcp-Method", `{"jsonrpc":"2.0","id":120,"method":"tools/call","params":{"name":"json",` + modernMeta("") + `}}`, with(modernHeader("json"), "Mcp-Method", ""), false},
@@ -192,6 +221,8 @@ var fastCases = []struct {
 	{"2026 client info of the wrong shape", `{"jsonrpc":"2.0","id":132,"method":"tools/call","params":{"name":"json",` + modernMeta(`,"io.modelcontextprotocol/clientInfo":{"name":5}`) + `}}`, modernHeader("json"), false},
 	{"2026 progress token", `{"jsonrpc":"2.0","id":133,"method":"tools/call","params":{"name":"json",` + modernMeta(`,"progressToken":"p"`) + `}}`, modernHeader("json"), false},
 	{"2026 request state", `{"jsonrpc":"2.0","id":134,"method":"tools/call","params":{"name":"json","requestState":"s",` + modernMeta("") + `}}`, modernHeader("json"), false},
+	{"2026 MCP content with a log level", `{"jsonrpc":"2.0","id":136,"method":"tools/call","params":{"name":"content",` +
+		modernMeta(`,"io.modelcontextprotocol/logLevel":"info"`) + `}}`, modernHeader("content"), false},
 	{"2026 tools/list", `{"jsonrpc":"2.0","id":135,"method":"tools/list","params":{` + modernMeta("") + `}}`, with(modernHeader(""), "Mcp-Method", "tools/list"), false},
 }
 
@@ -200,8 +231,8 @@ var fastCases = []struct {
 // and JSON-RPC message; and the fast path takes what it should.
 func TestFastPathMatchesSDK(t *testing.T) {
 	t.Parallel()
-	fast := New(fixedHandler, Options{})
-	sdkOnly := New(fixedHandler, Options{NoFastPath: true})
+	fast := New(fixedHandler, Options{Result: fixedResult})
+	sdkOnly := New(fixedHandler, Options{NoFastPath: true, Result: fixedResult})
 	for _, c := range fastCases {
 		t.Run(c.name, func(t *testing.T) {
 			got, want := post(t, fast, c.body, c.header), post(t, sdkOnly, c.body, c.header)
@@ -228,8 +259,8 @@ func FuzzFastPath(f *testing.F) {
 	for _, c := range fastCases {
 		f.Add(c.body, c.header["Mcp-Protocol-Version"], c.header["Mcp-Method"], c.header["Mcp-Name"])
 	}
-	fast := New(fixedHandler, Options{})
-	sdkOnly := New(fixedHandler, Options{NoFastPath: true})
+	fast := New(fixedHandler, Options{Result: fixedResult})
+	sdkOnly := New(fixedHandler, Options{NoFastPath: true, Result: fixedResult})
 	f.Fuzz(func(t *testing.T, body, version, method, name string) {
 		header := map[string]string{"Mcp-Protocol-Version": version, "Mcp-Method": method, "Mcp-Name": name}
 		got, want := post(t, fast, body, header), post(t, sdkOnly, body, header)

@@ -17,11 +17,14 @@
 //     PageSize at a time (the cursor is ListTools' page token), each with
 //     its name, description and arguments_schema as inputSchema.
 //   - tools/call is InvokeTool, or StreamTool when the request carries a
-//     progress token: each chunk is sent as notifications/progress (message
-//     = the chunk, progress = its index + 1) and the result is the chunks
-//     joined. _meta.timeout ("5s", "200ms", or a number of seconds) sets
+//     progress token (or wants the log records of a tool of MCP content):
+//     each chunk is sent as notifications/progress (message = the chunk,
+//     progress = its index + 1) and the result is the chunks joined. _meta.timeout ("5s", "200ms", or a number of seconds) sets
 //     the call's deadline. The answer is one text content, plus
-//     structuredContent when the output is a JSON object.
+//     structuredContent when the output is a JSON object — or, for a tool
+//     whose descriptor says "result": "mcp-content", the content blocks
+//     of its output, its log records sent as notifications/message
+//     (content.go).
 //   - Failures of the tool call itself — bad arguments (the ToolService's
 //     own check, which names the argument; nothing is published), the tool
 //     service's error, a deadline, an unavailable service, a rate limit —
@@ -137,6 +140,12 @@ type Options struct {
 	// TaskSupport is the task support of a tool (registry.Tool.TaskSupport;
 	// "" for an unknown tool). With Tasks.
 	TaskSupport func(tool string) string
+	// Result is the result format of a tool (registry.Tool.Result; "" for
+	// an unknown tool): the output of a tool of registry.ResultMCPContent
+	// is returned as MCP content, its log records sent as
+	// notifications/message (content.go). Nil: every tool's output is
+	// text.
+	Result func(tool string) string
 	// TaskTTL is how long a task is kept once it ended (the operations'
 	// TTL): the ttlMs of tasks.
 	TaskTTL time.Duration
@@ -179,8 +188,11 @@ func New(h toolcall.Handler, opts Options) *Server {
 	sdkLog := slog.New(&minLevel{Handler: opts.Logger.Handler(), min: slog.LevelWarn})
 	s.impl = &sdk.Implementation{Name: "toolgate", Version: opts.Version}
 	s.mcp = sdk.NewServer(s.impl, &sdk.ServerOptions{
-		Logger:       sdkLog,
-		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+		Logger: sdkLog,
+		// Logging: the log records of tools of MCP content are sent as
+		// notifications/message (content.go), which the protocol asks a
+		// server to declare.
+		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}, Logging: &sdk.LoggingCapabilities{}},
 		Instructions: "The tools of this toolgate gateway. tools/call accepts _meta.timeout (\"5s\") and streams " +
 			"chunks as progress notifications when a progressToken is given.",
 		// server/discover (the lists the SDK would answer are refused:

@@ -90,7 +90,14 @@ type fixture struct {
 // ToolService, and the MCP endpoint in front of it.
 func newFixture(t *testing.T, opts mcp.Options) *fixture {
 	t.Helper()
-	snap, err := registry.Parse("t.yaml", []byte(testRegistry), nil)
+	return newServiceFixture(t, opts, testRegistry, echo.Handle)
+}
+
+// newServiceFixture is newFixture with another registry (whose service
+// echo-service is on topic echo) and handler.
+func newServiceFixture(t *testing.T, opts mcp.Options, reg string, handle toolservice.Handler) *fixture {
+	t.Helper()
+	snap, err := registry.Parse("t.yaml", []byte(reg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +106,7 @@ func newFixture(t *testing.T, opts mcp.Options) *fixture {
 	b := bridge.New(mem, bridge.Options{})
 	t.Cleanup(b.Close)
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: "echo", Logger: slog.New(slog.DiscardHandler)}, echo.Handle, toolservice.WithPulsarClient(transporttest.PulsarClient(mem)))
+	svc, err := toolservice.New(toolservice.Config{ID: "echo-service", Topic: "echo", Logger: slog.New(slog.DiscardHandler)}, handle, toolservice.WithPulsarClient(transporttest.PulsarClient(mem)))
 	if err != nil {
 		t.Fatal(err)
 	}

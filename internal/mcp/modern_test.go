@@ -216,7 +216,8 @@ func TestListCaching(t *testing.T) {
 
 // TestOnlyToolsServed: the methods of features a gateway of tools does not
 // have are unknown methods, in both eras, and neither initialize nor
-// server/discover declares them.
+// server/discover declares them: they declare tools, and logging (the log
+// records of tools of MCP content).
 func TestOnlyToolsServed(t *testing.T) {
 	f := newFixture(t, mcp.Options{})
 	for _, m := range []string{"prompts/list", "resources/list", "resources/templates/list", "completion/complete"} {
@@ -227,13 +228,13 @@ func TestOnlyToolsServed(t *testing.T) {
 	}
 	_, r := post(t, f.url, modern("server/discover"), `{"jsonrpc":"2.0","id":2,"method":"server/discover","params":{`+modernMeta+`}}`)
 	caps, _ := r.Result["capabilities"].(map[string]any)
-	if len(caps) != 1 || caps["tools"] == nil {
-		t.Errorf("server/discover capabilities %v, want tools only", caps)
+	if len(caps) != 2 || caps["tools"] == nil || caps["logging"] == nil {
+		t.Errorf("server/discover capabilities %v, want tools and logging", caps)
 	}
 	_, r = post(t, f.url, nil, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	caps, _ = r.Result["capabilities"].(map[string]any)
-	if len(caps) != 1 || caps["tools"] == nil {
-		t.Errorf("initialize capabilities %v, want tools only", caps)
+	if len(caps) != 2 || caps["tools"] == nil || caps["logging"] == nil {
+		t.Errorf("initialize capabilities %v, want tools and logging", caps)
 	}
 }
 

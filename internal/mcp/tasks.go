@@ -200,7 +200,7 @@ func (s *Server) taskMethod(ctx context.Context, r *http.Request, in *taskReques
 		return nil, taskError(err, id)
 	}
 	if in.Method == "tasks/get" {
-		return s.detailedTask(res.Operation), nil
+		return s.detailedTask(ctx, res.Operation), nil
 	}
 	// tasks/cancel and tasks/update are acknowledged with an empty
 	// result; the task's state is tasks/get's to tell.
@@ -278,7 +278,7 @@ var gatewayFailures = map[string]bool{"REPLY_LOST": true, "BAD_REPLY": true, "OU
 
 // detailedTask is tasks/get's answer: the task, with its result or error
 // once it ended.
-func (s *Server) detailedTask(op *toolcall.Operation) map[string]any {
+func (s *Server) detailedTask(ctx context.Context, op *toolcall.Operation) map[string]any {
 	t := s.task(op)
 	t["resultType"] = "complete"
 	switch {
@@ -288,7 +288,7 @@ func (s *Server) detailedTask(op *toolcall.Operation) map[string]any {
 		t["statusMessage"] = "the task was cancelled"
 	case op.Err == nil:
 		t["status"] = "completed"
-		t["result"] = result(op.Output)
+		t["result"] = s.toolResult(ctx, op.Tool, op.Output)
 	default:
 		st := status.Convert(op.Err)
 		reason := ""

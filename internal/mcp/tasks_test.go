@@ -2,6 +2,7 @@ package mcp_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -32,8 +33,12 @@ func fakeOps(t *testing.T) toolcall.Handler {
 		return st.Err()
 	}
 	ops := map[string]*toolcall.Operation{
-		"running":   {ID: "running", State: "running", Created: created},
-		"done":      {ID: "done", State: "done", Done: true, Created: created, Ended: created.Add(time.Second), Output: `{"n":1}`},
+		"running": {ID: "running", State: "running", Created: created},
+		"done":    {ID: "done", State: "done", Done: true, Created: created, Ended: created.Add(time.Second), Output: `{"n":1}`},
+		// An operation of a tool of MCP content: its output as it is kept,
+		// log records and all.
+		"content": {ID: "content", Tool: "pictures", State: "done", Done: true, Created: created, Ended: created,
+			Output: `{"log":{"level":"info","data":"x"}}[{"type":"text","text":"t"}]`},
 		"toolerr":   {ID: "toolerr", State: "failed", Done: true, Created: created, Ended: created, Err: failed(codes.Unknown, "job-failed")},
 		"badreply":  {ID: "badreply", State: "failed", Done: true, Created: created, Ended: created, Err: failed(codes.Internal, "BAD_REPLY")},
 		"cancelled": {ID: "cancelled", State: "cancelled", Done: true, Created: created, Ended: created, Err: status.Error(codes.Canceled, "cancelled")},
@@ -61,7 +66,13 @@ func fakeOps(t *testing.T) toolcall.Handler {
 
 func taskServer(t *testing.T, tasks bool) string {
 	support := map[string]string{"may": registry.TaskOptional, "must": registry.TaskRequired, "hidden-required": registry.TaskRequired}
-	srv := mcp.New(fakeOps(t), mcp.Options{Tasks: tasks, TaskTTL: time.Hour, TaskSupport: func(n string) string { return support[n] }})
+	srv := mcp.New(fakeOps(t), mcp.Options{Tasks: tasks, TaskTTL: time.Hour, TaskSupport: func(n string) string { return support[n] },
+		Result: func(n string) string {
+			if n == "pictures" {
+				return registry.ResultMCPContent
+			}
+			return registry.ResultText
+		}})
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return hs.URL
@@ -131,7 +142,7 @@ func TestTaskAnswers(t *testing.T) {
 		t.Errorf("tools/call hidden-required without the extension: %s", r.Raw)
 	}
 
-	for id, want := range map[string]string{"running": "working", "done": "completed", "toolerr": "completed", "badreply": "failed", "cancelled": "cancelled"} {
+	for id, want := range map[string]string{"running": "working", "done": "completed", "content": "completed", "toolerr": "completed", "badreply": "failed", "cancelled": "cancelled"} {
 		_, r := task("tasks/get", id, nil)
 		if r.Result["status"] != want || r.Result["taskId"] != id || r.Result["resultType"] != "complete" {
 			t.Errorf("tasks/get %s: %s, want status %s", id, r.Raw, want)
@@ -142,6 +153,10 @@ func TestTaskAnswers(t *testing.T) {
 		case "done":
 			if res == nil || res["isError"] == true || res["structuredContent"] == nil || e != nil {
 				t.Errorf("tasks/get done: %s", r.Raw)
+			}
+		case "content":
+			if b, _ := json.Marshal(res["content"]); res["isError"] == true || string(b) != `[{"text":"t","type":"text"}]` || e != nil {
+				t.Errorf("tasks/get content: %s", r.Raw)
 			}
 		case "toolerr":
 			if res == nil || res["isError"] != true || e != nil {

@@ -395,6 +395,15 @@ func parseTool(key string, d map[string]any, services map[string]*Service) (*Too
 			errs = append(errs, `"task-support" must be "forbidden", "optional" or "required"`)
 		}
 	}
+	if v, ok := d["result"]; ok {
+		switch v {
+		case "text":
+		case ResultMCPContent:
+			t.Result = ResultMCPContent
+		default:
+			errs = append(errs, `"result" must be "text" or "mcp-content"`)
+		}
+	}
 	sid, _ := d["service"].(string)
 	if sid == "" {
 		errs = append(errs, `"service" must name a tool service`)

@@ -62,6 +62,13 @@ type Tool struct {
 	// TaskOptional (a task when the client can take one) or TaskRequired
 	// (only as a task).
 	TaskSupport string
+	// Result says what the tool's output is (descriptor key "result"):
+	// ResultText (the default, "text": text, as every door returns it) or
+	// ResultMCPContent ("mcp-content": a JSON array of MCP content blocks,
+	// which the MCP door returns as the result's content, and whose log
+	// records it sends as notifications/message; the other doors return
+	// the output unchanged).
+	Result string
 	// Schema is a JSON Schema of the call's arguments object.
 	Schema map[string]any
 	// Origin says which kind of source defined it ("" when parsed alone).
@@ -73,6 +80,12 @@ const (
 	TaskForbidden = ""
 	TaskOptional  = "optional"
 	TaskRequired  = "required"
+)
+
+// The values of Tool.Result.
+const (
+	ResultText       = ""
+	ResultMCPContent = "mcp-content"
 )
 
 // Snapshot is one immutable, validated registry. Its methods are safe for

@@ -237,3 +237,31 @@ tool:
 		t.Fatalf("task-support: always: %v", err)
 	}
 }
+
+func TestResult(t *testing.T) {
+	s, err := Parse("result.yaml", []byte(`
+tool-service: {svc: {topic: t}}
+tool:
+  plain: {type: tool-service, service: svc}
+  text: {type: tool-service, service: svc, result: text}
+  content: {type: tool-service, service: svc, result: mcp-content}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"plain": ResultText, "text": ResultText, "content": ResultMCPContent} {
+		if got := mustTool(t, s, name).Result; got != want {
+			t.Errorf("%s: result %q, want %q", name, got, want)
+		}
+	}
+	for _, bad := range []string{"html", "true", "[mcp-content]", "MCP-Content"} {
+		_, err = Parse("result.yaml", []byte(`
+tool-service: {svc: {topic: t}}
+tool:
+  x: {type: tool-service, service: svc, result: `+bad+`}
+`), nil)
+		if err == nil || !strings.Contains(err.Error(), `"result" must be "text" or "mcp-content"`) {
+			t.Errorf("result: %s: %v", bad, err)
+		}
+	}
+}

@@ -3,8 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"net/http"
 	"os"
 	"os/exec"
@@ -68,6 +72,7 @@ func TestMCPConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTool(t, base, "test_simple_text", 30*time.Second)
+	restSeesContentAsText(t, base)
 	runs := conformanceRuns
 	for _, sc := range conformanceExtensions {
 		runs = append(runs, conformanceRun{sc, "2026-07-28", []string{"--scenario", sc, "--spec-version", "2026-07-28", "--force"}})
@@ -93,6 +98,25 @@ func TestMCPConformance(t *testing.T) {
 				t.Fatal("the conformance suite reported no passed checks")
 			}
 		})
+	}
+}
+
+// restSeesContentAsText: the REST door returns a tool of MCP content's
+// reply as it is, the JSON text of its blocks (the MCP door's content).
+func restSeesContentAsText(t *testing.T, base string) {
+	t.Helper()
+	resp, err := http.Post(base+"/v1/tools/test_embedded_resource:invoke", "application/json", strings.NewReader(`{"arguments": {}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Output string }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("REST invoke of test_embedded_resource: %d, %v", resp.StatusCode, err)
+	}
+	want, _ := toolservice.Content(toolservice.ResourceContent("test://embedded-resource", "text/plain", "This is an embedded resource content."))
+	if body.Output != want {
+		t.Errorf("REST output %q, want the tool's reply %q", body.Output, want)
 	}
 }
 
@@ -178,6 +202,14 @@ var conformanceTools = []toolservice.Tool{
 	{Name: "test_error_handling", Description: "Always fails", Config: map[string]any{"fixture": "error"}},
 	{Name: "test_tool_with_progress", Description: "Streams three chunks 50 ms apart", Config: map[string]any{"fixture": "progress"}},
 	{Name: "test_trigger_tool_change", Description: "Changes this service's tool list (adds or removes test_changed_tool)", Config: map[string]any{"fixture": "change"}},
+	// Tools of MCP content (result: mcp-content): their replies are content
+	// blocks, their log records notifications/message.
+	{Name: "test_image_content", Description: "Returns an image (a red pixel)", Config: map[string]any{"fixture": "image"}, Result: toolservice.ResultMCPContent},
+	{Name: "test_audio_content", Description: "Returns audio (a moment of silence)", Config: map[string]any{"fixture": "audio"}, Result: toolservice.ResultMCPContent},
+	{Name: "test_embedded_resource", Description: "Returns an embedded text resource", Config: map[string]any{"fixture": "resource"}, Result: toolservice.ResultMCPContent},
+	{Name: "test_multiple_content_types", Description: "Returns text, an image and a resource", Config: map[string]any{"fixture": "mixed"}, Result: toolservice.ResultMCPContent},
+	{Name: "test_tool_with_logging", Description: "Logs three records at info, 50 ms apart", Config: map[string]any{"fixture": "logging"}, Result: toolservice.ResultMCPContent},
+	{Name: "test_logging_tool", Description: "Logs three records at info, 50 ms apart", Config: map[string]any{"fixture": "logging"}, Result: toolservice.ResultMCPContent},
 	// The tasks extension's fixtures (2026-07-28, SEP-2663): greet runs
 	// as a plain call; slow_compute may run as a task (the gateway runs
 	// with --operations), failing_job only as one.
@@ -201,6 +233,7 @@ func startConformanceService(t *testing.T, topic string) {
 		changed bool
 		svc     *toolservice.Service
 	)
+	pixel, wav := redPixel(t), silence()
 	announcement := func() *toolservice.Announcement {
 		tools := append([]toolservice.Tool(nil), conformanceTools...)
 		if changed {
@@ -229,6 +262,30 @@ func startConformanceService(t *testing.T, topic string) {
 				}
 			}
 			return "", nil
+		case "image":
+			return toolservice.Content(toolservice.ImageContent(pixel, "image/png"))
+		case "audio":
+			return toolservice.Content(toolservice.AudioContent(wav, "audio/wav"))
+		case "resource":
+			return toolservice.Content(toolservice.ResourceContent("test://embedded-resource", "text/plain", "This is an embedded resource content."))
+		case "mixed":
+			return toolservice.Content(toolservice.TextContent("Multiple content types test:"),
+				toolservice.ImageContent(pixel, "image/png"),
+				toolservice.ResourceContent("test://mixed-content-resource", "application/json", `{"test":"data","value":123}`))
+		case "logging":
+			for i, msg := range []string{"Tool execution started", "Tool processing data", "Tool execution completed"} {
+				if i > 0 {
+					select {
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+				if err := req.Log(toolservice.LogInfo, msg); err != nil {
+					return nil, err
+				}
+			}
+			return toolservice.Content(toolservice.TextContent("Tool with logging executed successfully"))
 		case "greet":
 			return fmt.Sprintf("Hello, %v!", req.Arguments["name"]), nil
 		case "slow", "failing":
@@ -286,4 +343,37 @@ func startConformanceService(t *testing.T, topic string) {
 			t.Errorf("conformance service: %v", err)
 		}
 	})
+}
+
+// redPixel is a PNG of one red pixel.
+func redPixel(t *testing.T) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, 1, 1))
+	img.Set(0, 0, color.RGBA{R: 255, A: 255})
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// silence is a WAV file of a millisecond of silence: 8 kHz, 8-bit mono.
+func silence() []byte {
+	samples := bytes.Repeat([]byte{128}, 8)
+	var b bytes.Buffer
+	le := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
+	b.WriteString("RIFF")
+	le(uint32(36 + len(samples)))
+	b.WriteString("WAVEfmt ")
+	le(uint32(16))   // the format chunk's size
+	le(uint16(1))    // PCM
+	le(uint16(1))    // channels
+	le(uint32(8000)) // sample rate
+	le(uint32(8000)) // bytes per second
+	le(uint16(1))    // bytes per frame
+	le(uint16(8))    // bits per sample
+	b.WriteString("data")
+	le(uint32(len(samples)))
+	b.Write(samples)
+	return b.Bytes()
 }

@@ -63,6 +63,14 @@ type Tool struct {
 	// Config holds the values of the service's config params that calls
 	// to this tool carry.
 	Config map[string]any
+	// InputSchema, instead of Arguments, describes the arguments object
+	// in full: a JSON Schema object (JSON Schema 2020-12 unless its
+	// "$schema" names another draft) with "type": "object" at its root.
+	// Gateways list it as it is, check every call's arguments against it,
+	// and (MCP) ask clients to mirror the arguments whose properties carry
+	// an "x-mcp-header" annotation into Mcp-Param-<name> request headers.
+	// Set it or Arguments (and Strict), not both.
+	InputSchema json.RawMessage
 }
 
 // Argument is one argument of a tool.
@@ -119,6 +127,17 @@ func AnnouncementPayload(id, requestTopic, responseTopic string, a *Announcement
 		}
 		if t.Result != "" {
 			d["result"] = t.Result
+		}
+		if len(t.InputSchema) > 0 {
+			if len(t.Arguments) > 0 || t.Strict {
+				return nil, fmt.Errorf("toolservice: announced tool %q has both an input schema and arguments (or strict)", key)
+			}
+			if !json.Valid(t.InputSchema) {
+				return nil, fmt.Errorf("toolservice: announced tool %q: the input schema is not valid JSON", key)
+			}
+			d["input-schema"] = t.InputSchema
+			tools[key] = d
+			continue
 		}
 		args := []any{}
 		for _, arg := range t.Arguments {

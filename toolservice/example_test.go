@@ -249,3 +249,41 @@ func call(svc *toolservice.Service, args map[string]any) {
 		fmt.Println(ch.Text)
 	}
 }
+
+// A tool may describe its arguments with a JSON Schema of its own instead
+// of a list of arguments. Gateways list the schema as it is and refuse,
+// with INVALID_ARGUMENT on every door, a call whose arguments fail it: the
+// handler sees only arguments that passed.
+func ExampleTool_inputSchema() {
+	tool := toolservice.Tool{
+		Name:        "book-room",
+		Description: "Books a meeting room",
+		InputSchema: json.RawMessage(`{
+			"type": "object",
+			"properties": {
+				"room": {"type": "string", "enum": ["north", "south"]},
+				"people": {"type": "integer", "minimum": 1},
+				"region": {"type": "string", "x-mcp-header": "Region"}
+			},
+			"required": ["room", "people"],
+			"additionalProperties": false
+		}`),
+	}
+	b, err := toolservice.AnnouncementPayload("rooms", "request:tg:rooms", "response:tg:rooms",
+		&toolservice.Announcement{Tools: []toolservice.Tool{tool}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var unit struct {
+		Tool map[string]struct {
+			InputSchema struct {
+				Required []string `json:"required"`
+			} `json:"input-schema"`
+		} `json:"tool"`
+	}
+	if err := json.Unmarshal(b, &unit); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(unit.Tool["book-room"].InputSchema.Required)
+	// Output: [room people]
+}

@@ -468,10 +468,26 @@ func parseTool(key string, d map[string]any, services map[string]*Service) (*Too
 			t.Arguments = append(t.Arguments, arg)
 		}
 	}
+	if v, ok := d["input-schema"]; ok {
+		_, hasArgs := d["arguments"]
+		switch {
+		case hasArgs:
+			errs = append(errs, `give either "input-schema" or "arguments", not both`)
+		case t.Strict:
+			errs = append(errs, `"strict" applies to "arguments": with "input-schema", say "additionalProperties": false in the schema`)
+		default:
+			var err error
+			if t.InputSchema, t.Schema, t.HeaderParams, err = parseInputSchema(v); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	t.Schema = schemaOf(t)
+	if t.InputSchema == nil {
+		t.Schema = schemaOf(t)
+	}
 	return t, nil
 }
 

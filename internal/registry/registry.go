@@ -69,8 +69,15 @@ type Tool struct {
 	// records it sends as notifications/message; the other doors return
 	// the output unchanged).
 	Result string
-	// Schema is a JSON Schema of the call's arguments object.
+	// Schema is a JSON Schema of the call's arguments object: the
+	// descriptor's "input-schema" as given, else one built from Arguments.
 	Schema map[string]any
+	// InputSchema, set when the descriptor gives "input-schema" (instead of
+	// "arguments"), checks a call's arguments.
+	InputSchema *InputSchema
+	// HeaderParams are the arguments the input schema marks with
+	// x-mcp-header, ordered by argument name.
+	HeaderParams []HeaderParam
 	// Origin says which kind of source defined it ("" when parsed alone).
 	Origin Origin
 }

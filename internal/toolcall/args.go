@@ -3,6 +3,7 @@ package toolcall
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 
 	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
@@ -11,10 +12,11 @@ import (
 )
 
 // checkArguments checks a call's arguments, JSON object text, against the
-// tool's declared arguments and returns the text the envelope carries:
-// the same, compacted. A wrong type, a missing required argument, or (for
-// strict tools) an undeclared one is an INVALID_ARGUMENT naming the
-// argument; so is text that is not a JSON object.
+// tool's declared arguments or its input schema and returns the text the
+// envelope carries: the same, compacted. A wrong type, a missing required
+// argument, (for strict tools) an undeclared one, or any keyword of the
+// input schema that fails is an INVALID_ARGUMENT naming the argument (and
+// the keyword); so is text that is not a JSON object.
 func checkArguments(t *registry.Tool, raw []byte) (string, error) {
 	if t := bytes.Trim(raw, " \t\r\n"); len(t) == 0 || string(t) == "null" {
 		raw = []byte("{}")
@@ -26,6 +28,15 @@ func checkArguments(t *registry.Tool, raw []byte) (string, error) {
 	if len(t.Arguments) > 0 || t.Strict {
 		if err := checkDeclared(t, compact); err != nil {
 			return "", err
+		}
+	}
+	if t.InputSchema != nil {
+		if err := t.InputSchema.Check(compact); err != nil {
+			var ae *registry.ArgumentError
+			if errors.As(err, &ae) {
+				return "", status.Errorf(codes.InvalidArgument, "tool %q: %v", t.Name, ae)
+			}
+			return "", status.Errorf(codes.Internal, "tool %q: the arguments could not be checked against the input schema", t.Name)
 		}
 	}
 	return string(compact), nil

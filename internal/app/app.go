@@ -234,6 +234,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 				}
 				return registry.ResultText
 			},
+			HeaderParams: func(name string) []registry.HeaderParam {
+				if t, ok := g.reg.Snapshot().Tool(name); ok {
+					return t.HeaderParams
+				}
+				return nil
+			},
 			Resource: cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
 		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
 	}

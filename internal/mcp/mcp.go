@@ -146,6 +146,11 @@ type Options struct {
 	// notifications/message (content.go). Nil: every tool's output is
 	// text.
 	Result func(tool string) string
+	// HeaderParams are the arguments of a tool that clients mirror into
+	// Mcp-Param headers (registry.Tool.HeaderParams; nil for an unknown
+	// tool): a tools/call of protocol 2026-07-28 whose headers do not
+	// match its arguments is refused (headers.go). Nil: no tool has any.
+	HeaderParams func(tool string) []registry.HeaderParam
 	// TaskTTL is how long a task is kept once it ended (the operations'
 	// TTL): the ttlMs of tasks.
 	TaskTTL time.Duration
@@ -305,6 +310,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
 	}
 	if checkVersion(w, r, body) {
+		return
+	}
+	if s.checkParamHeaders(w, r, body) {
 		return
 	}
 	if m, ok := cancellation(body); ok {

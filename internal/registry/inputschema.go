@@ -136,7 +136,7 @@ func parseInputSchema(v any) (*InputSchema, map[string]any, []HeaderParam, error
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf(`"input-schema" cannot be encoded as JSON: %v`, err)
+		return nil, nil, nil, fmt.Errorf(`"input-schema" cannot be encoded as JSON: %w`, err)
 	}
 	if len(b) > MaxInputSchemaBytes {
 		return nil, nil, nil, fmt.Errorf(`"input-schema" is %d bytes, more than the %d allowed`, len(b), MaxInputSchemaBytes)
@@ -148,7 +148,7 @@ func parseInputSchema(v any) (*InputSchema, map[string]any, []HeaderParam, error
 	// that the descriptor's own map stays as it was given.
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf(`"input-schema" cannot be read back: %v`, err)
+		return nil, nil, nil, fmt.Errorf(`"input-schema" cannot be read back: %w`, err)
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
@@ -162,7 +162,7 @@ func parseInputSchema(v any) (*InputSchema, map[string]any, []HeaderParam, error
 	}
 	headers, err := headerParams(doc)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf(`"input-schema": %v`, err)
+		return nil, nil, nil, fmt.Errorf(`"input-schema": %w`, err)
 	}
 	return &InputSchema{compiled: compiled}, doc, headers, nil
 }

@@ -222,6 +222,36 @@ var conformanceTools = []toolservice.Tool{
 	// than an operation keeps, which the gateway refuses (the task fails,
 	// OUTPUT_TOO_LARGE).
 	{Name: "protocol_error_job", Description: "Replies with more than an operation keeps", Config: map[string]any{"fixture": "too-large"}, TaskSupport: "optional"},
+	// Tools described by an input schema of their own: JSON Schema 2020-12
+	// keywords listed as given (SEP-1613, SEP-2106), and arguments mirrored
+	// into Mcp-Param headers (SEP-2243).
+	{Name: "json_schema_2020_12_tool", Description: "Tool with JSON Schema 2020-12 features", Config: map[string]any{"fixture": "echo-arguments"},
+		InputSchema: json.RawMessage(`{
+			"$schema": "https://json-schema.org/draft/2020-12/schema",
+			"type": "object",
+			"$defs": {"address": {"$anchor": "addressDef", "type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+			"properties": {
+				"name": {"type": "string"},
+				"address": {"$ref": "#/$defs/address"},
+				"contactMethod": {"type": "string", "enum": ["phone", "email"]},
+				"phone": {"type": "string"},
+				"email": {"type": "string"}
+			},
+			"allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+			"if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+			"then": {"required": ["phone"]},
+			"else": {"required": ["email"]},
+			"additionalProperties": false
+		}`)},
+	{Name: "test_custom_headers", Description: "Echoes its arguments; region and priority travel in Mcp-Param headers too", Config: map[string]any{"fixture": "echo-arguments"},
+		InputSchema: json.RawMessage(`{
+			"type": "object",
+			"properties": {
+				"region": {"type": "string", "x-mcp-header": "Region"},
+				"priority": {"type": "integer", "x-mcp-header": "Priority"}
+			},
+			"required": ["region"]
+		}`)},
 }
 
 // startConformanceService runs the fixture tool service until the test
@@ -286,6 +316,9 @@ func startConformanceService(t *testing.T, topic string) {
 				}
 			}
 			return toolservice.Content(toolservice.TextContent("Tool with logging executed successfully"))
+		case "echo-arguments":
+			b, err := json.Marshal(req.Arguments)
+			return string(b), err
 		case "greet":
 			return fmt.Sprintf("Hello, %v!", req.Arguments["name"]), nil
 		case "slow", "failing":

@@ -101,10 +101,19 @@ tool:
     service: echo-service
     strict: true
     arguments: [{name: mode, type: string, description: m, required: true}]
+  schema-echo:
+    type: tool-service
+    service: echo-service
+    input-schema:
+      type: object
+      $defs: {mode: {type: string, enum: [user, echo]}}
+      properties: {mode: {$ref: "#/$defs/mode"}}
+      required: [mode]
+      additionalProperties: false
 `, env.echoTopic))
 	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: alice, roles: [user]}\n  - {hash: %q, user: lim, roles: [user]}\n",
 		auth.HashKey(parityKey), auth.HashKey(parityLimKey)))
-	policy := write("policy.yaml", "rules:\n  - {roles: [user], tools: [\"echo\", \"strict-echo\", \"missing-*\"], actions: [list, invoke]}\n")
+	policy := write("policy.yaml", "rules:\n  - {roles: [user], tools: [\"echo\", \"strict-echo\", \"schema-echo\", \"missing-*\"], actions: [list, invoke]}\n")
 	gw := runGateway(t, nil, "--registry", reg, "--api-keys", keys, "--policy", policy, "--rate-limit", "0.2", "--rate-burst", "60")
 	base := "http://" + gw.HTTPAddr()
 	if err := waitReady(base, 30*time.Second); err != nil {
@@ -139,6 +148,9 @@ tool:
 		{name: "unknown tool outside the policy", key: parityKey, tool: "no-such-tool", args: `{}`, want: outcome{codes.PermissionDenied, "", ""}},
 		{name: "policy-hidden tool", key: parityKey, tool: "hidden-echo", args: `{"mode": "user"}`, want: outcome{codes.PermissionDenied, "", ""}},
 		{name: "bad arguments", key: parityKey, tool: "strict-echo", args: `{"mode": 5}`, want: outcome{codes.InvalidArgument, "", ""}},
+		// A tool's input schema is checked by the core, for every door.
+		{name: "arguments the input schema refuses", key: parityKey, tool: "schema-echo", args: `{"mode": "sleep"}`, want: outcome{codes.InvalidArgument, "", ""}},
+		{name: "arguments the input schema takes", key: parityKey, tool: "schema-echo", args: `{"mode": "user"}`, want: outcome{codes.OK, "", "alice"}},
 		{name: "deadline exceeded", key: parityKey, tool: "echo", args: `{"mode": "sleep", "ms": 3000}`, timeout: 300 * time.Millisecond,
 			want: outcome{codes.DeadlineExceeded, "DEADLINE_EXCEEDED", ""}},
 		{name: "stream", key: parityKey, tool: "echo", args: `{"mode": "stream", "n": 3}`, stream: true, want: outcome{codes.OK, "", "0,1,2"}},

@@ -14,18 +14,31 @@ import (
 )
 
 // The replies kept for a resend are bounded in number, bytes and age, and
-// each is given out once.
+// each is given out at most recentGive times.
 func TestRecentReplies(t *testing.T) {
 	var r recentReplies
 	now := time.Now()
 	msg := func(n int) transport.Message { return transport.Message{Payload: make([]byte, n)} }
 	r.keep("a", "t", msg(10), now)
-	if rep, ok := r.take("a", now); !ok || rep.topic != "t" {
-		t.Fatalf("take a: %v %v", rep, ok)
+	for i := range recentGive {
+		if rep, ok := r.take("a", now); !ok || rep.topic != "t" {
+			t.Fatalf("take a, %d: %v %v", i+1, rep, ok)
+		}
 	}
 	if _, ok := r.take("a", now); ok {
-		t.Fatal("a reply was given out twice")
+		t.Fatalf("a reply was given out more than %d times", recentGive)
 	}
+	// An id kept again is queued anew: it outlives older ones.
+	r.keep("x", "t", msg(1), now)
+	r.keep("y", "t", msg(1), now.Add(30*time.Second))
+	r.keep("x", "t", msg(2), now.Add(40*time.Second))
+	if _, ok := r.take("x", now.Add(recentTTL+10*time.Second)); !ok {
+		t.Fatal("a reply kept again expired with its first keep")
+	}
+	if _, ok := r.take("y", now.Add(recentTTL+31*time.Second)); ok {
+		t.Fatal("a reply outlived recentTTL behind one kept again")
+	}
+	r = recentReplies{}
 	r.keep("big", "t", msg(recentMaxMessage+1), now)
 	if _, ok := r.take("big", now); ok {
 		t.Fatal("a reply over recentMaxMessage was kept")
@@ -56,7 +69,8 @@ func TestRecentReplies(t *testing.T) {
 
 // A caller that missed a reply asks for it on the cancel topic
 // (wire.CreditResend): the instance that answered publishes the same
-// message again to the same topic, once; an unknown id is ignored.
+// message again to the same topic, up to recentGive times; an unknown id
+// is ignored.
 func TestResendOnRequest(t *testing.T) {
 	mem := transport.NewMem()
 	defer mem.Close()
@@ -111,14 +125,18 @@ func TestResendOnRequest(t *testing.T) {
 	if !strings.Contains(string(again.Payload), "answer c1") {
 		t.Fatalf("reply %s", again.Payload)
 	}
-	ask("c1")    // given out once only
+	for range recentGive - 1 { // a caller may ask again, its first request lost
+		ask("c1")
+		next("reply sent again once more")
+	}
+	ask("c1")    // given out recentGive times already
 	ask("other") // never answered here
 	select {
 	case m := <-got:
 		t.Fatalf("a reply sent a third time, or one for an unknown call: %s %v", m.Payload, m.Properties)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if n := svc.Stats().Resent; n != 1 {
-		t.Fatalf("Resent = %d, want 1", n)
+	if n := svc.Stats().Resent; n != recentGive {
+		t.Fatalf("Resent = %d, want %d", n, recentGive)
 	}
 }

@@ -42,7 +42,8 @@ type Call struct {
 	removed bool   // taken out of the pending map
 	nextSeq int    // the reply message number expected next (wire.PropSeq)
 	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
-	resent  bool   // its service was asked to send its last reply again
+	resends int    // the times its service was asked to send its last reply again
+	spared  bool   // a reply came after the watch suspected it: not judged again
 
 	// Flow control (wire.PropCredit): the service may send reply messages
 	// numbered below granted; consumed counts those Recv has returned.

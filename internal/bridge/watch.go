@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ErrServiceGone means the consumers of the request topic that could have taken
@@ -46,27 +47,32 @@ const watchParallel = 8
 // The watch: while calls are in flight, the request topics they went to
 // are asked for their consumers every Options.WatchEvery (only those
 // topics, only then). A request on a non-persistent topic lives in the
-// consumer that took it; when that consumer is gone, so is the call.
-// The broker does not say which consumer took which request, so a call
-// is ended only when that is certain:
+// consumer that took it; when that consumer is gone, so is the call. The
+// broker does not say which consumer took which request, so a call is
+// ended only when that is certain, or nearly:
 //
-//   - no consumer is left: every call to the topic published before the
-//     question was asked ends with ErrServiceGone;
+//   - no consumer is left, at two questions in a row (one empty answer
+//     may be a topic moving to another broker, whose consumers come back
+//     within a second): every call to the topic published before the
+//     second ends with ErrServiceGone;
 //   - every consumer seen at the previous question is gone, though others
-//     have come (a service restarted between two questions, or its
-//     request topic moved to another broker, which reconnects every
-//     consumer): the calls published before that previous question are
-//     lost or on a consumer that has left;
-//   - every consumer there is connected after a call was made (by the
-//     broker's clock against this process's): the call was published when
-//     none of them was there, so the consumer that took it has gone, or
-//     the broker dropped it on the way (a request published while its
-//     topic moves finds no consumer).
+//     have come (a service restarted between two questions): the calls
+//     published before that previous question end; later ones may have
+//     reached a new consumer and wait on. Consumers are told apart by
+//     name, which a client keeps when its topic moves and it connects
+//     again, so a move is not a restart: the calls it holds go on;
+//   - a call published after the previous question, before every
+//     consumer there now connected (by the broker's clock against this
+//     process's), was published when none of them was there: it went to
+//     a consumer that has left, or was dropped on the way (a request
+//     published while its topic moves finds no consumer).
 //
 // Such a call ends, unless a reply message came for it since the previous
 // question: then it is suspect, and ends at the next question unless a
-// reply message comes meanwhile (a stream whose service reconnected goes
-// on). A call ended this way gets UNAVAILABLE, which a caller may retry.
+// reply message comes meanwhile — a stream that goes on is spared from
+// then on. Calls of durable operations (CallOptions.Detached) are left to
+// their own deadline. A call ended this way gets UNAVAILABLE, which a
+// caller may retry.
 //
 // When some of several consumers (instances sharing the subscription) go
 // and others stay, the calls go on: each may be on a survivor, and one on
@@ -80,18 +86,16 @@ type watch struct {
 	// suspect holds the calls spared at a question (the epoch asked)
 	// because a reply message had come for them shortly before.
 	suspect map[*Call]uint64
-	// ours is, per topic replies come on, when this bridge's consumer
-	// there connected, at the last question.
-	ours map[string]time.Time
 }
 
 type seenConsumers struct {
-	ids   []string
-	epoch uint64
+	names []string  // the consumers' names (transport.Consumer.Name)
+	epoch uint64    // the question's epoch
+	at    time.Time // when it was asked
 }
 
 func (b *Bridge) startWatch() {
-	b.watch = &watch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}, ours: map[string]time.Time{}}
+	b.watch = &watch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}}
 	go b.watchLoop()
 }
 
@@ -125,7 +129,6 @@ func (b *Bridge) watchOnce() {
 	if b.inFlight.Load() == 0 {
 		clear(w.seen)
 		clear(w.suspect)
-		clear(w.ours)
 		return
 	}
 	// The suspects of the previous question that no reply message came
@@ -133,9 +136,12 @@ func (b *Bridge) watchOnce() {
 	for c, at := range w.suspect {
 		c.mu.Lock()
 		alive, ended := c.heard >= at, c.ended
+		if alive {
+			c.spared = true // it goes on: not judged by its consumers again
+		}
 		c.mu.Unlock()
 		if !alive && !ended {
-			c.finish(&ServiceGoneError{Topic: c.reqTopic, Why: "its consumer left or reconnected, and no reply came since"})
+			c.finish(&ServiceGoneError{Topic: c.reqTopic, Why: "its consumer left, and no reply came since"})
 		}
 		delete(w.suspect, c)
 	}
@@ -151,13 +157,8 @@ func (b *Bridge) watchOnce() {
 			delete(w.seen, t)
 		}
 	}
-	for t := range w.ours {
-		if !replyTopics[t] {
-			delete(w.ours, t)
-		}
-	}
 	// Calls published from now on are not judged by these answers.
-	asked := b.epoch.Add(1)
+	asked, askedAt := b.epoch.Add(1), time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.WatchEvery)
 	defer cancel()
 	type answer struct {
@@ -194,30 +195,63 @@ func (b *Bridge) watchOnce() {
 			b.checkOwnConsumer(a.topic, a.cs)
 			continue
 		}
-		ids := make([]string, len(a.cs))
+		names := make([]string, len(a.cs))
 		for i, c := range a.cs {
-			ids[i] = c.ID
+			names[i] = c.Name
 		}
 		prev, known := w.seen[a.topic]
-		w.seen[a.topic] = seenConsumers{ids: ids, epoch: asked}
+		w.seen[a.topic] = seenConsumers{names: names, epoch: asked, at: askedAt}
 		// A reply message since the previous question (any, at the
 		// first) makes a call suspect instead of ended.
 		heardSince := uint64(1)
 		if known {
 			heardSince = prev.epoch
 		}
-		if len(ids) == 0 {
-			b.endLost(a.topic, heardSince, asked, "no consumer is left", func(c *Call) bool { return c.epoch < asked })
+		// Asked only when a call would end: whether an instance that
+		// stopped listening still finishes its calls.
+		var drainingFn func(*Call) bool
+		draining := func(c *Call) bool {
+			if drainingFn == nil {
+				drainingFn = b.drainingSince(ctx, a.topic)
+			}
+			return drainingFn(c)
+		}
+		if len(names) == 0 {
+			if known && len(prev.names) == 0 {
+				b.endLost(a.topic, heardSince, asked, "no consumer is left", func(c *Call) bool {
+					return c.epoch < asked && !draining(c)
+				})
+			}
 			continue
 		}
-		replaced := known && len(prev.ids) > 0 && !slices.ContainsFunc(prev.ids, func(id string) bool { return slices.Contains(ids, id) })
+		replaced := known && len(prev.names) > 0 && !slices.ContainsFunc(prev.names, func(n string) bool { return slices.Contains(names, n) })
 		first := earliest(a.cs)
 		if replaced || !first.IsZero() {
-			b.endLost(a.topic, heardSince, asked, "every consumer that could have taken the call has left or reconnected", func(c *Call) bool {
-				return replaced && c.epoch < prev.epoch || c.made.Before(first)
+			b.endLost(a.topic, heardSince, asked, "every consumer that could have taken the call has left", func(c *Call) bool {
+				inGap := c.made.Before(first) && (!known || c.made.After(prev.at))
+				return (replaced && c.epoch < prev.epoch || inGap) && !draining(c)
 			})
 		}
 	}
+}
+
+// drainingSince asks who listens on the cancel topic of requestTopic
+// (wire.CancelTopic): a Go SDK instance that stopped taking requests keeps
+// its subscription there while it finishes the calls it has. The function
+// it returns says whether such an instance, there already when call c was
+// made, still runs — c may be one of those it finishes. Without an answer,
+// or without such instances (TrustGraph's Python services have none), it
+// says no.
+func (b *Bridge) drainingSince(ctx context.Context, requestTopic string) func(*Call) bool {
+	cs, err := b.opts.Watch.Consumers(ctx, wire.CancelTopic(requestTopic))
+	if err != nil || len(cs) == 0 {
+		return func(*Call) bool { return false }
+	}
+	first := earliest(cs)
+	if first.IsZero() {
+		return func(*Call) bool { return true } // instances there, since when unknown: spare
+	}
+	return func(c *Call) bool { return !c.made.Before(first) }
 }
 
 // endLost ends the calls to topic that lost says are lost, except those a
@@ -230,10 +264,10 @@ func (b *Bridge) endLost(topic string, heardSince, asked uint64, why string, los
 			return
 		}
 		c.mu.Lock()
-		heard, ended := c.heard, c.ended
+		heard, done := c.heard, c.ended || c.spared || c.detached
 		c.mu.Unlock()
 		switch {
-		case ended:
+		case done:
 		case heard >= heardSince:
 			if _, ok := w.suspect[c]; !ok {
 				w.suspect[c] = asked
@@ -263,17 +297,22 @@ func earliest(cs []transport.Consumer) time.Time {
 	return first
 }
 
+// maxResends is how many times a call asks its service for its last reply
+// again, at one question each: the first request may itself be lost, the
+// service's cancel topic moving too.
+const maxResends = 3
+
 // checkOwnConsumer looks at this bridge's consumer among cs, the consumers
-// of topic, a topic replies come on. When it connected again since the
-// previous question (the topic moved to another broker), a reply
-// published meanwhile was dropped: each call made before, still waiting
-// and whose replies come there, asks its service for its last reply once
-// more (wire.CreditResend, on the service's cancel topic). A Go SDK
+// of topic, a topic replies come on. When it connected after a call was
+// made (the topic moved to another broker), a reply published meanwhile
+// was dropped: each call made before, still waiting and whose replies
+// come there, asks its service for its last reply again
+// (wire.CreditResend, on the service's cancel topic), at up to maxResends
+// questions. A Go SDK
 // instance that answered it sends it again; a call whose service is still
 // at work is answered as usual; services that ignore the request
 // (TrustGraph's Python ones) leave the call to its deadline, as before.
 func (b *Bridge) checkOwnConsumer(topic string, cs []transport.Consumer) {
-	w := b.watch
 	prefix := b.subID + "/"
 	var since time.Time
 	for _, c := range cs {
@@ -285,19 +324,16 @@ func (b *Bridge) checkOwnConsumer(topic string, cs []transport.Consumer) {
 	if since.IsZero() { // not (yet) back, or its time unknown
 		return
 	}
-	prev, known := w.ours[topic]
-	w.ours[topic] = since
-	if !known || !since.After(prev) {
-		return
-	}
 	n := 0
 	b.pending.each(func(c *Call) {
 		if c.replyTopic() != topic || !c.made.Before(since) {
 			return
 		}
 		c.mu.Lock()
-		skip := c.ended || c.resent
-		c.resent = true
+		skip := c.ended || c.detached || c.resends >= maxResends
+		if !skip {
+			c.resends++
+		}
 		c.mu.Unlock()
 		if skip {
 			return

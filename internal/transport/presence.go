@@ -138,6 +138,9 @@ type Consumer struct {
 	// connected: a consumer that went away and one that took its place
 	// (a restart, or its topic moved to another broker) differ.
 	ID string
+	// Name is its subscription and name, which a client keeps when it
+	// connects again (its topic moved) and a restarted process does not.
+	Name string
 	// Since is when it connected, by the broker's clock; zero when the
 	// broker did not say or said it in an unknown form.
 	Since time.Time
@@ -162,6 +165,9 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]Consumer
 		}
 		errs = append(errs, err)
 		if !retry || ctx.Err() != nil {
+			if retry {
+				a.next.Store(int32((k + 1) % len(a.bases))) // the next question starts at another
+			}
 			break
 		}
 	}
@@ -209,7 +215,7 @@ func (a *AdminPresence) stats(ctx context.Context, url, topic string) (cs []Cons
 	for sub, s := range st.Subscriptions {
 		for _, c := range s.Consumers {
 			since, _ := time.Parse(time.RFC3339Nano, c.ConnectedSince)
-			cs = append(cs, Consumer{ID: sub + "/" + c.Name + "@" + c.Address + "@" + c.ConnectedSince, Since: since})
+			cs = append(cs, Consumer{ID: sub + "/" + c.Name + "@" + c.Address + "@" + c.ConnectedSince, Name: sub + "/" + c.Name, Since: since})
 		}
 	}
 	return cs, false, nil

@@ -466,8 +466,12 @@ tool:
 	// SDK sends again. TrustGraph's Python service knows neither: its
 	// calls may run to their deadline.
 	var dropped, replyLost, python []string
+	early := 0 // ended with UNAVAILABLE though the service took them
 	takenMu.Lock()
 	for _, cl := range calls {
+		if cl.start.Before(tMoved) && cl.end.After(tUnload) && cl.code == codes.Unavailable && taken[cl.msg] {
+			early++
+		}
 		if cl.start.Before(tMoved) && cl.end.After(tUnload) && cl.code == codes.DeadlineExceeded {
 			what := fmt.Sprintf("%s %q started %s after the unload", cl.gw, cl.msg, cl.start.Sub(tUnload).Round(time.Millisecond))
 			switch {
@@ -481,6 +485,7 @@ tool:
 		}
 	}
 	takenMu.Unlock()
+	t.Logf("calls in flight at the unload ended with UNAVAILABLE though the echo service had taken them: %d", early)
 	if len(python) > 0 {
 		t.Logf("calls to the Python service in flight at the unload that ran to their deadline: %q", python)
 	}

@@ -156,6 +156,11 @@ func AnnouncementPayload(id, requestTopic, responseTopic string, a *Announcement
 	return json.Marshal(map[string]any{"tool-service": map[string]any{id: svc}, "tool": tools})
 }
 
+// MaxAnnouncementBytes is the largest announcement a gateway reads; a
+// larger one is refused before it is sent (scripts/pulsar.sh also bounds
+// the announcements topic at the broker).
+const MaxAnnouncementBytes = 1 << 20
+
 func (s *Service) announceTopic(a *Announcement) string {
 	if a != nil && a.Topic != "" {
 		return a.Topic
@@ -182,6 +187,9 @@ func (s *Service) Announce(ctx context.Context, a *Announcement) error {
 	b, err := AnnouncementPayload(s.cfg.ID, s.reqTopic, s.respTopic, a)
 	if err != nil {
 		return err
+	}
+	if len(b) > MaxAnnouncementBytes {
+		return fmt.Errorf("toolservice %s: the announcement is %d bytes, over the %d a gateway reads (and the broker's bound on the announcements topic): announce fewer or shorter tools", s.cfg.ID, len(b), MaxAnnouncementBytes)
 	}
 	topic := s.announceTopic(a)
 	if err := s.broker.Publish(ctx, topic, transport.Message{Key: s.cfg.ID, Payload: b}); err != nil {

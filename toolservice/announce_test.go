@@ -108,3 +108,34 @@ func TestRunAnnouncesAndWithdraws(t *testing.T) {
 		t.Fatalf("tombstone has a payload: %s", m.Payload)
 	}
 }
+
+// An announcement larger than a gateway reads is refused before it is
+// sent, with the sizes in the error.
+func TestAnnounceTooLarge(t *testing.T) {
+	mem := transport.NewMem()
+	defer mem.Close()
+	got := make(chan transport.Message, 1)
+	sub, err := mem.Subscribe(t.Context(), toolservice.DefaultAnnounceTopic, "watch", transport.Exclusive, func(m transport.Message) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	svc, err := toolservice.New(toolservice.Config{ID: "big", Topic: "big", Logger: slog.New(slog.DiscardHandler)},
+		func(context.Context, *toolservice.Request) (any, error) { return "ok", nil }, toolservice.WithPulsarClient(transporttest.PulsarClient(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if toolservice.MaxAnnouncementBytes != registry.DefaultMaxAnnouncementBytes {
+		t.Fatalf("the SDK's bound %d is not the gateway's %d", toolservice.MaxAnnouncementBytes, registry.DefaultMaxAnnouncementBytes)
+	}
+	long := strings.Repeat("x", toolservice.MaxAnnouncementBytes)
+	err = svc.Announce(t.Context(), &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "one", Description: long}}})
+	if err == nil || !strings.Contains(err.Error(), "over the 1048576") {
+		t.Fatalf("announcing %d bytes: %v; want a refusal naming the bound", len(long), err)
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("a refused announcement was published (%d bytes)", len(m.Payload))
+	case <-time.After(100 * time.Millisecond):
+	}
+}

@@ -65,7 +65,7 @@ func NewAdminPresence(adminURL string, log *slog.Logger) *AdminPresence {
 	}
 	return &AdminPresence{
 		bases:       bases,
-		client:      &http.Client{Timeout: 2 * time.Second},
+		client:      &http.Client{Timeout: 2 * time.Second, CheckRedirect: keepBearer},
 		log:         log,
 		PositiveTTL: 2 * time.Second,
 		NegativeTTL: 500 * time.Millisecond,
@@ -130,6 +130,20 @@ func (a *AdminPresence) Consumers(ctx context.Context, topic string) ([]Consumer
 	v, _ := a.entries.LoadOrStore(topic, &presenceEntry{})
 	v.(*presenceEntry).answer.Store(&presenceAnswer{present: len(ids) > 0, checked: time.Now()})
 	return ids, nil
+}
+
+// keepBearer follows a broker's redirect to the broker that owns a topic
+// with the bearer token of the first request: net/http drops the
+// Authorization header when a redirect changes host, and the owner would
+// then refuse the question.
+func keepBearer(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if auth := via[0].Header.Get("Authorization"); auth != "" && req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", auth)
+	}
+	return nil
 }
 
 // Consumer is one consumer of a topic, as the admin API describes it.

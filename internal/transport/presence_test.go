@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,5 +144,34 @@ func TestAdminPresenceSeveralBrokers(t *testing.T) {
 	stub.broken.Store(true)
 	if _, err := p.Consumers(context.Background(), topic); err == nil {
 		t.Fatal("every broker failing: no error")
+	}
+}
+
+// A broker's redirect to the topic's owner, another host, keeps the
+// bearer token (net/http would drop it).
+func TestAdminPresenceRedirectKeepsToken(t *testing.T) {
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprint(w, `{"subscriptions": {"s": {"consumers": [{}]}}}`)
+	}))
+	defer owner.Close()
+	// Another host name for the same loopback address: a redirect across hosts.
+	ownerURL := strings.Replace(owner.URL, "127.0.0.1", "localhost", 1)
+	asked := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, ownerURL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer asked.Close()
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := NewAdminPresence(asked.URL, nil)
+	p.TokenFile = tok
+	cs, err := p.Consumers(context.Background(), "non-persistent://tg/request/x")
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("through the redirect: %v, %v; want the owner's one consumer", cs, err)
 	}
 }

@@ -185,6 +185,9 @@ type Bridge struct {
 	log     *slog.Logger
 	opts    Options
 	subID   string
+	// counter, when the watch has one, checks the unnumbered streams'
+	// topics for drops (checkHeld).
+	counter DeliveryCounter
 
 	mu     sync.RWMutex
 	topics map[string]*listener // response topic → its subscription
@@ -274,6 +277,7 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	b.windowText = strconv.Itoa(opts.StreamWindow)
 	b.pending.init()
 	if opts.Watch != nil {
+		b.counter, _ = opts.Watch.(DeliveryCounter)
 		b.startWatch()
 	}
 	return b
@@ -749,6 +753,30 @@ func (b *Bridge) ListenAll(ctx context.Context, topics func() []string) error {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// DroppedError ends a call whose service does not number its replies when
+// the broker dropped messages for this bridge on the call's response
+// topic while it ran: one of them may have been the call's, and a hole in
+// an unnumbered stream would not show.
+type DroppedError struct {
+	Topic   string
+	Dropped int64 // messages dropped on the topic for this bridge meanwhile
+}
+
+func (e *DroppedError) Error() string {
+	return fmt.Sprintf("the broker dropped %d reply message(s) on %s for this gateway while the call ran, and its service does not number its replies: the reply may have a hole", e.Dropped, e.Topic)
+}
+
+// Unwrap makes errors.Is(err, ErrLostReplies) true.
+func (e *DroppedError) Unwrap() error { return ErrLostReplies }
+
+// DeliveryCounter is what the watch asks, when Options.Watch has it, about
+// a non-persistent response topic of services that do not number their
+// replies: how many messages the topic took in, and how many the broker
+// sent to a subscription (transport.AdminPresence.Delivery).
+type DeliveryCounter interface {
+	Delivery(ctx context.Context, topic, subscription string) (in, out int64, err error)
 }
 
 // LostRepliesError ends a call whose reply has a hole in it: a later reply

@@ -44,6 +44,13 @@ type Call struct {
 	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
 	resends int    // the times its service was asked to send its last reply again
 	spared  bool   // a reply came after the watch suspected it: not judged again
+	msgs    int    // reply messages delivered
+	// held is the last message of a stream from a service that does not
+	// number its replies, on a non-persistent topic, kept back until the
+	// watch finds the broker dropped nothing for this bridge on that
+	// topic meanwhile (heldAt: since when).
+	held   *Chunk
+	heldAt time.Time
 
 	// Flow control (wire.PropCredit): the service may send reply messages
 	// numbered below granted; consumed counts those Recv has returned.
@@ -135,9 +142,19 @@ func (c *Call) deliver(r wire.Response, seq, flow string) delivery {
 	case len(c.queue) >= c.b.opts.MaxBufferedChunks:
 		c.err = ErrSlowReader
 		c.ended = true
+	case seq == "" && r.EndOfStream && c.msgs > 0 && c.b.counter != nil && strings.HasPrefix(c.respTopic, "non-persistent://"):
+		// Unnumbered, so a hole would not show: the end waits for the
+		// watch's word that nothing was dropped (watch.go, checkHeld).
+		c.held, c.heldAt = &Chunk{Text: r.Response, Last: true}, time.Now()
+		c.msgs++
+		select { // a question soon, not at the next tick
+		case c.b.watch.poke <- struct{}{}:
+		default:
+		}
 	default:
 		c.queue = append(c.queue, Chunk{Text: r.Response, Last: r.EndOfStream})
 		c.ended = r.EndOfStream
+		c.msgs++
 	}
 	ended := c.ended
 	c.mu.Unlock()
@@ -146,6 +163,20 @@ func (c *Call) deliver(r wire.Response, seq, flow string) delivery {
 	}
 	c.signal()
 	return delivered
+}
+
+// release passes on a held last message: the call ends whole.
+func (c *Call) release() {
+	c.mu.Lock()
+	if c.held == nil || c.ended {
+		c.mu.Unlock()
+		return
+	}
+	c.queue = append(c.queue, *c.held)
+	c.held, c.ended = nil, true
+	c.mu.Unlock()
+	c.remove()
+	c.signal()
 }
 
 // finish ends the call with err unless it already ended. The service is

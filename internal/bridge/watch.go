@@ -79,6 +79,7 @@ const watchParallel = 8
 // a lost instance ends at its deadline.
 type watch struct {
 	stop chan struct{}
+	poke chan struct{} // a question soon: a stream's end waits for one (Call.held)
 	done chan struct{}
 	// seen is, per request topic watched, the consumers at the last
 	// question and the epoch when it was asked.
@@ -86,6 +87,13 @@ type watch struct {
 	// suspect holds the calls spared at a question (the epoch asked)
 	// because a reply message had come for them shortly before.
 	suspect map[*Call]uint64
+	// drops is, per non-persistent response topic of services that do
+	// not number their replies, the last answers of the DeliveryCounter:
+	// when asked, and messages the topic took in less those sent to this
+	// bridge's subscription. They are kept while no call waits: the last
+	// one before a call is its baseline.
+	drops  map[string][]dropSample
+	dropMu sync.Mutex // drops, while the questions are out
 }
 
 type seenConsumers struct {
@@ -95,7 +103,7 @@ type seenConsumers struct {
 }
 
 func (b *Bridge) startWatch() {
-	b.watch = &watch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}}
+	b.watch = &watch{stop: make(chan struct{}), poke: make(chan struct{}, 1), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}, drops: map[string][]dropSample{}}
 	go b.watchLoop()
 }
 
@@ -117,6 +125,13 @@ func (b *Bridge) watchLoop() {
 		case <-w.stop:
 			return
 		case <-t.C:
+		case <-w.poke:
+			// Others may come with it: one question for all of them.
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(pokeDelay):
+			}
 		}
 		b.watchOnce()
 	}
@@ -145,8 +160,11 @@ func (b *Bridge) watchOnce() {
 		}
 		delete(w.suspect, c)
 	}
-	topics, replyTopics := map[string]bool{}, map[string]bool{}
+	topics, replyTopics, unnumbered := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	b.pending.each(func(c *Call) {
+		if _, numbers := b.numbering.Load(c.respTopic); b.counter != nil && !numbers && strings.HasPrefix(c.respTopic, "non-persistent://") {
+			unnumbered[c.respTopic] = true
+		}
 		topics[c.reqTopic] = true
 		if t := c.replyTopic(); t != "" {
 			replyTopics[t] = true
@@ -184,8 +202,26 @@ func (b *Bridge) watchOnce() {
 	for topic := range replyTopics {
 		ask(topic, true)
 	}
+	for topic := range unnumbered {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			in, out, err := b.counter.Delivery(ctx, topic, b.subID)
+			if err != nil {
+				b.log.Debug("cannot ask how many messages the broker sent this gateway", "topic", topic, "err", err)
+				return
+			}
+			w.dropMu.Lock()
+			w.drops[topic] = append(w.drops[topic], dropSample{at: askedAt, excess: in - out})
+			if n := len(w.drops[topic]); n > maxDropSamples {
+				w.drops[topic] = w.drops[topic][n-maxDropSamples:]
+			}
+			w.dropMu.Unlock()
+		})
+	}
 	wg.Wait()
 	close(answers)
+	b.checkHeld()
 	for a := range answers {
 		if a.err != nil {
 			b.log.Debug("cannot ask which consumers a topic has; asking again later", "topic", a.topic, "err", a.err)
@@ -345,4 +381,77 @@ func (b *Bridge) checkOwnConsumer(topic string, cs []transport.Consumer) {
 		b.log.Info("this gateway's consumer of a reply topic connected again; the services of calls waiting on it were asked to send their replies again",
 			"topic", topic, "calls", n, "connected", since)
 	}
+}
+
+// dropSample is one answer of the DeliveryCounter about a topic.
+type dropSample struct {
+	at     time.Time
+	excess int64 // messages in less messages sent to this bridge
+}
+
+// pokeDelay gathers the reasons for an early question (Call.held).
+const pokeDelay = 20 * time.Millisecond
+
+// maxDropSamples is how many answers per topic the watch keeps.
+const maxDropSamples = 16
+
+// heldFor is how long a held last message waits for the watch's word at
+// most; past it, it is passed on (the admin API does not answer).
+const heldFor = 5 * time.Second
+
+// checkHeld looks at the calls to services that do not number their
+// replies, on the topics sampled (drops). Against the topic's last answer
+// from before a call was made (or its first after), an excess that rose
+// and stayed up at the next answer (messages in flight when asked are
+// caught up with; dropped ones never are) means the broker dropped
+// messages for this bridge on the topic while the call ran: any of them
+// may have been its own, so it ends with a DroppedError (UNAVAILABLE
+// REPLY_LOST) — a hole, or a lost last message that would leave it
+// waiting to its deadline. A held last message (Call.held) is passed on
+// once an answer after it shows no rise: the stream is whole.
+func (b *Bridge) checkHeld() {
+	w := b.watch
+	b.pending.each(func(c *Call) {
+		samples := w.drops[c.respTopic]
+		if len(samples) == 0 {
+			return
+		}
+		c.mu.Lock()
+		held, heldAt, ended := c.held != nil, c.heldAt, c.ended
+		c.mu.Unlock()
+		if ended {
+			return
+		}
+		base := -1
+		for i, s := range samples {
+			if s.at.Before(c.made) {
+				base = i
+			} else if base < 0 {
+				base = i
+				break
+			}
+		}
+		if base < 0 {
+			return
+		}
+		for i := base + 1; i+1 < len(samples); i++ {
+			if samples[i].excess > samples[base].excess && samples[i+1].excess >= samples[i].excess {
+				c.end(&DroppedError{Topic: c.respTopic, Dropped: samples[i+1].excess - samples[base].excess}, false)
+				return
+			}
+		}
+		if !held {
+			return
+		}
+		for _, s := range samples[base:] {
+			if s.at.After(heldAt) && s.excess <= samples[base].excess {
+				c.release()
+				return
+			}
+		}
+		if time.Since(heldAt) > heldFor {
+			b.log.Warn("cannot tell whether the broker dropped reply messages of an unnumbered stream; passing its end on", "topic", c.respTopic, "id", c.id)
+			c.release()
+		}
+	})
 }

@@ -299,3 +299,83 @@ func endsGone(t *testing.T, ended <-chan error, what string) {
 		t.Fatalf("%s did not end within 5 s", what)
 	}
 }
+
+// countingStub is consumersStub that also answers the DeliveryCounter's
+// question: with the excesses the test queued, one per answer, the last
+// one from then on.
+type countingStub struct {
+	*consumersStub
+	mu     sync.Mutex
+	excess []int64
+}
+
+func (s *countingStub) setExcess(n ...int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.excess = n
+}
+
+func (s *countingStub) Delivery(context.Context, string, string) (in, out int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.excess[0]
+	if len(s.excess) > 1 {
+		s.excess = s.excess[1:]
+	}
+	return 1000 + e, 1000, nil
+}
+
+// The end of a stream from a service that does not number its replies,
+// on a non-persistent topic, waits for the watch's word: passed on when
+// the broker dropped nothing for this bridge on the topic meanwhile, or
+// when what seemed dropped was only in flight; the call ends with
+// ErrLostReplies when messages were dropped — a hole in such a stream
+// would not show otherwise.
+func TestWatchHoldsUnnumberedStreamEnds(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	stub := &countingStub{consumersStub: &consumersStub{ids: map[string][]transport.Consumer{}, asked: map[string]int{}}}
+	b := bridge.New(m, bridge.Options{Watch: stub, WatchEvery: 20 * time.Millisecond})
+	t.Cleanup(b.Close)
+	target := bridge.Target{RequestTopic: wire.RequestTopic("py"), ResponseTopic: wire.ResponseTopic("py")}
+	sub, err := m.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(transport.Message) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	stub.set(target.RequestTopic, "svc/a")
+	reply := func(c *bridge.Call, text string, last bool) {
+		t.Helper()
+		if err := m.Publish(t.Context(), target.ResponseTopic, transport.Message{Payload: wire.EncodeResponse(wire.Response{Response: text, EndOfStream: last}),
+			Properties: map[string]string{wire.PropID: c.ID()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream := func(rise, settle int64) (string, error) {
+		t.Helper()
+		stub.setExcess(0)
+		time.Sleep(60 * time.Millisecond) // a baseline from before the call
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		c, err := b.Call(ctx, target, wire.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		reply(c, "a,", false)
+		reply(c, "b,", false)
+		stub.setExcess(rise, settle) // dropped, or in flight at one answer
+		reply(c, "c", true)
+		return c.Wait(ctx)
+	}
+	if out, err := stream(0, 0); err != nil || out != "a,b,c" {
+		t.Fatalf("nothing dropped: %q, %v; want the whole stream", out, err)
+	}
+	if out, err := stream(2, 0); err != nil || out != "a,b,c" {
+		t.Fatalf("messages in flight when asked: %q, %v; want the whole stream", out, err)
+	}
+	var dropped *bridge.DroppedError
+	if out, err := stream(2, 2); !errors.Is(err, bridge.ErrLostReplies) || !errors.As(err, &dropped) || dropped.Dropped != 2 {
+		t.Fatalf("messages dropped: %q, %v; want a DroppedError of 2", out, err)
+	}
+}

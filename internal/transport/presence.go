@@ -238,3 +238,50 @@ func (a *AdminPresence) stats(ctx context.Context, url, topic string) (cs []Cons
 // maxStatsBytes bounds a topic-stats answer read (a topic with thousands of
 // consumers is a few hundred kilobytes).
 const maxStatsBytes = 16 << 20
+
+// Delivery asks the admin API now how many messages topic has taken in
+// all (its msgInCounter) and how many the broker has sent to subscription
+// (that subscription's msgOutCounter). On a non-persistent topic the
+// difference grows by each message the broker dropped for the
+// subscription (its consumer could not take it), and by the messages in
+// flight at the moment asked, which it then catches up with.
+func (a *AdminPresence) Delivery(ctx context.Context, topic, subscription string) (in, out int64, err error) {
+	scheme, rest, ok := strings.Cut(topic, "://")
+	if !ok || len(a.bases) == 0 {
+		return 0, 0, fmt.Errorf("topic %q: no admin API to ask", topic)
+	}
+	base := a.bases[int(a.next.Load())%len(a.bases)]
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/v2/"+scheme+"/"+rest+"/stats", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	if a.TokenFile != "" {
+		tok, err := os.ReadFile(a.TokenFile)
+		if err != nil {
+			return 0, 0, fmt.Errorf("the admin API's token: %w", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
+	}
+	var st struct {
+		In            int64 `json:"msgInCounter"`
+		Subscriptions map[string]struct {
+			Out int64 `json:"msgOutCounter"`
+		} `json:"subscriptions"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatsBytes)).Decode(&st); err != nil {
+		return 0, 0, fmt.Errorf("topic stats of %s: %w", topic, err)
+	}
+	s, ok := st.Subscriptions[subscription]
+	if !ok {
+		return 0, 0, fmt.Errorf("topic stats of %s: no subscription %q", topic, subscription)
+	}
+	return st.In, s.Out, nil
+}

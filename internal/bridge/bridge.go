@@ -463,7 +463,10 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		id = newID()
 	}
 	c := &Call{b: b, id: id, notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic,
-		deadline: deadline, slot: slot, epoch: b.epoch.Load(), made: time.Now(), detached: o.Detached}
+		deadline: deadline, slot: slot, epoch: b.epoch.Load(), detached: o.Detached}
+	if b.watch != nil {
+		c.made = time.Now() // only the watch reads it
+	}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
 		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
 	}

@@ -411,6 +411,9 @@ const heldFor = 5 * time.Second
 // once an answer after it shows no rise: the stream is whole.
 func (b *Bridge) checkHeld() {
 	w := b.watch
+	if len(w.drops) == 0 {
+		return
+	}
 	b.pending.each(func(c *Call) {
 		samples := w.drops[c.respTopic]
 		if len(samples) == 0 {

@@ -161,6 +161,36 @@ type Consumer struct {
 }
 
 func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]Consumer, error) {
+	st, err := a.topicStats(ctx, topic)
+	if err != nil || st == nil {
+		return nil, err
+	}
+	var cs []Consumer
+	for sub, s := range st.Subscriptions {
+		for _, c := range s.Consumers {
+			since, _ := time.Parse(time.RFC3339Nano, c.ConnectedSince)
+			cs = append(cs, Consumer{ID: sub + "/" + c.Name + "@" + c.Address + "@" + c.ConnectedSince, Name: sub + "/" + c.Name, Since: since})
+		}
+	}
+	return cs, nil
+}
+
+// stats is what the watch reads of a topic's stats.
+type stats struct {
+	In            int64 `json:"msgInCounter"`
+	Subscriptions map[string]struct {
+		Out       int64 `json:"msgOutCounter"`
+		Consumers []struct {
+			Name           string `json:"consumerName"`
+			Address        string `json:"address"`
+			ConnectedSince string `json:"connectedSince"`
+		} `json:"consumers"`
+	} `json:"subscriptions"`
+}
+
+// topicStats asks the admin APIs, in turn, for topic's stats: nil when the
+// topic does not exist.
+func (a *AdminPresence) topicStats(ctx context.Context, topic string) (*stats, error) {
 	scheme, rest, ok := strings.Cut(topic, "://")
 	if !ok {
 		return nil, fmt.Errorf("topic %q has no scheme", topic)
@@ -172,10 +202,10 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]Consumer
 	var errs []error
 	for i := range a.bases {
 		k := (first + i) % len(a.bases)
-		cs, retry, err := a.stats(ctx, a.bases[k]+"/admin/v2/"+scheme+"/"+rest+"/stats", topic)
+		st, retry, err := a.stats(ctx, a.bases[k]+"/admin/v2/"+scheme+"/"+rest+"/stats", topic)
 		if err == nil {
 			a.next.Store(int32(k))
-			return cs, nil
+			return st, nil
 		}
 		errs = append(errs, err)
 		if !retry || ctx.Err() != nil {
@@ -190,7 +220,7 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]Consumer
 
 // stats asks one admin API for topic's stats; retry says whether another
 // broker's admin API might answer instead.
-func (a *AdminPresence) stats(ctx context.Context, url, topic string) (cs []Consumer, retry bool, err error) {
+func (a *AdminPresence) stats(ctx context.Context, url, topic string) (st *stats, retry bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, false, err
@@ -214,25 +244,11 @@ func (a *AdminPresence) stats(ctx context.Context, url, topic string) (cs []Cons
 	default:
 		return nil, resp.StatusCode >= 500, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
 	}
-	var st struct {
-		Subscriptions map[string]struct {
-			Consumers []struct {
-				Name           string `json:"consumerName"`
-				Address        string `json:"address"`
-				ConnectedSince string `json:"connectedSince"`
-			} `json:"consumers"`
-		} `json:"subscriptions"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatsBytes)).Decode(&st); err != nil {
+	st = &stats{}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatsBytes)).Decode(st); err != nil {
 		return nil, false, fmt.Errorf("topic stats of %s: %w", topic, err)
 	}
-	for sub, s := range st.Subscriptions {
-		for _, c := range s.Consumers {
-			since, _ := time.Parse(time.RFC3339Nano, c.ConnectedSince)
-			cs = append(cs, Consumer{ID: sub + "/" + c.Name + "@" + c.Address + "@" + c.ConnectedSince, Name: sub + "/" + c.Name, Since: since})
-		}
-	}
-	return cs, false, nil
+	return st, false, nil
 }
 
 // maxStatsBytes bounds a topic-stats answer read (a topic with thousands of
@@ -246,38 +262,12 @@ const maxStatsBytes = 16 << 20
 // subscription (its consumer could not take it), and by the messages in
 // flight at the moment asked, which it then catches up with.
 func (a *AdminPresence) Delivery(ctx context.Context, topic, subscription string) (in, out int64, err error) {
-	scheme, rest, ok := strings.Cut(topic, "://")
-	if !ok || len(a.bases) == 0 {
-		return 0, 0, fmt.Errorf("topic %q: no admin API to ask", topic)
-	}
-	base := a.bases[int(a.next.Load())%len(a.bases)]
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/v2/"+scheme+"/"+rest+"/stats", nil)
+	st, err := a.topicStats(ctx, topic)
 	if err != nil {
 		return 0, 0, err
 	}
-	if a.TokenFile != "" {
-		tok, err := os.ReadFile(a.TokenFile)
-		if err != nil {
-			return 0, 0, fmt.Errorf("the admin API's token: %w", err)
-		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
-	}
-	resp, err := a.client.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
-	}
-	var st struct {
-		In            int64 `json:"msgInCounter"`
-		Subscriptions map[string]struct {
-			Out int64 `json:"msgOutCounter"`
-		} `json:"subscriptions"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatsBytes)).Decode(&st); err != nil {
-		return 0, 0, fmt.Errorf("topic stats of %s: %w", topic, err)
+	if st == nil {
+		return 0, 0, fmt.Errorf("topic stats of %s: no such topic", topic)
 	}
 	s, ok := st.Subscriptions[subscription]
 	if !ok {

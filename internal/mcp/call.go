@@ -72,9 +72,20 @@ func complete(r *sdk.CallToolResult) *sdk.CallToolResult {
 // MCP content that wants some is streamed, so that they reach the client
 // while it runs.
 func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, logLevel string) (*sdk.CallToolResult, error) {
+	text, res, err := s.callText(ctx, req, logLevel)
+	if err != nil || res != nil {
+		return res, err
+	}
+	return result(text), nil
+}
+
+// callText is call, but for a tool whose answer is its output as one text
+// content (result), which it returns as text with res nil: the fast path
+// writes that result itself.
+func (s *Server) callText(ctx context.Context, req *sdk.CallToolRequest, logLevel string) (text string, res *sdk.CallToolResult, err error) {
 	p := req.Params
 	if p == nil || p.Name == "" {
-		return nil, rpcError(codeInvalidParams, "tools/call needs the name of a tool", nil)
+		return "", nil, rpcError(codeInvalidParams, "tools/call needs the name of a tool", nil)
 	}
 	content := s.resultFormat(p.Name) == registry.ResultMCPContent
 	if !content {
@@ -87,27 +98,32 @@ func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, logLevel st
 	}
 	ctx, c, done, err := newCall(ctx, op, method)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	defer done()
 	c.Name = p.Name
 	if err := callArgs(c, p.Arguments); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if err := s.timeout(c, p.GetMeta()); err != nil {
-		return nil, rpcError(codeInvalidParams, err.Error(), nil)
+		return "", nil, rpcError(codeInvalidParams, err.Error(), nil)
 	}
 	if err := traceMeta(c, p.GetMeta()); err != nil {
-		return nil, rpcError(codeInvalidParams, err.Error(), nil)
+		return "", nil, rpcError(codeInvalidParams, err.Error(), nil)
 	}
 	if op == toolcall.OpStream {
-		return s.stream(ctx, c, req.Session, token, content, logLevel)
+		res, err := s.stream(ctx, c, req.Session, token, content, logLevel)
+		return "", res, err
 	}
-	res, err := s.h(ctx, c, nil)
+	out, err := s.h(ctx, c, nil)
 	if err != nil {
-		return callError(err)
+		res, err := callError(err)
+		return "", res, err
 	}
-	return s.toolResult(ctx, c.Name, res.Output), nil
+	if s.resultFormat(c.Name) == registry.ResultMCPContent {
+		return "", s.toolResult(ctx, c.Name, out.Output), nil
+	}
+	return out.Output, nil, nil
 }
 
 // callArgs sets the arguments of c: a JSON object, or none.

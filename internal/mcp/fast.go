@@ -11,11 +11,14 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	segjson "github.com/segmentio/encoding/json"
+	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // The fast path answers the commonest request, a stateless tools/call
@@ -44,16 +47,84 @@ var fastVersions = map[string]bool{"": true, modernVersion: true, "2025-11-25": 
 // common request.
 const fastMaxDepth = 64
 
-// fastRequest is a tools/call request as the fast path reads it.
+// fastRequest is a tools/call request as the fast path reads it: the
+// members of the request and its params, as written (compact), and _meta
+// decoded.
 type fastRequest struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  string          `json:"method"`
-	Params  *struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-		Meta      map[string]any  `json:"_meta"`
-	} `json:"params"`
+	id        json.RawMessage
+	name      string
+	arguments json.RawMessage
+	meta      map[string]any
+}
+
+// readFast reads body, a tools/call request the fast path may take, in one
+// pass: ok is false for anything else — not a JSON-RPC 2.0 tools/call
+// that jsontext reads (valid, no key repeated within an object, not nested
+// too deeply), members of the request or its params other than those it
+// reads (or written with escapes), params or _meta not an object, a name
+// that is not a string — which the SDK answers, whatever it makes of it.
+func readFast(body []byte) (in fastRequest, ok bool) {
+	compact, err := jsontext.Compact(body)
+	if err != nil {
+		return in, false
+	}
+	var buf [8]jsontext.Member
+	top, ok := jsontext.Members(compact, buf[:0])
+	if !ok {
+		return in, false
+	}
+	var version, method, params []byte
+	for _, m := range top {
+		switch string(m.Key) {
+		case "jsonrpc":
+			version = m.Value
+		case "id":
+			in.id = m.Value
+		case "method":
+			method = m.Value
+		case "params":
+			params = m.Value
+		default:
+			return in, false
+		}
+	}
+	if string(version) != `"2.0"` || string(method) != `"tools/call"` || len(params) == 0 || params[0] != '{' {
+		return in, false
+	}
+	members, ok := jsontext.Members(params, buf[:0])
+	if !ok {
+		return in, false
+	}
+	var name, meta []byte
+	for _, m := range members {
+		switch string(m.Key) {
+		case "name":
+			name = m.Value
+		case "arguments":
+			in.arguments = m.Value
+		case "_meta":
+			meta = m.Value
+		default:
+			return in, false
+		}
+	}
+	switch {
+	case name == nil: // the call's to refuse
+	case len(name) < 2 || name[0] != '"' || !utf8.Valid(name):
+		return in, false
+	case bytes.IndexByte(name, '\\') >= 0:
+		if json.Unmarshal(name, &in.name) != nil {
+			return in, false
+		}
+	default:
+		in.name = string(name[1 : len(name)-1])
+	}
+	if meta != nil {
+		if meta[0] != '{' || json.Unmarshal(meta, &in.meta) != nil {
+			return in, false
+		}
+	}
+	return in, true
 }
 
 // fastEligible reports whether the SDK would take r as it stands, up to
@@ -116,43 +187,51 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 	if !fastEligible(r) || len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes || tooDeep(body) {
 		return false
 	}
-	var in fastRequest
-	if json.Unmarshal(body, &in) != nil || in.JSONRPC != "2.0" || in.Method != "tools/call" || in.Params == nil || !plainID(in.ID) {
+	in, ok := readFast(body)
+	if !ok || !plainID(in.id) {
 		return false
 	}
-	if _, ok := in.Params.Meta["progressToken"]; ok || hasUnknownKeys(body) {
+	if _, ok := in.meta["progressToken"]; ok {
 		return false
 	}
 	modern := r.Header.Get("Mcp-Protocol-Version") == modernVersion
-	if modern && !s.modernCertain(r, in.Params.Name, in.Params.Meta) {
+	if modern && !s.modernCertain(r, in.name, in.meta) {
 		return false
 	}
-	if modern && s.taskSupport(in.Params.Name) == registry.TaskRequired {
+	if modern && s.taskSupport(in.name) == registry.TaskRequired {
 		return false // the SDK's, to be refused without the tasks extension (callTool)
 	}
-	if _, ok := in.Params.Meta[sdk.MetaKeyProtocolVersion]; ok && !modern {
+	if _, ok := in.meta[sdk.MetaKeyProtocolVersion]; ok && !modern {
 		return false // a 2026-07-28 request without that header: the SDK's to refuse
 	}
-	if s.resultFormat(in.Params.Name) == registry.ResultMCPContent && logThreshold(in.Params.Meta, modern) != "" {
+	if s.resultFormat(in.name) == registry.ResultMCPContent && logThreshold(in.meta, modern) != "" {
 		return false // its log records go out while it runs, as notifications of the SDK's session
 	}
 	ctx := context.WithValue(r.Context(), requestKey{}, req)
-	req.id = in.ID
-	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.Params.Name, Arguments: in.Params.Arguments, Meta: in.Params.Meta}}
-	res, err := s.call(ctx, call, "")
-	if err == nil && modern {
-		// What the SDK's session adds to a result of protocol 2026-07-28.
-		res = complete(res)
-		if res.Meta == nil {
-			res.Meta = sdk.Meta{}
+	req.id = in.id
+	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.name, Arguments: in.arguments, Meta: in.meta}}
+	text, res, err := s.callText(ctx, call, "")
+	// The message is written after the event stream's prefix, which a
+	// refusal with a status of its own goes without.
+	const event = "event: message\ndata: "
+	msg := append(append(make([]byte, 0, len(text)*2+192), event+`{"jsonrpc":"2.0","id":`...), in.id...)
+	msg = append(msg, ',')
+	if err == nil && res == nil {
+		// The commonest answer, written here as the SDK would encode it.
+		msg = s.appendTextResult(append(msg, `"result":`...), text, modern)
+		msg = append(msg, '}')
+	} else if err == nil {
+		if modern {
+			// What the SDK's session adds to a result of protocol 2026-07-28.
+			res = complete(res)
+			if res.Meta == nil {
+				res.Meta = sdk.Meta{}
+			}
+			if _, ok := res.Meta[sdk.MetaKeyServerInfo]; !ok {
+				res.Meta[sdk.MetaKeyServerInfo] = s.impl
+			}
 		}
-		if _, ok := res.Meta[sdk.MetaKeyServerInfo]; !ok {
-			res.Meta[sdk.MetaKeyServerInfo] = s.impl
-		}
-	}
-	msg := append(append([]byte(`{"jsonrpc":"2.0","id":`), in.ID...), ',')
-	var out []byte
-	if err == nil {
+		var out []byte
 		if out, err = json.Marshal(res); err == nil {
 			msg = append(append(append(msg, `"result":`...), out...), '}')
 		}
@@ -163,7 +242,8 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 		if !errors.As(err, &rpc) {
 			rpc = &jsonrpc.Error{Code: codeInternal, Message: err.Error()}
 		}
-		if out, err = json.Marshal(rpc); err != nil {
+		out, err := json.Marshal(rpc)
+		if err != nil {
 			return false // cannot happen: the SDK path answers
 		}
 		msg = append(append(append(msg, `"error":`...), out...), '}')
@@ -179,15 +259,35 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 		// with an HTTP status of its own.
 		h.Set("Content-Type", "application/json")
 		w.WriteHeader(httpStatus)
-		_, _ = w.Write(msg)
+		_, _ = w.Write(msg[len(event):])
 		return true
 	}
 	h.Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
-	b := make([]byte, 0, len(msg)+24)
-	b = append(append(append(b, "event: message\ndata: "...), msg...), "\n\n"...)
-	_, _ = w.Write(b)
+	_, _ = w.Write(append(msg, "\n\n"...))
 	return true
+}
+
+// appendTextResult appends the tools/call result of a tool's text output
+// as the SDK encodes result(text) (TestFastTextResultAsTheSDKWritesIt): one
+// text content, the text itself as structuredContent when it is a JSON
+// object, and for protocol 2026-07-28 (modern) the mark of a complete
+// result and the server's identity in _meta.
+func (s *Server) appendTextResult(b []byte, text string, modern bool) []byte {
+	if modern {
+		b = append(b, `{"_meta":{"`+sdk.MetaKeyServerInfo+`":`...)
+		b = append(append(b, s.implJSON...), `},"content":[{"type":"text","text":`...)
+	} else {
+		b = append(b, `{"content":[{"type":"text","text":`...)
+	}
+	b = append(wire.AppendJSONString(b, text), "}]"...)
+	if t := strings.TrimSpace(text); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+		b = append(append(b, `,"structuredContent":`...), t...)
+	}
+	if modern {
+		b = append(b, `,"resultType":"complete"`...)
+	}
+	return append(b, '}')
 }
 
 // modernErrorStatus is the HTTP status the SDK gives a JSON-RPC error of

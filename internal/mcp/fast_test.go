@@ -198,8 +198,8 @@ var fastCases = []struct {
 		`"io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{}},"extensions":{"x/y":{}},"experimental":{"z":1},"Roots":5}}}}`, modernHeader("json"), true},
 	{"2026 trace context", `{"jsonrpc":"2.0","id":110,"method":"tools/call","params":{"name":"json",` +
 		modernMeta(`,"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"`) + `}}`, modernHeader("json"), true},
-	{"2026 name twice", `{"jsonrpc":"2.0","id":111,"method":"tools/call","params":{"name":"text","name":"json",` + modernMeta("") + `}}`, modernHeader("json"), true},
-	{"2026 _meta twice", `{"jsonrpc":"2.0","id":112,"method":"tools/call","params":{"name":"json","_meta":{},` + modernMeta("") + `}}`, modernHeader("json"), true},
+	{"2026 name twice", `{"jsonrpc":"2.0","id":111,"method":"tools/call","params":{"name":"text","name":"json",` + modernMeta("") + `}}`, modernHeader("json"), false}, // a key repeated: the SDK's
+	{"2026 _meta twice", `{"jsonrpc":"2.0","id":112,"method":"tools/call","params":{"name":"json","_meta":{},` + modernMeta("") + `}}`, modernHeader("json"), false},
 	{"2026 MCP content", `{"jsonrpc":"2.0","id":114,"method":"tools/call","params":{"name":"content",` + modernMeta("") + `}}`, modernHeader("content"), true},
 	{"2026 malformed MCP content", `{"jsonrpc":"2.0","id":115,"method":"tools/call","params":{"name":"content-bad",` + modernMeta("") + `}}`, modernHeader("content-bad"), true},
 	{"2026 MCP content, a log level that is none", `{"jsonrpc":"2.0","id":116,"method":"tools/call","params":{"name":"content",` +
@@ -303,5 +303,53 @@ func TestOriginsAndBatches(t *testing.T) {
 	a := post(t, srv, " ["+call+","+call+"]", nil)
 	if a.code != http.StatusBadRequest || a.contentType != "application/json" || !strings.Contains(a.raw, "batches are not supported") {
 		t.Errorf("batch: HTTP %d %s %s", a.code, a.contentType, a.raw)
+	}
+}
+
+// The fast path writes a text result itself: it must decode to what the
+// SDK's encoding of the same result decodes to, in both protocol eras.
+func TestFastTextResultAsTheSDKWritesIt(t *testing.T) {
+	t.Parallel()
+	s := New(fixedHandler, Options{Version: "1.2.3"})
+	for _, text := range []string{"", "plain", " {\"a\": [1, 2.50, \"<&>\"]} ", "{not json", "[1,2]", "\"quoted\"\n\t\\", "bad utf-8 \xff\xfe", "\u2028\u2029 \x00\x1f"} {
+		for _, modern := range []bool{false, true} {
+			checkTextResult(t, s, text, modern)
+		}
+	}
+}
+
+// FuzzFastTextResult: the same for any text.
+func FuzzFastTextResult(f *testing.F) {
+	for _, text := range []string{"", "x", `{"a":1}`, " { \"b\" : 1e400 } ", "\xff"} {
+		f.Add(text, false)
+		f.Add(text, true)
+	}
+	s := New(fixedHandler, Options{})
+	f.Fuzz(func(t *testing.T, text string, modern bool) { checkTextResult(t, s, text, modern) })
+}
+
+func checkTextResult(t *testing.T, s *Server, text string, modern bool) {
+	t.Helper()
+	res := result(text)
+	if modern {
+		res = complete(res)
+		res.Meta = map[string]any{"io.modelcontextprotocol/serverInfo": s.impl}
+	}
+	want, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.appendTextResult(nil, text, modern)
+	decode := func(b []byte) any {
+		d := json.NewDecoder(strings.NewReader(string(b)))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil || d.More() {
+			t.Fatalf("%q (modern %v): not one JSON value: %s (%v)", text, modern, b, err)
+		}
+		return v
+	}
+	if g, w := decode(got), decode(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("%q (modern %v):\n fast path %s\n SDK       %s", text, modern, got, want)
 	}
 }

@@ -171,6 +171,7 @@ type Server struct {
 	log      *slog.Logger
 	mcp      *sdk.Server
 	impl     *sdk.Implementation // the server's identity, as results of 2026-07-28 carry it
+	implJSON []byte              // impl encoded, for the fast path
 	handler  http.Handler
 	pageSize int32
 }
@@ -192,6 +193,7 @@ func New(h toolcall.Handler, opts Options) *Server {
 	// warnings and errors only.
 	sdkLog := slog.New(&minLevel{Handler: opts.Logger.Handler(), min: slog.LevelWarn})
 	s.impl = &sdk.Implementation{Name: "toolgate", Version: opts.Version}
+	s.implJSON, _ = json.Marshal(s.impl) // strings only: cannot fail
 	s.mcp = sdk.NewServer(s.impl, &sdk.ServerOptions{
 		Logger: sdkLog,
 		// Logging: the log records of tools of MCP content are sent as

@@ -26,15 +26,21 @@ type inflight struct {
 
 // callKey is the key of request id from the sender of req.
 func callKey(req *request, id json.RawMessage) (string, bool) {
-	var b bytes.Buffer
-	if len(id) == 0 || json.Compact(&b, id) != nil || b.String() == "null" {
+	if bytes.ContainsAny(id, " \t\r\n") {
+		var b bytes.Buffer
+		if json.Compact(&b, id) != nil {
+			return "", false
+		}
+		id = b.Bytes()
+	}
+	if len(id) == 0 || string(id) == "null" {
 		return "", false
 	}
 	host, _, err := net.SplitHostPort(req.base.Peer)
 	if err != nil {
 		host = req.base.Peer
 	}
-	return req.base.Caller.User + "\x00" + host + "\x00" + b.String(), true
+	return req.base.Caller.User + "\x00" + host + "\x00" + string(id), true
 }
 
 // add registers cancel under key until the returned function is called.

@@ -120,11 +120,52 @@ func readFast(body []byte) (in fastRequest, ok bool) {
 		in.name = string(name[1 : len(name)-1])
 	}
 	if meta != nil {
-		if meta[0] != '{' || json.Unmarshal(meta, &in.meta) != nil {
+		if in.meta, ok = decodeMeta(meta); !ok {
 			return in, false
 		}
 	}
 	return in, true
+}
+
+// decodeMeta decodes _meta, compact JSON text from jsontext, as
+// encoding/json decodes it into a map[string]any (FuzzDecodeMeta): ok is
+// false when it is not an object. Plain strings, numbers and literals,
+// the common members, are read here; the rest by encoding/json.
+func decodeMeta(meta []byte) (map[string]any, bool) {
+	var buf [8]jsontext.Member
+	members, ok := jsontext.Members(meta, buf[:0])
+	if !ok {
+		return nil, false
+	}
+	out := make(map[string]any, len(members))
+	for _, m := range members {
+		if bytes.IndexByte(m.Key, '\\') >= 0 || !utf8.Valid(m.Key) {
+			out = nil
+			return out, json.Unmarshal(meta, &out) == nil
+		}
+		var v any
+		switch c := m.Value[0]; {
+		case c == '"' && bytes.IndexByte(m.Value, '\\') < 0 && utf8.Valid(m.Value):
+			v = string(m.Value[1 : len(m.Value)-1])
+		case c == '-' || ('0' <= c && c <= '9'):
+			f, err := strconv.ParseFloat(string(m.Value), 64)
+			if err != nil {
+				return nil, false // out of range: encoding/json refuses it too
+			}
+			v = f
+		case string(m.Value) == "true", string(m.Value) == "false":
+			v = c == 't'
+		case string(m.Value) == "null":
+		case string(m.Value) == "{}":
+			v = map[string]any{}
+		default:
+			if json.Unmarshal(m.Value, &v) != nil {
+				return nil, false
+			}
+		}
+		out[string(m.Key)] = v
+	}
+	return out, true
 }
 
 // fastEligible reports whether the SDK would take r as it stands, up to
@@ -136,25 +177,35 @@ func fastEligible(r *http.Request) bool {
 	if len(r.Header.Values("Last-Event-Id")) > 0 {
 		return false // the SDK refuses it on a POST
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return false
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return false
+		}
 	}
 	if jsonOK, streamOK := accepts(r.Header.Values("Accept")); !jsonOK || !streamOK {
 		return false
 	}
 	// DNS rebinding: a request to a loopback listener must name a
 	// loopback host (the SDK answers 403 otherwise).
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopback(local.String()) && !loopback(r.Host) {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopbackAddr(local) && !loopback(r.Host) {
 		return false
 	}
 	return true
+}
+
+// loopbackAddr reports whether a listener's address is a loopback one.
+func loopbackAddr(a net.Addr) bool {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.IsLoopback()
+	}
+	return loopback(a.String())
 }
 
 // accepts reads Accept as the Streamable HTTP transport does: both JSON
 // and an event stream must be acceptable.
 func accepts(values []string) (jsonOK, streamOK bool) {
 	for _, v := range values {
-		for _, part := range strings.Split(v, ",") {
+		for part := range strings.SplitSeq(v, ",") {
 			base, _, _ := strings.Cut(strings.TrimSpace(part), ";")
 			switch strings.ToLower(strings.TrimSpace(base)) {
 			case "application/json", "application/*":
@@ -208,7 +259,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 		return false // its log records go out while it runs, as notifications of the SDK's session
 	}
 	ctx := context.WithValue(r.Context(), requestKey{}, req)
-	req.id = in.id
+	req.id, req.within = in.id, true
 	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.name, Arguments: in.arguments, Meta: in.meta}}
 	text, res, err := s.callText(ctx, call, "")
 	// The message is written after the event stream's prefix, which a

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -352,4 +353,24 @@ func checkTextResult(t *testing.T, s *Server, text string, modern bool) {
 	if g, w := decode(got), decode(want); !reflect.DeepEqual(g, w) {
 		t.Errorf("%q (modern %v):\n fast path %s\n SDK       %s", text, modern, got, want)
 	}
+}
+
+// FuzzDecodeMeta: the fast path's reading of _meta is encoding/json's.
+func FuzzDecodeMeta(f *testing.F) {
+	for _, m := range []string{`{}`, `{"a":"b","n":-1.5e3,"t":true,"f":false,"z":null,"o":{},"p":{"x":[1,"\u00e9"]}}`,
+		`{"k\u0065y":1}`, `{"s":"a\"b"}`, `{"big":1e400}`, `{"x":"\xff"}`, `[1]`, `{"a":1,"a":2}`} {
+		f.Add(m)
+	}
+	f.Fuzz(func(t *testing.T, meta string) {
+		compact, err := jsontext.Compact([]byte(meta))
+		if err != nil {
+			return // the fast path reads _meta only from a body jsontext took
+		}
+		got, ok := decodeMeta(compact)
+		var want map[string]any
+		werr := json.Unmarshal(compact, &want)
+		if ok != (werr == nil) || (ok && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("%q: decodeMeta %v (%v), encoding/json %v (%v)", meta, got, ok, want, werr)
+		}
+	})
 }

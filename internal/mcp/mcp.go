@@ -273,6 +273,9 @@ type request struct {
 	base toolcall.Call   // header, connection, and the caller once authenticated
 	id   json.RawMessage // the JSON-RPC request's id, if read
 	srv  *Server
+	// within: the contexts of the request's calls descend from ctx (the
+	// fast path's do; the SDK's do not).
+	within bool
 }
 
 // ServeHTTP serves the MCP endpoint.
@@ -434,7 +437,10 @@ func newCall(ctx context.Context, op toolcall.Op, method string) (context.Contex
 	c := req.base
 	c.Op, c.Method = op, method
 	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(req.ctx, cancel)
+	stop := func() bool { return true }
+	if !req.within {
+		stop = context.AfterFunc(req.ctx, cancel)
+	}
 	if key, ok := callKey(req, req.id); ok && req.srv != nil && op != toolcall.OpListTools {
 		remove := req.srv.inflight.add(key, cancel)
 		return ctx, &c, func() { remove(); stop(); cancel() }, nil

@@ -493,24 +493,19 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		c.sentDeadline = deadline
 	}
 	b.pending.store(c.id, c)
-	// The publish ends by the call's own deadline too: while a broker
-	// fails over, the broker's receipt can be longer in coming than the
-	// call may last. The bound is released once the publish has its
-	// outcome.
-	pctx, release := ctx, func() {}
-	if !c.deadline.IsZero() && time.Until(c.deadline) > 0 {
-		pctx, release = context.WithDeadline(ctx, c.deadline)
-	}
-	done := func(error) {}
+	pctx, done := ctx, func(error) {}
 	if b.opts.OnPublish != nil {
-		pctx, done = b.opts.OnPublish(pctx, t.RequestTopic, props)
+		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
 	}
 	// The caller does not wait for the broker's receipt through another
 	// goroutine (one wake-up less per call): a failure that arrives later
 	// ends the call, and its reader sees it from Recv. Where the broker can
 	// send on this goroutine when idle, it does (one hand-off less again).
-	err = b.publish(pctx, t.RequestTopic, transport.Message{Payload: payload, Properties: props}, func(err error) {
-		release()
+	// The publish ends by the call's own deadline too (ctx's, when that
+	// comes first): while a broker fails over, the broker's receipt can be
+	// longer in coming than the call may last.
+	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
+	err = b.publish(pctx, t.RequestTopic, msg, func(err error) {
 		done(err)
 		if err != nil {
 			b.publishErrors.Add(1)
@@ -520,7 +515,6 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		b.published.Add(1)
 	})
 	if err != nil {
-		release()
 		done(err)
 		b.publishErrors.Add(1)
 		c.end(context.Canceled, false)

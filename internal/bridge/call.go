@@ -326,16 +326,31 @@ func (c *Call) credit() (string, int) {
 
 // Wait reads every chunk and returns them joined in order.
 func (c *Call) Wait(ctx context.Context) (string, error) {
-	var sb strings.Builder
+	var (
+		first string // the commonest reply is one chunk: no copy of it
+		sb    strings.Builder
+		n     int
+	)
 	for {
 		ch, err := c.Recv(ctx)
 		if errors.Is(err, io.EOF) {
+			if n <= 1 {
+				return first, nil
+			}
 			return sb.String(), nil
 		}
 		if err != nil {
 			return "", err
 		}
-		sb.WriteString(ch.Text)
+		switch n++; n {
+		case 1:
+			first = ch.Text
+		case 2:
+			sb.WriteString(first)
+			fallthrough
+		default:
+			sb.WriteString(ch.Text)
+		}
 	}
 }
 

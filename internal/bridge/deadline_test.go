@@ -12,11 +12,17 @@ import (
 )
 
 // stalled is a broker whose inline publish waits for the broker's
-// receipt until its context ends, as it does while the request topic's
-// broker fails over and the topic has no owner yet.
+// receipt until its context ends or the message's deadline passes, as the
+// Pulsar transport's does while the request topic's broker fails over and
+// the topic has no owner yet.
 type stalled struct{ *transport.Mem }
 
-func (s stalled) PublishInline(ctx context.Context, _ string, _ transport.Message, done func(error)) error {
+func (s stalled) PublishInline(ctx context.Context, _ string, msg transport.Message, done func(error)) error {
+	if !msg.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, msg.Deadline)
+		defer cancel()
+	}
 	<-ctx.Done()
 	done(ctx.Err())
 	return nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -220,7 +219,7 @@ func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // readCall reads the body of an invoke or stream request into c; when it
 // cannot, it answers the error and returns false.
 func (a *api) readCall(w http.ResponseWriter, r *http.Request, c *toolcall.Call) bool {
-	data, err := io.ReadAll(r.Body)
+	data, err := toolcall.ReadHTTPBody(r)
 	if err != nil {
 		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return false

@@ -289,7 +289,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body []byte
 	if r.Method == http.MethodPost && r.Body != nil {
 		var err error
-		if body, err = io.ReadAll(r.Body); err != nil {
+		if body, err = toolcall.ReadHTTPBody(r); err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				writeRPCError(w, http.StatusRequestEntityTooLarge, codeInvalidRequest, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))

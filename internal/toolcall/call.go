@@ -16,6 +16,7 @@ package toolcall
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -268,4 +269,35 @@ func (h httpHeader) Values(key string) []string {
 		return h["Tracestate"]
 	}
 	return http.Header(h).Values(key)
+}
+
+// maxPresized bounds the buffer ReadHTTPBody makes from Content-Length
+// before reading: a larger body grows as it arrives (and meets the body
+// limit).
+const maxPresized = 64 << 10
+
+// ReadHTTPBody reads an HTTP door's request body whole, in one buffer of
+// its declared length when it declares one (io.ReadAll starts small and
+// grows).
+func ReadHTTPBody(r *http.Request) ([]byte, error) {
+	n := r.ContentLength
+	if n <= 0 || n > maxPresized {
+		return io.ReadAll(r.Body)
+	}
+	buf := make([]byte, n+1) // one more: the read that finds the end
+	read := 0
+	for {
+		m, err := r.Body.Read(buf[read:])
+		read += m
+		if err == io.EOF {
+			return buf[:read], nil
+		}
+		if err != nil {
+			return buf[:read], err
+		}
+		if read == len(buf) {
+			rest, err := io.ReadAll(r.Body) // longer than declared: net/http refuses it
+			return append(buf, rest...), err
+		}
+	}
 }

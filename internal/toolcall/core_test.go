@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
@@ -291,4 +294,22 @@ func reasonOf(err error) string {
 		}
 	}
 	return ""
+}
+
+// ReadHTTPBody reads a body whole, whether its length is declared,
+// declared wrong, or not declared.
+func TestReadHTTPBody(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("x", 1000)
+	for _, c := range []struct {
+		name   string
+		length int64
+	}{{"declared", 1000}, {"undeclared", -1}, {"declared short", 10}, {"declared long", 5000}, {"larger than presized", maxPresized + 1}} {
+		r := httptest.NewRequest(http.MethodPost, "/", iotest.OneByteReader(strings.NewReader(body)))
+		r.ContentLength = c.length
+		got, err := ReadHTTPBody(r)
+		if err != nil || string(got) != body {
+			t.Errorf("%s: read %d bytes (%v), want %d", c.name, len(got), err, len(body))
+		}
+	}
 }

@@ -105,9 +105,10 @@ type producerEntry struct {
 
 // outgoing is one queued message and what to tell of its outcome.
 type outgoing struct {
-	ctx  context.Context
-	msg  *pulsar.ProducerMessage
-	done func(error) // called once, from the sender or the client's callback
+	ctx      context.Context
+	deadline time.Time // Message.Deadline
+	msg      *pulsar.ProducerMessage
+	done     func(error) // called once, from the sender or the client's callback
 }
 
 // Connection is where the broker is and how a client proves who it is:
@@ -246,7 +247,7 @@ func (q quieter) WithAttrs(as []slog.Attr) slog.Handler { return quieter{q.Handl
 
 func (q quieter) WithGroup(name string) slog.Handler { return quieter{q.Handler.WithGroup(name)} }
 
-func (b *Pulsar) entry(ctx context.Context, topic string) (*producerEntry, error) {
+func (b *Pulsar) entry(ctx context.Context, topic string, deadline time.Time) (*producerEntry, error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -287,14 +288,24 @@ func (b *Pulsar) entry(ctx context.Context, topic string) (*producerEntry, error
 	}
 	select {
 	case <-e.ready:
-		if e.err != nil {
-			return nil, e.err
+	default:
+		// Still being created: wait, until the deadline at most.
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
 		}
-		e.lastUsed.Store(time.Now().UnixNano())
-		return e, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	e.lastUsed.Store(time.Now().UnixNano())
+	return e, nil
 }
 
 // enqueue hands m to the sender. It fails at once when the queue is full
@@ -311,7 +322,7 @@ func (e *producerEntry) enqueue(m *outgoing, inline bool) error {
 	if inline && len(e.queue) == 0 && e.handing.TryLock() {
 		// The wait ends with the caller's context too: the message stays
 		// with the client, and the next flush takes it.
-		e.hand(m.ctx, m)
+		e.hand(m.ctx, m.deadline, m)
 		e.handing.Unlock()
 		return nil
 	}
@@ -349,18 +360,18 @@ func (e *producerEntry) send() {
 				break fill
 			}
 		}
-		e.hand(context.Background(), batch...)
+		e.hand(context.Background(), time.Time{}, batch...)
 		e.handing.Unlock()
 	}
 }
 
 // hand gives batch to the client as one batch and waits for the broker's
-// receipt of it, at most e.timeout and while ctx lasts. The caller holds
-// e.handing.
-func (e *producerEntry) hand(ctx context.Context, batch ...*outgoing) {
+// receipt of it, at most e.timeout, while ctx lasts and until deadline
+// (zero: none). The caller holds e.handing.
+func (e *producerEntry) hand(ctx context.Context, deadline time.Time, batch ...*outgoing) {
 	queued := 0
 	for _, m := range batch {
-		if err := m.ctx.Err(); err != nil {
+		if err := m.expired(); err != nil {
 			m.done(err) // its caller is gone already
 			continue
 		}
@@ -371,7 +382,10 @@ func (e *producerEntry) hand(ctx context.Context, batch ...*outgoing) {
 	if queued == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	if limit := time.Now().Add(e.timeout); deadline.IsZero() || limit.Before(deadline) {
+		deadline = limit
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	// Each message's outcome reaches its caller through its own callback;
 	// the flush only paces the batches.
 	_ = e.p.FlushWithCtx(ctx)
@@ -438,17 +452,33 @@ func (b *Pulsar) publishRetry(ctx context.Context, topic string, msg Message, do
 }
 
 func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, done func(error), inline bool) error {
-	e, err := b.entry(ctx, topic)
+	e, err := b.entry(ctx, topic, msg.Deadline)
 	if err != nil {
 		return err
 	}
 	pm := &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties, Key: msg.Key}
 	report := func(err error) { done(classify(topic, err)) }
 	if e.queue == nil {
+		if !msg.Deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, msg.Deadline)
+			report = func(err error) { cancel(); done(classify(topic, err)) }
+		}
 		e.p.SendAsync(ctx, pm, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { report(err) })
 		return nil
 	}
-	return e.enqueue(&outgoing{ctx: ctx, msg: pm, done: report}, inline)
+	return e.enqueue(&outgoing{ctx: ctx, deadline: msg.Deadline, msg: pm, done: report}, inline)
+}
+
+// expired is the error of a message whose deadline has passed, if it has.
+func (m *outgoing) expired() error {
+	if err := m.ctx.Err(); err != nil {
+		return err
+	}
+	if !m.deadline.IsZero() && !time.Now().Before(m.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func classify(topic string, err error) error {

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -73,7 +74,9 @@ func TestPublishInline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("inline")
+	// Persistent: on a non-persistent topic the broker may drop messages
+	// a consumer has no permits for yet, which is not what this counts.
+	topic := "persistent://tg/request/" + brokertest.UniqueTopic("inline")
 	var mu sync.Mutex
 	seen := map[string]int{}
 	sub, err := b.Subscribe(t.Context(), topic, "inline-test", transport.Exclusive, func(m transport.Message) {
@@ -147,6 +150,58 @@ func TestPublishInline(t *testing.T) {
 		if n != 1 {
 			t.Errorf("message %s arrived %d times", p, n)
 		}
+	}
+}
+
+// A message whose deadline has passed before it is handed to the client
+// is given up, inline and queued: its outcome is DeadlineExceeded and the
+// topic never sees it; one with time left is sent.
+func TestPublishDeadline(t *testing.T) {
+	brokertest.RequirePulsar(t)
+	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("deadline")
+	got := make(chan string, 8)
+	sub, err := b.Subscribe(t.Context(), topic, "deadline-test", transport.Exclusive, func(m transport.Message) { got <- string(m.Payload) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name     string
+		publish  func(context.Context, string, transport.Message, func(error)) error
+		deadline time.Time
+		want     error
+	}{
+		{"inline, expired", b.PublishInline, time.Now().Add(-time.Millisecond), context.DeadlineExceeded},
+		{"queued, expired", b.PublishAsync, time.Now().Add(-time.Millisecond), context.DeadlineExceeded},
+		{"inline, in time", b.PublishInline, time.Now().Add(20 * time.Second), nil},
+	} {
+		outcome := make(chan error, 1)
+		if err := c.publish(ctx, topic, transport.Message{Payload: []byte(c.name), Deadline: c.deadline}, func(err error) { outcome <- err }); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		select {
+		case err := <-outcome:
+			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+				t.Errorf("%s: outcome %v, want %v", c.name, err, c.want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: no outcome", c.name)
+		}
+	}
+	select {
+	case p := <-got:
+		if p != "inline, in time" {
+			t.Errorf("the topic got %q, a message given up", p)
+		}
+	case <-ctx.Done():
+		t.Fatal("the message in time never arrived")
 	}
 }
 

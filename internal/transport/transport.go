@@ -17,6 +17,11 @@ type Message struct {
 	Properties map[string]string
 	// Key is the message key (Pulsar's partition/compaction key); "" = none.
 	Key string
+	// Deadline, when set, bounds the publish as a context deadline would,
+	// without the context and timer one costs: a message not yet handed
+	// to the client then is given up (context.DeadlineExceeded), and an
+	// inline publisher waits for the broker's receipt no longer.
+	Deadline time.Time
 	// Redeliveries counts a received message's earlier deliveries (on a
 	// persistent topic: ones not acknowledged).
 	Redeliveries uint32

@@ -169,15 +169,15 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// only the caller's trace context is passed on; then the call log and
 	// metrics, which see every call, refused ones too; then
 	// authentication and authorization, and the rate limit.
-	trace := telemetry.TraceContextMiddleware()
+	trace, logOpts := telemetry.TraceContextMiddleware(), []telemetry.LogOption{telemetry.WithoutSpans()}
 	if cfg.OTLPEndpoint != "" {
-		trace = telemetry.SpanMiddleware(nil)
+		trace, logOpts = telemetry.SpanMiddleware(nil), nil
 	}
 	var limit toolcall.Middleware
 	if sec.lim != nil {
 		limit = sec.lim.Middleware()
 	}
-	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log).Middleware(), g.metrics.Middleware(),
+	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
 		g.drain.middleware(), sec.authn.Middleware(), limit)
 
 	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}

@@ -38,6 +38,7 @@ type CallLog struct {
 	log     *slog.Logger
 	level   func(codes.Code) slog.Level
 	maxArgs int
+	noSpans bool
 }
 
 // LogOption configures NewCallLog.
@@ -46,6 +47,12 @@ type LogOption func(*CallLog)
 // WithMaxLoggedArguments replaces DefaultMaxLoggedArguments.
 func WithMaxLoggedArguments(n int) LogOption {
 	return func(l *CallLog) { l.maxArgs = n }
+}
+
+// WithoutSpans: no call has a span it records (none are exported), so
+// the call log does not look for one to tag with the request id.
+func WithoutSpans() LogOption {
+	return func(l *CallLog) { l.noSpans = true }
 }
 
 // DefaultCodeLevel logs calls that failed through the gateway's or a
@@ -82,6 +89,9 @@ func (l *CallLog) begin(ctx context.Context, c *toolcall.Call) {
 		id = newRequestID()
 	}
 	c.RequestID = id
+	if l.noSpans {
+		return
+	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("toolgate.request_id", id))
 		if c.Name != "" {

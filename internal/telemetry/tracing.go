@@ -136,10 +136,15 @@ func InjectTraceparent(ctx context.Context, props map[string]string) {
 // the message's properties (InjectTraceparent), so the tool service's
 // spans join the caller's trace. Call end with the publish's error.
 func TracePublish(ctx context.Context, topic string, props map[string]string) (_ context.Context, end func(error)) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx, noEnd // no trace to carry on: the commonest call, one look at ctx
+	}
 	ctx, end = StartPublishSpan(ctx, topic)
 	InjectTraceparent(ctx, props)
 	return ctx, end
 }
+
+func noEnd(error) {}
 
 // StartPublishSpan starts a producer span for publishing one request on a
 // Pulsar topic, a child of ctx's span, from the tracer provider that made

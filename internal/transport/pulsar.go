@@ -107,9 +107,16 @@ type producerEntry struct {
 type outgoing struct {
 	ctx      context.Context
 	deadline time.Time // Message.Deadline
-	msg      *pulsar.ProducerMessage
+	topic    string
+	msg      pulsar.ProducerMessage
 	done     func(error) // called once, from the sender or the client's callback
 }
+
+// report tells of m's outcome, in the transport's terms.
+func (m *outgoing) report(err error) { m.done(classify(m.topic, err)) }
+
+// sent is the client's callback of m.
+func (m *outgoing) sent(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { m.report(err) }
 
 // Connection is where the broker is and how a client proves who it is:
 // the settings every Pulsar client of one process shares, whatever it is
@@ -372,11 +379,10 @@ func (e *producerEntry) hand(ctx context.Context, deadline time.Time, batch ...*
 	queued := 0
 	for _, m := range batch {
 		if err := m.expired(); err != nil {
-			m.done(err) // its caller is gone already
+			m.report(err) // its caller is gone already
 			continue
 		}
-		done := m.done
-		e.p.SendAsync(m.ctx, m.msg, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { done(err) })
+		e.p.SendAsync(m.ctx, &m.msg, m.sent)
 		queued++
 	}
 	if queued == 0 {
@@ -456,18 +462,19 @@ func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, do
 	if err != nil {
 		return err
 	}
-	pm := &pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties, Key: msg.Key}
-	report := func(err error) { done(classify(topic, err)) }
+	// One allocation holds the message and its outcome's way back.
+	m := &outgoing{ctx: ctx, deadline: msg.Deadline, topic: topic, done: done,
+		msg: pulsar.ProducerMessage{Payload: msg.Payload, Properties: msg.Properties, Key: msg.Key}}
 	if e.queue == nil {
 		if !msg.Deadline.IsZero() {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, msg.Deadline)
-			report = func(err error) { cancel(); done(classify(topic, err)) }
+			m.ctx, cancel = context.WithDeadline(ctx, msg.Deadline)
+			m.done = func(err error) { cancel(); done(err) }
 		}
-		e.p.SendAsync(ctx, pm, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { report(err) })
+		e.p.SendAsync(m.ctx, &m.msg, m.sent)
 		return nil
 	}
-	return e.enqueue(&outgoing{ctx: ctx, deadline: msg.Deadline, msg: pm, done: report}, inline)
+	return e.enqueue(m, inline)
 }
 
 // expired is the error of a message whose deadline has passed, if it has.

@@ -80,9 +80,13 @@ func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, name string) {
 		a.httpError(r.Context(), w, r, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	_, _ = w.Write(appendInvokeResponse(make([]byte, 0, len(res.Output)*2+32), res.Output))
 }
+
+// jsonContentType is the Content-Type of a JSON answer, one slice for
+// every response (net/http only reads a header's values).
+var jsonContentType = []string{"application/json"}
 
 func setRequestID(w http.ResponseWriter, c *toolcall.Call) {
 	if c.RequestID != "" {

@@ -8,8 +8,6 @@ package bridge
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/randid"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -816,10 +815,4 @@ func (b *Bridge) Close() {
 }
 
 // newID returns a random 128-bit correlation id in hex.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	var h [32]byte
-	hex.Encode(h[:], b[:])
-	return string(h[:])
-}
+func newID() string { return randid.New() }

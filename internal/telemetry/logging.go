@@ -2,14 +2,13 @@ package telemetry
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"math"
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/internal/randid"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -195,13 +194,7 @@ func saneRequestID(s string) bool {
 }
 
 // newRequestID returns 128 random bits in hex.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	var h [32]byte
-	hex.Encode(h[:], b[:])
-	return string(h[:])
-}
+func newRequestID() string { return randid.New() }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {

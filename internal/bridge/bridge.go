@@ -402,8 +402,8 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request) (*Call, e
 // CallUntil is Call with a deadline of the call's own, besides ctx's: the
 // message carries the earlier of the two, and Recv abandons the call when
 // it passes. A caller that has no deadline in ctx saves a context and its
-// timer for the wait for replies this way (the publish alone is bounded by
-// one). A zero deadline is none.
+// timer this way: the publish is bounded by the deadline the message
+// carries (transport.Message.Deadline). A zero deadline is none.
 func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, deadline time.Time) (*Call, error) {
 	return b.CallWith(ctx, t, req, deadline, CallOptions{})
 }

@@ -48,8 +48,9 @@ func WithMaxLoggedArguments(n int) LogOption {
 	return func(l *CallLog) { l.maxArgs = n }
 }
 
-// WithoutSpans: no call has a span it records (none are exported), so
-// the call log does not look for one to tag with the request id.
+// WithoutSpans tells the call log that no call has a span it records
+// (none are exported), so it does not look for one to tag with the
+// request id.
 func WithoutSpans() LogOption {
 	return func(l *CallLog) { l.noSpans = true }
 }

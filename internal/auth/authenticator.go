@@ -200,7 +200,7 @@ func (a *Authenticator) bearer(cred, kind string) (Identity, error) {
 
 // fail turns an authentication error into a status, logging the cause.
 func (a *Authenticator) fail(ctx context.Context, c *toolcall.Call, err error) error {
-	return a.failMethod(ctx, c.MethodName(), c.Peer, err)
+	return a.failMethod(ctx, c.MethodName(), c.PeerName(), err)
 }
 
 func (a *Authenticator) failMethod(ctx context.Context, method, peer string, err error) error {

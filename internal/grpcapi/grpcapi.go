@@ -39,9 +39,7 @@ func (h header) Values(key string) []string { return metadata.ValueFromIncomingC
 func newCall(ctx context.Context, op toolcall.Op) *toolcall.Call {
 	c := &toolcall.Call{Op: op, Header: header{ctx}}
 	if p, ok := peer.FromContext(ctx); ok {
-		if p.Addr != nil {
-			c.Peer = p.Addr.String()
-		}
+		c.PeerAddr = p.Addr // formatted only if a log line names it
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			c.TLS = &ti.State
 		}
@@ -58,7 +56,10 @@ func (s *Service) answer(ctx context.Context, c *toolcall.Call) (toolcall.Result
 
 func setRequestID(ctx context.Context, c *toolcall.Call) {
 	if c.RequestID != "" {
-		_ = grpc.SetHeader(ctx, metadata.MD{RequestIDHeader: []string{c.RequestID}})
+		// Sent now rather than set for later: the stream then takes the
+		// metadata as it is instead of joining it into a copy. The answer
+		// follows it in the same flush.
+		_ = grpc.SendHeader(ctx, metadata.MD{RequestIDHeader: []string{c.RequestID}})
 	}
 }
 

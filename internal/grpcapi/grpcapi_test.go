@@ -133,7 +133,7 @@ func TestService(t *testing.T) {
 	}
 	c := rec.last()
 	if c.Op != toolcall.OpInvoke || c.Name != "echo" || c.Timeout != 2*time.Second || !c.TimeoutSet ||
-		c.Header.Values("authorization")[0] != "Bearer k" || c.Peer == "" {
+		c.Header.Values("authorization")[0] != "Bearer k" || c.PeerName() == "" {
 		t.Errorf("call %+v", c)
 	}
 

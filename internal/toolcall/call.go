@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"time"
@@ -163,8 +164,10 @@ type Call struct {
 	// TLS is the connection's TLS state when it came over TLS, for a
 	// verified client certificate.
 	TLS *tls.ConnectionState
-	// Peer is the caller's network address, for the log.
-	Peer string
+	// Peer is the caller's network address, for the log; PeerAddr, when
+	// Peer is empty, is that address unformatted (PeerName formats it).
+	Peer     string
+	PeerAddr net.Addr
 
 	// Set by the middleware.
 
@@ -175,6 +178,15 @@ type Call struct {
 	// RequestID identifies the call in the log and to the caller, who
 	// hears it back as x-request-id.
 	RequestID string
+}
+
+// PeerName is the caller's network address as text: Peer, else PeerAddr
+// formatted ("" when neither is known).
+func (c *Call) PeerName() string {
+	if c.Peer == "" && c.PeerAddr != nil {
+		return c.PeerAddr.String()
+	}
+	return c.Peer
 }
 
 // MethodName is c.Method, else the op's method.

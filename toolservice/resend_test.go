@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,5 +140,85 @@ func TestResendOnRequest(t *testing.T) {
 	}
 	if n := svc.Stats().Resent; n != recentGive {
 		t.Fatalf("Resent = %d, want %d", n, recentGive)
+	}
+}
+
+// slowResend is a broker that holds a reply sent again (the second
+// message with the same id to the reply topic) for a while before it
+// passes it on, as a broker slow to take it would.
+type slowResend struct {
+	*transport.Mem
+	topic  string
+	seen   sync.Map
+	passed atomic.Int64 // when the reply sent again was passed on (UnixNano)
+}
+
+func (b *slowResend) PublishAsync(ctx context.Context, topic string, msg transport.Message, done func(error)) error {
+	if topic == b.topic {
+		if _, again := b.seen.LoadOrStore(msg.Properties[wire.PropID], true); again {
+			time.Sleep(200 * time.Millisecond)
+			b.passed.Store(time.Now().UnixNano())
+		}
+	}
+	return b.Mem.PublishAsync(ctx, topic, msg, done)
+}
+
+// A reply asked for again just before the service stops is sent before Run
+// returns: the resend is part of the service's work, not left running
+// after its client closed. (The transport's close also waits for what was
+// queued; Run's wait covers a resend that had not reached it yet.)
+func TestResendFinishesBeforeStop(t *testing.T) {
+	const replyTo = "non-persistent://tg/response/caller-stop"
+	mem := transport.NewMem()
+	defer mem.Close()
+	got := make(chan transport.Message, 10)
+	sub, err := mem.Subscribe(t.Context(), replyTo, "caller", transport.Exclusive, func(m transport.Message) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	broker := &slowResend{Mem: mem, topic: replyTo}
+	svc, err := New(Config{ID: "svc", Topic: "resend-stop", Logger: slog.New(slog.DiscardHandler)},
+		func(_ context.Context, r *Request) (any, error) { return "answer", nil }, WithPulsarClient(transporttest.PulsarClient(broker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	<-svc.Ready()
+	if err := mem.Publish(t.Context(), wire.RequestTopic("resend-stop"), transport.Message{Payload: wire.EncodeRequest(wire.Request{}),
+		Properties: map[string]string{wire.PropID: "c1", wire.PropReplyTo: replyTo}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no reply")
+	}
+	if err := mem.Publish(t.Context(), wire.CancelTopic(wire.RequestTopic("resend-stop")), transport.Message{Payload: []byte(wire.CreditResend),
+		Properties: map[string]string{wire.PropID: "c1", wire.PropCredit: wire.CreditResend}}); err != nil {
+		t.Fatal(err)
+	}
+	for svc.Stats().Resent == 0 { // the ask has reached the service
+		select {
+		case <-time.After(time.Millisecond):
+		case <-t.Context().Done():
+			return
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now().UnixNano()
+	if passed := broker.passed.Load(); passed == 0 || passed > stopped {
+		t.Fatal("Run returned before the reply asked for again was sent")
+	}
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reply asked for again never arrived")
 	}
 }

@@ -287,6 +287,7 @@ type Service struct {
 	ready     chan struct{} // closed once Run has subscribed
 	sem       chan struct{}
 	wg        sync.WaitGroup
+	resends   sync.WaitGroup // replies being sent again (resend)
 	handled   atomic.Int64
 	dropped   atomic.Int64
 	cancelled atomic.Int64
@@ -397,6 +398,9 @@ func (s *Service) Run(ctx context.Context) error {
 	s.callCtx, s.cancelFn = context.WithCancel(context.WithoutCancel(ctx))
 	defer s.cancelFn()
 	defer s.broker.Close() // a client passed in stays open
+	// Replies being sent again finish before the client closes (the cancel
+	// topic's subscription, closed first, starts no more of them).
+	defer s.resends.Wait()
 	sub, err := s.broker.Subscribe(ctx, s.reqTopic, s.cfg.ID+"-request", transport.Shared, s.accept)
 	if err != nil {
 		return fmt.Errorf("toolservice %s: %w", s.cfg.ID, err)
@@ -509,8 +513,11 @@ func (s *Service) resend(id string) {
 		return
 	}
 	s.resent.Add(1)
+	s.resends.Add(1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer s.resends.Done()
+		// Bounded, and ended with the calls when the stop grace runs out.
+		ctx, cancel := context.WithTimeout(s.callCtx, 10*time.Second)
 		defer cancel()
 		if err := s.broker.Publish(ctx, rep.topic, rep.msg); err != nil {
 			s.log.Warn("cannot send a reply again", "id", id, "topic", rep.topic, "err", err)

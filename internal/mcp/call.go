@@ -120,8 +120,8 @@ func (s *Server) callText(ctx context.Context, req *sdk.CallToolRequest, logLeve
 		res, err := callError(err)
 		return "", res, err
 	}
-	if s.resultFormat(c.Name) == registry.ResultMCPContent {
-		return "", s.toolResult(ctx, c.Name, out.Output), nil
+	if content {
+		return "", s.contentResult(ctx, c.Name, out.Output), nil
 	}
 	return out.Output, nil, nil
 }

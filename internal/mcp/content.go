@@ -428,6 +428,12 @@ func (s *Server) toolResult(ctx context.Context, tool, output string) *sdk.CallT
 	if s.resultFormat(tool) != registry.ResultMCPContent {
 		return result(output)
 	}
+	return s.contentResult(ctx, tool, output)
+}
+
+// contentResult is the tools/call result of the output of a tool of MCP
+// content: its content blocks, or BAD_CONTENT.
+func (s *Server) contentResult(ctx context.Context, tool, output string) *sdk.CallToolResult {
 	blocks, err := decodeContent(output)
 	if err != nil {
 		s.log.WarnContext(ctx, "MCP tool answered with malformed content", "tool", tool, "err", err)

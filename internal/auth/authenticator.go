@@ -83,6 +83,11 @@ func New(opts ...Option) (*Authenticator, error) {
 	if a.anonymous && strings.TrimSpace(a.anonUser) == "" {
 		return nil, errors.New("auth: anonymous calls need a user name")
 	}
+	if u := a.policy.Unqualified(); len(u) > 0 && (a.jwt != nil || a.clientCerts || a.anonymous) {
+		a.log.Warn("policy: users and roles written without a source name API-key users and roles only; "+
+			"write jwt(<issuer>):name, mtls:name or anonymous:name for the others, api-key:name to silence this",
+			"entries", u)
+	}
 	return a, nil
 }
 
@@ -232,10 +237,22 @@ func (a *Authenticator) authorize(ctx context.Context, c *toolcall.Call) error {
 	case a.policy.Allowed(id, action, tool):
 		return nil
 	case tool == "":
-		msg = fmt.Sprintf("permission denied: user %q may not %s tools", id.User, action)
+		msg = fmt.Sprintf("permission denied: user %q (%s) may not %s tools", id.User, id.Subject().Origin(), action)
 	default:
-		msg = fmt.Sprintf("permission denied: user %q may not %s tool %q", id.User, action, tool)
+		msg = fmt.Sprintf("permission denied: user %q (%s) may not %s tool %q", id.User, id.Subject().Origin(), action, tool)
 	}
-	a.log.InfoContext(ctx, "call refused: not authorized", "rpc", method, "user", id.User, "auth", id.Method, "action", action, "tool", tool)
+	attrs := append(callerAttrs(id), "rpc", method, "action", action, "tool", tool)
+	a.log.InfoContext(ctx, "call refused: not authorized", attrs...)
 	return status.Error(codes.PermissionDenied, msg)
+}
+
+// callerAttrs are the log attributes naming a caller: its user, where the
+// identity comes from ("api-key", "jwt(https://idp.example)"), and, when
+// the policy joined it to another, the subject it acts as.
+func callerAttrs(id Identity) []any {
+	attrs := []any{"user", id.User, "source", id.Subject().Origin()}
+	if id.As.Source != "" {
+		attrs = append(attrs, "as", id.As.String())
+	}
+	return attrs
 }

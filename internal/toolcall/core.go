@@ -207,12 +207,21 @@ func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Reque
 	return tool, env, deadline, nil
 }
 
-// user is who a call comes from: the envelope's user, an operation's owner.
+// user is the name of who a call comes from: the envelope's user.
 func (s *Core) user(c *Call) string {
-	if c.Authenticated && c.Caller.User != "" {
-		return c.Caller.User
+	if p := c.Caller.Principal(); c.Authenticated && p.Name != "" {
+		return p.Name
 	}
 	return s.opts.DefaultUser
+}
+
+// owner is who a call comes from, with the source of its identity: the
+// owner of the operations it starts and the only one who may see them.
+func (s *Core) owner(c *Call) string {
+	if p := c.Caller.Principal(); c.Authenticated && p.Name != "" {
+		return p.String()
+	}
+	return Subject{Source: SourceAnonymous, Name: s.opts.DefaultUser}.String()
 }
 
 func hasDeadline(ctx context.Context) bool {

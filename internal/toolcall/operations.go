@@ -39,7 +39,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 	if ops == nil {
 		return Result{}, status.Error(codes.Unimplemented, "durable operations are not enabled on this gateway (--operations)")
 	}
-	owner := s.user(c)
+	owner := s.owner(c)
 	var (
 		rec operations.Record
 		err error

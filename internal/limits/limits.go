@@ -1,4 +1,4 @@
-// Package limits bounds what callers may ask of the gateway: a per-user
+// Package limits bounds what callers may ask of the gateway: a per-caller
 // token-bucket rate limit as a middleware every call passes through,
 // whichever door it came by, the HTTP error handler that turns a status's
 // RetryInfo into a Retry-After header, and a request body size limit for

@@ -16,6 +16,7 @@ import (
 type ownedOps struct {
 	mu     sync.Mutex
 	owners map[string]string
+	users  map[string]string // the envelope's user of each operation
 }
 
 func (o *ownedOps) Start(_ context.Context, s operations.StartSpec) (operations.Record, error) {
@@ -23,6 +24,7 @@ func (o *ownedOps) Start(_ context.Context, s operations.StartSpec) (operations.
 	defer o.mu.Unlock()
 	id := "op-" + s.Owner
 	o.owners[id] = s.Owner
+	o.users[id] = s.Request.User
 	return operations.Record{ID: id, Owner: s.Owner, Tool: s.Tool, State: operations.Running}, nil
 }
 
@@ -70,7 +72,7 @@ func (o *ownedOps) Stream(_ context.Context, owner, id string, _ int, _ func(int
 // operations by any method, and sees none in its list.
 func TestOperationOwnerIsTheCallersSubject(t *testing.T) {
 	t.Parallel()
-	ops := &ownedOps{owners: map[string]string{}}
+	ops := &ownedOps{owners: map[string]string{}, users: map[string]string{}}
 	core := newCore(t, answering(), Options{Operations: ops})
 	ctx := t.Context()
 	alice := Caller{User: "alice", Method: SourceAPIKey}
@@ -106,5 +108,14 @@ func TestOperationOwnerIsTheCallersSubject(t *testing.T) {
 	}
 	if got := ops.owners[id]; got != "api-key:alice" {
 		t.Errorf("owner %q, want api-key:alice", got)
+	}
+	// The service sees the name its subject gives: the joined subject's.
+	joined.As.Name = "alice-of-the-keys"
+	res, err = core.Handle(ctx, &Call{Op: OpStartTool, Name: "plain", Caller: joined, Authenticated: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, user := ops.owners[res.Operation.ID], ops.users[res.Operation.ID]; owner != "api-key:alice-of-the-keys" || user != "alice-of-the-keys" {
+		t.Errorf("the joined caller's operation: owner %q, envelope user %q", owner, user)
 	}
 }

@@ -21,7 +21,9 @@ import (
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -149,26 +151,43 @@ func (x *twoAlices) listed(t *testing.T, cred credential) []string {
 
 // TestOperationsOfOneNameFromTwoSources: a JWT whose sub is the name of
 // the API-key user alice is another caller: it can get, list, stream,
-// wait for, cancel or delete none of her operations, over REST or gRPC,
-// and she none of its; her operation runs on untouched.
+// wait for, cancel or delete none of her operations, over REST, gRPC or
+// MCP's tasks, and she none of its; her operation runs on untouched.
+// (Reads first, then cancels, then deletes, each check reporting on its
+// own, so that one does not hide the next.)
 func TestOperationsOfOneNameFromTwoSources(t *testing.T) {
 	x := startTwoAlices(t, "")
 	alice, jwtAlice := apiKey(aliceKey), bearer(x.token(t, x.name))
 	id := x.startSleep(t, alice)
 	mine := x.startSleep(t, jwtAlice)
 	ops := x.base + "/v1/operations/" + id
-
-	for _, r := range []struct{ method, url, body string }{
-		{http.MethodGet, ops, ""},
-		{http.MethodGet, ops + ":stream", ""},
-		{http.MethodPost, ops + ":wait", `{"timeout": "1s"}`},
-		{http.MethodPost, ops + ":cancel", "{}"},
-		{http.MethodDelete, ops, ""},
-	} {
-		if code, body := doAs(t, r.method, r.url, jwtAlice, r.body); code != http.StatusNotFound {
-			t.Errorf("the JWT alice's %s %s: %d %s, want 404", r.method, r.url, code, body)
+	g := dialGRPC(t, x.gw)
+	ctx := jwtAlice.grpc(t.Context())
+	name := "operations/" + id
+	rest := func(method, url, body string) {
+		t.Helper()
+		if code, got := doAs(t, method, url, jwtAlice, body); code != http.StatusNotFound {
+			t.Errorf("the JWT alice's %s %s: %d %s, want 404", method, url, code, got)
 		}
 	}
+	notFound := func(what string, err error) {
+		t.Helper()
+		if status.Code(err) != codes.NotFound {
+			t.Errorf("the JWT alice's %s: %v, want NOT_FOUND", what, err)
+		}
+	}
+	taskNotFound := func(method string) {
+		t.Helper()
+		a := mcpRequest(t, x.base, jwtAlice.value, method, map[string]any{"taskId": id}, true)
+		if a.Error == nil || a.Error.Code != -32602 || a.Error.Message != "task "+id+" not found" {
+			t.Errorf("the JWT alice's %s: %d %+v %v, want -32602 task not found", method, a.status, a.Error, a.Result)
+		}
+	}
+
+	// Reads.
+	rest(http.MethodGet, ops, "")
+	rest(http.MethodGet, ops+":stream", "")
+	rest(http.MethodPost, ops+":wait", `{"timeout": "1s"}`)
 	if ids := x.listed(t, jwtAlice); !slices.Equal(ids, []string{mine}) {
 		t.Errorf("the JWT alice's list: %v, want only her own %s", ids, mine)
 	}
@@ -178,28 +197,38 @@ func TestOperationsOfOneNameFromTwoSources(t *testing.T) {
 	if code, body := doAs(t, http.MethodGet, x.base+"/v1/operations/"+mine, alice, ""); code != http.StatusNotFound {
 		t.Errorf("the API key's alice's GET of the JWT alice's operation: %d %s, want 404", code, body)
 	}
-
-	g := dialGRPC(t, x.gw)
-	ctx := jwtAlice.grpc(t.Context())
-	name := "operations/" + id
 	_, err := g.ops.GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: name})
-	wantNotFound(t, "GetOperation", err)
+	notFound("GetOperation", err)
 	_, err = g.ops.WaitOperation(ctx, &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(time.Second)})
-	wantNotFound(t, "WaitOperation", err)
-	_, err = g.ops.CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name})
-	wantNotFound(t, "CancelOperation", err)
-	_, err = g.ops.DeleteOperation(ctx, &longrunningpb.DeleteOperationRequest{Name: name})
-	wantNotFound(t, "DeleteOperation", err)
+	notFound("WaitOperation", err)
 	list, err := g.ops.ListOperations(ctx, &longrunningpb.ListOperationsRequest{})
 	if err != nil || len(list.GetOperations()) != 1 || list.GetOperations()[0].GetName() != "operations/"+mine {
 		t.Errorf("the JWT alice's list over gRPC: %v, %v; want only her own", list, err)
 	}
+	// MCP's tasks are the same operations.
+	taskNotFound("tasks/get")
 
-	// Alice's operation was neither cancelled nor deleted.
+	// Cancels.
+	rest(http.MethodPost, ops+":cancel", "{}")
+	_, err = g.ops.CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name})
+	notFound("CancelOperation", err)
+	taskNotFound("tasks/cancel")
 	code, body := doAs(t, http.MethodGet, ops, alice, "")
 	if code != http.StatusOK || !strings.Contains(body, `"done":false`) {
-		t.Fatalf("alice's operation after the JWT alice's tries: %d %s, want it running", code, body)
+		t.Errorf("alice's operation after the JWT alice's cancels: %d %s, want it running", code, body)
 	}
+
+	// Deletes.
+	_, err = g.ops.DeleteOperation(ctx, &longrunningpb.DeleteOperationRequest{Name: name})
+	notFound("DeleteOperation", err)
+	rest(http.MethodDelete, ops, "")
+	if code, body := doAs(t, http.MethodGet, ops, alice, ""); code != http.StatusOK {
+		t.Errorf("alice's operation after the JWT alice's deletes: %d %s, want it kept", code, body)
+	}
+	if got := mcpRequest(t, x.base, aliceKey, "tasks/get", map[string]any{"taskId": id}, true); got.Result["taskId"] != id {
+		t.Errorf("alice's own tasks/get: %+v %v", got.Error, got.Result)
+	}
+
 	for _, c := range []struct {
 		cred credential
 		id   string

@@ -57,7 +57,7 @@ func (s Subject) Origin() string {
 
 func quoteIssuer(iss string) string {
 	if strings.ContainsRune(iss, ')') || strings.HasPrefix(iss, `"`) ||
-		strings.IndexFunc(iss, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) >= 0 {
+		strings.IndexFunc(iss, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
 		return strconv.Quote(iss)
 	}
 	return iss

@@ -26,6 +26,7 @@ func TestSubjectText(t *testing.T) {
 		{Subject{Source: SourceJWT, Issuer: "x", Name: "y):z"}, "jwt(x):y):z"},
 		{Subject{Source: SourceJWT, Issuer: `"q"`, Name: "z"}, `jwt("\"q\""):z`},
 		{Subject{Source: SourceJWT, Issuer: "a b\x00", Name: "z"}, `jwt("a b\x00"):z`},
+		{Subject{Source: SourceJWT, Issuer: "a b", Name: "z"}, "jwt(a b):z"},
 	}
 	seen := map[string]Subject{}
 	for _, tc := range tests {

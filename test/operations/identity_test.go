@@ -294,3 +294,30 @@ func TestRateLimitBucketPerSource(t *testing.T) {
 		t.Fatalf("the JWT alice's first call: %d %s, want 200 from a bucket of her own", code, body)
 	}
 }
+
+// TestPolicyOfTheAPIKeyUser: a rule naming alice without a source grants
+// the API key's alice, not a JWT naming her; a qualified rule grants the
+// JWT's alice what it names.
+func TestPolicyOfTheAPIKeyUser(t *testing.T) {
+	x := startTwoAlices(t, `rules:
+  - {users: ["%[1]s"], tools: ["echo"], actions: [list, invoke]}
+  - {users: ["jwt(`+testIssuer+`):%[1]s"], tools: ["echo-task"], actions: [invoke]}
+`)
+	alice, jwtAlice := apiKey(aliceKey), bearer(x.token(t, x.name))
+	for _, c := range []struct {
+		who  string
+		cred credential
+		tool string
+		want int
+	}{
+		{"the API key's alice", alice, "echo", http.StatusOK},
+		{"the JWT alice", jwtAlice, "echo", http.StatusForbidden},
+		{"the JWT alice", jwtAlice, "echo-task", http.StatusOK},
+		{"the API key's alice", alice, "echo-task", http.StatusForbidden},
+	} {
+		code, body := doAs(t, http.MethodPost, x.base+"/v1/tools/"+c.tool+":invoke", c.cred, `{"arguments": {"mode": "user"}}`)
+		if code != c.want {
+			t.Errorf("%s invoking %s: %d %s, want %d", c.who, c.tool, code, body, c.want)
+		}
+	}
+}

@@ -233,10 +233,18 @@ func (s *Server) timeout(c *toolcall.Call, meta map[string]any) error {
 // answer is the chunks joined.
 func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.ServerSession, token any, content bool, logLevel string) (*sdk.CallToolResult, error) {
 	var out strings.Builder
+	overflow := 0 // the size of a content output past its bound, whose text is no longer kept
 	emit := func(ch toolcall.Chunk) error {
-		out.WriteString(ch.Text)
+		switch {
+		case !content:
+			out.WriteString(ch.Text)
+		case overflow > 0 || out.Len()+len(ch.Text) > s.bounds.Bytes:
+			overflow = max(overflow, out.Len()) + len(ch.Text)
+		default:
+			out.WriteString(ch.Text)
+		}
 		if content {
-			if rec, ok := logChunk(ch.Text); ok {
+			if rec, ok := logChunk(ch.Text, s.bounds); ok {
 				if !wantLog(rec.Level, logLevel) {
 					return nil
 				}
@@ -262,6 +270,9 @@ func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.Serv
 			s.log.DebugContext(ctx, "MCP stream ended", "tool", c.Name, "err", err)
 		}
 		return callError(err)
+	}
+	if overflow > 0 {
+		return s.refuseContent(ctx, c.Name, s.bounds.errTooLarge(overflow)), nil
 	}
 	return s.toolResult(ctx, c.Name, out.String()), nil
 }

@@ -154,6 +154,10 @@ type Options struct {
 	// TaskTTL is how long a task is kept once it ended (the operations'
 	// TTL): the ttlMs of tasks.
 	TaskTTL time.Duration
+	// ContentBounds bound the output of a tool of MCP content (content.go):
+	// a breach is a BAD_CONTENT tool error naming the bound. Zero fields
+	// take their defaults (DefaultMaxContentBlocks, …).
+	ContentBounds ContentBounds
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -174,6 +178,7 @@ type Server struct {
 	implJSON []byte              // impl encoded, for the fast path
 	handler  http.Handler
 	pageSize int32
+	bounds   ContentBounds // opts.ContentBounds with its defaults
 }
 
 // New returns the MCP endpoint serving calls through h.
@@ -184,7 +189,7 @@ func New(h toolcall.Handler, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize}
+	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize, bounds: opts.ContentBounds.orDefaults()}
 	s.changed.Store(time.Now().UnixNano())
 	if s.pageSize <= 0 {
 		s.pageSize = DefaultPageSize

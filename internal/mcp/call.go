@@ -93,6 +93,9 @@ func (s *Server) callText(ctx context.Context, req *sdk.CallToolRequest, logLeve
 	}
 	op, method := toolcall.OpInvoke, "mcp/InvokeTool"
 	token := p.GetProgressToken()
+	if r, ok := ctx.Value(requestKey{}).(*request); ok && token != nil && r.progressToken != nil {
+		token = r.progressToken // as the client wrote it: the SDK reads numbers as float64
+	}
 	if token != nil || logLevel != "" {
 		op, method = toolcall.OpStream, "mcp/StreamTool"
 	}

@@ -239,7 +239,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 		return false
 	}
 	in, ok := readFast(body)
-	if !ok || !plainID(in.id) {
+	if !ok || !echoable(in.id) {
 		return false
 	}
 	if _, ok := in.meta["progressToken"]; ok {
@@ -435,21 +435,6 @@ func tooDeep(body []byte) bool {
 		}
 	}
 	return false
-}
-
-// plainID: a JSON-RPC request id the fast path echoes as the SDK does: a
-// string, or an integer written plainly that a float64 holds exactly (the
-// SDK reads numeric ids as float64). Null, a missing id and other numbers
-// are the SDK's to answer.
-func plainID(id json.RawMessage) bool {
-	if len(id) == 0 {
-		return false
-	}
-	if id[0] == '"' {
-		return true
-	}
-	n, err := strconv.ParseInt(string(id), 10, 64)
-	return err == nil && n >= -1<<53 && n <= 1<<53 && strconv.FormatInt(n, 10) == string(id)
 }
 
 // hasUnknownKeys reports whether the request object or its params have a

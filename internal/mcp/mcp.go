@@ -277,7 +277,10 @@ type request struct {
 	ctx  context.Context // the HTTP request's own
 	base toolcall.Call   // header, connection, and the caller once authenticated
 	id   json.RawMessage // the JSON-RPC request's id, if read
-	srv  *Server
+	// progressToken is the request's _meta.progressToken as written (for
+	// the SDK's requests, which read it as the SDK reads numbers: ids.go).
+	progressToken json.RawMessage
+	srv           *Server
 	// within: the contexts of the request's calls descend from ctx (the
 	// fast path's do; the SDK's do not).
 	within bool
@@ -314,7 +317,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c := req.base
 		c.Op, c.Method = toolcall.OpListTools, "mcp"
 		if err := s.opts.Authenticate(r.Context(), &c); err != nil {
-			s.refuse(w, r, err)
+			s.refuse(w, r, requestID(body), err)
 			return
 		}
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
@@ -338,9 +341,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
-	req.id = requestID(body)
+	req.id, req.progressToken = requestID(body), progressToken(body)
 	ew := &rpcErrors{ResponseWriter: w, id: req.id}
-	s.handler.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+	s.handler.ServeHTTP(withSurrogates(ew, r, body), r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	ew.finish()
 }
 
@@ -364,8 +367,8 @@ func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) 
 	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg})
 }
 
-// refuse answers a request that failed authentication.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
+// refuse answers request id (null if none), which failed authentication.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, err error) {
 	st := status.Convert(err)
 	code := http.StatusInternalServerError
 	switch st.Code() {
@@ -377,11 +380,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	case codes.ResourceExhausted:
 		code = http.StatusTooManyRequests
 	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
+	writeRPCErrorID(w, id, code, map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}})
 }
 
 // notServed are the methods of features this endpoint does not serve (a

@@ -96,8 +96,13 @@ func idMembers(body []byte) ([]idMember, error) {
 // null when it has none that an answer echoes (a refusal then answers
 // with id null, as JSON-RPC asks when the id cannot be determined).
 func requestID(body []byte) json.RawMessage {
-	ids, err := idMembers(body)
-	if err != nil || len(ids) == 0 || !echoable(ids[len(ids)-1].value) {
+	ids, _ := idMembers(body)
+	return lastID(ids)
+}
+
+// lastID is the last of ids (the one decoders take), or null.
+func lastID(ids []idMember) json.RawMessage {
+	if len(ids) == 0 || !echoable(ids[len(ids)-1].value) {
 		return json.RawMessage("null")
 	}
 	return ids[len(ids)-1].value
@@ -108,14 +113,10 @@ type surrogate struct {
 	stand, original []byte
 }
 
-// standIn returns body with every id the SDK would not echo exactly
-// replaced by a surrogate, and the surrogates; none (nil) leaves body as
-// it is.
-func standIn(body []byte) ([]byte, []surrogate) {
-	ids, err := idMembers(body)
-	if err != nil {
-		return body, nil
-	}
+// standIn returns body, whose members "id" are ids (idMembers), with
+// every id the SDK would not echo exactly replaced by a surrogate, and
+// the surrogates; none (nil) leaves body as it is.
+func standIn(body []byte, ids []idMember) ([]byte, []surrogate) {
 	var subs []surrogate
 	var out []byte
 	last := 0
@@ -137,10 +138,11 @@ func standIn(body []byte) ([]byte, []surrogate) {
 	return append(out, body[last:]...), subs
 }
 
-// withSurrogates gives the SDK r with the surrogates of standIn, and
-// returns the writer that puts the originals back in what it writes.
-func withSurrogates(w http.ResponseWriter, r *http.Request, body []byte) http.ResponseWriter {
-	sdkBody, subs := standIn(body)
+// withSurrogates gives the SDK r, whose body's members "id" are ids, with
+// the surrogates of standIn, and returns the writer that puts the
+// originals back in what it writes.
+func withSurrogates(w http.ResponseWriter, r *http.Request, body []byte, ids []idMember) http.ResponseWriter {
+	sdkBody, subs := standIn(body, ids)
 	if subs == nil {
 		return w
 	}

@@ -180,7 +180,8 @@ func FuzzStandIn(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		out, subs := standIn([]byte(body))
+		ids, _ := idMembers([]byte(body))
+		out, subs := standIn([]byte(body), ids)
 		if subs == nil {
 			if string(out) != body {
 				t.Fatalf("%q changed without surrogates: %q", body, out)

@@ -341,9 +341,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
-	req.id, req.progressToken = requestID(body), progressToken(body)
+	ids, _ := idMembers(body)
+	req.id, req.progressToken = lastID(ids), progressToken(body)
 	ew := &rpcErrors{ResponseWriter: w, id: req.id}
-	s.handler.ServeHTTP(withSurrogates(ew, r, body), r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+	s.handler.ServeHTTP(withSurrogates(ew, r, body, ids), r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	ew.finish()
 }
 

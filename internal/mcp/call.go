@@ -141,13 +141,27 @@ func callArgs(c *toolcall.Call, raw json.RawMessage) error {
 }
 
 // result is a tool's output as a tools/call result: one text content,
-// and the output itself as structuredContent when it is a JSON object.
+// and the output itself as structuredContent when it is a JSON object
+// (structured).
 func result(output string) *sdk.CallToolResult {
 	res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: output}}}
-	if t := strings.TrimSpace(output); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+	if t := strings.TrimSpace(output); structured(t) {
 		res.StructuredContent = json.RawMessage(t)
 	}
 	return res
+}
+
+// structured reports whether a tool's output (trimmed) is also given as
+// structuredContent: a JSON object nested no deeper than
+// DefaultMaxContentDepth. The output comes from the bus; one nested
+// thousands deep would be forwarded as JSON that clients cannot decode
+// (Python's recurses), so it is given as text alone.
+func structured(t string) bool {
+	if !strings.HasPrefix(t, "{") {
+		return false
+	}
+	b := []byte(t)
+	return json.Valid(b) && !nestsDeeper(b, DefaultMaxContentDepth)
 }
 
 // traceMeta makes the W3C trace context a request carries in _meta

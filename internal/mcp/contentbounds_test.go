@@ -187,6 +187,51 @@ func TestContentBoundsAreToolErrors(t *testing.T) {
 	}
 }
 
+// TestDeepStructuredContent: the output of a tool of text that is a JSON
+// object nested deeper than DefaultMaxContentDepth is given as text alone,
+// not forwarded as structuredContent (on the fast path and the SDK's, in
+// both revisions); one within the bound is both.
+func TestDeepStructuredContent(t *testing.T) {
+	t.Parallel()
+	handler := func(_ context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+		out := deepObject(64)
+		if c.Name == "deep" {
+			out = deepObject(5000)
+		}
+		if emit != nil {
+			return toolcall.Result{}, emit(toolcall.Chunk{Text: out, Last: true})
+		}
+		return toolcall.Result{Output: out}, nil
+	}
+	for _, noFast := range []bool{false, true} {
+		s := New(handler, Options{NoFastPath: noFast})
+		for _, tool := range []string{"deep", "within"} {
+			for revision, header := range map[string]map[string]string{
+				"2025-11-25": {"Mcp-Protocol-Version": "2025-11-25"}, "2026-07-28": modernHeader(tool)} {
+				meta := ""
+				if revision == modernVersion {
+					meta = "," + modernMeta("")
+				}
+				a := post(t, s, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"`+tool+`"`+meta+`}}`, header)
+				msg, _ := a.message.(map[string]any)
+				res, _ := msg["result"].(map[string]any)
+				content, _ := res["content"].([]any)
+				first, _ := func() (map[string]any, bool) {
+					if len(content) != 1 {
+						return nil, false
+					}
+					m, ok := content[0].(map[string]any)
+					return m, ok
+				}()
+				_, hasStructured := res["structuredContent"]
+				if first["text"] != map[string]string{"deep": deepObject(5000), "within": deepObject(64)}[tool] || hasStructured != (tool == "within") {
+					t.Errorf("%s, %s, fast path %v: structuredContent %v, result %.200s", tool, revision, !noFast, hasStructured, a.raw)
+				}
+			}
+		}
+	}
+}
+
 // syncBuffer is a log sink for concurrent writers.
 type syncBuffer struct {
 	mu  sync.Mutex

@@ -322,7 +322,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 // appendTextResult appends the tools/call result of a tool's text output
 // as the SDK encodes result(text) (TestFastTextResultAsTheSDKWritesIt): one
 // text content, the text itself as structuredContent when it is a JSON
-// object, and for protocol 2026-07-28 (modern) the mark of a complete
+// object not nested too deeply (structured), and for protocol 2026-07-28 (modern) the mark of a complete
 // result and the server's identity in _meta.
 func (s *Server) appendTextResult(b []byte, text string, modern bool) []byte {
 	if modern {
@@ -332,7 +332,7 @@ func (s *Server) appendTextResult(b []byte, text string, modern bool) []byte {
 		b = append(b, `{"content":[{"type":"text","text":`...)
 	}
 	b = append(wire.AppendJSONString(b, text), "}]"...)
-	if t := strings.TrimSpace(text); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+	if t := strings.TrimSpace(text); structured(t) {
 		b = append(append(b, `,"structuredContent":`...), t...)
 	}
 	if modern {
@@ -411,7 +411,11 @@ func oneValue(header http.Header, key, want string) bool {
 
 // tooDeep reports whether body nests objects and arrays deeper than
 // fastMaxDepth (strings skipped).
-func tooDeep(body []byte) bool {
+func tooDeep(body []byte) bool { return nestsDeeper(body, fastMaxDepth) }
+
+// nestsDeeper reports whether text nests objects and arrays deeper than
+// limit (strings skipped).
+func nestsDeeper(body []byte, limit int) bool {
 	depth, inString, escaped := 0, false, false
 	for _, c := range body {
 		switch {
@@ -427,7 +431,7 @@ func tooDeep(body []byte) bool {
 		case c == '"':
 			inString = true
 		case c == '{' || c == '[':
-			if depth++; depth > fastMaxDepth {
+			if depth++; depth > limit {
 				return true
 			}
 		case c == '}' || c == ']':

@@ -321,7 +321,7 @@ func TestFastTextResultAsTheSDKWritesIt(t *testing.T) {
 
 // FuzzFastTextResult: the same for any text.
 func FuzzFastTextResult(f *testing.F) {
-	for _, text := range []string{"", "x", `{"a":1}`, " { \"b\" : 1e400 } ", "\xff"} {
+	for _, text := range []string{"", "x", `{"a":1}`, " { \"b\" : 1e400 } ", "\xff", deepObject(64), deepObject(65)} {
 		f.Add(text, false)
 		f.Add(text, true)
 	}

@@ -257,6 +257,7 @@ func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.Serv
 			out.WriteString(ch.Text)
 		case overflow > 0 || out.Len()+len(ch.Text) > s.bounds.Bytes:
 			overflow = max(overflow, out.Len()) + len(ch.Text)
+			out.Reset() // what was kept is of no more use
 		default:
 			out.WriteString(ch.Text)
 		}

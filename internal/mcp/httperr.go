@@ -16,19 +16,6 @@ import (
 // ones the SDK answers in text (405, 415, a malformed body, a foreign
 // Host) included: rpcErrors rewrites those on their way out.
 
-// requestID is the id of the JSON-RPC request in body, or null when it has
-// none that can be read (a refusal then answers with id null, as JSON-RPC
-// asks when the id cannot be determined).
-func requestID(body []byte) json.RawMessage {
-	var m struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(body, &m) != nil || len(m.ID) == 0 {
-		return json.RawMessage("null")
-	}
-	return m.ID
-}
-
 // writeRPCErrorID answers with a JSON-RPC error for request id.
 func writeRPCErrorID(w http.ResponseWriter, id json.RawMessage, httpCode int, e map[string]any) {
 	msg, err := json.Marshal(e)

@@ -154,6 +154,10 @@ type Options struct {
 	// TaskTTL is how long a task is kept once it ended (the operations'
 	// TTL): the ttlMs of tasks.
 	TaskTTL time.Duration
+	// ContentBounds bound the output of a tool of MCP content (content.go):
+	// a breach is a BAD_CONTENT tool error naming the bound. Zero fields
+	// take their defaults (DefaultMaxContentBlocks, …).
+	ContentBounds ContentBounds
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -174,6 +178,7 @@ type Server struct {
 	implJSON []byte              // impl encoded, for the fast path
 	handler  http.Handler
 	pageSize int32
+	bounds   ContentBounds // opts.ContentBounds with its defaults
 }
 
 // New returns the MCP endpoint serving calls through h.
@@ -184,7 +189,7 @@ func New(h toolcall.Handler, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize}
+	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize, bounds: opts.ContentBounds.orDefaults()}
 	s.changed.Store(time.Now().UnixNano())
 	if s.pageSize <= 0 {
 		s.pageSize = DefaultPageSize
@@ -272,7 +277,10 @@ type request struct {
 	ctx  context.Context // the HTTP request's own
 	base toolcall.Call   // header, connection, and the caller once authenticated
 	id   json.RawMessage // the JSON-RPC request's id, if read
-	srv  *Server
+	// progressToken is the request's _meta.progressToken as written (for
+	// the SDK's requests, which read it as the SDK reads numbers: ids.go).
+	progressToken json.RawMessage
+	srv           *Server
 	// within: the contexts of the request's calls descend from ctx (the
 	// fast path's do; the SDK's do not).
 	within bool
@@ -309,7 +317,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c := req.base
 		c.Op, c.Method = toolcall.OpListTools, "mcp"
 		if err := s.opts.Authenticate(r.Context(), &c); err != nil {
-			s.refuse(w, r, err)
+			s.refuse(w, r, requestID(body), err)
 			return
 		}
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
@@ -333,9 +341,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
-	req.id = requestID(body)
+	ids, _ := idMembers(body)
+	req.id, req.progressToken = lastID(ids), progressToken(body)
 	ew := &rpcErrors{ResponseWriter: w, id: req.id}
-	s.handler.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+	s.handler.ServeHTTP(withSurrogates(ew, r, body, ids), r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	ew.finish()
 }
 
@@ -359,8 +368,8 @@ func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) 
 	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg})
 }
 
-// refuse answers a request that failed authentication.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
+// refuse answers request id (null if none), which failed authentication.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, err error) {
 	st := status.Convert(err)
 	code := http.StatusInternalServerError
 	switch st.Code() {
@@ -372,11 +381,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	case codes.ResourceExhausted:
 		code = http.StatusTooManyRequests
 	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
+	writeRPCErrorID(w, id, code, map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}})
 }
 
 // notServed are the methods of features this endpoint does not serve (a

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -242,6 +243,51 @@ func TestForgedRecordsRefused(t *testing.T) {
 		}
 		if got := scrape(t, admin, "toolgate_operations_cancels_sent_total") - told; got != 0 {
 			t.Fatalf("%v cancels sent", got)
+		}
+	})
+
+	t.Run("forged chunks", func(t *testing.T) {
+		chunkTopic := flagValue(flags, "operations-chunk-topic")
+		c, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: chunkTopic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		// Three chunks 1.5 s apart; forged ones for chunks 1 and 2 (the
+		// last) are on the topic long before the real ones.
+		code, op := do(t, http.MethodPost, base+"/v1/tools/echo:start", aliceKey, `{"arguments": {"mode": "stream", "n": 3, "gap_ms": 1500}, "timeout": "60s"}`)
+		if code != http.StatusOK {
+			t.Fatalf("start: %d %v", code, op)
+		}
+		sid := strings.TrimPrefix(op["name"].(string), "operations/")
+		unsigned, badSig := refused("unsigned"), refused("bad_signature")
+		for i, mac := range []string{"", recordMAC(otherKey, sid, []byte("FORGED"))} {
+			msg := &pulsar.ProducerMessage{Key: sid, Payload: []byte("FORGED"), Properties: map[string]string{"toolgate-seq": strconv.Itoa(i + 1)}}
+			if i == 1 {
+				msg.Properties["toolgate-last"] = "true"
+				msg.Properties["toolgate-mac"] = mac
+			}
+			if _, err := p.Send(t.Context(), msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp := openOpStream(t, base, sid, "", "application/x-ndjson", "")
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+		if resp.StatusCode != http.StatusOK || len(lines) != 3 {
+			t.Fatalf("the stream: %d %q, want the 3 real chunks", resp.StatusCode, body)
+		}
+		for i, l := range lines {
+			wantChunk(t, decodeChunk(t, l), i, 3)
+		}
+		if refused("unsigned") <= unsigned || refused("bad_signature") <= badSig {
+			t.Fatalf("the forged chunks were not counted: unsigned %v → %v, bad_signature %v → %v", unsigned, refused("unsigned"), badSig, refused("bad_signature"))
 		}
 	})
 

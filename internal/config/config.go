@@ -78,7 +78,8 @@ type Config struct {
 	OperationTTL           time.Duration
 	MaxOperationsPerCaller int
 	// OperationsKeyFile holds the key the deployment's gateways share to
-	// sign and check the operations' records (required with Operations);
+	// encrypt, sign and check the operations' records (required with
+	// Operations);
 	// OperationsPreviousKeyFile, when set, a key whose records are still
 	// accepted, while a new one replaces it.
 	OperationsKeyFile, OperationsPreviousKeyFile string
@@ -244,8 +245,8 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.BoolVar(&c.Operations, "operations", envBool(getenv, "operations", false, &envErrs), "serve durable operations (POST /v1/tools/{name}:start, /v1/operations): their state is kept on the broker (persistent://tg/operations/state, the namespace tg/operations must exist) so any replica answers for them (env "+envName("operations")+")")
 	dur(&c.OperationTTL, "operation-ttl", operations.DefaultTTL, "how long a durable operation is kept once it ended")
-	str(&c.OperationsKeyFile, "operations-key-file", "", "file holding the key (at least 32 bytes, e.g. openssl rand -base64 48) with which the deployment's gateways sign the records of durable operations and check those they read; records not signed with it are refused. Required with --operations; every replica needs the same")
-	str(&c.OperationsPreviousKeyFile, "operations-previous-key-file", "", "file holding a key whose records are still accepted, never signed with: the key --operations-key-file replaces, while the replicas move to the new one")
+	str(&c.OperationsKeyFile, "operations-key-file", "", "file holding the key (at least 32 bytes, e.g. openssl rand -base64 48) with which the deployment's gateways encrypt and sign the records of durable operations and check those they read; records not signed with it are refused. Required with --operations; every replica needs the same")
+	str(&c.OperationsPreviousKeyFile, "operations-previous-key-file", "", "file holding a key whose records are still accepted, never written with: the key --operations-key-file replaces, while the replicas move to the new one")
 	str(&c.OperationsTopics.State, "operations-state-topic", operations.DefaultStateTopic, "compacted topic of the durable operations' state table; one deployment's gateways share it")
 	str(&c.OperationsTopics.Chunks, "operations-chunk-topic", operations.DefaultChunkTopic, "topic keeping the chunks of durable operations' answers that come in several messages")
 	str(&c.OperationsTopics.Replies, "operations-reply-topic", wire.OperationsTopic, "persistent topic of the response namespace that tool services answer durable operations on (their reply-to)")
@@ -473,12 +474,12 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// validateOperations checks the settings of --operations: a key to sign
+// validateOperations checks the settings of --operations: a key to protect
 // the records with, and the topics.
 func (c Config) validateOperations() []error {
 	var errs []error
 	if c.OperationsKeyFile == "" {
-		errs = append(errs, errors.New("--operations needs --operations-key-file: the gateways sign the operations' records with a key they share, and refuse records without it (make one with: openssl rand -base64 48 > operations.key)"))
+		errs = append(errs, errors.New("--operations needs --operations-key-file: the gateways encrypt and sign the operations' records with a key they share, and refuse records without it (make one with: openssl rand -base64 48 > operations.key)"))
 	}
 	for _, f := range []struct{ name, topic string }{
 		{"operations-state-topic", c.OperationsTopics.State},

@@ -1,12 +1,18 @@
 package operations
 
 import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -22,11 +28,13 @@ const MinKeyBytes = 32
 // topics: HMAC-SHA256, base64 (standard, padded).
 const propMAC = "toolgate-mac"
 
-// Keys authenticate what the gateways of a deployment write on the
-// operations topics (records of the state table, tombstones, chunks): the
-// gateways share them, and a message without a code made with one of them
-// is refused. The first key signs and verifies; the others only verify,
-// so that a key can be replaced without a gap (docs/operations.md).
+// Keys protect what the gateways of a deployment write on the operations
+// topics (records of the state table, tombstones, chunks): the gateways
+// share them. A payload is encrypted (AES-256-GCM) and every message
+// carries an authentication code (HMAC-SHA256); a message without a code
+// made with one of the keys is refused. The first key protects and
+// opens; the others only open, so that a key can be replaced without a
+// gap (docs/operations.md).
 type Keys struct {
 	keys [][]byte
 }
@@ -82,54 +90,129 @@ var (
 	errBadSignature = errors.New("the message's authentication code was not made with the deployment's key")
 )
 
-// mac is the code of a message of kind, under key (the message key, an
-// operation id), with its chunk fields (index and last; for records -1 and
-// false) and payload (nil for a tombstone). Each field is length-prefixed.
+// header writes the fields that say what a message is to w, each
+// preceded by its length (8 bytes, big-endian): the version, the kind, the
+// message key (an operation id), the chunk index and last mark (for
+// records -1 and false).
+func header(w io.Writer, kind, msgKey string, index int, last bool) {
+	for _, f := range []string{"toolgate-operations-v1", kind, msgKey, strconv.Itoa(index), strconv.FormatBool(last)} {
+		writeField(w, []byte(f))
+	}
+}
+
+func writeField(w io.Writer, b []byte) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+	_, _ = w.Write(n[:])
+	_, _ = w.Write(b)
+}
+
+// mac is the code of a message of kind under key: HMAC-SHA256 of its
+// header and then its payload (as sent: encrypted; nil for a tombstone),
+// length-prefixed alike.
 func mac(key []byte, kind, msgKey string, index int, last bool, payload []byte) []byte {
 	h := hmac.New(sha256.New, key)
-	field := func(b []byte) {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
-	}
-	field([]byte("toolgate-operations-v1"))
-	field([]byte(kind))
-	field([]byte(msgKey))
-	field([]byte(strconv.Itoa(index)))
-	field([]byte(strconv.FormatBool(last)))
-	field(payload)
+	header(h, kind, msgKey, index, last)
+	writeField(h, payload)
 	return h.Sum(nil)
 }
 
-// sign sets msg's code, as a message of kind (chunk index and last from
-// its properties when kind is kindChunk).
-func (k *Keys) sign(kind string, msg *transport.Message) {
+// saltBytes is the length of the random salt a payload's own encryption
+// key is derived with.
+const saltBytes = 32
+
+// errSealed: a payload that does not open (cut short, or changed).
+var errSealed = errors.New("the payload does not decrypt")
+
+// payloadCipher is the AES-256-GCM of one payload: its key derived from
+// the deployment's key and the payload's salt (HKDF-SHA256), so each
+// payload has a key of its own and the nonce can be zero.
+func payloadCipher(key, salt []byte) (cipher.AEAD, error) {
+	sub, err := hkdf.Key(sha256.New, key, salt, "toolgate-operations-v1 payload", 32)
+	if err != nil {
+		return nil, err
+	}
+	b, err := aes.NewCipher(sub)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(b)
+}
+
+// seal encrypts plain as a payload of kind under msgKey: the salt, then
+// the ciphertext and tag, the header being its additional data.
+func seal(key []byte, kind, msgKey string, index int, last bool, plain []byte) ([]byte, error) {
+	salt := make([]byte, saltBytes, saltBytes+len(plain)+16)
+	_, _ = rand.Read(salt)
+	aead, err := payloadCipher(key, salt)
+	if err != nil {
+		return nil, err
+	}
+	var ad bytes.Buffer
+	header(&ad, kind, msgKey, index, last)
+	return aead.Seal(salt, make([]byte, aead.NonceSize()), plain, ad.Bytes()), nil
+}
+
+// open decrypts a payload seal made under key.
+func open(key []byte, kind, msgKey string, index int, last bool, sealed []byte) ([]byte, error) {
+	if len(sealed) < saltBytes+16 {
+		return nil, errSealed
+	}
+	aead, err := payloadCipher(key, sealed[:saltBytes])
+	if err != nil {
+		return nil, err
+	}
+	var ad bytes.Buffer
+	header(&ad, kind, msgKey, index, last)
+	plain, err := aead.Open(nil, make([]byte, aead.NonceSize()), sealed[saltBytes:], ad.Bytes())
+	if err != nil {
+		return nil, errSealed
+	}
+	return plain, nil
+}
+
+// protect encrypts msg's payload (a tombstone's stays empty) and sets its
+// code, as a message of kind (chunk index and last from its properties
+// when kind is kindChunk), with the first key.
+func (k *Keys) protect(kind string, msg *transport.Message) error {
 	index, last := chunkFields(kind, msg.Properties)
+	if len(msg.Payload) > 0 {
+		sealed, err := seal(k.keys[0], kind, msg.Key, index, last, msg.Payload)
+		if err != nil {
+			return err
+		}
+		msg.Payload = sealed
+	}
 	if msg.Properties == nil {
 		msg.Properties = map[string]string{}
 	}
 	msg.Properties[propMAC] = base64.StdEncoding.EncodeToString(mac(k.keys[0], kind, msg.Key, index, last, msg.Payload))
+	return nil
 }
 
-// verify checks msg's code: nil when one of the keys made it, else
-// errUnsigned or errBadSignature.
-func (k *Keys) verify(kind string, msg transport.Message) error {
+// unprotect checks msg's code and returns its payload decrypted (nil for a
+// tombstone): errUnsigned or errBadSignature when no key made the code,
+// errSealed when the payload does not decrypt under the key that did.
+func (k *Keys) unprotect(kind string, msg transport.Message) ([]byte, error) {
 	enc, ok := msg.Properties[propMAC]
 	if !ok || enc == "" {
-		return errUnsigned
+		return nil, errUnsigned
 	}
 	got, err := base64.StdEncoding.DecodeString(enc)
 	if err != nil || len(got) != sha256.Size {
-		return errBadSignature
+		return nil, errBadSignature
 	}
 	index, last := chunkFields(kind, msg.Properties)
 	for _, key := range k.keys {
-		if hmac.Equal(got, mac(key, kind, msg.Key, index, last, msg.Payload)) {
-			return nil
+		if !hmac.Equal(got, mac(key, kind, msg.Key, index, last, msg.Payload)) {
+			continue
 		}
+		if len(msg.Payload) == 0 {
+			return nil, nil
+		}
+		return open(key, kind, msg.Key, index, last, msg.Payload)
 	}
-	return errBadSignature
+	return nil, errBadSignature
 }
 
 // chunkFields are the index and last mark of a chunk message as its
@@ -145,10 +228,13 @@ func chunkFields(kind string, props map[string]string) (int, bool) {
 	return i, props[propLast] == "true"
 }
 
-// refusedReason is the reason label of a verification error.
+// refusedReason is the reason label of an error of unprotect.
 func refusedReason(err error) string {
-	if errors.Is(err, errUnsigned) {
+	switch {
+	case errors.Is(err, errUnsigned):
 		return RefusedUnsigned
+	case errors.Is(err, errBadSignature):
+		return RefusedSignature
 	}
-	return RefusedSignature
+	return RefusedMalformed
 }

@@ -2,6 +2,7 @@ package operations
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,86 +21,120 @@ func testKeys(t *testing.T, fill byte, verify ...[]byte) *Keys {
 	return k
 }
 
-func TestKeysSignAndVerify(t *testing.T) {
+func TestKeysProtect(t *testing.T) {
 	t.Parallel()
 	k := testKeys(t, 1)
+	plainRecord := []byte(`{"id":"` + testID + `","owner":"alice","state":"done","output":"the output"}`)
 	record := func() transport.Message {
-		return transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"done","output":"x"}`)}
+		return transport.Message{Key: testID, Payload: append([]byte(nil), plainRecord...)}
 	}
 	chunk := func() transport.Message {
 		return transport.Message{Key: testID, Payload: []byte("part"), Properties: map[string]string{wire.PropSeq: "3"}}
 	}
-	signed := func(kind string, msg transport.Message) transport.Message {
-		k.sign(kind, &msg)
+	protected := func(kind string, msg transport.Message) transport.Message {
+		if err := k.protect(kind, &msg); err != nil {
+			t.Fatal(err)
+		}
 		return msg
 	}
-	if err := k.verify(kindRecord, signed(kindRecord, record())); err != nil {
-		t.Fatalf("a signed record: %v", err)
+	rec := protected(kindRecord, record())
+	if bytes.Contains(rec.Payload, []byte("alice")) || bytes.Contains(rec.Payload, []byte("the output")) {
+		t.Fatalf("the record travels in clear: %q", rec.Payload)
 	}
-	tomb := signed(kindRecord, transport.Message{Key: testID})
-	if err := k.verify(kindRecord, tomb); err != nil {
-		t.Fatalf("a signed tombstone: %v", err)
+	if again := protected(kindRecord, record()); bytes.Equal(again.Payload, rec.Payload) {
+		t.Fatal("the same record encrypted twice alike")
 	}
-	if err := k.verify(kindChunk, signed(kindChunk, chunk())); err != nil {
-		t.Fatalf("a signed chunk: %v", err)
+	if got, err := k.unprotect(kindRecord, rec); err != nil || !bytes.Equal(got, plainRecord) {
+		t.Fatalf("a protected record: %q, %v", got, err)
+	}
+	tomb := protected(kindRecord, transport.Message{Key: testID})
+	if got, err := k.unprotect(kindRecord, tomb); err != nil || got != nil || len(tomb.Payload) != 0 {
+		t.Fatalf("a protected tombstone: %q %q, %v", tomb.Payload, got, err)
+	}
+	if got, err := k.unprotect(kindChunk, protected(kindChunk, chunk())); err != nil || string(got) != "part" {
+		t.Fatalf("a protected chunk: %q, %v", got, err)
+	}
+	// resigned: a payload changed by someone who had the key for the
+	// code only would still not open
+	resigned := func(m transport.Message) transport.Message {
+		m.Properties = map[string]string{propMAC: base64.StdEncoding.EncodeToString(mac(k.keys[0], kindRecord, m.Key, -1, false, m.Payload))}
+		return m
 	}
 	for name, c := range map[string]struct {
 		kind string
 		msg  transport.Message
 		want error
 	}{
-		"unsigned record": {kindRecord, record(), errUnsigned},
-		"output changed": {kindRecord, func() transport.Message {
-			m := signed(kindRecord, record())
-			m.Payload = bytes.Replace(m.Payload, []byte(`"x"`), []byte(`"FORGED"`), 1)
+		"unsigned record":    {kindRecord, record(), errUnsigned},
+		"unsigned tombstone": {kindRecord, transport.Message{Key: testID}, errUnsigned},
+		"payload changed": {kindRecord, func() transport.Message {
+			m := protected(kindRecord, record())
+			m.Payload[len(m.Payload)-1] ^= 1
 			return m
 		}(), errBadSignature},
+		"payload changed, code made anew": {kindRecord, func() transport.Message {
+			m := protected(kindRecord, record())
+			m.Payload[len(m.Payload)-1] ^= 1
+			return resigned(m)
+		}(), errSealed},
 		"moved to another key": {kindRecord, func() transport.Message {
-			m := signed(kindRecord, record())
+			m := protected(kindRecord, record())
 			m.Key = "ffffffffffffffffffffffffffffffff"
 			return m
 		}(), errBadSignature},
-		"signed with another key": {kindRecord, func() transport.Message {
+		"moved to another key, code made anew": {kindRecord, func() transport.Message {
+			m := protected(kindRecord, record())
+			m.Key = "ffffffffffffffffffffffffffffffff"
+			return resigned(m)
+		}(), errSealed},
+		"protected with another key": {kindRecord, func() transport.Message {
 			m := record()
-			testKeys(t, 2).sign(kindRecord, &m)
+			_ = testKeys(t, 2).protect(kindRecord, &m)
 			return m
 		}(), errBadSignature},
-		"a record's code on a chunk": {kindChunk, signed(kindRecord, chunk()), errBadSignature},
+		"a record's code on a chunk": {kindChunk, func() transport.Message {
+			m := chunk()
+			_ = k.protect(kindRecord, &m)
+			return m
+		}(), errBadSignature},
 		"a tombstone's code on a record": {kindRecord, func() transport.Message {
-			m := record()
+			m := protected(kindRecord, record())
 			m.Properties = tomb.Properties
 			return m
 		}(), errBadSignature},
 		"chunk index changed": {kindChunk, func() transport.Message {
-			m := signed(kindChunk, chunk())
+			m := protected(kindChunk, chunk())
 			m.Properties[wire.PropSeq] = "4"
 			return m
 		}(), errBadSignature},
 		"chunk marked last": {kindChunk, func() transport.Message {
-			m := signed(kindChunk, chunk())
+			m := protected(kindChunk, chunk())
 			m.Properties[propLast] = "true"
 			return m
 		}(), errBadSignature},
-		"code not base64": {kindRecord, transport.Message{Key: testID, Payload: record().Payload, Properties: map[string]string{propMAC: "!!"}}, errBadSignature},
+		"code not base64":                   {kindRecord, transport.Message{Key: testID, Payload: plainRecord, Properties: map[string]string{propMAC: "!!"}}, errBadSignature},
+		"payload cut short, code made anew": {kindRecord, resigned(transport.Message{Key: testID, Payload: []byte("short")}), errSealed},
 	} {
-		if err := k.verify(c.kind, c.msg); !errors.Is(err, c.want) {
+		if _, err := k.unprotect(c.kind, c.msg); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
 		}
 	}
 }
 
-// A key being replaced: what the old one signed still passes where it is
-// a verify-only key, and nowhere else.
+// A key being replaced: what the old one protected still opens where it
+// is a verify-only key, and nowhere else.
 func TestKeysRotation(t *testing.T) {
 	t.Parallel()
 	old := bytes.Repeat([]byte{1}, MinKeyBytes)
 	msg := transport.Message{Key: testID, Payload: []byte(`{}`)}
-	testKeys(t, 1).sign(kindRecord, &msg)
-	if err := testKeys(t, 2, old).verify(kindRecord, msg); err != nil {
-		t.Fatalf("signed with the previous key: %v", err)
+	if err := testKeys(t, 1).protect(kindRecord, &msg); err != nil {
+		t.Fatal(err)
 	}
-	if err := testKeys(t, 2).verify(kindRecord, msg); !errors.Is(err, errBadSignature) {
-		t.Fatalf("signed with a key no longer given: %v", err)
+	if got, err := testKeys(t, 2, old).unprotect(kindRecord, msg); err != nil || string(got) != `{}` {
+		t.Fatalf("protected with the previous key: %q, %v", got, err)
+	}
+	if _, err := testKeys(t, 2).unprotect(kindRecord, msg); !errors.Is(err, errBadSignature) {
+		t.Fatalf("protected with a key no longer given: %v", err)
 	}
 }
 
@@ -149,7 +184,9 @@ func TestAdmitRefusesAndCounts(t *testing.T) {
 	}
 	signedBy := func(k *Keys, payload []byte) transport.Message {
 		msg := transport.Message{Key: testID, Payload: payload}
-		k.sign(kindRecord, &msg)
+		if err := k.protect(kindRecord, &msg); err != nil {
+			t.Fatal(err)
+		}
 		return msg
 	}
 	if r, ok := m.admit(signedBy(k, rec(wire.RequestTopic("echo")))); !ok || r == nil || r.Owner != "a" {

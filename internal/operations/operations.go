@@ -102,9 +102,9 @@ type Options struct {
 	// SweepEvery is how often expired operations are deleted
 	// (DefaultSweepEvery).
 	SweepEvery time.Duration
-	// Keys sign what this gateway writes on the state and chunk topics
-	// and check what it reads there: a message none of them signed is
-	// refused. Required.
+	// Keys encrypt and sign what this gateway writes on the state and
+	// chunk topics and check and decrypt what it reads there: a message
+	// none of them signed is refused. Required.
 	Keys *Keys
 	// TopicAllowed checks a request topic a record names (Record.Topic),
 	// to which a cancel may be sent: the allow-list of announced request
@@ -243,18 +243,20 @@ func (m *Manager) follow(ctx context.Context) {
 }
 
 // admit checks a message read from the state table, as anything from the
-// bus: signed with one of the deployment's keys, a valid record (or a
+// bus: signed with one of the deployment's keys (and decrypted with it), a
+// valid record (or a
 // tombstone: a nil record), naming only an allowed topic. A message
 // refused is counted and logged (refuse); ok is false then.
 func (m *Manager) admit(msg transport.Message) (r *Record, ok bool) {
-	if err := m.opts.Keys.verify(kindRecord, msg); err != nil {
+	plain, err := m.opts.Keys.unprotect(kindRecord, msg)
+	if err != nil {
 		m.refuse(refusedReason(err), m.opts.StateTopic, msg.Key, err)
 		return nil, false
 	}
-	if msg.Payload == nil {
+	if len(msg.Payload) == 0 {
 		return nil, true
 	}
-	rec, err := decodeRecord(msg.Key, msg.Payload)
+	rec, err := decodeRecord(msg.Key, plain)
 	if err != nil {
 		m.refuse(RefusedMalformed, m.opts.StateTopic, msg.Key, err)
 		return nil, false
@@ -370,8 +372,8 @@ func (m *Manager) lookup(id string) (Record, bool, <-chan struct{}) {
 	return r, ok, m.changed
 }
 
-// put writes r to the state table, signed, waiting for the broker's
-// receipt, and applies it here at once.
+// put writes r to the state table, encrypted and signed, waiting for the
+// broker's receipt, and applies it here at once.
 func (m *Manager) put(ctx context.Context, r Record) error {
 	r.Gateway = m.opts.Instance
 	b, err := json.Marshal(r)
@@ -379,7 +381,9 @@ func (m *Manager) put(ctx context.Context, r Record) error {
 		return err
 	}
 	msg := transport.Message{Key: r.ID, Payload: b}
-	m.opts.Keys.sign(kindRecord, &msg)
+	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
+		return err
+	}
 	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
 		return fmt.Errorf("recording operation %s: %w", r.ID, err)
 	}
@@ -390,7 +394,9 @@ func (m *Manager) put(ctx context.Context, r Record) error {
 // remove writes id's tombstone, signed.
 func (m *Manager) remove(ctx context.Context, id string) error {
 	msg := transport.Message{Key: id}
-	m.opts.Keys.sign(kindRecord, &msg)
+	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
+		return err
+	}
 	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
 		return fmt.Errorf("deleting operation %s: %w", id, err)
 	}
@@ -694,11 +700,15 @@ func (m *Manager) onReply(l *replyLane, msg transport.Message) bool {
 func (m *Manager) rejoin(ctx context.Context, r Record, p *partial) error {
 	kept := map[int]string{}
 	err := m.bus.ReadRange(ctx, m.opts.ChunkTopic, "toolgate-operation-rejoin", time.UnixMilli(r.CreateMS).Add(-clockSlack), func(msg transport.Message) {
-		if msg.Key != r.ID || !m.admitChunk(msg) {
+		if msg.Key != r.ID {
+			return
+		}
+		text, ok := m.chunkText(msg)
+		if !ok {
 			return
 		}
 		if i, err := strconv.Atoi(msg.Properties[wire.PropSeq]); err == nil && i >= 0 {
-			kept[i] = string(msg.Payload)
+			kept[i] = text
 		}
 	})
 	if err != nil {
@@ -725,18 +735,22 @@ func (m *Manager) writeChunk(ctx context.Context, id string, i int, text string,
 		props[propLast] = "true"
 	}
 	msg := transport.Message{Key: id, Payload: []byte(text), Properties: props}
-	m.opts.Keys.sign(kindChunk, &msg)
+	if err := m.opts.Keys.protect(kindChunk, &msg); err != nil {
+		return err
+	}
 	return m.bus.Publish(ctx, m.opts.ChunkTopic, msg)
 }
 
-// admitChunk checks a chunk read from the chunk topic: signed with one of
-// the deployment's keys. One refused is counted and logged (refuse).
-func (m *Manager) admitChunk(msg transport.Message) bool {
-	if err := m.opts.Keys.verify(kindChunk, msg); err != nil {
+// chunkText checks a chunk read from the chunk topic, signed with one of
+// the deployment's keys, and returns its text decrypted. One refused is
+// counted and logged (refuse).
+func (m *Manager) chunkText(msg transport.Message) (string, bool) {
+	text, err := m.opts.Keys.unprotect(kindChunk, msg)
+	if err != nil {
 		m.refuse(refusedReason(err), m.opts.ChunkTopic, msg.Key, err)
-		return false
+		return "", false
 	}
-	return true
+	return string(text), true
 }
 
 // recordOf returns id's record, waiting up to lagWait for it to reach the
@@ -978,7 +992,11 @@ func (m *Manager) Stream(ctx context.Context, owner, id string, from int, emit f
 	since := time.UnixMilli(r.CreateMS).Add(-clockSlack)
 	go func() {
 		readErr <- m.bus.ReadSince(rctx, m.opts.ChunkTopic, "toolgate-operation-stream", since, func(msg transport.Message) bool {
-			if msg.Key != id || !m.admitChunk(msg) {
+			if msg.Key != id {
+				return true
+			}
+			text, ok := m.chunkText(msg)
+			if !ok {
 				return true
 			}
 			i, err := strconv.Atoi(msg.Properties[wire.PropSeq])
@@ -987,7 +1005,7 @@ func (m *Manager) Stream(ctx context.Context, owner, id string, from int, emit f
 				return true
 			}
 			select {
-			case chunks <- chunk{i: i, text: string(msg.Payload), last: msg.Properties[propLast] == "true"}:
+			case chunks <- chunk{i: i, text: text, last: msg.Properties[propLast] == "true"}:
 				return true
 			case <-rctx.Done():
 				return false

@@ -3,6 +3,9 @@ package operations_test
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -45,8 +48,8 @@ func newBusParty(t *testing.T, stateTopic string) *busParty {
 	return &busParty{p: p}
 }
 
-// put publishes record under id (a tombstone when record is nil), signed
-// with key unless it is nil.
+// put publishes record under id (a tombstone when record is nil):
+// encrypted and signed with key, or in clear and unsigned when key is nil.
 func (b *busParty) put(t *testing.T, id string, record map[string]any, key []byte) {
 	t.Helper()
 	var payload []byte
@@ -58,7 +61,10 @@ func (b *busParty) put(t *testing.T, id string, record map[string]any, key []byt
 	}
 	msg := &pulsar.ProducerMessage{Key: id, Payload: payload}
 	if key != nil {
-		msg.Properties = map[string]string{"toolgate-mac": recordMAC(key, id, payload)}
+		if payload != nil {
+			msg.Payload = sealRecord(t, key, id, payload)
+		}
+		msg.Properties = map[string]string{"toolgate-mac": recordMAC(key, id, msg.Payload)}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -67,24 +73,73 @@ func (b *busParty) put(t *testing.T, id string, record map[string]any, key []byt
 	}
 }
 
-// recordMAC is a record's code as docs/operations.md gives it: HMAC-SHA256
-// under the key of the fields "toolgate-operations-v1", "record", the
-// message key, "-1", "false" and the payload, each preceded by its length
-// (8 bytes, big-endian); base64.
+// recordHeader is a record's header as docs/operations.md gives it: the
+// fields "toolgate-operations-v1", "record", the message key, "-1" and
+// "false", each preceded by its length (8 bytes, big-endian).
+func recordHeader(id string) []byte {
+	var b []byte
+	for _, f := range []string{"toolgate-operations-v1", "record", id, "-1", "false"} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// recordMAC is a record's code: HMAC-SHA256 under the key of its header
+// and its payload as sent, length-prefixed alike; base64.
 func recordMAC(key []byte, id string, payload []byte) string {
 	h := hmac.New(sha256.New, key)
-	for _, f := range [][]byte{[]byte("toolgate-operations-v1"), []byte("record"), []byte(id), []byte("-1"), []byte("false"), payload} {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
-		h.Write(n[:])
-		h.Write(f)
-	}
+	h.Write(recordHeader(id))
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(payload))))
+	h.Write(payload)
 	return base64.StdEncoding.EncodeToString(h.Sum(nil))
 }
 
+// payloadAEAD is AES-256-GCM under the key HKDF-SHA256 derives from the
+// deployment's key and a payload's salt.
+func payloadAEAD(t *testing.T, key, salt []byte) cipher.AEAD {
+	t.Helper()
+	sub, err := hkdf.Key(sha256.New, key, salt, "toolgate-operations-v1 payload", 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := aes.NewCipher(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aead, err := cipher.NewGCM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return aead
+}
+
+// sealRecord encrypts a record's payload as docs/operations.md gives it:
+// a 32-byte random salt, then the ciphertext and tag under a zero nonce,
+// the header as additional data.
+func sealRecord(t *testing.T, key []byte, id string, plain []byte) []byte {
+	t.Helper()
+	salt := make([]byte, 32)
+	_, _ = rand.Read(salt)
+	return payloadAEAD(t, key, salt).Seal(salt, make([]byte, 12), plain, recordHeader(id))
+}
+
+// openRecord decrypts a payload sealRecord (or a gateway) made.
+func openRecord(t *testing.T, key []byte, id string, sealed []byte) []byte {
+	t.Helper()
+	if len(sealed) < 48 {
+		t.Fatalf("a sealed record of %d bytes", len(sealed))
+	}
+	plain, err := payloadAEAD(t, key, sealed[:32]).Open(nil, make([]byte, 12), sealed[32:], recordHeader(id))
+	if err != nil {
+		t.Fatalf("the record of %s does not decrypt with the deployment's key: %v", id, err)
+	}
+	return plain
+}
+
 // recordOf reads operation id's record from the state table as any
-// reader of the topic can.
-func recordOf(t *testing.T, stateTopic, id string) map[string]any {
+// reader of the topic can: its payload as it travels.
+func recordOf(t *testing.T, stateTopic, id string) []byte {
 	t.Helper()
 	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: brokertest.PulsarURL()})
 	if err != nil {
@@ -106,11 +161,7 @@ func recordOf(t *testing.T, stateTopic, id string) map[string]any {
 		if m.Key() != id || len(m.Payload()) == 0 {
 			continue
 		}
-		var rec map[string]any
-		if err := json.Unmarshal(m.Payload(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		return rec
+		return m.Payload()
 	}
 }
 
@@ -165,7 +216,15 @@ func TestForgedRecordsRefused(t *testing.T) {
 		_, got := do(t, http.MethodGet, base+"/v1/operations/"+id, aliceKey, "")
 		return got["done"] == true
 	})
-	real := recordOf(t, stateTopic, id)
+	// A reader of the topic without the key learns nothing of it.
+	raw := recordOf(t, stateTopic, id)
+	if bytes.Contains(raw, []byte("the real output")) || bytes.Contains(raw, []byte(`"owner"`)) {
+		t.Fatalf("the record travels in clear: %q", raw)
+	}
+	var real map[string]any
+	if err := json.Unmarshal(openRecord(t, key, id, raw), &real); err != nil {
+		t.Fatal(err)
+	}
 	owner, _ := real["owner"].(string)
 	if owner == "" {
 		t.Fatalf("the record of %s names no owner: %v", id, real)

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/transport"
@@ -212,5 +214,26 @@ func TestAdmitRefusesAndCounts(t *testing.T) {
 		if got := m.Stats().Refused[c.reason] - before; got != 1 {
 			t.Errorf("%s: %s counted %d times, want once", name, c.reason, got)
 		}
+	}
+}
+
+// A flood of refused messages is logged each at debug level, and as a
+// warning once.
+func TestRefusalsLogRateLimited(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m, err := New(nil, nil, Options{Keys: testKeys(t, 1), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		m.admit(transport.Message{Key: testID, Payload: []byte(`{}`)})
+	}
+	if got := m.Stats().Refused[RefusedUnsigned]; got != 100 {
+		t.Fatalf("%d refusals counted, want 100", got)
+	}
+	if debug, warn := strings.Count(buf.String(), "level=DEBUG"), strings.Count(buf.String(), "level=WARN"); debug != 100 || warn != 1 {
+		t.Fatalf("%d debug lines and %d warnings, want 100 and 1", debug, warn)
 	}
 }

@@ -83,6 +83,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.sec = sec
+	var opsKeys *operations.Keys // the records' keys: files read, as security's
+	if cfg.Operations {
+		if opsKeys, err = operationsKeys(cfg); err != nil {
+			return nil, fmt.Errorf("operations: %w", err)
+		}
+	}
 	// Every Pulsar client of the gateway connects alike.
 	conn := cfg.Pulsar.Connection()
 	rs, err := newRegistrySources(g, conn)
@@ -135,8 +141,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 
 	var ops toolcall.Operations // an untyped nil without --operations
 	if cfg.Operations {
-		g.ops = operations.New(pb, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.OperationTTL,
-			MaxPerOwner: cfg.MaxOperationsPerCaller, Logger: log})
+		// New fails only without keys, which were read above.
+		g.ops, _ = operations.New(pb, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.OperationTTL,
+			MaxPerOwner: cfg.MaxOperationsPerCaller, Logger: log, Keys: opsKeys,
+			StateTopic: cfg.OperationsTopics.State, ChunkTopic: cfg.OperationsTopics.Chunks, ReplyTopic: cfg.OperationsTopics.Replies,
+			// a record's service topic passes the announcements' allow-list
+			TopicAllowed: g.sources.merger.CheckRequestTopic})
 		ops = g.ops
 	}
 	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
@@ -153,7 +163,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		opsStats = append(opsStats, telemetry.WithOperationsStats(func() telemetry.OperationsStats {
 			s := g.ops.Stats()
 			return telemetry.OperationsStats{Started: s.Started, Done: s.Done, Failed: s.Failed, Cancelled: s.Cancelled,
-				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table, TableLag: s.TableLag}
+				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table, TableLag: s.TableLag,
+				RecordsRefused: s.Refused}
 		}))
 	}
 	g.metrics = telemetry.NewMetrics(append([]telemetry.MetricsOption{telemetry.WithInstance(cfg.InstanceID),
@@ -557,4 +568,23 @@ func (g *Gateway) watchOperationsReady(ctx context.Context) {
 		}
 	}
 	g.updateHealth()
+}
+
+// operationsKeys reads the keys of the operations' records: the one
+// --operations-key-file holds, and the verify-only one of
+// --operations-previous-key-file.
+func operationsKeys(cfg config.Config) (*operations.Keys, error) {
+	key, err := operations.ReadKeyFile(cfg.OperationsKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--operations-key-file: %w", err)
+	}
+	var verify [][]byte
+	if cfg.OperationsPreviousKeyFile != "" {
+		prev, err := operations.ReadKeyFile(cfg.OperationsPreviousKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--operations-previous-key-file: %w", err)
+		}
+		verify = append(verify, prev)
+	}
+	return operations.NewKeys(key, verify...)
 }

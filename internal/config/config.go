@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
 	"gopkg.in/yaml.v3"
 )
 
@@ -76,7 +77,16 @@ type Config struct {
 	// MaxOperationsPerCaller bounds one caller's running operations.
 	OperationTTL           time.Duration
 	MaxOperationsPerCaller int
-	Registry               string
+	// OperationsKeyFile holds the key the deployment's gateways share to
+	// encrypt, sign and check the operations' records (required with
+	// Operations);
+	// OperationsPreviousKeyFile, when set, a key whose records are still
+	// accepted, while a new one replaces it.
+	OperationsKeyFile, OperationsPreviousKeyFile string
+	// OperationsTopics are the topics the operations are kept on; one
+	// deployment's gateways share them.
+	OperationsTopics OperationsTopics
+	Registry         string
 	// Announcements reads tool services' announcements from AnnounceTopic.
 	Announcements bool
 	AnnounceTopic string
@@ -130,6 +140,13 @@ type Pulsar struct {
 	TokenFile string // authentication token, re-read on every connection
 	TLSCA     string // PEM CA bundle for pulsar+ssl:// URLs
 	Batching  bool   // batch requests that gather while a batch is in flight
+}
+
+// OperationsTopics are the topics of durable operations
+// (operations.Options): the state table, the chunks of answers, and the
+// topic their replies come on.
+type OperationsTopics struct {
+	State, Chunks, Replies string
 }
 
 // Announce bounds what an announcement from the bus may claim
@@ -228,6 +245,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.BoolVar(&c.Operations, "operations", envBool(getenv, "operations", false, &envErrs), "serve durable operations (POST /v1/tools/{name}:start, /v1/operations): their state is kept on the broker (persistent://tg/operations/state, the namespace tg/operations must exist) so any replica answers for them (env "+envName("operations")+")")
 	dur(&c.OperationTTL, "operation-ttl", operations.DefaultTTL, "how long a durable operation is kept once it ended")
+	str(&c.OperationsKeyFile, "operations-key-file", "", "file holding the key (at least 32 bytes, e.g. openssl rand -base64 48) with which the deployment's gateways encrypt and sign the records of durable operations and check those they read; records not signed with it are refused. Required with --operations; every replica needs the same")
+	str(&c.OperationsPreviousKeyFile, "operations-previous-key-file", "", "file holding a key whose records are still accepted, never written with: the key --operations-key-file replaces, while the replicas move to the new one")
+	str(&c.OperationsTopics.State, "operations-state-topic", operations.DefaultStateTopic, "compacted topic of the durable operations' state table; one deployment's gateways share it")
+	str(&c.OperationsTopics.Chunks, "operations-chunk-topic", operations.DefaultChunkTopic, "topic keeping the chunks of durable operations' answers that come in several messages")
+	str(&c.OperationsTopics.Replies, "operations-reply-topic", wire.OperationsTopic, "persistent topic of the response namespace that tool services answer durable operations on (their reply-to)")
 	fs.IntVar(&c.MaxOperationsPerCaller, "max-operations-per-caller", envInt(getenv, "max-operations-per-caller", operations.DefaultMaxPerOwner, &envErrs), "durable operations one caller may have running; one more is refused with RESOURCE_EXHAUSTED (env "+envName("max-operations-per-caller")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
 	fs.IntVar(&c.MaxInFlightPerService, "max-in-flight-per-service", envInt(getenv, "max-in-flight-per-service", bridge.DefaultMaxInFlightPerService, &envErrs), "calls in flight to one tool service from this instance, kept below the service's request queue so that the broker drops none; further calls wait up to --service-queue-wait, then fail with RESOURCE_EXHAUSTED and a retry hint; 0 = no bound (env "+envName("max-in-flight-per-service")+")")
@@ -358,6 +380,9 @@ func (c Config) validate() error {
 	if c.MaxOperationsPerCaller <= 0 {
 		errs = append(errs, errors.New("--max-operations-per-caller must be positive"))
 	}
+	if c.Operations {
+		errs = append(errs, c.validateOperations()...)
+	}
 	if c.Core.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))
 	}
@@ -447,6 +472,33 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// validateOperations checks the settings of --operations: a key to protect
+// the records with, and the topics.
+func (c Config) validateOperations() []error {
+	var errs []error
+	if c.OperationsKeyFile == "" {
+		errs = append(errs, errors.New("--operations needs --operations-key-file: the gateways encrypt and sign the operations' records with a key they share, and refuse records without it (make one with: openssl rand -base64 48 > operations.key)"))
+	}
+	for _, f := range []struct{ name, topic string }{
+		{"operations-state-topic", c.OperationsTopics.State},
+		{"operations-chunk-topic", c.OperationsTopics.Chunks},
+		{"operations-reply-topic", c.OperationsTopics.Replies},
+	} {
+		if err := wire.ValidateTopic(f.topic); err != nil || !strings.HasPrefix(f.topic, "persistent://") {
+			errs = append(errs, fmt.Errorf("--%s %q: want a persistent:// topic (tenant/namespace/name)", f.name, f.topic))
+		}
+	}
+	// Services answer only within their response topic's namespace.
+	if !wire.ReplyToAllowed(c.OperationsTopics.Replies, wire.ResponseTopic("any")) {
+		errs = append(errs, fmt.Errorf("--operations-reply-topic %q: want a persistent topic of the response namespace (%s/%s), where tool services may answer",
+			c.OperationsTopics.Replies, wire.Tenant, wire.ResponseNamespace))
+	}
+	if s := c.OperationsTopics; s.State == s.Chunks || s.State == s.Replies || s.Chunks == s.Replies {
+		errs = append(errs, errors.New("--operations-state-topic, --operations-chunk-topic and --operations-reply-topic must be three different topics"))
+	}
+	return errs
 }
 
 // namespaceRE is a Pulsar tenant/namespace.

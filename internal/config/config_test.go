@@ -87,6 +87,10 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--mcp-resource", "gw.example.com/mcp"}, nil, []string{"--mcp-resource \"gw.example.com/mcp\": want an absolute https:// URI", "needs --mcp-authorization-servers or --jwt-issuer", "needs --jwt-jwks-file"}},
 		{[]string{"--jwt-jwks-file", "k.json", "--jwt-issuer", "https://auth.test", "--mcp-resource", "https://gw.test/mcp", "--mcp=false"}, nil, []string{"--mcp-resource needs --mcp"}},
 		{[]string{"--allow-anonymous", "--mcp-scopes", "tools"}, nil, []string{"describe --mcp-resource: give it too"}},
+		{[]string{"--allow-anonymous", "--operations"}, nil, []string{"--operations needs --operations-key-file"}},
+		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-reply-topic", "persistent://public/default/replies"}, nil, []string{"--operations-reply-topic \"persistent://public/default/replies\": want a persistent topic of the response namespace"}},
+		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-state-topic", "non-persistent://tg/operations/s"}, nil, []string{"--operations-state-topic \"non-persistent://tg/operations/s\": want a persistent:// topic"}},
+		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-chunk-topic", "persistent://tg/operations/state"}, nil, []string{"must be three different topics"}},
 		{[]string{"--jwt-jwks-file", "k.json", "--mcp-resource", "https://gw.test/mcp", "--mcp-authorization-servers", "auth.test"}, nil, []string{`--mcp-authorization-servers "auth.test"`}},
 	}
 	for _, c := range cases {

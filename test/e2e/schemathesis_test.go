@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 // TestSchemathesis runs schemathesis (pinned in
@@ -131,7 +133,7 @@ tool:
 	ctx, cancel := context.WithCancel(context.Background())
 	// With durable operations, which StartTool needs (else 501); its
 	// operations are short-lived echoes, kept a few minutes.
-	gw, done, err := startGateway(ctx, reg, slog.New(slog.DiscardHandler), "--operations", "--operation-ttl", "5m")
+	gw, done, err := startGateway(ctx, reg, slog.New(slog.DiscardHandler), append(brokertest.TestOperations(t).Flags(), "--operation-ttl", "5m")...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -237,3 +237,17 @@ func TestRefusalsLogRateLimited(t *testing.T) {
 		t.Fatalf("%d debug lines and %d warnings, want 100 and 1", debug, warn)
 	}
 }
+
+func TestStartRefusesWhatNoReaderWouldTake(t *testing.T) {
+	m, err := New(nil, nil, Options{Keys: testKeys(t, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.caughtUp.Store(true)
+	long := strings.Repeat("x", maxOwnerBytes+1)
+	for _, s := range []StartSpec{{Owner: "jwt(https://idp.example):" + long, Tool: "echo"}, {Owner: "api-key:alice", Tool: long}} {
+		if _, err := m.Start(t.Context(), s); !errors.Is(err, ErrTooLong) {
+			t.Errorf("Start(owner %d bytes, tool %d bytes) = %v, want ErrTooLong", len(s.Owner), len(s.Tool), err)
+		}
+	}
+}

@@ -34,6 +34,9 @@ var (
 	ErrChunksLost = errors.New("chunks of the operation's answer are missing")
 	// ErrUnavailable: the broker could not be read (Stream).
 	ErrUnavailable = errors.New("the operation's chunks cannot be read")
+	// ErrTooLong: the caller's subject or the tool's name is longer than a
+	// record may hold (every reader of the table would refuse it).
+	ErrTooLong = errors.New("the operation cannot be recorded")
 	// ErrNoKeys: New was given no Options.Keys.
 	ErrNoKeys = errors.New("durable operations need a key to authenticate their records (--operations-key-file)")
 )
@@ -419,6 +422,10 @@ type StartSpec struct {
 func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	if !m.caughtUp.Load() {
 		return Record{}, ErrNotReady
+	}
+	if len(s.Owner) > maxOwnerBytes || len(s.Tool) > maxToolNameBytes {
+		return Record{}, fmt.Errorf("%w: the caller's identity (%d bytes) or the tool's name (%d bytes) is over %d bytes",
+			ErrTooLong, len(s.Owner), len(s.Tool), maxOwnerBytes)
 	}
 	now := time.Now()
 	if n := m.running(s.Owner, now, m.opts.MaxPerOwner); n >= m.opts.MaxPerOwner {

@@ -52,7 +52,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		}
 		rec, err = ops.Start(ctx, operations.StartSpec{Owner: owner, Tool: tool.Name, Request: env, Deadline: deadline,
 			Target: bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}})
-		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) {
+		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) && !errors.Is(err, operations.ErrTooLong) {
 			return Result{}, s.status(ctx, err, c.Name, tool, deadline)
 		}
 	case OpListOperations:
@@ -129,6 +129,8 @@ func opError(err error, id string) error {
 		return gatewayError(codes.NotFound, ReasonOperationNotFound, fmt.Sprintf("operation %q not found", id), map[string]string{"operation": id})
 	case errors.Is(err, operations.ErrTooMany):
 		return gatewayError(codes.ResourceExhausted, "TOO_MANY_OPERATIONS", err.Error()+"; wait for some to finish", nil)
+	case errors.Is(err, operations.ErrTooLong):
+		return gatewayError(codes.InvalidArgument, "OPERATION_TOO_LONG", err.Error(), nil)
 	case errors.Is(err, operations.ErrNotReady):
 		return gatewayError(codes.Unavailable, "OPERATIONS_NOT_READY", "the gateway has not read the operations table yet; retry shortly", nil)
 	case errors.Is(err, operations.ErrChunksLost):

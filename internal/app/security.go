@@ -23,10 +23,11 @@ type security struct {
 	tls   *tls.Config // nil: plain text
 	// requests bound what one request may bring, on every door.
 	requests limits.Requests
+	log      *slog.Logger
 }
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
-	s := &security{requests: cfg.Limits}
+	s := &security{requests: cfg.Limits, log: log}
 	if cfg.TLSCert != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
@@ -71,5 +72,5 @@ func (s *security) creds() credentials.TransportCredentials {
 // wrapHTTP adds the body limits: size (after decompression), and time to
 // arrive.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
-	return limits.HTTP(s.requests, h)
+	return limits.HTTP(s.requests, s.log, h)
 }

@@ -180,6 +180,8 @@ func specHandler(b []byte) http.Handler {
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.opts.MaxHeaderBytes > 0 && !a.checksOwnHeaders(r.URL.Path) {
 		if n := toolcall.HTTPHeaderBytes(r); n > a.opts.MaxHeaderBytes {
+			a.opts.Logger.InfoContext(r.Context(), "request refused: headers too large", "method", r.Method, "path", r.URL.Path,
+				"peer", r.RemoteAddr, "bytes", n, "limit", a.opts.MaxHeaderBytes)
 			w.Header().Set("Connection", "close")
 			writeStatusOf(w, http.StatusRequestHeaderFieldsTooLarge, status.Convert(toolcall.HeadersTooLarge(n, a.opts.MaxHeaderBytes)))
 			return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -59,7 +60,7 @@ func RetryAfter(err error) (int64, bool) {
 
 // MaxBody is HTTP with a body limit only (DefaultMaxBody when limit <= 0).
 func MaxBody(limit int64, next http.Handler) http.Handler {
-	return HTTP(Requests{MaxBodyBytes: limit}, next)
+	return HTTP(Requests{MaxBodyBytes: limit}, nil, next)
 }
 
 // HTTP applies q's body limits to the requests of an HTTP listener,
@@ -77,17 +78,21 @@ func MaxBody(limit int64, next http.Handler) http.Handler {
 //     an error that is os.ErrDeadlineExceeded (errors.Is) and says so.
 //
 // Either refusal closes the connection after the answer: the rest of the
-// body cannot be trusted to end. ErrorHandler answers them on REST (413,
-// 408, google.rpc.Status JSON); the other doors answer the reader's
-// errors in their own forms.
-func HTTP(q Requests, next http.Handler) http.Handler {
+// body cannot be trusted to end, and is logged at info level on log (nil:
+// not logged). ErrorHandler answers them on REST (413, 408,
+// google.rpc.Status JSON); the other doors answer the reader's errors in
+// their own forms.
+func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
 	q = q.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
-		b := &limitedBody{raw: r.Body, w: w, limit: q.MaxBodyBytes, timeout: q.BodyTimeout}
+		b := &limitedBody{raw: r.Body, w: w, r: r, log: log, limit: q.MaxBodyBytes, timeout: q.BodyTimeout}
 		if q.BodyTimeout > 0 {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(q.BodyTimeout)) == nil {
@@ -121,6 +126,8 @@ type limitedBody struct {
 	raw      io.ReadCloser
 	src      io.Reader // nil: read raw as it is
 	w        http.ResponseWriter
+	r        *http.Request // for the log
+	log      *slog.Logger
 	rc       *http.ResponseController // nil: no deadline to clear
 	limit    int64
 	timeout  time.Duration
@@ -134,8 +141,9 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 		return b.readRaw(p)
 	}
 	n, err := b.src.Read(p)
-	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		b.over.Store(true)
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) && !b.over.Swap(true) {
+		b.log.InfoContext(b.r.Context(), "request refused: body too large", "method", b.r.Method, "path", b.r.URL.Path,
+			"peer", b.r.RemoteAddr, "limit", b.limit, "content_length", b.r.ContentLength)
 	}
 	return n, err
 }
@@ -156,7 +164,10 @@ func (b *limitedBody) readRaw(p []byte) (int, error) {
 			_ = b.rc.SetReadDeadline(time.Time{})
 		}
 	case b.rc != nil && errors.Is(err, os.ErrDeadlineExceeded):
-		b.timedOut.Store(true)
+		if !b.timedOut.Swap(true) {
+			b.log.InfoContext(b.r.Context(), "request refused: body not received in time", "method", b.r.Method, "path", b.r.URL.Path,
+				"peer", b.r.RemoteAddr, "limit", b.timeout)
+		}
 		b.w.Header().Set("Connection", "close")
 		err = &bodyTimeoutError{b.timeout}
 	}

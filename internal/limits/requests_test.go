@@ -62,7 +62,7 @@ func TestHTTPDecompression(t *testing.T) {
 			var got []byte
 			var readErr error
 			var encoding string
-			h := HTTP(Requests{MaxBodyBytes: limit}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := HTTP(Requests{MaxBodyBytes: limit}, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				encoding = r.Header.Get("Content-Encoding")
 				got, readErr = io.ReadAll(r.Body)
 			}))
@@ -100,7 +100,7 @@ func TestHTTPBodyTimeout(t *testing.T) {
 	t.Parallel()
 	const limit = 200 * time.Millisecond
 	readErr := make(chan error, 1)
-	srv := httptest.NewServer(HTTP(Requests{BodyTimeout: limit}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(HTTP(Requests{BodyTimeout: limit}, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, err := io.ReadAll(r.Body)
 		readErr <- err
 		if err != nil {

@@ -26,27 +26,33 @@ func GRPCServerOptions(q Requests) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(q.MaxBodyBytes)),
 		grpc.MaxHeaderListSize(uint32(HardHeaderFactor * q.MaxHeaderBytes)),
-		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			// A unary call's handler runs once its message is read.
-			if c, ok := ctx.Value(bodyClockKey{}).(*bodyClock); ok {
-				c.timer.Stop()
-			}
-			return h(ctx, req)
-		}),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			c, ok := ss.Context().Value(bodyClockKey{}).(*bodyClock)
-			switch {
-			case !ok:
-			case info.IsClientStream:
-				// Its messages come when the client has them: not
-				// bounded.
-				c.timer.Stop()
-			default:
-				ss = &firstMessage{ServerStream: ss, clock: c}
-			}
-			return h(srv, ss)
-		}),
+		grpc.ChainUnaryInterceptor(stopClockUnary),
+		grpc.ChainStreamInterceptor(stopClockStream),
 	}
+}
+
+// stopClockUnary stops a unary call's body clock: its handler runs once
+// its message is read.
+func stopClockUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if c, ok := ctx.Value(bodyClockKey{}).(*bodyClock); ok {
+		c.timer.Stop()
+	}
+	return h(ctx, req)
+}
+
+// stopClockStream stops a stream's body clock: at once for a stream of
+// the client's messages (they come when the client has them), after its
+// request message for a server stream.
+func stopClockStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	c, ok := ss.Context().Value(bodyClockKey{}).(*bodyClock)
+	switch {
+	case !ok:
+	case info.IsClientStream:
+		c.timer.Stop()
+	default:
+		ss = &firstMessage{ServerStream: ss, clock: c}
+	}
+	return h(srv, ss)
 }
 
 // GRPCTap is the gRPC server's tap handle for q, which runs before a
@@ -67,9 +73,7 @@ func GRPCTap(q Requests, log *slog.Logger, next tap.ServerInHandle) tap.ServerIn
 		}
 		if d := q.BodyTimeout; d > 0 {
 			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d {
-				ctx = startBodyClock(ctx, d, func() {
-					log.InfoContext(ctx, "call ended: request message not received in time", "rpc", info.FullMethodName, "limit", d)
-				})
+				ctx = startBodyClock(ctx, d, log, info.FullMethodName)
 			}
 		}
 		if next != nil {
@@ -99,19 +103,27 @@ type bodyClockKey struct{}
 // message, and answers DEADLINE_EXCEEDED.
 type bodyClock struct {
 	context.Context
-	timer *time.Timer
-	fired atomic.Bool
+	cancel context.CancelFunc
+	timer  *time.Timer
+	fired  atomic.Bool
+	// For the log line when the clock runs out.
+	log    *slog.Logger
+	method string
+	limit  time.Duration
 }
 
-func startBodyClock(parent context.Context, d time.Duration, onFire func()) *bodyClock {
-	ctx, cancel := context.WithCancel(parent)
-	c := &bodyClock{Context: ctx}
-	c.timer = time.AfterFunc(d, func() {
-		c.fired.Store(true)
-		cancel()
-		onFire()
-	})
+func startBodyClock(parent context.Context, d time.Duration, log *slog.Logger, method string) *bodyClock {
+	c := &bodyClock{log: log, method: method, limit: d}
+	c.Context, c.cancel = context.WithCancel(parent)
+	c.timer = time.AfterFunc(d, c.fire)
 	return c
+}
+
+// fire ends the wait for the call's first message.
+func (c *bodyClock) fire() {
+	c.fired.Store(true)
+	c.cancel()
+	c.log.InfoContext(c, "call ended: request message not received in time", "rpc", c.method, "limit", c.limit)
 }
 
 // Err is context.DeadlineExceeded once the clock ran out.

@@ -6,14 +6,17 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -23,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 func gzipped(t *testing.T, data []byte) []byte {
@@ -193,9 +197,8 @@ func TestGRPCMetadata(t *testing.T) {
 // and the call's context lives on.
 func TestBodyClock(t *testing.T) {
 	t.Parallel()
-	fired := make(chan struct{})
-	c := startBodyClock(context.Background(), time.Millisecond, func() { close(fired) })
-	<-fired
+	logged := &lockedBuffer{}
+	c := startBodyClock(context.Background(), time.Millisecond, slog.New(slog.NewTextHandler(logged, nil)), "/m")
 	<-c.Done()
 	if !errors.Is(c.Err(), context.DeadlineExceeded) {
 		t.Fatalf("Err %v, want DeadlineExceeded", c.Err())
@@ -203,8 +206,11 @@ func TestBodyClock(t *testing.T) {
 	if c.Value(bodyClockKey{}) != c {
 		t.Fatal("the clock is not found in its context")
 	}
+	eventually.True(t, 10*time.Second, "the cause logged", func() bool {
+		return strings.Contains(logged.String(), "request message not received in time")
+	})
 
-	c = startBodyClock(context.Background(), time.Hour, func() { t.Error("fired") })
+	c = startBodyClock(context.Background(), time.Hour, slog.New(slog.DiscardHandler), "/m")
 	c.timer.Stop()
 	if c.Err() != nil {
 		t.Fatalf("Err %v after the message came", c.Err())
@@ -224,4 +230,45 @@ func TestBodyClock(t *testing.T) {
 	if _, err := w.Recv(); err != nil {
 		t.Fatalf("a server stream: %v", err)
 	}
+}
+
+// BenchmarkGRPCTap is what the tap and the interceptor add to a gRPC
+// call: with a body clock (a call without a deadline of its own), and
+// without (body timeout off), against the context a call has anyway.
+func BenchmarkGRPCTap(b *testing.B) {
+	info := &tap.Info{FullMethodName: "/toolgate.v1.ToolService/InvokeTool", Header: metadata.MD{"content-type": {"application/grpc"}}}
+	handler := func(context.Context, any) (any, error) { return nil, nil }
+	for _, bc := range []struct {
+		name string
+		d    time.Duration
+	}{{"clock", DefaultBodyTimeout}, {"no clock", -1}} {
+		tapHandle := GRPCTap(Requests{BodyTimeout: bc.d}, nil, nil)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx, cancel := context.WithCancel(context.Background())
+				ctx, _ = tapHandle(ctx, info)
+				_, _ = stopClockUnary(ctx, nil, nil, handler)
+				cancel()
+			}
+		})
+	}
+}
+
+// lockedBuffer is a log written by one goroutine and read by another.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

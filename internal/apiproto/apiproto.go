@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
@@ -122,8 +123,9 @@ func Request(c *toolcall.Call, args *structpb.Struct, argsJSON string, timeout *
 	return nil
 }
 
-// maxDepth bounds the nesting of argument values.
-const maxDepth = 64
+// maxDepth bounds the nesting of argument values, as every JSON decoder
+// of the gateway does.
+const maxDepth = jsontext.MaxDepth
 
 // Arguments writes a request's arguments as the JSON object text a Call
 // carries, keys sorted; nil is an empty object. Numbers are what the

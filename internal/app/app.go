@@ -191,7 +191,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
 		g.drain.middleware(), sec.authn.Middleware(), limit)
 
-	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}
+	// The request limits first: they refuse before authentication.
+	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, log, sec.authn.TapHandle())))
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}
@@ -251,10 +252,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 				}
 				return nil
 			},
-			Resource: cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
+			MaxHeaderBytes: cfg.Limits.Header(),
+			Resource:       cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
 		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
 	}
-	connectPath, connectHandler := connectapi.New(calls)
+	connectPath, connectHandler := connectapi.New(calls, connectapi.Options{
+		MaxMessageBytes: cfg.Limits.Body(), MaxHeaderBytes: cfg.Limits.Header()})
 	// The public listener tells readiness without details and serves no
 	// metrics: those are the admin listener's.
 	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.publicReady,
@@ -263,7 +266,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		ErrorHandler: limits.ErrorHandler,
 		Docs:         docs.New(docs.Options{Logger: log}),
 		MCP:          mcpHandler, MCPResourceMetadata: mcpMetadata,
-		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
+		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: cfg.Limits.Header()})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -274,7 +277,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		BaseContext: func(net.Listener) context.Context { return g.httpBase },
 		TLSConfig:   sec.tls,
 		// Above the handler's own limit, which answers 431 in JSON.
-		MaxHeaderBytes:    4 * httpapi.DefaultMaxHeaderBytes,
+		MaxHeaderBytes:    limits.HardHeaderFactor * cfg.Limits.Header(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

@@ -45,6 +45,8 @@ type Config struct {
 	HTTP HTTP
 	// Core is how calls are served, whatever the door.
 	Core Core
+	// Limits bound what one request may bring, the same on every door.
+	Limits limits.Requests
 	// Pulsar is how the gateway reaches the broker.
 	Pulsar      Pulsar
 	MaxInFlight int
@@ -122,14 +124,11 @@ type Core struct {
 	DefaultUser    string        // the envelope's user of unauthenticated calls
 }
 
-// HTTP is the HTTP listener and what it serves (httpapi.Options, the body
-// limit).
+// HTTP is the HTTP listener and what it serves (httpapi.Options).
 type HTTP struct {
 	Addr         string
 	CORSOrigins  []string      // origins browsers may call from; "*" = any
 	SSEHeartbeat time.Duration // keep-alive of a quiet Server-Sent Events stream
-	MaxBodyBytes int           // largest request body
-	BodyTimeout  time.Duration // time a request's body has to arrive; 0 = none
 }
 
 // Pulsar is how the gateway reaches the broker: where, as whom, and how
@@ -285,8 +284,10 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.Auth.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per caller — user and source of its identity (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", limits.DefaultBurst, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
-	fs.IntVar(&c.HTTP.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
-	dur(&c.HTTP.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request body on the HTTP listener has to arrive in full (REST answers 408 after it); 0 = no limit; responses, streams included, are not limited")
+	var maxBody, maxHeader int
+	fs.IntVar(&maxBody, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest request body, and largest message, on every door, counted after decompression (a gzip body is inflated up to it, no further): REST and MCP answer 413, gRPC, Connect and gRPC-Web RESOURCE_EXHAUSTED (env "+envName("max-body-bytes")+")")
+	fs.IntVar(&maxHeader, "max-header-bytes", envInt(getenv, "max-header-bytes", limits.DefaultMaxHeaderBytes, &envErrs), "largest request headers (gRPC: metadata) on every door: REST and MCP answer 431, gRPC, Connect and gRPC-Web RESOURCE_EXHAUSTED; above 4 times it the server refuses them at the protocol level (env "+envName("max-header-bytes")+")")
+	dur(&c.Limits.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request's body (gRPC: its first message) has to arrive in full on every door, from its headers: REST and MCP answer 408 and close the connection, gRPC, Connect and gRPC-Web DEADLINE_EXCEEDED; 0 = no limit; responses, streams included, are not limited")
 	var cors string
 	str(&cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any); empty = CORS off")
 	dur(&c.HTTP.SSEHeartbeat, "sse-heartbeat", httpapi.DefaultSSEHeartbeat, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
@@ -302,6 +303,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	}
 	c.Announce.RequestNamespaces, c.Announce.ResponseNamespaces = commaList(reqNS), commaList(respNS)
 	c.HTTP.CORSOrigins = commaList(cors)
+	c.Limits.MaxBodyBytes, c.Limits.MaxHeaderBytes = int64(maxBody), maxHeader
 	c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes = commaList(authServers), commaList(scopes)
 	if c.MCPOAuth.Resource != "" {
 		if len(c.MCPOAuth.AuthorizationServers) == 0 && c.Auth.JWTIssuer != "" {
@@ -386,7 +388,7 @@ func (c Config) validate() error {
 	if c.Core.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))
 	}
-	if c.HTTP.BodyTimeout < 0 {
+	if c.Limits.BodyTimeout < 0 {
 		errs = append(errs, errors.New("--body-timeout must not be negative"))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
@@ -430,8 +432,11 @@ func (c Config) validate() error {
 	if c.MCPCacheTTL < 0 {
 		errs = append(errs, errors.New("--mcp-cache-ttl must not be negative"))
 	}
-	if c.HTTP.MaxBodyBytes < 1 {
-		errs = append(errs, errors.New("--max-body-bytes must be positive"))
+	if c.Limits.MaxBodyBytes < 1 || c.Limits.MaxBodyBytes > 1<<30 {
+		errs = append(errs, errors.New("--max-body-bytes must be between 1 and 1073741824"))
+	}
+	if c.Limits.MaxHeaderBytes < 1024 || c.Limits.MaxHeaderBytes > 16<<20 {
+		errs = append(errs, errors.New("--max-header-bytes must be between 1024 and 16777216"))
 	}
 	if c.Auth.APIKeys == "" && c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" && c.ClientCA == "" && !c.Auth.AllowAnonymous {
 		errs = append(errs, errors.New("no way to authenticate callers: give --api-keys, --jwt-hs256-secret-file, --jwt-jwks-file or --client-ca, or --allow-anonymous to serve everyone as --default-user"))

@@ -225,7 +225,7 @@ func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Requ
 func (a *api) readCall(w http.ResponseWriter, r *http.Request, c *toolcall.Call) bool {
 	data, err := toolcall.ReadHTTPBody(r)
 	if err != nil {
-		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, err.Error()))
+		a.httpError(r.Context(), w, r, toolcall.BodyError(err))
 		return false
 	}
 	if !checkBodyType(w, r, data) {

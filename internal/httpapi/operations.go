@@ -144,7 +144,7 @@ func (a *api) operationVerb(w http.ResponseWriter, r *http.Request) {
 	c.Name = id
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
-		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, err.Error()))
+		a.httpError(r.Context(), w, r, toolcall.BodyError(err))
 		return
 	}
 	if !checkBodyType(w, r, data) {

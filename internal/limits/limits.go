@@ -1,8 +1,11 @@
-// Package limits bounds what callers may ask of the gateway: a per-caller
-// token-bucket rate limit as a middleware every call passes through,
-// whichever door it came by, the HTTP error handler that turns a status's
-// RetryInfo into a Retry-After header, and a request body size limit for
-// the HTTP side.
+// Package limits bounds what callers may ask of the gateway: the request
+// limits every door applies before any other work (Requests: body and
+// message size after decompression, header size, body arrival time; HTTP
+// for the HTTP listener, GRPCServerOptions and GRPCTap for the gRPC
+// server), a per-caller token-bucket rate limit as a middleware every call
+// passes through, whichever door it came by, and the REST error handler
+// that answers the limits' refusals and turns a status's RetryInfo into a
+// Retry-After header.
 package limits
 
 import (

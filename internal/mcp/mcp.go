@@ -158,6 +158,11 @@ type Options struct {
 	// a breach is a BAD_CONTENT tool error naming the bound. Zero fields
 	// take their defaults (DefaultMaxContentBlocks, …).
 	ContentBounds ContentBounds
+	// MaxHeaderBytes bounds a request's header lines: larger ones are
+	// refused with HTTP 431 and a JSON-RPC error before anything else is
+	// done (<= 0: no bound). The body's limits are the HTTP listener's
+	// (limits.HTTP); their refusals are answered here, 413 and 408.
+	MaxHeaderBytes int
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -288,6 +293,12 @@ type request struct {
 
 // ServeHTTP serves the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if n := toolcall.HTTPHeaderBytes(r); s.opts.MaxHeaderBytes > 0 && n > s.opts.MaxHeaderBytes {
+		s.log.InfoContext(r.Context(), "MCP request refused: headers too large", "bytes", n, "limit", s.opts.MaxHeaderBytes, "peer", r.RemoteAddr)
+		w.Header().Set("Connection", "close")
+		writeStatusError(w, http.StatusRequestHeaderFieldsTooLarge, toolcall.HeadersTooLarge(n, s.opts.MaxHeaderBytes))
+		return
+	}
 	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin, r) {
 		s.log.InfoContext(r.Context(), "MCP request refused: origin not allowed", "origin", origin, "host", r.Host, "peer", r.RemoteAddr)
 		writeRPCError(w, http.StatusForbidden, codeInvalidRequest,
@@ -298,12 +309,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && r.Body != nil {
 		var err error
 		if body, err = toolcall.ReadHTTPBody(r); err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				writeRPCError(w, http.StatusRequestEntityTooLarge, codeInvalidRequest, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
-				return
+			s.log.InfoContext(r.Context(), "MCP request refused: the body could not be read", "err", err, "peer", r.RemoteAddr)
+			st := toolcall.BodyError(err)
+			switch status.Code(st) {
+			case codes.ResourceExhausted:
+				writeStatusError(w, http.StatusRequestEntityTooLarge, st)
+			case codes.DeadlineExceeded:
+				writeStatusError(w, http.StatusRequestTimeout, st)
+			default:
+				writeRPCError(w, http.StatusBadRequest, codeParseError, "the request body could not be read")
 			}
-			writeRPCError(w, http.StatusBadRequest, codeParseError, "the request body could not be read")
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -366,6 +381,18 @@ func (s *Server) originAllowed(origin string, r *http.Request) bool {
 // writeRPCError answers an HTTP-level refusal with a JSON-RPC error body.
 func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) {
 	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg})
+}
+
+// writeStatusError answers a request the endpoint refuses before reading
+// it as JSON-RPC (too large, too slow) with a JSON-RPC error whose data
+// hold the status's code and reason, as requestError's do.
+func writeStatusError(w http.ResponseWriter, httpCode int, err error) {
+	st := status.Convert(err)
+	data := map[string]any{"code": st.Code().String()}
+	if ei := errorInfo(st); ei != nil {
+		data["reason"] = ei.GetReason()
+	}
+	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": codeInvalidRequest, "message": st.Message(), "data": data})
 }
 
 // refuse answers request id (null if none), which failed authentication.

@@ -42,7 +42,13 @@ type outcome struct {
 	output string
 }
 
-func (o outcome) String() string { return fmt.Sprintf("%v/%s %q", o.code, o.reason, o.output) }
+func (o outcome) String() string {
+	out := o.output
+	if len(out) > 200 {
+		out = out[:200] + "…"
+	}
+	return fmt.Sprintf("%v/%s %q", o.code, o.reason, out)
+}
 
 // normReason drops a reason that only restates the code in kebab case
 // (what MCP's error type is when there is no ErrorInfo).
@@ -81,7 +87,9 @@ type parityCall struct {
 
 // TestDoorParity sends one table of calls through every door — gRPC, REST,
 // MCP, Connect and gRPC-Web — and wants the same outcome from each: the same code, the same
-// reason, and the same user at the tool service.
+// reason, and the same user at the tool service. A second table
+// (limitsTable) does the same with the request limits: hostile and
+// oversized requests.
 func TestDoorParity(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -182,6 +190,8 @@ tool:
 			}
 		})
 	}
+	// The second table: the request limits, on a gateway of their own.
+	t.Run("limits", limitsTable)
 }
 
 func grpcParity(t *testing.T, cli toolgatev1.ToolServiceClient, c parityCall) outcome {

@@ -262,6 +262,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Handler:     sec.wrapHTTP(h),
 		BaseContext: func(net.Listener) context.Context { return g.httpBase },
 		TLSConfig:   sec.tls,
+		Protocols:   httpProtocols(),
 		// Above the handler's own limit, which answers 431 in JSON.
 		MaxHeaderBytes:    4 * httpapi.DefaultMaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -279,6 +280,17 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// Last: the broker sources may swap snapshots from now on.
 	g.sources.start(log)
 	return g, nil
+}
+
+// httpProtocols are what the HTTP listener speaks: HTTP/1.1, and HTTP/2
+// both over TLS and in plain text with prior knowledge (h2c), so gRPC
+// clients reach the Connect door's gRPC on a listener without TLS too.
+func httpProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 func (g *Gateway) closeEarly() {

@@ -107,6 +107,8 @@ func New(opts Options) http.Handler {
 				"displayRequestDuration":   "true",
 				"tryItOutEnabled":          "false",
 			},
+			// Phones and narrow windows get the page at their width.
+			AppendHead: template.HTML(`<meta name="viewport" content="width=device-width, initial-scale=1">`),
 			PrependHTML: template.HTML(`<nav style="font: 14px sans-serif; padding: 8px 20px; background: #1f2933;">` +
 				`<a style="color: #fff;" href="` + template.HTMLEscapeString(opts.Path) + `">← Try the tools</a></nav>`),
 		}),

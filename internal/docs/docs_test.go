@@ -46,6 +46,7 @@ func TestRoutes(t *testing.T) {
 		{"asset directory", "GET", "/docs/assets/", 404, "text/plain", ""},
 		{"template source is not served", "GET", "/docs/assets/index.html", 404, "text/plain", ""},
 		{"reference", "GET", "/docs/reference", 200, "text/html", `"swaggerJsonUrl":"/openapi.json"`},
+		{"reference fits the device's width", "GET", "/docs/reference", 200, "text/html", `<meta name="viewport" content="width=device-width, initial-scale=1">`},
 		{"reference, trailing slash", "GET", "/docs/reference/", 200, "text/html", `src="/docs/reference/swagger-ui-bundle.js"`},
 		{"reference asset", "GET", "/docs/reference/swagger-ui-bundle.js", 200, "javascript", "SwaggerUIBundle"},
 		{"reference stylesheet", "GET", "/docs/reference/swagger-ui.css", 200, "text/css", ".swagger-ui"},

@@ -107,7 +107,12 @@ func Convert(v2 []byte) ([]byte, error) {
 		return nil, err
 	}
 
-	b, err := marshal(out)
+	return encode(out)
+}
+
+// encode writes doc as Convert returns it: indented JSON ending in a newline.
+func encode(doc *Object) ([]byte, error) {
+	b, err := marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("openapi31: %w", err)
 	}
@@ -119,22 +124,29 @@ func Convert(v2 []byte) ([]byte, error) {
 	return ind.Bytes(), nil
 }
 
-// servers is the document's one server: a gateway's HTTP listener, by
-// default the --http-addr a gateway starts with. Generated clients take
-// their base URL from it; every client can be given another.
+// servers are the document's servers. First "/": a URL relative to the
+// document's own, so a client reading the document where a gateway serves
+// it (Swagger UI at /docs/reference, a generator given the URL) calls that
+// gateway, at whatever address it runs. Then a template for a gateway
+// elsewhere, by default at the --http-addr a gateway starts with.
+// Generated clients take their base URL from the servers; every client
+// can be given another.
 func servers() []any {
-	return []any{obj(
-		"url", "{scheme}://{host}",
-		"description", "A toolgate gateway's HTTP listener (--http-addr).",
-		"variables", obj(
-			"scheme", obj("default", "http", "enum", []any{"http", "https"}),
-			"host", obj("default", DefaultHost, "description", "host:port of the gateway's HTTP listener."),
+	return []any{
+		obj("url", "/", "description", "The gateway serving this document."),
+		obj(
+			"url", "{scheme}://{host}",
+			"description", "A toolgate gateway's HTTP listener (--http-addr).",
+			"variables", obj(
+				"scheme", obj("default", "http", "enum", []any{"http", "https"}),
+				"host", obj("default", DefaultHost, "description", "host:port of the gateway's HTTP listener."),
+			),
 		),
-	)}
+	}
 }
 
-// DefaultHost is the host:port of the document's server: the gateway's
-// default --http-addr.
+// DefaultHost is the host:port of the document's server template: the
+// gateway's default --http-addr.
 const DefaultHost = "127.0.0.1:8081"
 
 // PageTokenPattern is what a page_token is: unpadded base64url in its

@@ -252,7 +252,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		ErrorHandler: limits.ErrorHandler,
 		Docs:         docs.New(docs.Options{Logger: log}),
 		MCP:          mcpHandler, MCPResourceMetadata: mcpMetadata,
-		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
+		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes,
+		Operations: cfg.Operations})
 	if err != nil {
 		g.closeEarly()
 		return nil, err

@@ -30,7 +30,7 @@ func TestSchemathesis(t *testing.T) {
 	root := repoRoot(t)
 	venv := pythonVenv(t, root)
 	_, spec := liveSpec(t)
-	base := schemathesisGateway(t)
+	base := schemathesisGateway(t, true)
 	seed := os.Getenv("TOOLGATE_SCHEMATHESIS_SEED")
 	if seed == "" {
 		seed = "28"
@@ -108,8 +108,9 @@ func TestSchemathesis(t *testing.T) {
 }
 
 // schemathesisGateway starts a gateway whose registry holds only tools of
-// the echo service, and returns its base URL.
-func schemathesisGateway(t *testing.T) string {
+// the echo service, with durable operations or without (as make run has
+// it), and returns its base URL.
+func schemathesisGateway(t *testing.T, operations bool) string {
 	t.Helper()
 	reg := filepath.Join(t.TempDir(), "registry.yaml")
 	yaml := fmt.Sprintf(`tool-service:
@@ -129,9 +130,12 @@ tool:
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	// With durable operations, which StartTool needs (else 501); its
-	// operations are short-lived echoes, kept a few minutes.
-	gw, done, err := startGateway(ctx, reg, slog.New(slog.DiscardHandler), "--operations", "--operation-ttl", "5m")
+	// Operations are short-lived echoes, kept a few minutes.
+	var extra []string
+	if operations {
+		extra = []string{"--operations", "--operation-ttl", "5m"}
+	}
+	gw, done, err := startGateway(ctx, reg, slog.New(slog.DiscardHandler), extra...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

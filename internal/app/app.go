@@ -180,7 +180,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
 		g.drain.middleware(), sec.authn.Middleware(), limit)
 
-	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}
+	gopts := append([]grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}, grpcapi.ServerOptions()...)
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}

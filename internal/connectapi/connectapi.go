@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
 	"github.com/toolgate/toolgate/internal/apiproto"
 	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 )
@@ -27,9 +28,23 @@ import (
 // ("/toolgate.v1.ToolService/") and its handler.
 func New(h toolcall.Handler) (string, http.Handler) {
 	path, handler := toolgatev1connect.NewToolServiceHandler(&service{h: h})
+	known := map[string]bool{}
+	methods := toolgatev1.File_toolgate_v1_toolgate_proto.Services().ByName("ToolService").Methods()
+	for i := range methods.Len() {
+		known[path+string(methods.Get(i).Name())] = true
+	}
+	errs := connect.NewErrorWriter()
 	// connect-go hands methods no *http.Request: the connection's TLS
 	// state (for client certificates) rides in the context.
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !known[r.URL.Path] && errs.IsSupported(r) {
+			// A method the service does not have, answered in the
+			// client's protocol (connect-go itself answers a bare 404).
+			ce := connectError(toolcall.GatewayError(codes.Unimplemented, ReasonMethodNotFound, "unknown method "+r.URL.Path,
+				map[string]string{"method": r.URL.Path}))
+			_ = errs.Write(w, r, ce)
+			return
+		}
 		if r.TLS != nil {
 			r = r.WithContext(context.WithValue(r.Context(), tlsKey{}, r.TLS))
 		}
@@ -38,6 +53,10 @@ func New(h toolcall.Handler) (string, http.Handler) {
 }
 
 type tlsKey struct{}
+
+// ReasonMethodNotFound is the ErrorInfo reason of a call to a method the
+// ToolService does not have.
+const ReasonMethodNotFound = "METHOD_NOT_FOUND"
 
 type service struct {
 	toolgatev1connect.UnimplementedToolServiceHandler
@@ -65,8 +84,8 @@ func connectError(err error) error {
 		if errors.As(err, &ce) {
 			return ce
 		}
-		return connect.NewError(connect.CodeUnknown, err)
 	}
+	st = toolcall.EnsureErrorInfo(st)
 	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 	for _, d := range st.Details() {
 		if m, ok := d.(protoadapt.MessageV1); ok {

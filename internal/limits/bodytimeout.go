@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -80,5 +81,13 @@ func bodyTimedOut(r *http.Request) (time.Duration, bool) {
 }
 
 func bodyTimeoutStatus(limit time.Duration) *status.Status {
-	return status.New(codes.DeadlineExceeded, fmt.Sprintf("request body not received within %s", limit))
+	return withInfo(status.New(codes.DeadlineExceeded, fmt.Sprintf("request body not received within %s", limit)), "BODY_TIMEOUT")
+}
+
+// withInfo is st with an ErrorInfo of reason in ErrorDomain.
+func withInfo(st *status.Status, reason string) *status.Status {
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		return ds
+	}
+	return st
 }

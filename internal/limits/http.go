@@ -117,7 +117,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 }
 
 func tooLarge(limit int64) *status.Status {
-	return status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit))
+	return withInfo(status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit)), "BODY_TOO_LARGE")
 }
 
 // writeTooLarge answers 413 before grpc-gateway is involved, in the JSON

@@ -372,8 +372,10 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	case codes.ResourceExhausted:
 		code = http.StatusTooManyRequests
 	}
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}}})
+		"error": map[string]any{"code": codeRefused, "message": st.Message(),
+			"data": map[string]any{"code": st.Code().String(), "reason": ei.GetReason(), "domain": ei.GetDomain()}}})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
@@ -510,9 +512,8 @@ func requestError(err error) error {
 		code = codeRefused
 	}
 	data := map[string]any{"code": st.Code().String()}
-	if ei := errorInfo(st); ei != nil {
-		data["reason"] = ei.GetReason()
-	}
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
+	data["reason"], data["domain"] = ei.GetReason(), ei.GetDomain()
 	return rpcError(code, st.Message(), data)
 }
 
@@ -549,7 +550,10 @@ func callError(err error) (*sdk.CallToolResult, error) {
 	ei := errorInfo(st)
 	switch st.Code() {
 	case codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
-		if ei == nil || ei.GetReason() == "TOOL_NOT_FOUND" {
+		// The gateway's own refusals (reasons in upper case: no such
+		// tool, no credentials, not allowed) refuse the request; a tool
+		// service's errors of these codes are the tool's answer.
+		if ei == nil || ei.GetReason() == strings.ToUpper(ei.GetReason()) {
 			return nil, requestError(err)
 		}
 	}

@@ -276,6 +276,10 @@ type request struct {
 	// within: the contexts of the request's calls descend from ctx (the
 	// fast path's do; the SDK's do not).
 	within bool
+	// cancelled: the client cancelled the request (notifications/cancelled).
+	// Its answer is then not sent, as the protocol asks: the response
+	// ends without it.
+	cancelled atomic.Bool
 }
 
 // ServeHTTP serves the MCP endpoint.
@@ -334,7 +338,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.id = requestID(body)
-	ew := &rpcErrors{ResponseWriter: w, id: req.id}
+	ew := &rpcErrors{ResponseWriter: w, id: req.id, drop: &req.cancelled}
 	s.handler.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	ew.finish()
 }
@@ -444,7 +448,12 @@ func newCall(ctx context.Context, op toolcall.Op, method string) (context.Contex
 		stop = context.AfterFunc(req.ctx, cancel)
 	}
 	if key, ok := callKey(req, req.id); ok && req.srv != nil && op != toolcall.OpListTools {
-		remove := req.srv.inflight.add(key, cancel)
+		remove := req.srv.inflight.add(key, func() {
+			// Marked first: the call's answer, made once the call ends,
+			// finds it so and is not sent.
+			req.cancelled.Store(true)
+			cancel()
+		})
 		return ctx, &c, func() { remove(); stop(); cancel() }, nil
 	}
 	return ctx, &c, func() { stop(); cancel() }, nil

@@ -539,8 +539,18 @@ func patchSchemas(s *Object) error {
 			return err
 		}
 		argsJSON.Set("type", []any{"string", "null"})
+		argsJSON.Set("description", unwrap(argsJSON.Str("description"))+" "+argumentsJSONText)
 		argsJSON.Set("contentMediaType", "application/json")
 		argsJSON.Set("contentSchema", obj("type", "object"))
+		// Both set is INVALID_ARGUMENT; null, and an empty arguments_json,
+		// are "not set".
+		body.Set("not", obj(
+			"required", []any{"arguments", "arguments_json"},
+			"properties", obj(
+				"arguments", obj("type", "object"),
+				"arguments_json", obj("type", "string", "minLength", 1),
+			),
+		))
 		timeout, err := prop(body, name, "timeout")
 		if err != nil {
 			return err
@@ -666,6 +676,13 @@ func patchSchemas(s *Object) error {
 	))
 	return nil
 }
+
+// argumentsJSONText is what the gateway enforces of arguments_json beyond
+// its schema (contentMediaType and contentSchema are annotations, which
+// validators do not check).
+const argumentsJSONText = "The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). " +
+	"Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; " +
+	"null or an empty string is not set."
 
 const durationText = `A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").`
 

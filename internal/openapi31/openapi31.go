@@ -341,8 +341,10 @@ func convertOperation(method, path string, op *Object) (*Object, string, error) 
 const streamDescription = `StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives.
 The Accept header chooses the format of a successful answer:
 
-- ` + "`application/x-ndjson`" + ` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a ` + "`code`" + ` member; a chunk never does).
+- ` + "`application/x-ndjson`" + ` (the default: chosen when Accept is absent or ` + "`application/json`" + `, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a ` + "`code`" + ` member; a chunk never does).
 - ` + "`text/event-stream`" + ` (server-sent events): every chunk is an event ` + "`chunk`" + ` whose data is a StreamToolResponse; the stream ends with an event ` + "`done`" + ` (data ` + "`{}`" + `) or with an event ` + "`error`" + ` whose data is a Status. Idle streams get comment lines ` + "`: keep-alive`" + `.
+
+The highest quality (` + "`q`" + `) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: ` + "`application/x-ndjson, text/event-stream`" + ` gets NDJSON and ` + "`text/event-stream, application/x-ndjson`" + ` server-sent events.
 
 An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.`
 
@@ -543,11 +545,13 @@ func patchSchemas(s *Object) error {
 		argsJSON.Set("contentMediaType", "application/json")
 		argsJSON.Set("contentSchema", obj("type", "object"))
 		// Both set is INVALID_ARGUMENT; null, and an empty arguments_json,
-		// are "not set".
+		// are "not set". (additionalProperties, as on arguments itself,
+		// keeps generators from taking the subschema for a map of unknown
+		// values.)
 		body.Set("not", obj(
 			"required", []any{"arguments", "arguments_json"},
 			"properties", obj(
-				"arguments", obj("type", "object"),
+				"arguments", obj("type", "object", "additionalProperties", true),
 				"arguments_json", obj("type", "string", "minLength", 1),
 			),
 		))

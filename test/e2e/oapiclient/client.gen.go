@@ -857,8 +857,10 @@ type ClientInterface interface {
 	//
 	// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -941,8 +943,10 @@ type ClientInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -955,8 +959,10 @@ type ClientInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -1049,8 +1055,10 @@ func (c *Client) CancelOperation(ctx context.Context, id string, body CancelOper
 //
 // StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -1243,8 +1251,10 @@ func (c *Client) StartTool(ctx context.Context, name string, body StartToolJSONR
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -1267,8 +1277,10 @@ func (c *Client) StreamToolWithBody(ctx context.Context, name string, contentTyp
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -2027,8 +2039,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -2121,8 +2135,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -2135,8 +2151,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -3861,8 +3879,10 @@ func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, i
 //
 // StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -4021,8 +4041,10 @@ func (c *ClientWithResponses) StartToolWithResponse(ctx context.Context, name st
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -4041,8 +4063,10 @@ func (c *ClientWithResponses) StreamToolWithBodyWithResponse(ctx context.Context
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //

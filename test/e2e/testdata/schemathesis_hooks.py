@@ -91,3 +91,9 @@ def _unique(pairs):
 @schemathesis.hook
 def filter_body(ctx, body):
     return _arguments_json_ok(body)
+
+
+@schemathesis.hook
+def filter_case(ctx, case):
+    # The coverage phase applies case hooks, not body hooks.
+    return _arguments_json_ok(case.body)

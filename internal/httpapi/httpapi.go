@@ -93,9 +93,9 @@ type api struct {
 	// The OpenAPI documents served: the committed ones, less what this
 	// gateway does not serve.
 	spec, specV2 []byte
-	mux  *http.ServeMux
-	gw   *runtime.ServeMux // holds the error handler runtime.HTTPError uses
-	m    *marshaler
+	mux          *http.ServeMux
+	gw           *runtime.ServeMux // holds the error handler runtime.HTTPError uses
+	m            *marshaler
 }
 
 // New returns the HTTP handler.

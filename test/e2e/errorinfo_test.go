@@ -101,7 +101,7 @@ func TestErrorInfoOnEveryRefusal(t *testing.T) {
 
 	t.Run("REST rate limit", func(t *testing.T) {
 		for range 50 {
-			req, _ := http.NewRequestWithContext(t.Context(), "GET", sec.base+"/v1/tools", nil)
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, sec.base+"/v1/tools", nil)
 			req.Header.Set("X-Api-Key", sec.key)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -119,7 +119,7 @@ func TestErrorInfoOnEveryRefusal(t *testing.T) {
 
 	t.Run("REST stream failing midway", func(t *testing.T) {
 		for _, accept := range []string{"application/x-ndjson", "text/event-stream"} {
-			req, _ := http.NewRequestWithContext(t.Context(), "POST", env.httpBase+"/v1/tools/echo:stream",
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, env.httpBase+"/v1/tools/echo:stream",
 				strings.NewReader(`{"arguments": {"mode": "stream", "n": 50, "gap_ms": 50}, "timeout": "300ms"}`))
 			req.Header.Set("Accept", accept)
 			resp, err := http.DefaultClient.Do(req)
@@ -216,7 +216,7 @@ func TestErrorInfoOnEveryRefusal(t *testing.T) {
 		{"unknown tool", "GetTool", `{"name": "no-such-tool"}`},
 	} {
 		t.Run("Connect "+tc.name, func(t *testing.T) {
-			req, _ := http.NewRequestWithContext(t.Context(), "POST", env.httpBase+"/toolgate.v1.ToolService/"+tc.method, strings.NewReader(tc.body))
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, env.httpBase+"/toolgate.v1.ToolService/"+tc.method, strings.NewReader(tc.body))
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -245,7 +245,7 @@ func TestErrorInfoOnEveryRefusal(t *testing.T) {
 
 	// MCP: a refusal's JSON-RPC error data names the reason and domain.
 	t.Run("MCP missing credentials", func(t *testing.T) {
-		req, _ := http.NewRequestWithContext(t.Context(), "POST", sec.base+"/mcp",
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, sec.base+"/mcp",
 			strings.NewReader(`{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")

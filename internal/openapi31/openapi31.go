@@ -198,7 +198,8 @@ func convertInfo(in *Object) *Object {
 
 const infoNotes = `JSON members use the proto field names (snake_case, e.g. ` + "`arguments_schema`" + `), ` +
 	`64-bit integers are JSON strings, and durations are strings such as "5s". ` +
-	`Every error answer is a google.rpc.Status (schema Status) whose HTTP status follows its gRPC code.`
+	`Every error answer is a google.rpc.Status (schema Status) whose HTTP status follows its gRPC code, ` +
+	"with an ErrorInfo detail (domain `toolgate`) whose reason says why."
 
 func convertPaths(paths *Object) (*Object, error) {
 	out := obj()
@@ -360,7 +361,7 @@ func streamResponse() *Object {
 						"value", obj("output", "0,", "index", "0", "last", false)),
 					"last", obj("summary", "The last chunk", "value", obj("output", "1", "index", "1", "last", true)),
 					"error", obj("summary", "The last line of a stream that failed after its first chunk",
-						"value", statusExample(4, "deadline exceeded", nil)),
+						"value", statusExample(4, `tool "echo" did not answer before the deadline`, errorInfo("DEADLINE_EXCEEDED", "tool", "echo"))),
 				),
 			),
 			MediaSSE, obj(
@@ -388,45 +389,44 @@ type errorKind struct {
 var errorKinds = map[int]errorKind{
 	400: {name: "BadRequest", description: "INVALID_ARGUMENT (or FAILED_PRECONDITION, OUT_OF_RANGE): malformed JSON, an unknown member, " +
 		"arguments that do not fit the tool's arguments_schema, a bad duration, or a tool service's `invalid-argument` error.",
-		example: statusExample(3, `tool "tell-dad-joke": argument "topic" is required`, nil)},
+		example: statusExample(3, `tool "tell-dad-joke": missing required argument "topic"`, errorInfo("INVALID_ARGUMENTS", "tool", "tell-dad-joke"))},
 	401: {name: "Unauthenticated", description: "UNAUTHENTICATED: no credential, or one the gateway does not accept. " +
 		"Send `Authorization: Bearer <API key or JWT>` or `X-Api-Key: <API key>`.",
-		example: statusExample(16, "missing credentials", nil)},
+		example: statusExample(16, "missing credentials: send Authorization: Bearer <API key or JWT>", errorInfo("MISSING_CREDENTIALS"))},
 	403: {name: "PermissionDenied", description: "PERMISSION_DENIED: the policy does not let the caller do this to this tool.",
-		example: statusExample(7, `not allowed to invoke tool "tell-joke"`, nil)},
+		example: statusExample(7, `permission denied: user "alice" may not invoke tool "tell-joke"`,
+			errorInfo("NOT_ALLOWED", "action", "invoke", "tool", "tell-joke"))},
 	404: {name: "NotFound", description: "NOT_FOUND: no such tool or tool service (ErrorInfo reason `TOOL_NOT_FOUND`, domain `toolgate`), " +
 		"or the tool service's own `not-found` error (reason `not-found`).",
-		example: statusExample(5, `tool "no-such-tool" not found`, obj(
-			"@type", typeErrorInfo, "reason", "TOOL_NOT_FOUND", "domain", "toolgate", "metadata", obj("tool", "no-such-tool")))},
+		example: statusExample(5, `tool "no-such-tool" not found`, errorInfo("TOOL_NOT_FOUND", "tool", "no-such-tool"))},
 	405: {name: "MethodNotAllowed", description: "The path exists but not with this HTTP method; `Allow` lists the methods it takes.",
-		example: statusExample(12, "Method Not Allowed", nil),
+		example: statusExample(12, "GET is not allowed on /v1/tools/tell-joke:invoke; use POST", errorInfo("METHOD_NOT_ALLOWED", "allow", "POST")),
 		headers: obj("Allow", obj("description", "The methods the path takes.", "schema", obj("type", "string"), "example", "POST"))},
 	406: {name: "NotAcceptable", description: "INVALID_ARGUMENT: the Accept header allows no media type the operation answers " +
 		"(`application/json`; for StreamTool `application/x-ndjson` or `text/event-stream`). ErrorInfo reason `NOT_ACCEPTABLE`.",
-		example: statusExample(3, "this endpoint answers application/json; the Accept header does not allow it", obj(
-			"@type", typeErrorInfo, "reason", "NOT_ACCEPTABLE", "domain", "toolgate", "metadata", obj("accept", "text/html")))},
+		example: statusExample(3, "this endpoint answers application/json; the Accept header does not allow it",
+			errorInfo("NOT_ACCEPTABLE", "accept", "text/html"))},
 	413: {name: "ContentTooLarge", description: "RESOURCE_EXHAUSTED: the request body is larger than the gateway's --max-body-bytes.",
-		example: statusExample(8, "request body larger than 1048576 bytes", nil)},
+		example: statusExample(8, "request body larger than 1048576 bytes", errorInfo("BODY_TOO_LARGE"))},
 	415: {name: "UnsupportedMediaType", description: "INVALID_ARGUMENT: the request body is not JSON: send it with " +
 		"`Content-Type: application/json` (or none). ErrorInfo reason `UNSUPPORTED_MEDIA_TYPE`.",
-		example: statusExample(3, "the request body must be JSON (Content-Type: application/json), not application/x-www-form-urlencoded", obj(
-			"@type", typeErrorInfo, "reason", "UNSUPPORTED_MEDIA_TYPE", "domain", "toolgate",
-			"metadata", obj("content_type", "application/x-www-form-urlencoded")))},
+		example: statusExample(3, "the request body must be JSON (Content-Type: application/json), not application/x-www-form-urlencoded",
+			errorInfo("UNSUPPORTED_MEDIA_TYPE", "content_type", "application/x-www-form-urlencoded"))},
 	429: {name: "TooManyRequests", description: "RESOURCE_EXHAUSTED: the caller's rate limit, or the gateway's bound on calls in flight. " +
 		"Retry after `Retry-After` seconds; the RetryInfo detail has the same delay.",
-		example: statusExample(8, "rate limit exceeded", obj("@type", typeRetryInfo, "retry_delay", "1s")),
+		example: statusExample(8, "rate limit exceeded: retry in 1s", obj("@type", typeRetryInfo, "retry_delay", "1s"),
+			errorInfo("RATE_LIMITED", "per_second", "0.5", "burst", "10")),
 		headers: obj("Retry-After", obj("description", "Seconds to wait before retrying (whole seconds, rounded up).",
 			"schema", obj("type", "integer", "minimum", 0), "example", 1))},
 	500: {name: "InternalError", description: "UNKNOWN or INTERNAL: the tool service failed (ErrorInfo reason is its error type, " +
 		"e.g. `tool-service-error`, with metadata `tool` and `service`), or its reply was not understood.",
-		example: statusExample(2, "the service failed", obj(
-			"@type", typeErrorInfo, "reason", "tool-service-error", "domain", "toolgate",
-			"metadata", obj("tool", "tell-joke", "service", "joke-service")))},
+		example: statusExample(2, "the service failed", errorInfo("tool-service-error", "tool", "tell-joke", "service", "joke-service"))},
 	503: {name: "Unavailable", description: "UNAVAILABLE: the broker is unreachable, no tool service listens on the tool's topic, " +
 		"or the gateway is shutting down.",
-		example: statusExample(14, "no tool service is subscribed to non-persistent://tg/request/joke", nil)},
+		example: statusExample(14, `tool "tell-joke" is unavailable: no tool service is subscribed to non-persistent://tg/request/joke`,
+			errorInfo("NO_LISTENER", "tool", "tell-joke", "service", "joke-service"))},
 	504: {name: "DeadlineExceeded", description: "DEADLINE_EXCEEDED: no complete answer before the call's deadline (`timeout`).",
-		example: statusExample(4, "deadline exceeded", nil)},
+		example: statusExample(4, `tool "tell-joke" did not answer before the deadline`, errorInfo("DEADLINE_EXCEEDED", "tool", "tell-joke", "service", "joke-service"))},
 }
 
 const (
@@ -434,12 +434,18 @@ const (
 	typeRetryInfo = "type.googleapis.com/google.rpc.RetryInfo"
 )
 
-func statusExample(code int, msg string, detail *Object) *Object {
-	details := []any{}
-	if detail != nil {
-		details = append(details, detail)
+func statusExample(code int, msg string, details ...*Object) *Object {
+	list := []any{}
+	for _, d := range details {
+		list = append(list, d)
 	}
-	return obj("code", code, "message", msg, "details", details)
+	return obj("code", code, "message", msg, "details", list)
+}
+
+// errorInfo is an ErrorInfo detail of the gateway's domain, for examples;
+// metadata is key/value pairs.
+func errorInfo(reason string, metadata ...any) *Object {
+	return obj("@type", typeErrorInfo, "reason", reason, "domain", "toolgate", "metadata", obj(metadata...))
 }
 
 func errorResponses() *Object {

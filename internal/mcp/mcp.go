@@ -286,7 +286,7 @@ type request struct {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin, r) {
 		s.log.InfoContext(r.Context(), "MCP request refused: origin not allowed", "origin", origin, "host", r.Host, "peer", r.RemoteAddr)
-		writeRPCError(w, http.StatusForbidden, codeInvalidRequest,
+		writeRPCError(w, http.StatusForbidden, codeInvalidRequest, "ORIGIN_NOT_ALLOWED",
 			"origin "+strconv.Quote(origin)+" may not call this MCP endpoint (allowed: the endpoint's own origin and --cors-origins)")
 		return
 	}
@@ -296,15 +296,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if body, err = toolcall.ReadHTTPBody(r); err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				writeRPCError(w, http.StatusRequestEntityTooLarge, codeInvalidRequest, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
+				writeRPCError(w, http.StatusRequestEntityTooLarge, codeInvalidRequest, "BODY_TOO_LARGE", fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
 				return
 			}
-			writeRPCError(w, http.StatusBadRequest, codeParseError, "the request body could not be read")
+			writeRPCError(w, http.StatusBadRequest, codeParseError, "INVALID_BODY", "the request body could not be read")
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
-			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "JSON-RPC batches are not supported: send one request per POST")
+			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "BATCH_NOT_SUPPORTED", "JSON-RPC batches are not supported: send one request per POST")
 			return
 		}
 	}
@@ -358,9 +358,11 @@ func (s *Server) originAllowed(origin string, r *http.Request) bool {
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && (u.Scheme == "http" || u.Scheme == "https")
 }
 
-// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body.
-func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) {
-	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg})
+// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body
+// whose data names the reason, in the gateway's ErrorInfo domain.
+func writeRPCError(w http.ResponseWriter, httpCode int, code int64, reason, msg string) {
+	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg,
+		"data": map[string]any{"reason": reason, "domain": toolcall.ErrorDomain}})
 }
 
 // refuse answers a request that failed authentication.

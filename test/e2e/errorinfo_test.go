@@ -244,29 +244,47 @@ func TestErrorInfoOnEveryRefusal(t *testing.T) {
 	}
 
 	// MCP: a refusal's JSON-RPC error data names the reason and domain.
-	t.Run("MCP missing credentials", func(t *testing.T) {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, sec.base+"/mcp",
-			strings.NewReader(`{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		var rpc struct {
-			Error struct {
-				Data struct {
-					Reason string `json:"reason"`
-					Domain string `json:"domain"`
-				} `json:"data"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(b, &rpc); err != nil || rpc.Error.Data.Reason == "" || rpc.Error.Data.Domain == "" {
-			t.Errorf("%s: %s", resp.Status, b)
-		}
-	})
+	for _, tc := range []struct {
+		name, base, body string
+		header           map[string]string
+	}{
+		{"missing credentials", sec.base, `{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}`, nil},
+		{"invalid API key", sec.base, `{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}`, map[string]string{"X-Api-Key": "wrong"}},
+		{"origin not allowed", env.httpBase, `{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}`, map[string]string{"Origin": "http://elsewhere.example"}},
+		{"batch", env.httpBase, `[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]`, nil},
+		{"unknown tool", env.httpBase, `{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "no-such-tool", "arguments": {}}}`, nil},
+	} {
+		t.Run("MCP "+tc.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, tc.base+"/mcp", strings.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			msg := bytes.TrimSpace(b)
+			if i := bytes.Index(msg, []byte("data: ")); i >= 0 { // an event stream's one message
+				msg = bytes.TrimSpace(msg[i+len("data: "):])
+			}
+			var rpc struct {
+				Error struct {
+					Data struct {
+						Reason string `json:"reason"`
+						Domain string `json:"domain"`
+					} `json:"data"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(msg, &rpc); err != nil || rpc.Error.Data.Reason == "" || rpc.Error.Data.Domain == "" {
+				t.Errorf("%s: %s", resp.Status, b)
+			}
+		})
+	}
 }
 
 // checkStatusJSON fails the test unless b is a google.rpc.Status in JSON

@@ -550,6 +550,9 @@ func patchSchemas(s *Object) error {
 		argsJSON.Set("description", unwrap(argsJSON.Str("description"))+" "+argumentsJSONText)
 		argsJSON.Set("contentMediaType", "application/json")
 		argsJSON.Set("contentSchema", obj("type", "object"))
+		// oapi-codegen takes a string with a contentMediaType for a file
+		// and sends it base64-encoded: it is text.
+		argsJSON.Set("x-go-type", "string")
 		// Both set is INVALID_ARGUMENT; null, and an empty arguments_json,
 		// are "not set". (additionalProperties, as on arguments itself,
 		// keeps generators from taking the subschema for a map of unknown

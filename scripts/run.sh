@@ -72,7 +72,7 @@ export TOOLGATE_OPERATIONS_KEY_FILE
 start joke-service bin/joke-service --pulsar-url "$PULSAR_URL"
 start echo-service bin/echo-service --pulsar-url "$PULSAR_URL"
 start gateway bin/gateway "${registry_args[@]}" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" --admin-addr "$ADMIN_ADDR" \
-	--pulsar-url "$PULSAR_URL" --pulsar-admin-url "$ADMIN_URL" --allow-anonymous
+	--pulsar-url "$PULSAR_URL" --pulsar-admin-url "$ADMIN_URL" --allow-anonymous --operations
 
 # alive PID: the process has not exited (an exited child stays a zombie
 # until waited for, which kill -0 does not tell apart).
@@ -123,6 +123,8 @@ toolgate is up: gRPC on $GRPC_ADDR, HTTP on $HTTP_ADDR, admin (metrics, readines
 broker $PULSAR_URL (admin $ADMIN_URL). Try:
 
   curl -s -X POST http://$HTTP_ADDR/v1/tools/tell-joke:invoke -d '{"arguments": {"topic": "programming"}}'
+  curl -s -X POST http://$HTTP_ADDR/v1/tools/tell-joke:start -d '{"arguments": {"topic": "cats"}}'
+  curl -s http://$HTTP_ADDR/v1/operations/<id>      # the id the start answered
 
 Logs: $LOGS/. Ctrl-C stops everything.
 MSG

@@ -104,13 +104,13 @@ func Request(c *toolcall.Call, args *structpb.Struct, argsJSON string, timeout *
 	if timeout != nil {
 		c.TimeoutSet = true
 		if err := timeout.CheckValid(); err != nil {
-			return status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+			return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidTimeout, "timeout must be a positive duration such as \"5s\"", nil)
 		}
 		c.Timeout = timeout.AsDuration()
 	}
 	if argsJSON != "" {
 		if len(args.GetFields()) > 0 {
-			return status.Error(codes.InvalidArgument, "set arguments or arguments_json, not both")
+			return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonArgumentsConflict, "set arguments or arguments_json, not both", nil)
 		}
 		c.Args = []byte(argsJSON)
 		return nil

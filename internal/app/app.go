@@ -193,6 +193,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 
 	// The request limits first: they refuse before authentication.
 	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, log, sec.authn.TapHandle())))
+	gopts = append(gopts, grpcapi.ServerOptions()...)
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}
@@ -266,7 +267,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		ErrorHandler: limits.ErrorHandler,
 		Docs:         docs.New(docs.Options{Logger: log}),
 		MCP:          mcpHandler, MCPResourceMetadata: mcpMetadata,
-		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: cfg.Limits.Header()})
+		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: cfg.Limits.Header(),
+		Operations: cfg.Operations})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -276,6 +278,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Handler:     sec.wrapHTTP(h),
 		BaseContext: func(net.Listener) context.Context { return g.httpBase },
 		TLSConfig:   sec.tls,
+		Protocols:   httpProtocols(),
 		// Above the handler's own limit, which answers 431 in JSON.
 		MaxHeaderBytes:    limits.HardHeaderFactor * cfg.Limits.Header(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -293,6 +296,17 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// Last: the broker sources may swap snapshots from now on.
 	g.sources.start(log)
 	return g, nil
+}
+
+// httpProtocols are what the HTTP listener speaks: HTTP/1.1, and HTTP/2
+// both over TLS and in plain text with prior knowledge (h2c), so gRPC
+// clients reach the Connect door's gRPC on a listener without TLS too.
+func httpProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 func (g *Gateway) closeEarly() {

@@ -10,7 +10,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
@@ -23,6 +22,14 @@ const (
 // MsgMissingCredentials is the status message of a call without
 // credentials when anonymous calls are not allowed.
 const MsgMissingCredentials = "missing credentials: send Authorization: Bearer <API key or JWT>"
+
+// The ErrorInfo reasons (domain toolcall.ErrorDomain) of the refusals of
+// authentication and authorization.
+const (
+	ReasonMissingCredentials = "MISSING_CREDENTIALS"
+	ReasonInvalidCredentials = "INVALID_CREDENTIALS"
+	ReasonNotAllowed         = "NOT_ALLOWED"
+)
 
 // Authenticator establishes and checks the identity of calls. Build it
 // with New and run its Middleware; install TapHandle on the gRPC server.
@@ -218,7 +225,11 @@ func (a *Authenticator) failMethod(ctx context.Context, method, peer string, err
 		attrs = append(attrs, "peer", peer)
 	}
 	a.log.InfoContext(ctx, "call refused: not authenticated", attrs...)
-	return status.Error(codes.Unauthenticated, r.msg)
+	reason := ReasonInvalidCredentials
+	if r.msg == MsgMissingCredentials {
+		reason = ReasonMissingCredentials
+	}
+	return toolcall.GatewayError(codes.Unauthenticated, reason, r.msg, nil)
 }
 
 // authorize checks the call's caller against the policy.
@@ -243,7 +254,11 @@ func (a *Authenticator) authorize(ctx context.Context, c *toolcall.Call) error {
 	}
 	attrs := append(callerAttrs(id), "rpc", method, "action", action, "tool", tool)
 	a.log.InfoContext(ctx, "call refused: not authorized", attrs...)
-	return status.Error(codes.PermissionDenied, msg)
+	md := map[string]string{"action": action}
+	if tool != "" {
+		md["tool"] = tool
+	}
+	return toolcall.GatewayError(codes.PermissionDenied, ReasonNotAllowed, msg, md)
 }
 
 // callerAttrs are the log attributes naming a caller: its user, where the

@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
 	"github.com/toolgate/toolgate/internal/apiproto"
 	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 )
@@ -49,6 +50,11 @@ func New(h toolcall.Handler, opts Options) (string, http.Handler) {
 				func() connect.Compressor { return gzip.NewWriter(io.Discard) }))
 	}
 	path, handler := toolgatev1connect.NewToolServiceHandler(&service{h: h}, hopts...)
+	known := map[string]bool{}
+	methods := toolgatev1.File_toolgate_v1_toolgate_proto.Services().ByName("ToolService").Methods()
+	for i := range methods.Len() {
+		known[path+string(methods.Get(i).Name())] = true
+	}
 	errs := connect.NewErrorWriter(hopts...)
 	// connect-go hands methods no *http.Request: the connection's TLS
 	// state (for client certificates) rides in the context.
@@ -56,6 +62,14 @@ func New(h toolcall.Handler, opts Options) (string, http.Handler) {
 		if n := toolcall.HTTPHeaderBytes(r); opts.MaxHeaderBytes > 0 && n > opts.MaxHeaderBytes {
 			w.Header().Set("Connection", "close")
 			_ = errs.Write(w, r, connectError(toolcall.HeadersTooLarge(n, opts.MaxHeaderBytes)))
+			return
+		}
+		if !known[r.URL.Path] && errs.IsSupported(r) {
+			// A method the service does not have, answered in the
+			// client's protocol (connect-go itself answers a bare 404).
+			ce := connectError(toolcall.GatewayError(codes.Unimplemented, ReasonMethodNotFound, "unknown method "+r.URL.Path,
+				map[string]string{"method": r.URL.Path}))
+			_ = errs.Write(w, r, ce)
 			return
 		}
 		if r.TLS != nil {
@@ -99,6 +113,10 @@ func (d *boundedGzip) Close() error { return d.zr.Close() }
 
 type tlsKey struct{}
 
+// ReasonMethodNotFound is the ErrorInfo reason of a call to a method the
+// ToolService does not have.
+const ReasonMethodNotFound = "METHOD_NOT_FOUND"
+
 type service struct {
 	toolgatev1connect.UnimplementedToolServiceHandler
 	h toolcall.Handler
@@ -125,8 +143,8 @@ func connectError(err error) error {
 		if errors.As(err, &ce) {
 			return ce
 		}
-		return connect.NewError(connect.CodeUnknown, err)
 	}
+	st = toolcall.EnsureErrorInfo(st)
 	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 	for _, d := range st.Details() {
 		if m, ok := d.(protoadapt.MessageV1); ok {

@@ -25,6 +25,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/rs/cors"
 	specs "github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/internal/openapi31"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -78,14 +79,21 @@ type Options struct {
 	// Connect door: Connect, gRPC-Web and gRPC for the ToolService).
 	Connect     http.Handler
 	ConnectPath string
+	// Operations says the gateway serves durable operations
+	// (--operations): only then do the OpenAPI documents list StartTool
+	// and the routes of /v1/operations.
+	Operations bool
 }
 
 // api is the handler New returns.
 type api struct {
 	opts Options
-	mux  *http.ServeMux
-	gw   *runtime.ServeMux // holds the error handler runtime.HTTPError uses
-	m    *marshaler
+	// The OpenAPI documents served: the committed ones, less what this
+	// gateway does not serve.
+	spec, specV2 []byte
+	mux          *http.ServeMux
+	gw           *runtime.ServeMux // holds the error handler runtime.HTTPError uses
+	m            *marshaler
 }
 
 // New returns the HTTP handler.
@@ -99,7 +107,16 @@ func New(opts Options) (http.Handler, error) {
 	if opts.SSEHeartbeat == 0 {
 		opts.SSEHeartbeat = DefaultSSEHeartbeat
 	}
-	a := &api{opts: opts, m: newMarshaler(), mux: http.NewServeMux()}
+	a := &api{opts: opts, m: newMarshaler(), mux: http.NewServeMux(), spec: specs.Spec, specV2: specs.SpecV2}
+	if !opts.Operations {
+		var err error
+		if a.spec, err = openapi31.WithoutOperations(specs.Spec); err != nil {
+			return nil, fmt.Errorf("httpapi: the OpenAPI document: %w", err)
+		}
+		if a.specV2, err = openapi31.WithoutOperations(specs.SpecV2); err != nil {
+			return nil, fmt.Errorf("httpapi: the Swagger document: %w", err)
+		}
+	}
 	var gwOpts []runtime.ServeMuxOption
 	if opts.ErrorHandler != nil {
 		gwOpts = append(gwOpts, runtime.WithErrorHandler(opts.ErrorHandler))
@@ -136,7 +153,7 @@ func (a *api) routes() {
 	m.HandleFunc("GET /v1/tool-services/{id}", a.getService)
 	m.HandleFunc("GET /healthz", a.healthz)
 	m.HandleFunc("GET /readyz", a.readyz)
-	spec, v2 := specHandler(specs.Spec), specHandler(specs.SpecV2)
+	spec, v2 := specHandler(a.spec), specHandler(a.specV2)
 	m.Handle("GET /openapi.json", spec)
 	m.Handle("GET /v1/openapi.json", spec)
 	m.Handle("GET /openapi.v2.json", v2)

@@ -228,8 +228,7 @@ func (a *api) appendOperation(b []byte, op *toolcall.Operation) []byte {
 	switch {
 	case !op.Done:
 	case op.Err != nil:
-		st, _ := status.FromError(op.Err)
-		js, err := a.m.Marshal(st.Proto())
+		js, err := a.m.Marshal(toolcall.EnsureErrorInfo(status.Convert(op.Err)).Proto())
 		if err != nil {
 			js = []byte(`{"code":13,"message":"internal error"}`)
 		}

@@ -233,6 +233,14 @@ func gzipError(err error) error {
 	return fmt.Errorf("the request body is not valid gzip (Content-Encoding: gzip): %w", err)
 }
 
+// withInfo is st with an ErrorInfo of reason in ErrorDomain.
+func withInfo(st *status.Status, reason string) *status.Status {
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		return ds
+	}
+	return st
+}
+
 func tooLarge(limit int64) *status.Status {
-	return status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit))
+	return withInfo(status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit)), "BODY_TOO_LARGE")
 }

@@ -102,7 +102,7 @@ func TestHTTP(t *testing.T) {
 	}
 	url := restDoor(t, l, 0)
 	const invoke = "/v1/tools/t:invoke"
-	tooLarge := `{"code":8,"message":"request body larger than 1048576 bytes","details":[]}`
+	tooLarge := `{"code":8,"message":"request body larger than 1048576 bytes","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"BODY_TOO_LARGE","domain":"toolgate","metadata":{}}]}`
 	tests := []struct {
 		name  string
 		steps []httpStep

@@ -262,6 +262,14 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 	req.id, req.within = in.id, true
 	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.name, Arguments: in.arguments, Meta: in.meta}}
 	text, res, err := s.callText(ctx, call, "")
+	if req.cancelled.Load() {
+		// The client cancelled the call: its event stream ends without
+		// an answer, as the protocol asks.
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache, no-transform")
+		w.WriteHeader(http.StatusOK)
+		return true
+	}
 	// The message is written after the event stream's prefix, which a
 	// refusal with a status of its own goes without.
 	const event = "event: message\ndata: "

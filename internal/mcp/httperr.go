@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -56,9 +57,13 @@ func checkVersion(w http.ResponseWriter, r *http.Request, body []byte) bool {
 // rpcErrors passes a response through unless it is a refusal (status ≥ 400)
 // that is not JSON: that one it keeps, to send as a JSON-RPC error with the
 // same status, headers and message (finish).
+//
+// Once drop is set (the client cancelled the request) nothing more of the
+// body is written: the SDK's answer to a cancelled request is not sent.
 type rpcErrors struct {
 	http.ResponseWriter
 	id     json.RawMessage
+	drop   *atomic.Bool
 	status int // of the refusal kept; 0: passing through
 	msg    bytes.Buffer
 }
@@ -75,6 +80,9 @@ func (w *rpcErrors) WriteHeader(code int) {
 }
 
 func (w *rpcErrors) Write(b []byte) (int, error) {
+	if w.drop != nil && w.drop.Load() {
+		return len(b), nil
+	}
 	if w.status != 0 {
 		return w.msg.Write(b)
 	}

@@ -289,6 +289,10 @@ type request struct {
 	// within: the contexts of the request's calls descend from ctx (the
 	// fast path's do; the SDK's do not).
 	within bool
+	// cancelled: the client cancelled the request (notifications/cancelled).
+	// Its answer is then not sent, as the protocol asks: the response
+	// ends without it.
+	cancelled atomic.Bool
 }
 
 // ServeHTTP serves the MCP endpoint.
@@ -301,7 +305,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin, r) {
 		s.log.InfoContext(r.Context(), "MCP request refused: origin not allowed", "origin", origin, "host", r.Host, "peer", r.RemoteAddr)
-		writeRPCError(w, http.StatusForbidden, codeInvalidRequest,
+		writeRPCError(w, http.StatusForbidden, codeInvalidRequest, "ORIGIN_NOT_ALLOWED",
 			"origin "+strconv.Quote(origin)+" may not call this MCP endpoint (allowed: the endpoint's own origin and --cors-origins)")
 		return
 	}
@@ -317,13 +321,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			case codes.DeadlineExceeded:
 				writeStatusError(w, http.StatusRequestTimeout, st)
 			default:
-				writeRPCError(w, http.StatusBadRequest, codeParseError, "the request body could not be read")
+				writeRPCError(w, http.StatusBadRequest, codeParseError, "INVALID_BODY", "the request body could not be read")
 			}
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
-			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "JSON-RPC batches are not supported: send one request per POST")
+			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "BATCH_NOT_SUPPORTED", "JSON-RPC batches are not supported: send one request per POST")
 			return
 		}
 	}
@@ -358,7 +362,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ids, _ := idMembers(body)
 	req.id, req.progressToken = lastID(ids), progressToken(body)
-	ew := &rpcErrors{ResponseWriter: w, id: req.id}
+	ew := &rpcErrors{ResponseWriter: w, id: req.id, drop: &req.cancelled}
 	s.handler.ServeHTTP(withSurrogates(ew, r, body, ids), r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	ew.finish()
 }
@@ -378,9 +382,11 @@ func (s *Server) originAllowed(origin string, r *http.Request) bool {
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && (u.Scheme == "http" || u.Scheme == "https")
 }
 
-// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body.
-func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) {
-	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg})
+// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body
+// whose data names the reason, in the gateway's ErrorInfo domain.
+func writeRPCError(w http.ResponseWriter, httpCode int, code int64, reason, msg string) {
+	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg,
+		"data": map[string]any{"reason": reason, "domain": toolcall.ErrorDomain}})
 }
 
 // writeStatusError answers a request the endpoint refuses before reading
@@ -388,11 +394,9 @@ func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) 
 // hold the status's code and reason, as requestError's do.
 func writeStatusError(w http.ResponseWriter, httpCode int, err error) {
 	st := status.Convert(err)
-	data := map[string]any{"code": st.Code().String()}
-	if ei := errorInfo(st); ei != nil {
-		data["reason"] = ei.GetReason()
-	}
-	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": codeInvalidRequest, "message": st.Message(), "data": data})
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
+	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": codeInvalidRequest, "message": st.Message(),
+		"data": map[string]any{"code": st.Code().String(), "reason": ei.GetReason(), "domain": ei.GetDomain()}})
 }
 
 // refuse answers request id (null if none), which failed authentication.
@@ -408,7 +412,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessa
 	case codes.ResourceExhausted:
 		code = http.StatusTooManyRequests
 	}
-	writeRPCErrorID(w, id, code, map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}})
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
+	writeRPCErrorID(w, id, code, map[string]any{"code": codeRefused, "message": st.Message(),
+		"data": map[string]any{"code": st.Code().String(), "reason": ei.GetReason(), "domain": ei.GetDomain()}})
 }
 
 // notServed are the methods of features this endpoint does not serve (a
@@ -474,7 +480,12 @@ func newCall(ctx context.Context, op toolcall.Op, method string) (context.Contex
 		stop = context.AfterFunc(req.ctx, cancel)
 	}
 	if key, ok := callKey(req, req.id); ok && req.srv != nil && op != toolcall.OpListTools {
-		remove := req.srv.inflight.add(key, cancel)
+		remove := req.srv.inflight.add(key, func() {
+			// Marked first: the call's answer, made once the call ends,
+			// finds it so and is not sent.
+			req.cancelled.Store(true)
+			cancel()
+		})
 		return ctx, &c, func() { remove(); stop(); cancel() }, nil
 	}
 	return ctx, &c, func() { stop(); cancel() }, nil
@@ -542,9 +553,8 @@ func requestError(err error) error {
 		code = codeRefused
 	}
 	data := map[string]any{"code": st.Code().String()}
-	if ei := errorInfo(st); ei != nil {
-		data["reason"] = ei.GetReason()
-	}
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
+	data["reason"], data["domain"] = ei.GetReason(), ei.GetDomain()
 	return rpcError(code, st.Message(), data)
 }
 
@@ -581,7 +591,10 @@ func callError(err error) (*sdk.CallToolResult, error) {
 	ei := errorInfo(st)
 	switch st.Code() {
 	case codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
-		if ei == nil || ei.GetReason() == "TOOL_NOT_FOUND" {
+		// The gateway's own refusals (reasons in upper case: no such
+		// tool, no credentials, not allowed) refuse the request; a tool
+		// service's errors of these codes are the tool's answer.
+		if ei == nil || ei.GetReason() == strings.ToUpper(ei.GetReason()) {
 			return nil, requestError(err)
 		}
 	}

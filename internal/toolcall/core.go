@@ -189,7 +189,7 @@ func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Reque
 	switch {
 	case c.TimeoutSet:
 		if c.Timeout <= 0 {
-			return tool, wire.Request{}, time.Time{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+			return tool, wire.Request{}, time.Time{}, gatewayError(codes.InvalidArgument, ReasonInvalidTimeout, "timeout must be a positive duration such as \"5s\"", nil)
 		}
 		limit = min(c.Timeout, s.opts.MaxTimeout)
 	case hasDeadline(ctx) && c.Op != OpStartTool:
@@ -265,7 +265,7 @@ func (s *Core) listTools(c *Call) (Result, error) {
 func page(n int, key func(int) string, size int32, token string) (start, end int, next string, err error) {
 	switch {
 	case size < 0:
-		return 0, 0, "", status.Error(codes.InvalidArgument, "page_size must not be negative")
+		return 0, 0, "", gatewayError(codes.InvalidArgument, ReasonInvalidPageSize, "page_size must not be negative", nil)
 	case size == 0:
 		size = DefaultPageSize
 	case size > MaxPageSize:
@@ -276,7 +276,7 @@ func page(n int, key func(int) string, size int32, token string) (start, end int
 		// pattern has it; the decoder would skip line breaks.
 		raw, derr := base64.RawURLEncoding.Strict().DecodeString(token)
 		if derr != nil || strings.ContainsAny(token, "\r\n") {
-			return 0, 0, "", status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+			return 0, 0, "", gatewayError(codes.InvalidArgument, ReasonInvalidPageToken, "page_token is not one this server issued", nil)
 		}
 		after := string(raw)
 		lo, hi := 0, n

@@ -37,7 +37,7 @@ const ReasonOperationNotFound = "OPERATION_NOT_FOUND"
 func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error) {
 	ops := s.opts.Operations
 	if ops == nil {
-		return Result{}, status.Error(codes.Unimplemented, "durable operations are not enabled on this gateway (--operations)")
+		return Result{}, gatewayError(codes.Unimplemented, ReasonOperationsDisabled, "durable operations are not enabled on this gateway (--operations)", nil)
 	}
 	owner := s.owner(c)
 	var (
@@ -66,7 +66,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 			f := false
 			done = &f
 		default:
-			return Result{}, status.Errorf(codes.InvalidArgument, "filter %q: want \"done=true\" or \"done=false\"", c.Filter)
+			return Result{}, gatewayError(codes.InvalidArgument, ReasonInvalidFilter, fmt.Sprintf("filter %q: want \"done=true\" or \"done=false\"", c.Filter), nil)
 		}
 		recs := ops.List(owner, done)
 		start, end, next, perr := page(len(recs), func(i int) string { return recs[i].ID }, c.PageSize, c.PageToken)
@@ -88,7 +88,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		timeout := DefaultWaitTimeout
 		if c.TimeoutSet {
 			if c.Timeout <= 0 {
-				return Result{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+				return Result{}, gatewayError(codes.InvalidArgument, ReasonInvalidTimeout, "timeout must be a positive duration such as \"5s\"", nil)
 			}
 			timeout = min(c.Timeout, MaxWaitTimeout)
 		}

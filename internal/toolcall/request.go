@@ -7,12 +7,18 @@ import (
 	"os"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // ReasonHeadersTooLarge is the reason of a request refused for its
 // header lines or metadata, on every door.
 const ReasonHeadersTooLarge = "HEADERS_TOO_LARGE"
+
+// ReasonBodyTooLarge and ReasonBodyTimeout are the ErrorInfo reasons of a
+// request body over the size limit and of one that did not arrive in time.
+const (
+	ReasonBodyTooLarge = "BODY_TOO_LARGE"
+	ReasonBodyTimeout  = "BODY_TIMEOUT"
+)
 
 // HeadersTooLarge is the status of a request whose header lines (or
 // metadata) are size bytes, more than limit: RESOURCE_EXHAUSTED, reason
@@ -42,9 +48,9 @@ func BodyError(err error) error {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		return status.Errorf(codes.ResourceExhausted, "request body larger than %d bytes", mbe.Limit)
+		return gatewayError(codes.ResourceExhausted, ReasonBodyTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit), nil)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return gatewayError(codes.DeadlineExceeded, ReasonBodyTimeout, err.Error(), nil)
 	}
-	return status.Errorf(codes.InvalidArgument, "the request body could not be read: %v", err)
+	return gatewayError(codes.InvalidArgument, ReasonInvalidBody, fmt.Sprintf("the request body could not be read: %v", err), nil)
 }

@@ -153,11 +153,11 @@ tool:
 		{name: "unknown tool", key: parityKey, tool: "missing-tool", args: `{}`, want: outcome{codes.NotFound, "TOOL_NOT_FOUND", ""}},
 		// A name the policy does not grant is refused before it is looked
 		// up: whether it exists is not the caller's to learn.
-		{name: "unknown tool outside the policy", key: parityKey, tool: "no-such-tool", args: `{}`, want: outcome{codes.PermissionDenied, "", ""}},
-		{name: "policy-hidden tool", key: parityKey, tool: "hidden-echo", args: `{"mode": "user"}`, want: outcome{codes.PermissionDenied, "", ""}},
-		{name: "bad arguments", key: parityKey, tool: "strict-echo", args: `{"mode": 5}`, want: outcome{codes.InvalidArgument, "", ""}},
+		{name: "unknown tool outside the policy", key: parityKey, tool: "no-such-tool", args: `{}`, want: outcome{codes.PermissionDenied, "NOT_ALLOWED", ""}},
+		{name: "policy-hidden tool", key: parityKey, tool: "hidden-echo", args: `{"mode": "user"}`, want: outcome{codes.PermissionDenied, "NOT_ALLOWED", ""}},
+		{name: "bad arguments", key: parityKey, tool: "strict-echo", args: `{"mode": 5}`, want: outcome{codes.InvalidArgument, "INVALID_ARGUMENTS", ""}},
 		// A tool's input schema is checked by the core, for every door.
-		{name: "arguments the input schema refuses", key: parityKey, tool: "schema-echo", args: `{"mode": "sleep"}`, want: outcome{codes.InvalidArgument, "", ""}},
+		{name: "arguments the input schema refuses", key: parityKey, tool: "schema-echo", args: `{"mode": "sleep"}`, want: outcome{codes.InvalidArgument, "INVALID_ARGUMENTS", ""}},
 		{name: "arguments the input schema takes", key: parityKey, tool: "schema-echo", args: `{"mode": "user"}`, want: outcome{codes.OK, "", "alice"}},
 		{name: "deadline exceeded", key: parityKey, tool: "echo", args: `{"mode": "sleep", "ms": 3000}`, timeout: 300 * time.Millisecond,
 			want: outcome{codes.DeadlineExceeded, "DEADLINE_EXCEEDED", ""}},
@@ -165,7 +165,7 @@ tool:
 		{name: "service error", key: parityKey, tool: "echo", args: `{"mode": "fail", "type": "not-found", "message": "nope"}`,
 			want: outcome{codes.NotFound, "", ""}},
 		{name: "rate limited", key: parityLimKey, tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.ResourceExhausted, "RATE_LIMITED", ""}},
-		{name: "unauthenticated", tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.Unauthenticated, "", ""}},
+		{name: "unauthenticated", tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.Unauthenticated, "MISSING_CREDENTIALS", ""}},
 		{name: "spoofed identity header", key: parityKey, headers: map[string]string{"User": "mallory", "X-Forwarded-User": "mallory", "X-Auth-Request-User": "mallory"},
 			tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.OK, "", "alice"}},
 	}

@@ -372,6 +372,7 @@ func (b *Bridge) listen(ctx context.Context, responseTopic string, detach bool) 
 			b.log.Warn("cannot subscribe to response topic", "topic", responseTopic, "err", l.err)
 		} else {
 			b.log.Debug("subscribed to response topic", "topic", responseTopic, "subscription", b.subID)
+			b.sampleNew(parent, responseTopic)
 		}
 		b.noteListen(responseTopic, l.err)
 		close(l.ready)
@@ -770,9 +771,10 @@ func (e *DroppedError) Unwrap() error { return ErrLostReplies }
 // DeliveryCounter is what the watch asks, when Options.Watch has it, about
 // a non-persistent response topic of services that do not number their
 // replies: how many messages the topic took in, and how many the broker
-// sent to a subscription (transport.AdminPresence.Delivery).
+// sent to a subscription, in which lifetime of that subscription
+// (transport.AdminPresence.Delivery).
 type DeliveryCounter interface {
-	Delivery(ctx context.Context, topic, subscription string) (in, out int64, err error)
+	Delivery(ctx context.Context, topic, subscription string) (transport.Delivery, error)
 }
 
 // LostRepliesError ends a call whose reply has a hole in it: a later reply

@@ -206,17 +206,7 @@ func (b *Bridge) watchOnce() {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			in, out, err := b.counter.Delivery(ctx, topic, b.subID)
-			if err != nil {
-				b.log.Debug("cannot ask how many messages the broker sent this gateway", "topic", topic, "err", err)
-				return
-			}
-			w.dropMu.Lock()
-			w.drops[topic] = append(w.drops[topic], dropSample{at: askedAt, excess: in - out})
-			if n := len(w.drops[topic]); n > maxDropSamples {
-				w.drops[topic] = w.drops[topic][n-maxDropSamples:]
-			}
-			w.dropMu.Unlock()
+			b.sampleDelivery(ctx, topic, askedAt)
 		})
 	}
 	wg.Wait()
@@ -386,7 +376,43 @@ func (b *Bridge) checkOwnConsumer(topic string, cs []transport.Consumer) {
 // dropSample is one answer of the DeliveryCounter about a topic.
 type dropSample struct {
 	at     time.Time
-	excess int64 // messages in less messages sent to this bridge
+	excess int64  // messages in less messages sent to this bridge
+	life   string // the subscription's lifetime (transport.Delivery.Lifetime)
+}
+
+// sampleDelivery asks the DeliveryCounter about topic and keeps the
+// answer, as of at; one without a lifetime (no consumer of this bridge's
+// there just then) is not kept: it compares with nothing.
+func (b *Bridge) sampleDelivery(ctx context.Context, topic string, at time.Time) {
+	d, err := b.counter.Delivery(ctx, topic, b.subID)
+	if err != nil {
+		b.log.Debug("cannot ask how many messages the broker sent this gateway", "topic", topic, "err", err)
+		return
+	}
+	if d.Lifetime == "" {
+		return
+	}
+	w := b.watch
+	w.dropMu.Lock()
+	defer w.dropMu.Unlock()
+	w.drops[topic] = append(w.drops[topic], dropSample{at: at, excess: d.In - d.Out, life: d.Lifetime})
+	if n := len(w.drops[topic]); n > maxDropSamples {
+		w.drops[topic] = w.drops[topic][n-maxDropSamples:]
+	}
+}
+
+// sampleNew takes the first sample of a subscription just made to a
+// non-persistent response topic, before any call waits on it: the
+// baseline of the calls made next. The samples of an earlier lifetime
+// (a subscription released and made again) do not compare with it.
+func (b *Bridge) sampleNew(ctx context.Context, topic string) {
+	if b.counter == nil || b.watch == nil || topic == b.opts.ReplyTopic || !strings.HasPrefix(topic, "non-persistent://") {
+		return
+	}
+	at := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, b.opts.WatchEvery)
+	defer cancel()
+	b.sampleDelivery(ctx, topic, at)
 }
 
 // pokeDelay gathers the reasons for an early question (Call.held).
@@ -411,6 +437,8 @@ const heldFor = 5 * time.Second
 // once an answer after it shows no rise: the stream is whole.
 func (b *Bridge) checkHeld() {
 	w := b.watch
+	w.dropMu.Lock() // a new subscription's first sample may come meanwhile
+	defer w.dropMu.Unlock()
 	if len(w.drops) == 0 {
 		return
 	}
@@ -436,6 +464,16 @@ func (b *Bridge) checkHeld() {
 		}
 		if base < 0 {
 			return
+		}
+		// Counts compare within one lifetime of the subscription only:
+		// when a later one began (this bridge's consumer connected again),
+		// its first sample is the baseline. What was dropped between the
+		// two cannot be known, and is not guessed at.
+		for i := len(samples) - 1; i > base; i-- {
+			if samples[i].life != samples[i-1].life {
+				base = i
+				break
+			}
 		}
 		for i := base + 1; i+1 < len(samples); i++ {
 			if samples[i].excess > samples[base].excess && samples[i+1].excess >= samples[i].excess {

@@ -44,6 +44,9 @@ var (
 	// ErrNoListener: no tool service is subscribed to the request topic,
 	// so a request would be dropped by the broker.
 	ErrNoListener = errors.New("no tool service is listening")
+	// ErrBrokerDown: the broker does not take messages now (BrokerDown);
+	// it wraps ErrUnavailable.
+	ErrBrokerDown = fmt.Errorf("%w: the message broker does not take messages", ErrUnavailable)
 	// ErrServiceBusy: the tool service had Options.MaxInFlightPerService
 	// calls in flight for the whole of Options.ServiceQueueWait. It wraps
 	// ErrOverloaded.
@@ -220,6 +223,12 @@ type Bridge struct {
 	busy       atomic.Int64
 	cancels    atomic.Int64
 	resends    atomic.Int64
+
+	// down holds why the broker is found not to take messages (nil while
+	// it does): calls are refused at once meanwhile (BrokerDown).
+	down atomic.Pointer[error]
+	// lastTaken is when the broker last took a request (unix nanoseconds).
+	lastTaken atomic.Int64
 
 	// epoch counts the watch's questions; each call notes it when made.
 	epoch atomic.Uint64
@@ -431,6 +440,9 @@ type CallOptions struct {
 
 // CallWith is CallUntil with options.
 func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadline time.Time, o CallOptions) (*Call, error) {
+	if err := b.down.Load(); err != nil {
+		return nil, *err
+	}
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
 	}
@@ -493,6 +505,12 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		c.sentDeadline = deadline
 	}
 	b.pending.store(c.id, c)
+	if err := b.down.Load(); err != nil {
+		// Found down since the check above, perhaps before BrokerDown
+		// saw this call: not published.
+		c.end(*err, false)
+		return nil, *err
+	}
 	pctx, done := ctx, func(error) {}
 	if b.opts.OnPublish != nil {
 		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
@@ -512,6 +530,8 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 			c.end(publishError(err), false)
 			return
 		}
+		c.taken.Store(true)
+		b.lastTaken.Store(time.Now().UnixNano())
 		b.published.Add(1)
 	})
 	if err != nil {
@@ -521,6 +541,55 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		return nil, publishError(err)
 	}
 	return c, nil
+}
+
+// BrokerDown says that the broker does not take messages: a probe sent
+// at since had no receipt in time (cause says what happened). Unless the
+// broker took a request of this bridge after since — then it is there,
+// and false is returned — calls are refused at once with ErrBrokerDown
+// until BrokerUp, and the calls in flight whose request the broker has
+// not taken end with it (CallOptions.Detached ones excepted): their
+// request may never have left. A broker that can (transport.Pulsar's
+// SetReachable) stops waiting for receipts meanwhile, so that no caller
+// is held in a publish. Calls whose request was taken wait on: their
+// service may answer once the broker is back.
+func (b *Bridge) BrokerDown(cause error, since time.Time) bool {
+	if b.lastTaken.Load() > since.UnixNano() {
+		return false
+	}
+	err := fmt.Errorf("%w (%w)", ErrBrokerDown, cause)
+	first := b.down.Swap(&err) == nil
+	if r, ok := b.broker.(reachability); ok {
+		r.SetReachable(false)
+	}
+	n := 0
+	b.pending.each(func(c *Call) {
+		if !c.detached && !c.taken.Load() {
+			c.end(err, false)
+			n++
+		}
+	})
+	if first || n > 0 {
+		b.log.Warn("the broker does not take messages: calls are refused until it does", "err", cause, "calls_ended", n)
+	}
+	return true
+}
+
+// BrokerUp says that the broker takes messages again (a probe had its
+// receipt): calls are served again.
+func (b *Bridge) BrokerUp() {
+	if r, ok := b.broker.(reachability); ok {
+		r.SetReachable(true)
+	}
+	if b.down.Swap(nil) != nil {
+		b.log.Info("the broker takes messages again: calls are served")
+	}
+}
+
+// reachability is a broker told whether the broker can be reached
+// (transport.Pulsar).
+type reachability interface {
+	SetReachable(ok bool)
 }
 
 // acquire takes a slot of the service on topic for one call, waiting for

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/wire"
@@ -31,6 +32,8 @@ type Call struct {
 	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
+	// taken: the broker took the request (its receipt came).
+	taken atomic.Bool
 	// sentDeadline is the deadline the request carries (zero: none): past
 	// it the service ends the call by itself, and is not told to.
 	sentDeadline time.Time

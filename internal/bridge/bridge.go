@@ -80,15 +80,27 @@ const (
 	DefaultServiceQueueWait = 3 * time.Second
 	// DefaultStreamWindow is Options.StreamWindow's default.
 	DefaultStreamWindow = 1024
-	// DefaultStreamBudget is Options.StreamBudget's default: below the
-	// reply consumer's prefetch queue (10,000 in the gateway).
-	DefaultStreamBudget = 8192
-	// minStreamWindow is the least window a stream gets however many
-	// share the budget.
-	minStreamWindow = 16
+	// DefaultStreamBudget is Options.StreamBudget's default: below half
+	// the reply consumer's prefetch queue (10,000 in the gateway), as the
+	// client gives the broker its permits back half a queue at a time,
+	// and the broker drops what a consumer has no permit for.
+	DefaultStreamBudget = 4096
+	// DefaultStreamBudgetBytes is Options.StreamBudgetBytes' default: the
+	// broker stops writing to a connection whose unsent bytes pass its
+	// pulsarChannelWriteBufferHighWaterMark (64 KiB by default) and drops
+	// the non-persistent messages meant for it meanwhile; a gateway
+	// starved of CPU reads its connection late. This much in flight fits
+	// the socket buffers and that mark with room to spare.
+	DefaultStreamBudgetBytes = 128 << 10
 	// regrantAfter: a stream that has had no chunk for this long while
 	// waiting is sent its grant again (in case the last one was lost).
 	regrantAfter = 500 * time.Millisecond
+	// starvedRetry: a stream whose credit is used up, waiting for room in
+	// the budget, looks for some again this often.
+	starvedRetry = 10 * time.Millisecond
+	// replyBytesGuess is what a reply message is taken to weigh before
+	// one of the call's arrived.
+	replyBytesGuess = 256
 )
 
 // Options tune a Bridge.
@@ -131,10 +143,15 @@ type Options struct {
 	// gateway could not take yet (default DefaultStreamWindow; negative:
 	// no flow control). It must be below MaxBufferedChunks.
 	StreamWindow int
-	// StreamBudget bounds the credit of all streams together (default
-	// DefaultStreamBudget): with many streams at once each window shrinks
-	// to StreamBudget / streams, not below 16.
-	StreamBudget int
+	// StreamBudget bounds the credit of all calls together, in reply
+	// messages (default DefaultStreamBudget), and StreamBudgetBytes in
+	// bytes, reckoned from the size of each call's reply messages so far
+	// (default DefaultStreamBudgetBytes): every call, unary or stream, may
+	// be answered in chunks, so each gets its share of both from the
+	// start, and a stream's grants never take the total past them. A call
+	// gets at least one message of credit.
+	StreamBudget      int
+	StreamBudgetBytes int
 	// ReplyTopic, when set, is this instance's own reply topic: every
 	// request names it (wire.PropReplyTo), and the bridge listens on it as
 	// well as on each response topic. Services that honour reply-to answer
@@ -171,6 +188,9 @@ type Stats struct {
 	// to their services (a stream's cancel included); Busy the calls
 	// refused with ErrServiceBusy.
 	Streams, Grants, Busy int64
+	// CreditBytes is the flow-control budget the calls in flight hold now
+	// (within Options.StreamBudgetBytes, but for a message of credit each).
+	CreditBytes int64
 	// Cancels are the calls given up whose services were told so on
 	// their cancel topics (wire.CancelTopic); Resends the calls whose
 	// services were asked for their last reply again there
@@ -217,12 +237,21 @@ type Bridge struct {
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
 	services   sync.Map
-	windowText string // StreamWindow, as written in a request
+	windowText atomic.Pointer[windowText] // the last first window written in a request
 	streams    atomic.Int64
-	grants     atomic.Int64
-	busy       atomic.Int64
-	cancels    atomic.Int64
-	resends    atomic.Int64
+	// credited counts the calls holding credit. creditMu guards the
+	// credit they hold together, in bytes and in messages (Call.reserved,
+	// Call.reservedMsgs), within StreamBudgetBytes and StreamBudget;
+	// reserved is the bytes, for Stats.
+	credited      atomic.Int64
+	creditMu      sync.Mutex
+	reservedBytes int64
+	reservedMsgs  int64
+	reserved      atomic.Int64
+	grants   atomic.Int64
+	busy     atomic.Int64
+	cancels  atomic.Int64
+	resends  atomic.Int64
 
 	// down holds why the broker is found not to take messages (nil while
 	// it does): calls are refused at once meanwhile (BrokerDown).
@@ -268,6 +297,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if opts.StreamBudget <= 0 {
 		opts.StreamBudget = DefaultStreamBudget
 	}
+	if opts.StreamBudgetBytes <= 0 {
+		opts.StreamBudgetBytes = DefaultStreamBudgetBytes
+	}
 	if opts.WatchEvery <= 0 {
 		opts.WatchEvery = DefaultWatchEvery
 	}
@@ -282,7 +314,6 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if ip, ok := broker.(transport.InlinePublisher); ok {
 		b.publish = ip.PublishInline
 	}
-	b.windowText = strconv.Itoa(opts.StreamWindow)
 	b.pending.init()
 	if opts.Watch != nil {
 		b.counter, _ = opts.Watch.(DeliveryCounter)
@@ -305,11 +336,12 @@ func (b *Bridge) Stats() Stats {
 
 		RepliesViaReplyTo: b.viaReplyTo.Load(),
 
-		Streams: b.streams.Load(),
-		Grants:  b.grants.Load(),
-		Busy:    b.busy.Load(),
-		Cancels: b.cancels.Load(),
-		Resends: b.resends.Load(),
+		Streams:     b.streams.Load(),
+		CreditBytes: b.reserved.Load(),
+		Grants:      b.grants.Load(),
+		Busy:        b.busy.Load(),
+		Cancels:     b.cancels.Load(),
+		Resends:     b.resends.Load(),
 	}
 }
 
@@ -493,12 +525,10 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		c.replyTo = b.opts.ReplyTopic
 	}
 	if b.opts.StreamWindow > 0 && !o.NoCredit {
-		c.granted = b.window()
-		if c.granted == b.opts.StreamWindow {
-			props[wire.PropCredit] = b.windowText // no allocation when no stream shares the budget
-		} else {
-			props[wire.PropCredit] = strconv.Itoa(c.granted)
-		}
+		c.est, c.credited = replyBytesGuess, true
+		b.credited.Add(1)
+		c.grantMore(true)
+		props[wire.PropCredit] = b.creditText(c.granted)
 	}
 	if !deadline.IsZero() {
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
@@ -633,14 +663,30 @@ func (b *Bridge) acquire(ctx context.Context, topic string, deadline time.Time) 
 	return nil, fmt.Errorf("%w (%d to %s; waited %v for a free slot)", ErrServiceBusy, cap(slots), topic, wait.Round(time.Millisecond))
 }
 
-// window is the credit a stream gets now: StreamWindow, or its share of
-// StreamBudget when many streams run at once.
-func (b *Bridge) window() int {
-	w := b.opts.StreamWindow
-	if n := b.streams.Load(); n > 0 {
-		w = min(w, max(b.opts.StreamBudget/int(n), minStreamWindow))
+// window is the credit a call whose reply messages weigh est bytes each
+// should have now: StreamWindow, or its share of the budgets among the
+// calls holding credit; at least 1.
+func (b *Bridge) window(est int64) int64 {
+	n := max(b.credited.Load(), 1)
+	w := min(int64(b.opts.StreamWindow), int64(b.opts.StreamBudget)/n, int64(b.opts.StreamBudgetBytes)/(n*est))
+	return max(w, 1)
+}
+
+// windowText is a first window as a request writes it.
+type windowText struct {
+	n int
+	s string
+}
+
+// creditText writes n, without an allocation when it is the same as the
+// last one written (calls made one after another get the same share).
+func (b *Bridge) creditText(n int) string {
+	if t := b.windowText.Load(); t != nil && t.n == n {
+		return t.s
 	}
-	return w
+	t := &windowText{n, strconv.Itoa(n)}
+	b.windowText.Store(t)
+	return t.s
 }
 
 // sendGrant tells the service on flow that call id may send reply
@@ -756,7 +802,7 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		return
 	}
 	flow := m.Properties[wire.PropFlow]
-	switch c.deliver(resp, seq, flow) {
+	switch c.deliver(resp, seq, flow, len(m.Payload)+len(id)+len(seq)+len(flow)+replyOverhead) {
 	case delivered:
 	case badFlow:
 		b.refuse(topic, id, "the reply names a flow topic that is not its service's", "flow_topic", flow)
@@ -768,6 +814,11 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	}
 	b.replies.Add(1)
 }
+
+// replyOverhead is what a reply message weighs on the wire besides its
+// payload and property values: the property names and the message's
+// metadata in a batch, roughly.
+const replyOverhead = 48
 
 // refuse counts and logs a reply the bridge does not take.
 func (b *Bridge) refuse(topic, id, why string, attrs ...any) {

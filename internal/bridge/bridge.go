@@ -248,10 +248,10 @@ type Bridge struct {
 	reservedBytes int64
 	reservedMsgs  int64
 	reserved      atomic.Int64
-	grants   atomic.Int64
-	busy     atomic.Int64
-	cancels  atomic.Int64
-	resends  atomic.Int64
+	grants        atomic.Int64
+	busy          atomic.Int64
+	cancels       atomic.Int64
+	resends       atomic.Int64
 
 	// down holds why the broker is found not to take messages (nil while
 	// it does): calls are refused at once meanwhile (BrokerDown).

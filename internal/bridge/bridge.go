@@ -86,12 +86,13 @@ const (
 	// and the broker drops what a consumer has no permit for.
 	DefaultStreamBudget = 4096
 	// DefaultStreamBudgetBytes is Options.StreamBudgetBytes' default: the
-	// broker stops writing to a connection whose unsent bytes pass its
-	// pulsarChannelWriteBufferHighWaterMark (64 KiB by default) and drops
-	// the non-persistent messages meant for it meanwhile; a gateway
-	// starved of CPU reads its connection late. This much in flight fits
-	// the socket buffers and that mark with room to spare.
-	DefaultStreamBudgetBytes = 128 << 10
+	// broker drops the non-persistent messages meant for a connection
+	// whose unsent bytes passed its pulsarChannelWriteBufferHighWaterMark
+	// (64 KiB by default), a whole batch of them at a time, and a gateway
+	// starved of CPU reads its connection late, its socket buffers full.
+	// Credit within that mark never brings the broker there, whatever the
+	// socket buffers.
+	DefaultStreamBudgetBytes = 64 << 10
 	// regrantAfter: a stream that has had no chunk for this long while
 	// waiting is sent its grant again (in case the last one was lost).
 	regrantAfter = 500 * time.Millisecond

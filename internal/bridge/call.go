@@ -377,8 +377,8 @@ func (c *Call) giveBack() {
 // grantMore raises the call's credit towards its window (Bridge.window)
 // as far as StreamBudgetBytes has room, taking the bytes from the budget:
 // when the service has half its window or less left to send, or always
-// with now. It returns the new limit, 0 when it did not rise. A call is
-// given at least one message of credit when it has none. c.mu is held.
+// with now. It returns the new limit, 0 when it did not rise. A call
+// with no credit left is given one message at least. c.mu is held.
 func (c *Call) grantMore(now bool) int {
 	if c.ended || c.removed {
 		return 0 // its credit went back with it
@@ -395,7 +395,10 @@ func (c *Call) grantMore(now bool) int {
 	roomBytes := (int64(b.opts.StreamBudgetBytes) - (b.reservedBytes - c.reserved)) / c.est
 	roomMsgs := int64(b.opts.StreamBudget) - (b.reservedMsgs - c.reservedMsgs)
 	next := min(want, roomBytes, roomMsgs)
-	if c.granted == 0 {
+	if out == 0 {
+		// A call always has a message of credit: none waits on others
+		// for ever, and the budgets are passed by a message a call at
+		// most (as by the one unbounded reply of each call).
 		next = max(next, 1)
 	}
 	if next <= out {

@@ -149,8 +149,17 @@ type outgoing struct {
 // report tells of m's outcome, in the transport's terms.
 func (m *outgoing) report(err error) { m.done(classify(m.topic, err)) }
 
-// sent is the client's callback of m.
-func (m *outgoing) sent(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { m.report(err) }
+// sent is the client's callback of m. The broker acknowledges a message
+// it dropped (a non-persistent one arriving on a connection with more
+// than maxConcurrentNonPersistentMessagePerConnection sends in hand) with
+// message id -1:-1, where a message it took on such a topic has 0:0:
+// that one is reported as ErrDropped.
+func (m *outgoing) sent(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+	if err == nil && id != nil && id.LedgerID() == -1 && id.EntryID() == -1 {
+		err = ErrDropped
+	}
+	m.report(err)
+}
 
 // Connection is where the broker is and how a client proves who it is:
 // the settings every Pulsar client of one process shares, whatever it is

@@ -102,6 +102,12 @@ const (
 	// replyBytesGuess is what a reply message is taken to weigh before
 	// one of the call's arrived.
 	replyBytesGuess = 256
+	// firstCredit is the credit a call is given with its request: every
+	// call may be answered in chunks, most are answered in one message, so
+	// each starts with little (200 calls at once: 1,600 messages, well
+	// within the consumer's permits), and a stream gets its share of the
+	// budgets from its first chunk read on.
+	firstCredit = 8
 )
 
 // Options tune a Bridge.
@@ -144,13 +150,14 @@ type Options struct {
 	// gateway could not take yet (default DefaultStreamWindow; negative:
 	// no flow control). It must be below MaxBufferedChunks.
 	StreamWindow int
-	// StreamBudget bounds the credit of all calls together, in reply
+	// StreamBudget bounds the credit of all streams together, in reply
 	// messages (default DefaultStreamBudget), and StreamBudgetBytes in
 	// bytes, reckoned from the size of each call's reply messages so far
 	// (default DefaultStreamBudgetBytes): every call, unary or stream, may
-	// be answered in chunks, so each gets its share of both from the
-	// start, and a stream's grants never take the total past them. A call
-	// gets at least one message of credit.
+	// be answered in chunks, so each starts with a little credit (8
+	// messages), and from its first chunk on gets its share of both;
+	// grants never take the total past them, but a stream with no credit
+	// left always gets a message.
 	StreamBudget      int
 	StreamBudgetBytes int
 	// ReplyTopic, when set, is this instance's own reply topic: every
@@ -240,11 +247,10 @@ type Bridge struct {
 	services   sync.Map
 	windowText atomic.Pointer[windowText] // the last first window written in a request
 	streams    atomic.Int64
-	// credited counts the calls holding credit. creditMu guards the
-	// credit they hold together, in bytes and in messages (Call.reserved,
-	// Call.reservedMsgs), within StreamBudgetBytes and StreamBudget;
-	// reserved is the bytes, for Stats.
-	credited      atomic.Int64
+	// creditMu guards the credit the streams hold together, in bytes and
+	// in messages (Call.reserved, Call.reservedMsgs), within
+	// StreamBudgetBytes and StreamBudget; reserved is the bytes, for
+	// Stats.
 	creditMu      sync.Mutex
 	reservedBytes int64
 	reservedMsgs  int64
@@ -527,8 +533,7 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 	}
 	if b.opts.StreamWindow > 0 && !o.NoCredit {
 		c.est, c.credited = replyBytesGuess, true
-		b.credited.Add(1)
-		c.grantMore(true)
+		c.granted = min(firstCredit, b.opts.StreamWindow)
 		props[wire.PropCredit] = b.creditText(c.granted)
 	}
 	if !deadline.IsZero() {
@@ -664,11 +669,11 @@ func (b *Bridge) acquire(ctx context.Context, topic string, deadline time.Time) 
 	return nil, fmt.Errorf("%w (%d to %s; waited %v for a free slot)", ErrServiceBusy, cap(slots), topic, wait.Round(time.Millisecond))
 }
 
-// window is the credit a call whose reply messages weigh est bytes each
-// should have now: StreamWindow, or its share of the budgets among the
-// calls holding credit; at least 1.
+// window is the credit a stream whose reply messages weigh est bytes
+// each should have now: StreamWindow, or its share of the budgets among
+// the streams; at least 1.
 func (b *Bridge) window(est int64) int64 {
-	n := max(b.credited.Load(), 1)
+	n := max(b.streams.Load(), 1)
 	w := min(int64(b.opts.StreamWindow), int64(b.opts.StreamBudget)/n, int64(b.opts.StreamBudgetBytes)/(n*est))
 	return max(w, 1)
 }

@@ -46,6 +46,9 @@ type Call struct {
 	nextSeq int    // the reply message number expected next (wire.PropSeq)
 	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
 	resends int    // the times its service was asked to send its last reply again
+	// dropSeen is the excess of messages in over those sent to this
+	// bridge on its reply topic when it last asked for that (watch.go).
+	dropSeen int64
 	spared  bool   // a reply came after the watch suspected it: not judged again
 	msgs    int    // reply messages delivered
 	// held is the last message of a stream from a service that does not
@@ -237,9 +240,6 @@ func (c *Call) remove() {
 	}
 	c.mu.Unlock()
 	if !done {
-		if credited {
-			c.b.credited.Add(-1)
-		}
 		c.b.pending.delete(c.id)
 		c.b.inFlight.Add(-1)
 		if c.slot != nil {

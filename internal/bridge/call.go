@@ -49,8 +49,8 @@ type Call struct {
 	// dropSeen is the excess of messages in over those sent to this
 	// bridge on its reply topic when it last asked for that (watch.go).
 	dropSeen int64
-	spared  bool   // a reply came after the watch suspected it: not judged again
-	msgs    int    // reply messages delivered
+	spared   bool // a reply came after the watch suspected it: not judged again
+	msgs     int  // reply messages delivered
 	// held is the last message of a stream from a service that does not
 	// number its replies, on a non-persistent topic, kept back until the
 	// watch finds the broker dropped nothing for this bridge on that

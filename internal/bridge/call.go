@@ -66,12 +66,13 @@ type Call struct {
 	consumed int
 	flow     string
 	// credited: the call holds credit, reserved bytes of the budget
-	// (Bridge.reserved) for it, at est bytes per reply message (a running
-	// mean of those received).
+	// (Bridge.reserved) for it, at est bytes per reply message (the mean
+	// of those received, bytes of them in all, when it grants).
 	credited     bool
 	reserved     int64
 	reservedMsgs int64
 	est          int64
+	bytes        int64
 	// flowChecked is the flow topic last found to be the service's.
 	flowChecked string
 }
@@ -122,7 +123,7 @@ func (c *Call) deliver(r wire.Response, seq, flow string, size int) delivery {
 		return delivered
 	}
 	if c.credited {
-		c.est += (int64(size) - c.est) / 8
+		c.bytes += int64(size)
 		if flow == "" && seq == "" && c.reserved > 0 {
 			// A service that does not do flow control: the credit
 			// held for it goes back to the others.
@@ -385,6 +386,9 @@ func (c *Call) grantMore(now bool) int {
 	}
 	b := c.b
 	out := max(int64(c.granted-c.consumed), 0)
+	if c.msgs > 0 {
+		c.est = max(c.bytes/int64(c.msgs), replyOverhead)
+	}
 	want := b.window(c.est)
 	if !now && out > want/2 {
 		return 0

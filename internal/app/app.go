@@ -168,17 +168,21 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// Every door runs the same chain. Spans when they are exported, else
 	// only the caller's trace context is passed on; then the call log and
 	// metrics, which see every call, refused ones too; then
-	// authentication and authorization, and the rate limit.
+	// authentication and authorization, the rate limit, and the quotas.
 	trace, logOpts := telemetry.TraceContextMiddleware(), []telemetry.LogOption{telemetry.WithoutSpans()}
 	if cfg.OTLPEndpoint != "" {
 		trace, logOpts = telemetry.SpanMiddleware(nil), nil
 	}
-	var limit toolcall.Middleware
+	var limit, quotas toolcall.Middleware
 	if sec.lim != nil {
 		limit = sec.lim.Middleware()
 	}
+	if sec.quota != nil {
+		quotas = sec.quota.Middleware()
+		g.metrics.Registry().MustRegister(sec.quota.Collectors()...)
+	}
 	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
-		g.drain.middleware(), sec.authn.Middleware(), limit)
+		g.drain.middleware(), sec.authn.Middleware(), limit, quotas)
 
 	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}
 	if cfg.GRPCWorkers > 0 {
@@ -290,6 +294,7 @@ func (g *Gateway) closeEarly() {
 	g.bridge.Close()
 	g.broker.Close()
 	g.sources.stop()
+	_ = g.sec.closeQuota()
 	if g.stopTracing != nil {
 		_ = g.stopTracing(context.Background())
 	}
@@ -516,6 +521,7 @@ func (g *Gateway) shutdown() {
 	g.sources.stop()
 	g.bridge.Close()
 	g.broker.Close()
+	_ = g.sec.closeQuota()
 	// The admin listener goes last: metrics and readiness answer through
 	// the drain.
 	if g.adminSrv != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/operations"
+	"github.com/toolgate/toolgate/internal/quota"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/toolcall"
@@ -98,6 +99,8 @@ type Config struct {
 	Auth      Auth
 	RateLimit float64
 	RateBurst int
+	// Quota is the quotas of tool calls and where their counts are kept.
+	Quota Quota
 	// Telemetry.
 	OTLPEndpoint string
 	OTLPInsecure bool
@@ -157,6 +160,15 @@ type MCPOAuth struct {
 	Resource             string
 	AuthorizationServers []string // default: --jwt-issuer
 	Scopes               []string
+}
+
+// Quota is the quotas of tool calls (quota.Rules) and their store: this
+// gateway's memory, or a Redis every replica shares.
+type Quota struct {
+	Rules        string        // rules file; "" = no quotas
+	RedisURL     string        // "" = counts in memory, this replica's own
+	RedisTimeout time.Duration // bound of each exchange with Redis
+	FailClosed   bool          // refuse calls under quota while Redis does not answer
 }
 
 // Auth is who may call: the credential files, JWT checks, the policy and
@@ -263,6 +275,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.Auth.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
 	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per caller — user and source of its identity (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", limits.DefaultBurst, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
+	str(&c.Quota.Rules, "quota-rules", "", "quota rules file (YAML or JSON): calls a second, minute, hour or day and calls at once, per caller, for the users and roles and tools each rule names; a call over one is refused with RESOURCE_EXHAUSTED (429) and a retry delay; none = no quotas")
+	str(&c.Quota.RedisURL, "quota-redis-url", "", "Redis that keeps the quotas' counts, shared by every replica pointing at it (redis://[user:password@]host:port[/db], rediss:// for TLS); empty = in this gateway's memory, for one replica")
+	dur(&c.Quota.RedisTimeout, "quota-redis-timeout", quota.DefaultRedisTimeout, "longest wait for Redis on a call under quota; past it the store counts as unreachable (see --quota-redis-failure)")
+	var quotaFailure string
+	str(&quotaFailure, "quota-redis-failure", "open", "calls under quota while Redis does not answer: open lets them through uncounted, closed refuses them with UNAVAILABLE (503) and a retry delay; both are counted in toolgate_quota_store_errors_total")
 	fs.IntVar(&c.HTTP.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
 	dur(&c.HTTP.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request body on the HTTP listener has to arrive in full (REST answers 408 after it); 0 = no limit; responses, streams included, are not limited")
 	var cors string
@@ -277,6 +294,12 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	}
 	if c.AdminAddr == "off" {
 		c.AdminAddr = ""
+	}
+	switch quotaFailure {
+	case "open", "closed":
+		c.Quota.FailClosed = quotaFailure == "closed"
+	default:
+		envErrs = append(envErrs, fmt.Errorf("--quota-redis-failure %q: want open or closed", quotaFailure))
 	}
 	c.Announce.RequestNamespaces, c.Announce.ResponseNamespaces = commaList(reqNS), commaList(respNS)
 	c.HTTP.CORSOrigins = commaList(cors)
@@ -372,6 +395,17 @@ func (c Config) validate() error {
 	}
 	if c.RateLimit < 0 || c.RateBurst < 1 {
 		errs = append(errs, errors.New("--rate-limit must not be negative and --rate-burst must be at least 1"))
+	}
+	if c.Quota.RedisURL != "" {
+		if c.Quota.Rules == "" {
+			errs = append(errs, errors.New("--quota-redis-url keeps the counts of --quota-rules: give it too"))
+		}
+		if u, err := url.Parse(c.Quota.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+			errs = append(errs, fmt.Errorf("--quota-redis-url %q: want redis://host:port, rediss://host:port or unix:///path", c.Quota.RedisURL))
+		}
+	}
+	if c.Quota.RedisTimeout <= 0 {
+		errs = append(errs, errors.New("--quota-redis-timeout must be a positive duration such as 250ms"))
 	}
 	if c.HTTP.SSEHeartbeat <= 0 {
 		errs = append(errs, errors.New("--sse-heartbeat must be a positive duration such as 15s"))

@@ -88,6 +88,9 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--jwt-jwks-file", "k.json", "--jwt-issuer", "https://auth.test", "--mcp-resource", "https://gw.test/mcp", "--mcp=false"}, nil, []string{"--mcp-resource needs --mcp"}},
 		{[]string{"--allow-anonymous", "--mcp-scopes", "tools"}, nil, []string{"describe --mcp-resource: give it too"}},
 		{[]string{"--jwt-jwks-file", "k.json", "--mcp-resource", "https://gw.test/mcp", "--mcp-authorization-servers", "auth.test"}, nil, []string{`--mcp-authorization-servers "auth.test"`}},
+		{[]string{"--allow-anonymous", "--quota-redis-url", "http://r:6379"}, nil, []string{"--quota-redis-url keeps the counts of --quota-rules", `--quota-redis-url "http://r:6379"`}},
+		{[]string{"--allow-anonymous", "--quota-redis-failure", "maybe"}, nil, []string{`--quota-redis-failure "maybe": want open or closed`}},
+		{[]string{"--allow-anonymous", "--quota-redis-timeout", "0s"}, nil, []string{"--quota-redis-timeout must be a positive"}},
 	}
 	for _, c := range cases {
 		_, err := Parse(c.args, func(k string) string { return c.env[k] }, io.Discard)

@@ -58,6 +58,7 @@ type Gateway struct {
 	sec      *security
 	metrics  *telemetry.Metrics
 	mcp      *mcp.Server         // nil without --mcp
+	mcpSets  *mcp.Sets           // each tool set's MCP endpoint; nil without --mcp
 	ops      *operations.Manager // nil without --operations
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
@@ -181,8 +182,19 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		quotas = sec.quota.Middleware()
 		g.metrics.Registry().MustRegister(sec.quota.Collectors()...)
 	}
+	// A call in a tool set names the set's tool, which the policy knows
+	// by the registry's name: the caller is authenticated first, then the
+	// set resolves the name, then the policy decides.
+	authenticate := func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+			if err := sec.authn.Authenticate(ctx, c); err != nil {
+				return toolcall.Result{}, err
+			}
+			return next(ctx, c, emit)
+		}
+	}
 	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
-		g.drain.middleware(), sec.authn.Middleware(), limit, quotas)
+		g.drain.middleware(), authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas)
 
 	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}
 	if cfg.GRPCWorkers > 0 {
@@ -216,36 +228,60 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			return nil, fmt.Errorf("admin listener: %w", err)
 		}
 	}
-	var mcpHandler, mcpMetadata http.Handler
+	var mcpHandler, mcpSets, mcpMetadata http.Handler
 	if cfg.MCP {
 		a := cfg.Auth
-		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
-			// Who may list which tools is the caller's credentials' and the
-			// policy's to say: with either, a tool list is the caller's own.
-			CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
-			MaxCacheTTL:     cfg.MCPCacheTTL,
-			// MCP tasks are durable operations: served with --operations.
-			Tasks: cfg.Operations, TaskTTL: cfg.OperationTTL,
-			TaskSupport: func(name string) string {
-				if t, ok := g.reg.Snapshot().Tool(name); ok {
-					return t.TaskSupport
+		mcpOpts := func(set string) mcp.Options {
+			// The set's tools by the name the set shows (the registry's
+			// outside a set).
+			tool := func(name string) (*registry.Tool, bool) {
+				snap := g.reg.Snapshot()
+				if set == "" {
+					return snap.Tool(name)
 				}
-				return ""
-			},
-			Result: func(name string) string {
-				if t, ok := g.reg.Snapshot().Tool(name); ok {
-					return t.Result
+				ts, ok := snap.Set(set)
+				if !ok {
+					return nil, false
 				}
-				return registry.ResultText
-			},
-			HeaderParams: func(name string) []registry.HeaderParam {
-				if t, ok := g.reg.Snapshot().Tool(name); ok {
-					return t.HeaderParams
-				}
-				return nil
-			},
-			Resource: cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
-		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
+				shown, _, ok := ts.Lookup(name)
+				return shown, ok
+			}
+			return mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
+				// Who may list which tools is the caller's credentials' and the
+				// policy's to say: with either, a tool list is the caller's own.
+				CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
+				MaxCacheTTL:     cfg.MCPCacheTTL,
+				// MCP tasks are durable operations: served with --operations.
+				Tasks: cfg.Operations, TaskTTL: cfg.OperationTTL,
+				TaskSupport: func(name string) string {
+					if t, ok := tool(name); ok {
+						return t.TaskSupport
+					}
+					return ""
+				},
+				Result: func(name string) string {
+					if t, ok := tool(name); ok {
+						return t.Result
+					}
+					return registry.ResultText
+				},
+				HeaderParams: func(name string) []registry.HeaderParam {
+					if t, ok := tool(name); ok {
+						return t.HeaderParams
+					}
+					return nil
+				},
+				Resource: cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes}
+		}
+		g.mcp = mcp.New(calls, mcpOpts(""))
+		g.mcpSets = mcp.NewSets(calls, mcpOpts, func(set string) (mcp.SetInfo, bool) {
+			ts, ok := g.reg.Snapshot().Set(set)
+			if !ok {
+				return mcp.SetInfo{}, false
+			}
+			return mcp.SetInfo{Title: ts.Title, Instructions: ts.Instructions}, true
+		})
+		mcpHandler, mcpSets, mcpMetadata = g.mcp, g.mcpSets, g.mcp.ResourceMetadata()
 	}
 	connectPath, connectHandler := connectapi.New(calls)
 	// The public listener tells readiness without details and serves no
@@ -255,7 +291,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Connect: connectHandler, ConnectPath: connectPath,
 		ErrorHandler: limits.ErrorHandler,
 		Docs:         docs.New(docs.Options{Logger: log}),
-		MCP:          mcpHandler, MCPResourceMetadata: mcpMetadata,
+		MCP:          mcpHandler, MCPSets: mcpSets, MCPResourceMetadata: mcpMetadata,
 		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
 	if err != nil {
 		g.closeEarly()
@@ -359,6 +395,7 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
 	if g.mcp != nil {
 		g.mcp.ToolsChanged()
+		g.mcpSets.ToolsChanged()
 	}
 	if g.bridge == nil {
 		return

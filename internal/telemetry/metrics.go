@@ -86,7 +86,10 @@ type Metrics struct {
 	calls    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
-	known    func(tool string) bool
+	// mcpDuration is mcp.server.operation.duration (GenAISemconvVersion)
+	// as Prometheus names it: MCP requests by method, tool and error.
+	mcpDuration *prometheus.HistogramVec
+	known       func(tool string) bool
 	// series caches each (method, tool)'s children of the vectors above,
 	// so a call costs one map lookup instead of three label hashes.
 	series sync.Map // seriesKey → *callSeries
@@ -202,7 +205,13 @@ func NewMetrics(opts ...MetricsOption) *Metrics {
 			Help: "Calls being served now, by method and tool (a stream's tool is known from its first message).",
 		}, []string{"method", "tool"}),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.inFlight)
+	m.mcpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "mcp_server_operation_duration_seconds",
+		Help: "OpenTelemetry's mcp.server.operation.duration (semantic conventions " + GenAISemconvVersion +
+			"): MCP requests served, by mcp.method.name, gen_ai.tool.name, gen_ai.operation.name and error.type.",
+		Buckets: c.buckets,
+	}, []string{"mcp_method_name", "gen_ai_tool_name", "gen_ai_operation_name", "error_type"})
+	m.reg.MustRegister(m.calls, m.duration, m.inFlight, m.mcpDuration)
 	if c.bridge != nil {
 		m.reg.MustRegister(newBridgeCollector(c.bridge))
 	}
@@ -275,12 +284,28 @@ func (m *Metrics) Middleware() toolcall.Middleware {
 			s.inFlight.Inc()
 			start := time.Now()
 			defer func() {
+				d := time.Since(start)
 				s.inFlight.Dec()
-				m.observeSeries(ctx, s, method, tool, codeOf(err), time.Since(start))
+				m.observeSeries(ctx, s, method, tool, codeOf(err), d)
+				if mm, ok := mcpMethod(c); ok {
+					m.observeMCP(c, mm.Value.AsString(), codeOf(err), d)
+				}
 			}()
 			return next(ctx, c, emit)
 		}
 	}
+}
+
+// observeMCP records an MCP request in mcp_server_operation_duration_seconds.
+func (m *Metrics) observeMCP(c *toolcall.Call, method string, code codes.Code, d time.Duration) {
+	tool, op, errType := "", "", ""
+	if runsTool(c.Op) {
+		tool, op = m.toolLabel(c.Name), "execute_tool"
+	}
+	if code != codes.OK {
+		errType = code.String()
+	}
+	m.mcpDuration.WithLabelValues(method, tool, op, errType).Observe(d.Seconds())
 }
 
 // funcCollector exports values read from a function once per scrape.

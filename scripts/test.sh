@@ -52,6 +52,11 @@ REDIS_PORT="${TOOLGATE_REDIS_URL##*:}" # `down` stops the one on the port `up` c
 TOOLGATE_REDIS_SERVER="$(scripts/redis.sh path)"
 export TOOLGATE_REDIS_URL TOOLGATE_REDIS_SERVER REDIS_PORT
 
+echo "==> Prometheus and promtool (the chart's alerts and dashboard)"
+TOOLGATE_PROMETHEUS="$(scripts/prometheus.sh)"
+TOOLGATE_PROMTOOL="$(scripts/prometheus.sh promtool)"
+export TOOLGATE_PROMETHEUS TOOLGATE_PROMTOOL
+
 echo "==> headless Chromium for the browser tests"
 TOOLGATE_CHROMIUM="$(scripts/chromium.sh)"
 export TOOLGATE_CHROMIUM

@@ -165,7 +165,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies,
 				Resends: s.Resends}
 		}),
-		telemetry.WithRegistryStats(g.sources.stats)}, opsStats...)...)
+		telemetry.WithRegistryStats(g.sources.stats),
+		telemetry.WithBrokerConnected(func() bool { return g.listened.Load() && g.probe.State().OK })}, opsStats...)...)
 	// Every door runs the same chain. Spans when they are exported, else
 	// only the caller's trace context is passed on; then the call log and
 	// metrics, which see every call, refused ones too; then

@@ -137,6 +137,7 @@ type metricsConfig struct {
 	buckets  []float64
 	runtime  bool
 	instance string
+	broker   func() bool
 }
 
 // MetricsOption configures NewMetrics.
@@ -167,6 +168,13 @@ func WithRegistryStats(f func() RegistryStats) MetricsOption {
 // from f at each scrape (--operations).
 func WithOperationsStats(f func() OperationsStats) MetricsOption {
 	return func(c *metricsConfig) { c.ops = f }
+}
+
+// WithBrokerConnected exports toolgate_broker_connected: 1 while
+// connected() says the broker takes this gateway's messages, else 0 (read
+// at each scrape).
+func WithBrokerConnected(connected func() bool) MetricsOption {
+	return func(c *metricsConfig) { c.broker = connected }
 }
 
 // WithInstance exports toolgate_instance_info{instance=id} 1, which names
@@ -220,6 +228,17 @@ func NewMetrics(opts ...MetricsOption) *Metrics {
 	}
 	if c.ops != nil {
 		m.reg.MustRegister(newOperationsCollector(c.ops))
+	}
+	if c.broker != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "toolgate_broker_connected",
+			Help: "1 while the broker takes this gateway's messages (its response topics subscribed, the last probe answered), else 0.",
+		}, func() float64 {
+			if c.broker() {
+				return 1
+			}
+			return 0
+		}))
 	}
 	if c.instance != "" {
 		info := prometheus.NewGauge(prometheus.GaugeOpts{

@@ -305,6 +305,13 @@ func (m *Metrics) Middleware() toolcall.Middleware {
 			defer func() {
 				d := time.Since(start)
 				s.inFlight.Dec()
+				if tool != "" && runsTool(c.Op) && c.Name != "" {
+					// In a tool set the call named the tool as the set
+					// shows it; it is counted under the registry's name.
+					if resolved := m.toolLabel(c.Name); resolved != tool {
+						tool, s = resolved, m.seriesFor(method, resolved)
+					}
+				}
 				m.observeSeries(ctx, s, method, tool, codeOf(err), d)
 				if mm, ok := mcpMethod(c); ok {
 					m.observeMCP(c, mm.Value.AsString(), codeOf(err), d)

@@ -183,6 +183,16 @@ func TestToolSetsFilters(t *testing.T) {
 			t.Errorf("gRPC %s in %s: %v, want NOT_FOUND", c.tool, c.set, err)
 		}
 	}
+	// Counted under the registry's name.
+	resp0, err := http.Get("http://" + gw.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposition, _ := io.ReadAll(resp0.Body)
+	_ = resp0.Body.Close()
+	if !strings.Contains(string(exposition), `toolgate_calls_total{code="OK",method="/toolgate.v1.ToolService/InvokeTool",tool="echo"} 1`) {
+		t.Errorf("repeat in beta is not counted as echo:\n%s", grepLines(string(exposition), "toolgate_calls_total"))
+	}
 	if _, err := cli.GetTool(inSet("beta"), &toolgatev1.GetToolRequest{Name: "repeat"}); err != nil {
 		t.Errorf("gRPC GetTool repeat in beta: %v", err)
 	}
@@ -307,4 +317,14 @@ func TestToolSetsPolicy(t *testing.T) {
 	if len(body.Tools) != 1 || body.Tools[0].Name != "echo" {
 		t.Errorf("REST ?set=alpha for alice: %+v, want echo alone", body.Tools)
 	}
+}
+
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

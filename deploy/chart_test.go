@@ -98,9 +98,9 @@ func TestChartValidates(t *testing.T) {
 			passed := strings.Count(string(out), " passed for resource ")
 			want := 0
 			for _, d := range docs {
-				if d.Kind == "ServiceMonitor" {
-					if !strings.Contains(string(out), "Couldn't find schema for kind ServiceMonitor") {
-						t.Errorf("%s values, Kubernetes %s: no word on the ServiceMonitor:\n%s", name, v, out)
+				if d.Kind == "ServiceMonitor" || d.Kind == "PrometheusRule" { // the Prometheus Operator's kinds
+					if !strings.Contains(string(out), "Couldn't find schema for kind "+d.Kind) {
+						t.Errorf("%s values, Kubernetes %s: no word on the %s:\n%s", name, v, d.Kind, out)
 					}
 					continue
 				}

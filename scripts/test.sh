@@ -5,7 +5,10 @@
 # with the race detector, and checks `make run` (scripts/run-check.sh).
 # TrustGraph's config service (scripts/configsvc.sh, with Cassandra from
 # scripts/cassandra.sh) is started too, when none runs, and stopped again:
-# the registry's config-service source is tested against it.
+# the registry's config-service source is tested against it. A Redis server
+# (scripts/redis.sh) is started likewise for the quotas' shared store, and
+# its binary is handed to the tests that start and stop Redis servers of
+# their own (TOOLGATE_REDIS_SERVER).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/broker.sh
@@ -17,10 +20,12 @@ source scripts/lib/broker.sh
 broker_select
 CASSANDRA_STARTED=0
 CONFIGSVC_STARTED=0
+REDIS_STARTED=0
 # the config service talks to the same broker (by port, on 127.0.0.1)
 export PULSAR_BROKER_PORT="${PULSAR_BROKER_PORT:-${TOOLGATE_PULSAR_URL##*:}}"
 export PULSAR_WEB_PORT="${PULSAR_WEB_PORT:-${TOOLGATE_PULSAR_ADMIN_URL##*:}}"
 stop_all() {
+	if [[ $REDIS_STARTED == 1 ]]; then scripts/redis.sh down || true; fi
 	if [[ $CONFIGSVC_STARTED == 1 ]]; then scripts/configsvc.sh down || true; fi
 	if [[ $CASSANDRA_STARTED == 1 ]]; then scripts/cassandra.sh down || true; fi
 	broker_down
@@ -39,6 +44,18 @@ if ! scripts/cassandra.sh status >/dev/null 2>&1; then CASSANDRA_STARTED=1; fi
 scripts/cassandra.sh up
 if ! scripts/configsvc.sh status >/dev/null 2>&1; then CONFIGSVC_STARTED=1; fi
 scripts/configsvc.sh up
+
+echo "==> Redis (the quotas' shared store)"
+if ! scripts/redis.sh status >/dev/null 2>&1; then REDIS_STARTED=1; fi
+TOOLGATE_REDIS_URL="$(scripts/redis.sh up)"
+REDIS_PORT="${TOOLGATE_REDIS_URL##*:}" # `down` stops the one on the port `up` chose
+TOOLGATE_REDIS_SERVER="$(scripts/redis.sh path)"
+export TOOLGATE_REDIS_URL TOOLGATE_REDIS_SERVER REDIS_PORT
+
+echo "==> Prometheus and promtool (the chart's alerts and dashboard)"
+TOOLGATE_PROMETHEUS="$(scripts/prometheus.sh)"
+TOOLGATE_PROMTOOL="$(scripts/prometheus.sh promtool)"
+export TOOLGATE_PROMETHEUS TOOLGATE_PROMTOOL
 
 echo "==> headless Chromium for the browser tests"
 TOOLGATE_CHROMIUM="$(scripts/chromium.sh)"

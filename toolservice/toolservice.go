@@ -44,6 +44,7 @@ import (
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Handler answers one call. It returns the reply: a string is sent as is,
@@ -141,6 +142,12 @@ type Config struct {
 	// Announce, when set, is announced to gateways once Run has subscribed
 	// and withdrawn when Run ends (see Announcement).
 	Announce *Announcement
+	// TracerProvider, when set, records a span per request, continuing the
+	// caller's trace (the request's traceparent): "execute_tool <tool>",
+	// with the attributes of OpenTelemetry's semantic conventions 1.41.0
+	// for GenAI tool execution and messaging. The handler's context
+	// carries it. Nil: no spans (a handler's own still join the trace).
+	TracerProvider trace.TracerProvider
 }
 
 // Option changes how a Service connects to the broker. Options are made
@@ -548,6 +555,9 @@ func (s *Service) serve(m transport.Message) {
 		// The caller's trace: spans the handler starts join it.
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier(m.Properties))
 	}
+	var callErr error
+	ctx, endSpan := s.startSpan(ctx, m.Properties, id)
+	defer func() { endSpan(callErr) }()
 	if dl, ok := wire.ParseDeadline(m.Properties[wire.PropDeadline]); ok {
 		if time.Now().After(dl) {
 			s.dropped.Add(1)
@@ -637,6 +647,7 @@ func (s *Service) serve(m transport.Message) {
 		return chunks.send(ctx, text)
 	}
 	out, err := s.call(ctx, r)
+	callErr = err
 	if chunks != nil && chunks.flow != "" {
 		s.flows.CompareAndDelete(id, chunks)
 	}

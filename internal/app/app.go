@@ -58,6 +58,7 @@ type Gateway struct {
 	sec      *security
 	metrics  *telemetry.Metrics
 	mcp      *mcp.Server         // nil without --mcp
+	mcpSets  *mcp.Sets           // each tool set's MCP endpoint; nil without --mcp
 	ops      *operations.Manager // nil without --operations
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
@@ -184,21 +185,37 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies,
 				Resends: s.Resends}
 		}),
-		telemetry.WithRegistryStats(g.sources.stats)}, opsStats...)...)
+		telemetry.WithRegistryStats(g.sources.stats),
+		telemetry.WithBrokerConnected(func() bool { return g.listened.Load() && g.probe.State().OK })}, opsStats...)...)
 	// Every door runs the same chain. Spans when they are exported, else
 	// only the caller's trace context is passed on; then the call log and
 	// metrics, which see every call, refused ones too; then
-	// authentication and authorization, and the rate limit.
+	// authentication and authorization, the rate limit, and the quotas.
 	trace, logOpts := telemetry.TraceContextMiddleware(), []telemetry.LogOption{telemetry.WithoutSpans()}
 	if cfg.OTLPEndpoint != "" {
 		trace, logOpts = telemetry.SpanMiddleware(nil), nil
 	}
-	var limit toolcall.Middleware
+	var limit, quotas toolcall.Middleware
 	if sec.lim != nil {
 		limit = sec.lim.Middleware()
 	}
+	if sec.quota != nil {
+		quotas = sec.quota.Middleware()
+		g.metrics.Registry().MustRegister(sec.quota.Collectors()...)
+	}
+	// A call in a tool set names the set's tool, which the policy knows
+	// by the registry's name: the caller is authenticated first, then the
+	// set resolves the name, then the policy decides.
+	authenticate := func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+			if err := sec.authn.Authenticate(ctx, c); err != nil {
+				return toolcall.Result{}, err
+			}
+			return next(ctx, c, emit)
+		}
+	}
 	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
-		g.drain.middleware(), sec.authn.Middleware(), limit)
+		g.drain.middleware(), authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas)
 
 	// The request limits first: they refuse before authentication.
 	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, log, sec.authn.TapHandle())))
@@ -234,37 +251,61 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			return nil, fmt.Errorf("admin listener: %w", err)
 		}
 	}
-	var mcpHandler, mcpMetadata http.Handler
+	var mcpHandler, mcpSets, mcpMetadata http.Handler
 	if cfg.MCP {
 		a := cfg.Auth
-		g.mcp = mcp.New(calls, mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
-			// Who may list which tools is the caller's credentials' and the
-			// policy's to say: with either, a tool list is the caller's own.
-			CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
-			MaxCacheTTL:     cfg.MCPCacheTTL,
-			// MCP tasks are durable operations: served with --operations.
-			Tasks: cfg.Operations, TaskTTL: cfg.OperationTTL,
-			TaskSupport: func(name string) string {
-				if t, ok := g.reg.Snapshot().Tool(name); ok {
-					return t.TaskSupport
+		mcpOpts := func(set string) mcp.Options {
+			// The set's tools by the name the set shows (the registry's
+			// outside a set).
+			tool := func(name string) (*registry.Tool, bool) {
+				snap := g.reg.Snapshot()
+				if set == "" {
+					return snap.Tool(name)
 				}
-				return ""
-			},
-			Result: func(name string) string {
-				if t, ok := g.reg.Snapshot().Tool(name); ok {
-					return t.Result
+				ts, ok := snap.Set(set)
+				if !ok {
+					return nil, false
 				}
-				return registry.ResultText
-			},
-			HeaderParams: func(name string) []registry.HeaderParam {
-				if t, ok := g.reg.Snapshot().Tool(name); ok {
-					return t.HeaderParams
-				}
-				return nil
-			},
-			MaxHeaderBytes: cfg.Limits.Header(),
-			Resource:       cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
-		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
+				shown, _, ok := ts.Lookup(name)
+				return shown, ok
+			}
+			return mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
+				// Who may list which tools is the caller's credentials' and the
+				// policy's to say: with either, a tool list is the caller's own.
+				CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
+				MaxCacheTTL:     cfg.MCPCacheTTL,
+				// MCP tasks are durable operations: served with --operations.
+				Tasks: cfg.Operations, TaskTTL: cfg.OperationTTL,
+				TaskSupport: func(name string) string {
+					if t, ok := tool(name); ok {
+						return t.TaskSupport
+					}
+					return ""
+				},
+				Result: func(name string) string {
+					if t, ok := tool(name); ok {
+						return t.Result
+					}
+					return registry.ResultText
+				},
+				HeaderParams: func(name string) []registry.HeaderParam {
+					if t, ok := tool(name); ok {
+						return t.HeaderParams
+					}
+					return nil
+				},
+				MaxHeaderBytes: cfg.Limits.Header(),
+				Resource:       cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes}
+		}
+		g.mcp = mcp.New(calls, mcpOpts(""))
+		g.mcpSets = mcp.NewSets(calls, mcpOpts, func(set string) (mcp.SetInfo, bool) {
+			ts, ok := g.reg.Snapshot().Set(set)
+			if !ok {
+				return mcp.SetInfo{}, false
+			}
+			return mcp.SetInfo{Title: ts.Title, Instructions: ts.Instructions}, true
+		})
+		mcpHandler, mcpSets, mcpMetadata = g.mcp, g.mcpSets, g.mcp.ResourceMetadata()
 	}
 	connectPath, connectHandler := connectapi.New(calls, connectapi.Options{
 		MaxMessageBytes: cfg.Limits.Body(), MaxHeaderBytes: cfg.Limits.Header()})
@@ -275,7 +316,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Connect: connectHandler, ConnectPath: connectPath,
 		ErrorHandler: limits.ErrorHandler,
 		Docs:         docs.New(docs.Options{Logger: log}),
-		MCP:          mcpHandler, MCPResourceMetadata: mcpMetadata,
+		MCP:          mcpHandler, MCPSets: mcpSets, MCPResourceMetadata: mcpMetadata,
 		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: cfg.Limits.Header(),
 		Operations: cfg.Operations})
 	if err != nil {
@@ -327,6 +368,7 @@ func (g *Gateway) closeEarly() {
 	g.bridge.Close()
 	g.broker.Close()
 	g.sources.stop()
+	_ = g.sec.closeQuota()
 	if g.stopTracing != nil {
 		_ = g.stopTracing(context.Background())
 	}
@@ -391,6 +433,7 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 func (g *Gateway) onRegistrySwap(snap *registry.Snapshot) {
 	if g.mcp != nil {
 		g.mcp.ToolsChanged()
+		g.mcpSets.ToolsChanged()
 	}
 	if g.bridge == nil {
 		return
@@ -553,6 +596,7 @@ func (g *Gateway) shutdown() {
 	g.sources.stop()
 	g.bridge.Close()
 	g.broker.Close()
+	_ = g.sec.closeQuota()
 	// The admin listener goes last: metrics and readiness answer through
 	// the drain.
 	if g.adminSrv != nil {

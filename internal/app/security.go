@@ -1,16 +1,20 @@
 package app
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/limits"
+	"github.com/toolgate/toolgate/internal/quota"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/credentials"
 )
 
@@ -20,7 +24,10 @@ import (
 type security struct {
 	authn *auth.Authenticator
 	lim   *limits.Limiter
-	tls   *tls.Config // nil: plain text
+	// quota is nil without --quota-rules; closeQuota closes its store.
+	quota      *quota.Enforcer
+	closeQuota func() error
+	tls        *tls.Config // nil: plain text
 	// requests bound what one request may bring, on every door.
 	requests limits.Requests
 	log      *slog.Logger
@@ -58,7 +65,43 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 			return nil, err
 		}
 	}
+	if err := s.newQuota(cfg, log); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// newQuota reads the quota rules and opens their store: Redis when
+// --quota-redis-url names one, else this gateway's memory.
+func (s *security) newQuota(cfg config.Config, log *slog.Logger) error {
+	s.closeQuota = func() error { return nil }
+	if cfg.Quota.Rules == "" {
+		return nil
+	}
+	rules, err := quota.Load(cfg.Quota.Rules)
+	if err != nil {
+		return err
+	}
+	var store quota.Store = quota.NewMemory()
+	if cfg.Quota.RedisURL != "" {
+		r, err := quota.NewRedis(cfg.Quota.RedisURL, cfg.Quota.RedisTimeout)
+		if err != nil {
+			return err
+		}
+		store, s.closeQuota = r, r.Close
+	}
+	maxTimeout := cmp.Or(cfg.Core.MaxTimeout, toolcall.DefaultMaxTimeout)
+	s.quota = quota.NewEnforcer(rules, store, quota.WithFailClosed(cfg.Quota.FailClosed),
+		quota.WithLease(maxTimeout+30*time.Second), quota.WithLogger(log))
+	log.Info("quotas", "rules", rules.Len(), "store", storeName(cfg.Quota.RedisURL), "fail_closed", cfg.Quota.FailClosed)
+	return nil
+}
+
+func storeName(redisURL string) string {
+	if redisURL == "" {
+		return "memory"
+	}
+	return "redis"
 }
 
 // creds are the gRPC server's transport credentials (nil: plain text).

@@ -67,7 +67,7 @@ type policyFile struct {
 // rule is a Rule with its subjects read.
 type rule struct {
 	Rule
-	users, roles []subjectPattern
+	who Audience
 }
 
 // subjectPattern matches subjects: everyone, or a source and issuer
@@ -152,25 +152,16 @@ func NewPolicy(rules ...Rule) (*Policy, error) {
 		if err := checkPatterns(r.Tools); err != nil {
 			bad("tools: %v", err)
 		}
-		c := rule{Rule: r}
-		for _, ps := range []struct {
-			field    string
-			patterns []string
-			into     *[]subjectPattern
-		}{{"users", r.Users, &c.users}, {"roles", r.Roles, &c.roles}} {
-			for _, text := range ps.patterns {
-				sp, qualified, err := readSubjectPattern(text)
-				if err != nil {
-					bad("%s: %v", ps.field, err)
-					continue
-				}
-				if !qualified {
-					p.unqualified = append(p.unqualified, fmt.Sprintf("rules[%d].%s: %s", i, ps.field, text))
-				}
-				*ps.into = append(*ps.into, sp)
+		who, unqualified, err := ParseAudience(r.Users, r.Roles)
+		if j := (interface{ Unwrap() []error })(nil); errors.As(err, &j) {
+			for _, e := range j.Unwrap() {
+				bad("%v", e)
 			}
 		}
-		p.rules = append(p.rules, c)
+		for _, u := range unqualified {
+			p.unqualified = append(p.unqualified, fmt.Sprintf("rules[%d].%s", i, u))
+		}
+		p.rules = append(p.rules, rule{Rule: r, who: who})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -273,29 +264,9 @@ func (p *Policy) Allowed(id Identity, action, tool string) bool {
 		return true
 	}
 	for _, r := range p.rules {
-		if r.appliesTo(id) && (slices.Contains(r.Actions, action) || slices.Contains(r.Actions, "*")) &&
+		if r.who.Includes(id) && (slices.Contains(r.Actions, action) || slices.Contains(r.Actions, "*")) &&
 			(tool == "" || matchAny(r.Tools, tool)) {
 			return true
-		}
-	}
-	return false
-}
-
-// appliesTo reports whether the rule names id: its own subject, the one
-// it was joined to, or one of its roles (qualified by its own source).
-func (r rule) appliesTo(id Identity) bool {
-	own, principal := id.Subject(), id.Principal()
-	for _, u := range r.users {
-		if u.match(own) || u.match(principal) {
-			return true
-		}
-	}
-	for _, role := range id.Roles {
-		s := Subject{Source: own.Source, Issuer: own.Issuer, Name: role}
-		for _, p := range r.roles {
-			if p.match(s) {
-				return true
-			}
 		}
 	}
 	return false

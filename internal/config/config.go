@@ -24,6 +24,7 @@ import (
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/operations"
+	"github.com/toolgate/toolgate/internal/quota"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/toolcall"
@@ -110,6 +111,8 @@ type Config struct {
 	Auth      Auth
 	RateLimit float64
 	RateBurst int
+	// Quota is the quotas of tool calls and where their counts are kept.
+	Quota Quota
 	// Telemetry.
 	OTLPEndpoint string
 	OTLPInsecure bool
@@ -173,6 +176,15 @@ type MCPOAuth struct {
 	Resource             string
 	AuthorizationServers []string // default: --jwt-issuer
 	Scopes               []string
+}
+
+// Quota is the quotas of tool calls (quota.Rules) and their store: this
+// gateway's memory, or a Redis every replica shares.
+type Quota struct {
+	Rules        string        // rules file; "" = no quotas
+	RedisURL     string        // "" = counts in memory, this replica's own
+	RedisTimeout time.Duration // bound of each exchange with Redis
+	FailClosed   bool          // refuse calls under quota while Redis does not answer
 }
 
 // Auth is who may call: the credential files, JWT checks, the policy and
@@ -288,6 +300,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.IntVar(&maxBody, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest request body, and largest message, on every door, counted after decompression (a gzip body is inflated up to it, no further): REST and MCP answer 413, gRPC, Connect and gRPC-Web RESOURCE_EXHAUSTED (env "+envName("max-body-bytes")+")")
 	fs.IntVar(&maxHeader, "max-header-bytes", envInt(getenv, "max-header-bytes", limits.DefaultMaxHeaderBytes, &envErrs), "largest request headers (gRPC: metadata) on every door: REST and MCP answer 431, gRPC, Connect and gRPC-Web RESOURCE_EXHAUSTED; above 4 times it the server refuses them at the protocol level (env "+envName("max-header-bytes")+")")
 	dur(&c.Limits.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request's body (gRPC: its first message) has to arrive in full on every door, from its headers: REST and MCP answer 408 and close the connection, gRPC, Connect and gRPC-Web DEADLINE_EXCEEDED; 0 = no limit; responses, streams included, are not limited")
+	str(&c.Quota.Rules, "quota-rules", "", "quota rules file (YAML or JSON): calls a second, minute, hour or day and calls at once, per caller, for the users and roles and tools each rule names; a call over one is refused with RESOURCE_EXHAUSTED (429) and a retry delay; none = no quotas")
+	str(&c.Quota.RedisURL, "quota-redis-url", "", "Redis that keeps the quotas' counts, shared by every replica pointing at it (redis://[user:password@]host:port[/db], rediss:// for TLS); empty = in this gateway's memory, for one replica")
+	dur(&c.Quota.RedisTimeout, "quota-redis-timeout", quota.DefaultRedisTimeout, "longest wait for Redis on a call under quota; past it the store counts as unreachable (see --quota-redis-failure)")
+	var quotaFailure string
+	str(&quotaFailure, "quota-redis-failure", "open", "calls under quota while Redis does not answer: open lets them through uncounted, closed refuses them with UNAVAILABLE (503) and a retry delay; both are counted in toolgate_quota_store_errors_total")
 	var cors string
 	str(&cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any); empty = CORS off")
 	dur(&c.HTTP.SSEHeartbeat, "sse-heartbeat", httpapi.DefaultSSEHeartbeat, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
@@ -300,6 +317,12 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	}
 	if c.AdminAddr == "off" {
 		c.AdminAddr = ""
+	}
+	switch quotaFailure {
+	case "open", "closed":
+		c.Quota.FailClosed = quotaFailure == "closed"
+	default:
+		envErrs = append(envErrs, fmt.Errorf("--quota-redis-failure %q: want open or closed", quotaFailure))
 	}
 	c.Announce.RequestNamespaces, c.Announce.ResponseNamespaces = commaList(reqNS), commaList(respNS)
 	c.HTTP.CORSOrigins = commaList(cors)
@@ -399,6 +422,17 @@ func (c Config) validate() error {
 	}
 	if c.RateLimit < 0 || c.RateBurst < 1 {
 		errs = append(errs, errors.New("--rate-limit must not be negative and --rate-burst must be at least 1"))
+	}
+	if c.Quota.RedisURL != "" {
+		if c.Quota.Rules == "" {
+			errs = append(errs, errors.New("--quota-redis-url keeps the counts of --quota-rules: give it too"))
+		}
+		if u, err := url.Parse(c.Quota.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+			errs = append(errs, fmt.Errorf("--quota-redis-url %q: want redis://host:port, rediss://host:port or unix:///path", c.Quota.RedisURL))
+		}
+	}
+	if c.Quota.RedisTimeout <= 0 {
+		errs = append(errs, errors.New("--quota-redis-timeout must be a positive duration such as 250ms"))
 	}
 	if c.HTTP.SSEHeartbeat <= 0 {
 		errs = append(errs, errors.New("--sse-heartbeat must be a positive duration such as 15s"))

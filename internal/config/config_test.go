@@ -102,6 +102,9 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-state-topic", "non-persistent://tg/operations/s"}, nil, []string{"--operations-state-topic \"non-persistent://tg/operations/s\": want a persistent:// topic"}},
 		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-chunk-topic", "persistent://tg/operations/state"}, nil, []string{"must be three different topics"}},
 		{[]string{"--jwt-jwks-file", "k.json", "--mcp-resource", "https://gw.test/mcp", "--mcp-authorization-servers", "auth.test"}, nil, []string{`--mcp-authorization-servers "auth.test"`}},
+		{[]string{"--allow-anonymous", "--quota-redis-url", "http://r:6379"}, nil, []string{"--quota-redis-url keeps the counts of --quota-rules", `--quota-redis-url "http://r:6379"`}},
+		{[]string{"--allow-anonymous", "--quota-redis-failure", "maybe"}, nil, []string{`--quota-redis-failure "maybe": want open or closed`}},
+		{[]string{"--allow-anonymous", "--quota-redis-timeout", "0s"}, nil, []string{"--quota-redis-timeout must be a positive"}},
 	}
 	for _, c := range cases {
 		_, err := Parse(c.args, func(k string) string { return c.env[k] }, io.Discard)

@@ -117,6 +117,9 @@ func (a *api) listTools(w http.ResponseWriter, r *http.Request) {
 		a.httpError(r.Context(), w, r, err)
 		return
 	}
+	if set := r.URL.Query()["set"]; len(set) > 0 {
+		c.Set = set[0] // the tools of one tool set, as it shows them
+	}
 	res, err := a.run(w, r, c)
 	if err == nil {
 		a.writeMessage(w, r, apiproto.Tools(res.Tools, res.RegistryVersion, res.NextPageToken))

@@ -70,6 +70,9 @@ type Options struct {
 	// MCP, when set, is served at /mcp (the Model Context Protocol
 	// endpoint); it checks its own methods.
 	MCP http.Handler
+	// MCPSets, when set, is served at /mcp/{set}: each tool set's MCP
+	// endpoint.
+	MCPSets http.Handler
 	// MCPResourceMetadata, when set, is served at
 	// /.well-known/oauth-protected-resource and at that path followed by
 	// /mcp: the MCP endpoint's OAuth protected resource metadata
@@ -169,6 +172,9 @@ func (a *api) routes() {
 	if a.opts.MCP != nil {
 		for _, method := range []string{"GET", "POST", "DELETE"} {
 			m.Handle(method+" /mcp", a.opts.MCP)
+			if a.opts.MCPSets != nil {
+				m.Handle(method+" /mcp/{set}", a.opts.MCPSets)
+			}
 		}
 	}
 	if a.opts.MCPResourceMetadata != nil {

@@ -42,6 +42,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,6 +164,16 @@ type Options struct {
 	// done (<= 0: no bound). The body's limits are the HTTP listener's
 	// (limits.HTTP); their refusals are answered here, 413 and 408.
 	MaxHeaderBytes int
+	// Name and Instructions are the server's name and instructions, as
+	// initialize and server/discover give them (default: "toolgate" and
+	// the gateway's own).
+	Name         string
+	Instructions string
+	// Set is the tool set this endpoint serves (registry.ToolSet): every
+	// call is made in it (toolcall.Call.Set), so tools/list holds its tools
+	// alone, as it shows them, and tools/call of any other is an unknown
+	// tool. "": the whole registry.
+	Set string
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -186,6 +197,10 @@ type Server struct {
 	bounds   ContentBounds // opts.ContentBounds with its defaults
 }
 
+// defaultInstructions are the instructions of the whole registry's server.
+const defaultInstructions = "The tools of this toolgate gateway. tools/call accepts _meta.timeout (\"5s\") and streams " +
+	"chunks as progress notifications when a progressToken is given."
+
 // New returns the MCP endpoint serving calls through h.
 func New(h toolcall.Handler, opts Options) *Server {
 	if opts.Logger == nil {
@@ -202,7 +217,7 @@ func New(h toolcall.Handler, opts Options) *Server {
 	// The SDK logs every stateless request's session at Info: keep its
 	// warnings and errors only.
 	sdkLog := slog.New(&minLevel{Handler: opts.Logger.Handler(), min: slog.LevelWarn})
-	s.impl = &sdk.Implementation{Name: "toolgate", Version: opts.Version}
+	s.impl = &sdk.Implementation{Name: cmp.Or(opts.Name, "toolgate"), Version: opts.Version}
 	s.implJSON, _ = json.Marshal(s.impl) // strings only: cannot fail
 	s.mcp = sdk.NewServer(s.impl, &sdk.ServerOptions{
 		Logger: sdkLog,
@@ -210,8 +225,7 @@ func New(h toolcall.Handler, opts Options) *Server {
 		// notifications/message (content.go), which the protocol asks a
 		// server to declare.
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}, Logging: &sdk.LoggingCapabilities{}},
-		Instructions: "The tools of this toolgate gateway. tools/call accepts _meta.timeout (\"5s\") and streams " +
-			"chunks as progress notifications when a progressToken is given.",
+		Instructions: cmp.Or(opts.Instructions, defaultInstructions),
 		// server/discover (the lists the SDK would answer are refused:
 		// see middleware).
 		SetCacheable: func(_ context.Context, _ sdk.Request, c *sdk.Cacheable) { *c = s.cacheable() },
@@ -331,7 +345,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}, srv: s}
+	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}, srv: s}
 	if s.opts.Authenticate != nil {
 		c := req.base
 		c.Op, c.Method = toolcall.OpListTools, "mcp"

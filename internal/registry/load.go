@@ -81,10 +81,11 @@ func Parse(source string, data []byte, log *slog.Logger) (*Snapshot, error) {
 		return fail(err.Error())
 	}
 	services, tools, probs := parseSections(source, doc, log)
-	if len(probs) > 0 {
+	sets, setProbs := parseSets(unwrapConfig(doc))
+	if probs = append(probs, setProbs...); len(probs) > 0 {
 		return nil, &LoadError{Source: source, Problems: probs}
 	}
-	return newSnapshot(source, tools, services), nil
+	return newSnapshot(source, tools, services).withSets(sets), nil
 }
 
 // ParseDocument is Parse for a descriptor document that is already
@@ -110,9 +111,7 @@ func ParseDocument(source string, doc map[string]any, log *slog.Logger) (map[str
 // parseSections validates both sections. Invalid descriptors are left out
 // and reported; a tool whose service is invalid is reported too.
 func parseSections(source string, doc map[string]any, log *slog.Logger) (map[string]*Service, map[string]*Tool, []Problem) {
-	if inner, ok := doc["config"].(map[string]any); ok && len(doc) == 1 {
-		doc = inner // a TrustGraph config dump: {"config": {...}}
-	}
+	doc = unwrapConfig(doc)
 	var probs []Problem
 	add := func(section, key, format string, args ...any) {
 		probs = append(probs, Problem{Section: section, Key: key, Reason: fmt.Sprintf(format, args...)})
@@ -174,6 +173,15 @@ func parseSections(source string, doc map[string]any, log *slog.Logger) (map[str
 		tools[t.Name] = t
 	}
 	return services, tools, probs
+}
+
+// unwrapConfig is the sections of a TrustGraph config dump
+// ({"config": {...}}), else doc.
+func unwrapConfig(doc map[string]any) map[string]any {
+	if inner, ok := doc["config"].(map[string]any); ok && len(doc) == 1 {
+		return inner
+	}
+	return doc
 }
 
 func decodeDocument(data []byte) (map[string]any, error) {

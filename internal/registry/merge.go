@@ -63,6 +63,7 @@ type part struct {
 	doc      []byte // what it was parsed from, to skip repeats
 	services map[string]*Service
 	tools    map[string]*Tool
+	sets     map[string]*ToolSet
 }
 
 type originState struct {
@@ -386,6 +387,11 @@ func (m *Merger) parse(u Update, label string) (*part, error) {
 	}
 	var probs []Problem
 	p.services, p.tools, probs = parseSections(label, doc, m.log)
+	if u.Origin != OriginAnnouncement { // an announcement speaks for its service alone
+		var setProbs []Problem
+		p.sets, setProbs = parseSets(unwrapConfig(doc))
+		probs = append(probs, setProbs...)
+	}
 	switch u.Origin {
 	case OriginConfigService:
 		if len(probs) > 0 {
@@ -415,6 +421,9 @@ func (m *Merger) parse(u Update, label string) (*part, error) {
 	}
 	for _, t := range p.tools {
 		t.Origin = u.Origin
+	}
+	for _, ts := range p.sets {
+		ts.Origin = u.Origin
 	}
 	return p, nil
 }
@@ -501,6 +510,8 @@ func countKnown(doc map[string]any) int {
 func (m *Merger) mergeLocked() *Snapshot {
 	services := map[string]*Service{}
 	tools := map[string]*Tool{}
+	sets := map[string]*ToolSet{}
+	setOwner := map[string]string{}  // set name → label
 	svcOwner := map[string]string{}  // service id → label
 	toolOwner := map[string]string{} // tool name → label
 	// request or response topic → the service id using it, and its label
@@ -568,6 +579,14 @@ func (m *Merger) mergeLocked() *Snapshot {
 				toolOwner[name] = p.label
 				tools[name] = t
 			}
+			for _, name := range sortedSetNames(p.sets) {
+				if w, taken := setOwner[name]; taken {
+					conflicts = append(conflicts, Conflict{Kind: "tool-set", Name: name, Winner: w, Loser: p.label})
+					continue
+				}
+				setOwner[name] = p.label
+				sets[name] = p.sets[name]
+			}
 		}
 	}
 	prev := map[string]bool{}
@@ -584,7 +603,7 @@ func (m *Merger) mergeLocked() *Snapshot {
 	if len(labels) > 0 {
 		src = strings.Join(labels, ", ")
 	}
-	snap := newSnapshot(src, tools, services)
+	snap := newSnapshot(src, tools, services).withSets(sets)
 	m.reg.Swap(snap)
 	return snap
 }
@@ -613,6 +632,15 @@ func sortedServiceIDs(m map[string]*Service) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+func sortedSetNames(m map[string]*ToolSet) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func sortedToolNames(m map[string]*Tool) []string {

@@ -108,6 +108,7 @@ type Snapshot struct {
 	toolList   []*Tool // sorted by name
 	services   map[string]*Service
 	serviceIDs []string // sorted
+	sets       map[string]*ToolSet
 }
 
 func newSnapshot(source string, tools map[string]*Tool, services map[string]*Service) *Snapshot {

@@ -141,6 +141,10 @@ func (l *CallLog) finish(ctx context.Context, c *toolcall.Call, err error, d tim
 		slog.String("code", code.String()),
 		slog.Float64("duration_ms", math.Round(float64(d.Microseconds()))/1000),
 	)
+	if c.Set != "" {
+		// Made in a tool set: tool is the registry's name.
+		attrs = append(attrs, slog.String("tool_set", truncate(c.Set, maxToolLen)))
+	}
 	if c.Authenticated && c.Caller.As.Source != "" {
 		// The policy joined the caller's identity to another it acts as.
 		attrs = append(attrs, slog.String("as", c.Caller.As.String()))

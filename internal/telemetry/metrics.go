@@ -91,7 +91,10 @@ type Metrics struct {
 	calls    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
-	known    func(tool string) bool
+	// mcpDuration is mcp.server.operation.duration (GenAISemconvVersion)
+	// as Prometheus names it: MCP requests by method, tool and error.
+	mcpDuration *prometheus.HistogramVec
+	known       func(tool string) bool
 	// series caches each (method, tool)'s children of the vectors above,
 	// so a call costs one map lookup instead of three label hashes.
 	series sync.Map // seriesKey → *callSeries
@@ -139,6 +142,7 @@ type metricsConfig struct {
 	buckets  []float64
 	runtime  bool
 	instance string
+	broker   func() bool
 }
 
 // MetricsOption configures NewMetrics.
@@ -169,6 +173,13 @@ func WithRegistryStats(f func() RegistryStats) MetricsOption {
 // from f at each scrape (--operations).
 func WithOperationsStats(f func() OperationsStats) MetricsOption {
 	return func(c *metricsConfig) { c.ops = f }
+}
+
+// WithBrokerConnected exports toolgate_broker_connected: 1 while
+// connected() says the broker takes this gateway's messages, else 0 (read
+// at each scrape).
+func WithBrokerConnected(connected func() bool) MetricsOption {
+	return func(c *metricsConfig) { c.broker = connected }
 }
 
 // WithInstance exports toolgate_instance_info{instance=id} 1, which names
@@ -207,7 +218,13 @@ func NewMetrics(opts ...MetricsOption) *Metrics {
 			Help: "Calls being served now, by method and tool (a stream's tool is known from its first message).",
 		}, []string{"method", "tool"}),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.inFlight)
+	m.mcpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "mcp_server_operation_duration_seconds",
+		Help: "OpenTelemetry's mcp.server.operation.duration (semantic conventions " + GenAISemconvVersion +
+			"): MCP requests served, by mcp.method.name, gen_ai.tool.name, gen_ai.operation.name and error.type.",
+		Buckets: c.buckets,
+	}, []string{"mcp_method_name", "gen_ai_tool_name", "gen_ai_operation_name", "error_type"})
+	m.reg.MustRegister(m.calls, m.duration, m.inFlight, m.mcpDuration)
 	if c.bridge != nil {
 		m.reg.MustRegister(newBridgeCollector(c.bridge))
 	}
@@ -216,6 +233,17 @@ func NewMetrics(opts ...MetricsOption) *Metrics {
 	}
 	if c.ops != nil {
 		m.reg.MustRegister(newOperationsCollector(c.ops))
+	}
+	if c.broker != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "toolgate_broker_connected",
+			Help: "1 while the broker takes this gateway's messages (its response topics subscribed, the last probe answered), else 0.",
+		}, func() float64 {
+			if c.broker() {
+				return 1
+			}
+			return 0
+		}))
 	}
 	if c.instance != "" {
 		info := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -280,12 +308,35 @@ func (m *Metrics) Middleware() toolcall.Middleware {
 			s.inFlight.Inc()
 			start := time.Now()
 			defer func() {
+				d := time.Since(start)
 				s.inFlight.Dec()
-				m.observeSeries(ctx, s, method, tool, codeOf(err), time.Since(start))
+				if tool != "" && runsTool(c.Op) && c.Name != "" {
+					// In a tool set the call named the tool as the set
+					// shows it; it is counted under the registry's name.
+					if resolved := m.toolLabel(c.Name); resolved != tool {
+						tool, s = resolved, m.seriesFor(method, resolved)
+					}
+				}
+				m.observeSeries(ctx, s, method, tool, codeOf(err), d)
+				if mm, ok := mcpMethod(c); ok {
+					m.observeMCP(c, mm.Value.AsString(), codeOf(err), d)
+				}
 			}()
 			return next(ctx, c, emit)
 		}
 	}
+}
+
+// observeMCP records an MCP request in mcp_server_operation_duration_seconds.
+func (m *Metrics) observeMCP(c *toolcall.Call, method string, code codes.Code, d time.Duration) {
+	tool, op, errType := "", "", ""
+	if runsTool(c.Op) {
+		tool, op = m.toolLabel(c.Name), "execute_tool"
+	}
+	if code != codes.OK {
+		errType = code.String()
+	}
+	m.mcpDuration.WithLabelValues(method, tool, op, errType).Observe(d.Seconds())
 }
 
 // funcCollector exports values read from a function once per scrape.

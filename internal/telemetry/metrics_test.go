@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
@@ -147,6 +149,26 @@ func TestDoorMethodNames(t *testing.T) {
 	}{{"mcp/InvokeTool", "echo", "OK", 2}, {"mcp/ListTools", "", "Unimplemented", 1}, {mInvoke, "echo", "OK", 1}} {
 		if got := testutil.ToFloat64(m.calls.WithLabelValues(c.method, c.tool, c.code)); got != c.want {
 			t.Errorf("calls{method=%q,tool=%q} = %v, want %v", c.method, c.tool, got, c.want)
+		}
+	}
+	// MCP requests, and they alone, in mcp.server.operation.duration.
+	if n := testutil.CollectAndCount(m.mcpDuration); n != 2 {
+		t.Errorf("mcp_server_operation_duration_seconds has %d series, want 2 (tools/call echo, tools/list)", n)
+	}
+	for _, c := range []struct {
+		labels []string
+		count  uint64
+	}{{[]string{"tools/call", "echo", "execute_tool", ""}, 2}, {[]string{"tools/list", "", "", "Unimplemented"}, 1}} {
+		obs, err := m.mcpDuration.GetMetricWithLabelValues(c.labels...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pb dto.Metric
+		if err := obs.(prometheus.Histogram).Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if got := pb.GetHistogram().GetSampleCount(); got != c.count {
+			t.Errorf("mcp_server_operation_duration_seconds%v: %d observations, want %d", c.labels, got, c.count)
 		}
 	}
 	var methods []string

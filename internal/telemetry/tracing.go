@@ -122,13 +122,15 @@ func newOTLPExporter(ctx context.Context, cfg TracingConfig) (sdktrace.SpanExpor
 
 // InjectTraceparent writes the trace context of ctx's span into a request
 // message's properties as traceparent (and tracestate when there is one),
-// so the tool service's spans join the trace. Without a valid span context
+// so the tool service's spans join the trace, and the called tool's name as
+// W3C baggage (BaggageToolName). Without a valid span context
 // it writes nothing; props must not be nil.
 func InjectTraceparent(ctx context.Context, props map[string]string) {
 	if props == nil || !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
 	propagation.TraceContext{}.Inject(ctx, propagation.MapCarrier(props))
+	injectToolBaggage(ctx, props)
 }
 
 // TracePublish is the bridge's publish hook: it starts a producer span
@@ -186,14 +188,24 @@ func SpanMiddleware(tp trace.TracerProvider) toolcall.Middleware {
 			if p == nil {
 				p = otel.GetTracerProvider()
 			}
-			name := strings.TrimPrefix(c.MethodName(), "/")
+			rpcName := strings.TrimPrefix(c.MethodName(), "/")
+			name, attrs := semconvSpan(c, rpcName)
 			ctx = propagation.TraceContext{}.Extract(ctx, headerCarrier{c.Header})
-			ctx, span := p.Tracer(ScopeName).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", name)))
+			ctx, span := p.Tracer(ScopeName).Start(withCall(ctx, c), name, trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(semconv.RPCSystemNameGRPC, attribute.String("rpc.method", rpcName)), trace.WithAttributes(attrs...))
 			res, err := next(ctx, c, emit)
 			if err != nil {
+				code := status.Code(err).String()
 				span.SetStatus(otelcodes.Error, err.Error())
-				span.SetAttributes(attribute.String("rpc.grpc.status_code", status.Code(err).String()))
+				span.SetAttributes(attribute.String("rpc.grpc.status_code", code), semconv.ErrorTypeKey.String(code))
+			}
+			if runsTool(c.Op) {
+				// A tool set may have shown the tool under another name:
+				// the span names the registry's.
+				if after, _ := semconvSpan(c, rpcName); after != name {
+					span.SetName(after)
+					span.SetAttributes(genAIToolName(c.Name))
+				}
 			}
 			span.End()
 			return res, err

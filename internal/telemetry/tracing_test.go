@@ -95,6 +95,9 @@ func TestTraceparentJoinsTheServiceToTheTrace(t *testing.T) {
 			if got.TraceID() != server.SpanContext.TraceID() {
 				t.Errorf("traceparent %q carries trace %s, want the server span's %s", props["traceparent"], got.TraceID(), server.SpanContext.TraceID())
 			}
+			if props["baggage"] != "gen_ai.tool.name=publish" {
+				t.Errorf("baggage %q, want the tool's name (gen_ai.tool.name=publish)", props["baggage"])
+			}
 			if props["id"] != "c0ffee" {
 				t.Errorf("other properties changed: %v", props)
 			}
@@ -396,8 +399,13 @@ func TestSpanMiddleware(t *testing.T) {
 		t.Fatalf("%d spans, want 4", len(spans))
 	}
 	okSpan, failed, refused, list := spans[0], spans[1], spans[2], spans[3]
-	if okSpan.SpanKind != trace.SpanKindServer || okSpan.Name != "toolgate.v1.ToolService/InvokeTool" {
-		t.Errorf("span %q of kind %v, want a server span named after the method", okSpan.Name, okSpan.SpanKind)
+	if okSpan.SpanKind != trace.SpanKindServer || okSpan.Name != "execute_tool echo" {
+		t.Errorf("span %q of kind %v, want a server span named execute_tool echo (GenAI semantic conventions)", okSpan.Name, okSpan.SpanKind)
+	}
+	if attr(okSpan, "gen_ai.operation.name") != "execute_tool" || attr(okSpan, "gen_ai.tool.name") != "echo" ||
+		attr(okSpan, "gen_ai.tool.type") != "extension" || attr(okSpan, "rpc.method") != "toolgate.v1.ToolService/InvokeTool" ||
+		attr(okSpan, "mcp.method.name") != "" {
+		t.Errorf("tool call span attributes %v", okSpan.Attributes)
 	}
 	if okSpan.Parent.TraceID().String() != callerTraceID || !okSpan.Parent.IsRemote() || okInner.SpanID() != okSpan.SpanContext.SpanID() {
 		t.Errorf("span not a child of the caller's trace, or not in the handler's context")
@@ -412,8 +420,9 @@ func TestSpanMiddleware(t *testing.T) {
 		t.Errorf("status code attributes %q, %q; want Unknown, PermissionDenied",
 			attr(failed, "rpc.grpc.status_code"), attr(refused, "rpc.grpc.status_code"))
 	}
-	if refused.Name != "mcp/InvokeTool" || attr(refused, "rpc.method") != "mcp/InvokeTool" {
-		t.Errorf("a door's method: span %q, rpc.method %q; want mcp/InvokeTool", refused.Name, attr(refused, "rpc.method"))
+	if refused.Name != "tools/call echo" || attr(refused, "rpc.method") != "mcp/InvokeTool" || attr(refused, "mcp.method.name") != "tools/call" ||
+		attr(refused, "gen_ai.tool.name") != "echo" || attr(refused, "error.type") != "PermissionDenied" {
+		t.Errorf("an MCP call: span %q, attributes %v; want tools/call echo (MCP semantic conventions)", refused.Name, refused.Attributes)
 	}
 	if list.Name != "toolgate.v1.ToolService/ListTools" || list.Parent.TraceID().String() != callerTraceID || inner.SpanID() != list.SpanContext.SpanID() {
 		t.Errorf("ListTools span %q in trace %s", list.Name, list.Parent.TraceID())

@@ -155,6 +155,12 @@ type Call struct {
 	// Name is the tool (OpInvoke, OpStream, OpGetTool) or the tool
 	// service id (OpGetService).
 	Name string
+	// Set is the tool set the call is made in ("": the whole registry):
+	// the MCP endpoint of a set names it, REST's ?set= and the tool-set
+	// metadata key of every door (HeaderToolSet) otherwise. Within a set
+	// a tool is known by the name the set shows; Core.ToolSets resolves it
+	// to the registry's before the policy sees the call.
+	Set string
 	// Args are the arguments of OpInvoke and OpStream: JSON object text
 	// exactly as the caller wrote it (nil or empty: none). The core checks
 	// it against the tool and passes it on unchanged but for white space.

@@ -104,6 +104,15 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 		if !ok {
 			return Result{}, toolNotFound(c.Name)
 		}
+		set, err := inSet(snap, c)
+		if err != nil {
+			return Result{}, err
+		}
+		if set != nil {
+			if t, ok = set.Shown(c.Name); !ok {
+				return Result{}, toolNotFound(c.Name)
+			}
+		}
 		return Result{Tool: t, RegistryVersion: snap.Version}, nil
 	case OpListServices:
 		snap := s.reg.Snapshot()
@@ -243,10 +252,22 @@ func (s *Core) recv(ctx context.Context, call *bridge.Call) (bridge.Chunk, error
 func (s *Core) listTools(c *Call) (Result, error) {
 	snap := s.reg.Snapshot()
 	tools := snap.Tools()
+	set, err := inSet(snap, c)
+	if err != nil {
+		return Result{}, err
+	}
+	if set != nil {
+		tools = set.Tools()
+	}
 	if s.opts.Visible != nil {
 		visible := make([]*registry.Tool, 0, len(tools))
 		for _, t := range tools {
-			if s.opts.Visible(c, t.Name) {
+			name := t.Name
+			if set != nil { // the policy names the registry's tool
+				_, real, _ := set.Lookup(t.Name)
+				name = real.Name
+			}
+			if s.opts.Visible(c, name) {
 				visible = append(visible, t)
 			}
 		}

@@ -40,7 +40,7 @@ type ConfigOptions struct {
 	Logger         *slog.Logger
 }
 
-// ConfigService reads the "tool-service" and "tool" types of one workspace
+// ConfigService reads the "tool-service", "tool" and "tool-set" types of one workspace
 // from TrustGraph's config service and reads them again on its pushes.
 // Each value is the JSON text of one descriptor keyed by id, as the
 // registry file's sections hold them.
@@ -246,7 +246,7 @@ func (c *ConfigService) relevant(p configPush) bool {
 	if len(p.Changes) == 0 {
 		return true
 	}
-	for _, typ := range []string{"tool-service", "tool"} {
+	for _, typ := range []string{"tool-service", "tool", "tool-set"} {
 		for _, ws := range p.Changes[typ] {
 			if ws == c.opts.Workspace {
 				return true
@@ -336,7 +336,7 @@ func (c *ConfigService) readAll(ctx context.Context, prod pulsar.Producer, sink 
 	for attempt := 0; ; attempt++ {
 		doc := map[string]any{}
 		versions := map[int64]bool{}
-		for _, typ := range []string{"tool-service", "tool"} {
+		for _, typ := range []string{"tool-service", "tool", "tool-set"} {
 			r, err := c.request(ctx, prod, configRequest{Operation: "getvalues", Workspace: c.opts.Workspace, Type: typ,
 				Keys: []configKey{}, Values: []configVal{}})
 			if err != nil {

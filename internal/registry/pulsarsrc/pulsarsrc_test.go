@@ -39,7 +39,7 @@ type responder struct {
 
 func startResponder(t *testing.T, c pulsar.Client, reqTopic, respTopic, pushTopic string) *responder {
 	t.Helper()
-	r := &responder{store: map[string]map[string]string{"tool-service": {}, "tool": {}}}
+	r := &responder{store: map[string]map[string]string{"tool-service": {}, "tool": {}, "tool-set": {}}}
 	resp, err := c.CreateProducer(pulsar.ProducerOptions{Topic: respTopic, DisableBatching: true})
 	if err != nil {
 		t.Fatal(err)
@@ -159,13 +159,19 @@ func TestConfigServiceSource(t *testing.T) {
 	if _, ok := reg.Snapshot().Tool("two"); !ok {
 		t.Fatal("a bad value dropped the good ones")
 	}
+	// A tool set, read with the rest.
+	r.put(t, "tool-set", "desk", `{"title": "Desk", "tools": ["two"]}`)
+	eventually.True(t, 2*time.Second, "tool set desk after its push", func() bool {
+		ts, ok := reg.Snapshot().Set("desk")
+		return ok && ts.Title == "Desk" && len(ts.Tools()) == 1
+	})
 	// A delete.
 	r.put(t, "tool", "one", "")
 	eventually.True(t, 2*time.Second, "tool one gone after its delete", func() bool { _, ok := reg.Snapshot().Tool("one"); return !ok })
 	// Every request named the workspace, on the system queue.
 	r.mu.Lock()
 	for _, q := range r.requests {
-		if q.Operation != "getvalues" || q.Workspace != "default" || (q.Type != "tool" && q.Type != "tool-service") {
+		if q.Operation != "getvalues" || q.Workspace != "default" || (q.Type != "tool" && q.Type != "tool-service" && q.Type != "tool-set") {
 			t.Errorf("request %+v", q)
 		}
 	}

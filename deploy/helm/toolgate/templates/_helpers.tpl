@@ -43,7 +43,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 toolgate.files resolves `files`: a JSON list of {flag, kind, name, key, path}
 for every file-valued flag that is set, in flag order. Content given in the
-values lives in the chart's own ConfigMap (registry, policy) or Secret.
+values lives in the chart's own ConfigMap (registry, policy, quota-rules) or Secret.
 */}}
 {{- define "toolgate.files" -}}
 {{- $out := list }}
@@ -51,7 +51,7 @@ values lives in the chart's own ConfigMap (registry, policy) or Secret.
 {{- if $f }}
 {{- $e := dict "flag" $flag }}
 {{- if hasKey $f "content" }}
-{{- $_ := set $e "kind" (ternary "configMap" "secret" (has $flag (list "registry" "policy"))) }}
+{{- $_ := set $e "kind" (ternary "configMap" "secret" (has $flag (list "registry" "policy" "quota-rules"))) }}
 {{- $_ := set $e "name" (printf "%s-files" (include "toolgate.fullname" $)) }}
 {{- $_ := set $e "key" $flag }}
 {{- else if $f.secretName }}
@@ -76,7 +76,7 @@ values lives in the chart's own ConfigMap (registry, policy) or Secret.
 {{- define "toolgate.contents" -}}
 {{- $out := dict }}
 {{- range $flag, $f := .root.Values.files }}
-{{- if and $f (hasKey $f "content") (eq $.kind (ternary "configMap" "secret" (has $flag (list "registry" "policy")))) }}
+{{- if and $f (hasKey $f "content") (eq $.kind (ternary "configMap" "secret" (has $flag (list "registry" "policy" "quota-rules")))) }}
 {{- $_ := set $out $flag $f.content }}
 {{- end }}
 {{- end }}

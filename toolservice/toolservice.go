@@ -380,6 +380,10 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 // when Run fails to subscribe; Run's error says why.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
+// Instance is the id of this instance (replica) of the service, random per
+// Service: its announcements and withdrawal name it (wire.PropInstance).
+func (s *Service) Instance() string { return s.instance }
+
 // RequestTopic is the topic the service listens on.
 func (s *Service) RequestTopic() string { return s.reqTopic }
 

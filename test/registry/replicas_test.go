@@ -298,3 +298,6 @@ func waitListed(t *testing.T, g *grpcGateway, name string) {
 		return err == nil && ok
 	})
 }
+
+// stringOf is the registry conflicts of readiness details, as text.
+func stringOf(d map[string]any) string { return fmt.Sprint(d["registry_conflict_details"]) }

@@ -149,19 +149,27 @@ func (m *Merger) putInstance(u Update, label string, parsed *part) (bool, error)
 }
 
 // withdrawInstance removes the instance u names; the unit is served while
-// others remain.
+// others remain. A withdrawal without an instance (keyed by the service
+// id alone, as an operator sends it) removes every instance: live ones
+// come back with their next renewal, dead ones are gone at once. Either
+// way the unit keeps its claims for the claim grace.
 func (m *Merger) withdrawInstance(u Update, label string) error {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
 	m.mu.Lock()
 	p := m.parts[OriginAnnouncement][u.Unit]
-	if p == nil || p.instances[u.Instance] == nil {
+	if p == nil || len(p.instances) == 0 || (u.Instance != "" && p.instances[u.Instance] == nil) {
 		m.mu.Unlock()
 		return nil
 	}
-	delete(p.instances, u.Instance)
+	if u.Instance == "" {
+		clear(p.instances)
+		m.log.Info("announced service withdrawn with every instance", "service", u.Unit)
+	} else {
+		delete(p.instances, u.Instance)
+		m.log.Info("announced instance withdrawn", "service", u.Unit, "instance", u.Instance, "instances_left", len(p.instances))
+	}
 	now := m.now()
-	m.log.Info("announced instance withdrawn", "service", u.Unit, "instance", u.Instance, "instances_left", len(p.instances))
 	m.settleLocked(p, now, false)
 	m.expireLocked(now)
 	snap := m.mergeLocked()

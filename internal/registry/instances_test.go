@@ -81,6 +81,15 @@ func TestInstancesServeWhileAnyIsLive(t *testing.T) {
 	}
 	// Withdrawing an instance never seen changes nothing.
 	mustApply(t, m, Update{Unit: "echo-service", Instance: "zzz"})
+
+	// A withdrawal keyed by the service id alone removes every instance.
+	for _, inst := range []string{"d", "e"} {
+		mustApply(t, m, Update{Unit: "echo-service", Instance: inst, Lease: 10 * time.Second, Doc: doc})
+	}
+	mustApply(t, m, Update{Unit: "echo-service"})
+	if got := served(m, "echo"); got != "" {
+		t.Fatalf("after the service was withdrawn as a whole, echo is served by %q", got)
+	}
 }
 
 // An instance whose lease runs out has left; when it was the last, the

@@ -205,12 +205,14 @@ type load struct {
 	firstFailures        []string
 	stopFn               context.CancelFunc
 	wg                   sync.WaitGroup
+	start                time.Time
+	stopped              atomic.Int64 // Unix nanoseconds when stopped
 }
 
 func startLoad(t *testing.T, gws []*grpcGateway, tool string, rate int) *load {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{failures: map[string]int{}, stopFn: cancel}
+	l := &load{failures: map[string]int{}, stopFn: cancel, start: time.Now()}
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	slots := make(chan int, 64)
 	l.wg.Go(func() {
@@ -274,7 +276,11 @@ func startLoad(t *testing.T, gws []*grpcGateway, tool string, rate int) *load {
 	return l
 }
 
-func (l *load) stop() { l.stopFn(); l.wg.Wait() }
+func (l *load) stop() {
+	l.stopped.CompareAndSwap(0, time.Now().UnixNano())
+	l.stopFn()
+	l.wg.Wait()
+}
 
 // waitCalls waits until n more calls have succeeded.
 func (l *load) waitCalls(t *testing.T, n int64, what string) {
@@ -286,8 +292,13 @@ func (l *load) waitCalls(t *testing.T, n int64, what string) {
 func (l *load) report() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return fmt.Sprintf("ok %d, failed %d %v, unlisted %d; first problems: %s", l.ok.Load(), l.failed.Load(), l.failures, l.unlisted.Load(),
-		strings.Join(l.firstFailures, "; "))
+	end := time.Now()
+	if n := l.stopped.Load(); n != 0 {
+		end = time.Unix(0, n)
+	}
+	took := end.Sub(l.start)
+	return fmt.Sprintf("ok %d, failed %d %v, unlisted %d, %.0f calls/s over %v; first problems: %s", l.ok.Load(), l.failed.Load(), l.failures, l.unlisted.Load(),
+		float64(l.ok.Load()+l.failed.Load())/took.Seconds(), took.Round(100*time.Millisecond), strings.Join(l.firstFailures, "; "))
 }
 
 // waitListed waits until g lists tool name.

@@ -233,11 +233,17 @@ tool:
 		}
 		<-py.done
 		wg.Wait()
+		reasons := map[string]int{}
 		for i, err := range errs {
+			reasons[errReason(err)]++
 			if status.Code(err) != codes.Unavailable {
 				t.Errorf("call %d: %v; want UNAVAILABLE (SERVICE_GONE, or NO_LISTENER for one published after the kill)", i, err)
 			}
 		}
+		if reasons["SERVICE_GONE"] == 0 {
+			t.Errorf("no call held by the killed service ended with SERVICE_GONE: %v", reasons)
+		}
+		t.Logf("calls held by the killed Python service ended with %v", reasons)
 	})
 }
 

@@ -209,6 +209,22 @@ func TestChartFlags(t *testing.T) {
 	}
 }
 
+// TestChartOperationsNeedAKey: with config.operations on and no
+// files.operations-key-file the chart refuses to render, saying why, as
+// the gateway would refuse to start.
+func TestChartOperationsNeedAKey(t *testing.T) {
+	t.Parallel()
+	bin, err := helmBin()
+	if err != nil {
+		t.Fatalf("building Helm from tools/helm/go.mod: %v", err)
+	}
+	out, err := exec.Command(bin, "template", "toolgate", chart, "--set", "config.operations=true").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "config.operations needs files.operations-key-file") {
+		t.Fatalf("rendered with operations and no key: %v\n%s", err, out)
+	}
+	render(t, "--set", "config.operations=true", "--set", "files.operations-key-file.secretName=toolgate-operations")
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1

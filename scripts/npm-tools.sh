@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The npm packages the TypeScript client tests use, pinned: the exact
 # versions (and lock) of scripts/npm-tools/package.json — openapi-typescript,
-# openapi-fetch, typescript, axios — installed with `npm ci` under
+# openapi-fetch, typescript, axios, and Connect-ES (@connectrpc/connect,
+# @connectrpc/connect-node, @bufbuild/protobuf) — installed with `npm ci` under
 # ${TOOLGATE_CACHE:-<repo>/.cache}/npm-tools on first use.
 #
 #   scripts/npm-tools.sh          install if needed; print the directory that

@@ -12,6 +12,9 @@
 # given that broker's URLs. Also: TOOLGATE_GRPC_ADDR, TOOLGATE_HTTP_ADDR,
 # TOOLGATE_ADMIN_ADDR (the gateway's admin listener), TOOLGATE_REGISTRY, TOOLGATE_RUN_READY_TIMEOUT (seconds, default 60).
 # Each process's output is shown here and kept in .cache/run/<http port>/.
+# TOOLGATE_OPERATIONS=true serves durable operations: their records are
+# signed with the key in TOOLGATE_OPERATIONS_KEY_FILE, by default
+# .cache/run/operations.key, made on first use and kept for later runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/broker.sh
@@ -58,10 +61,18 @@ start() {
 	pids+=($!)
 	names+=("$name")
 }
+# The key of durable operations' records (used with TOOLGATE_OPERATIONS=true).
+if [[ -z "${TOOLGATE_OPERATIONS_KEY_FILE:-}" ]]; then
+	TOOLGATE_OPERATIONS_KEY_FILE="$PWD/.cache/run/operations.key"
+	if [[ ! -s "$TOOLGATE_OPERATIONS_KEY_FILE" ]]; then
+		(umask 077 && head -c 48 /dev/urandom | base64 >"$TOOLGATE_OPERATIONS_KEY_FILE")
+	fi
+fi
+export TOOLGATE_OPERATIONS_KEY_FILE
 start joke-service bin/joke-service --pulsar-url "$PULSAR_URL"
 start echo-service bin/echo-service --pulsar-url "$PULSAR_URL"
 start gateway bin/gateway "${registry_args[@]}" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" --admin-addr "$ADMIN_ADDR" \
-	--pulsar-url "$PULSAR_URL" --pulsar-admin-url "$ADMIN_URL" --allow-anonymous
+	--pulsar-url "$PULSAR_URL" --pulsar-admin-url "$ADMIN_URL" --allow-anonymous --operations
 
 # alive PID: the process has not exited (an exited child stays a zombie
 # until waited for, which kill -0 does not tell apart).
@@ -112,6 +123,8 @@ toolgate is up: gRPC on $GRPC_ADDR, HTTP on $HTTP_ADDR, admin (metrics, readines
 broker $PULSAR_URL (admin $ADMIN_URL). Try:
 
   curl -s -X POST http://$HTTP_ADDR/v1/tools/tell-joke:invoke -d '{"arguments": {"topic": "programming"}}'
+  curl -s -X POST http://$HTTP_ADDR/v1/tools/tell-joke:start -d '{"arguments": {"topic": "cats"}}'
+  curl -s http://$HTTP_ADDR/v1/operations/<id>      # the id the start answered
 
 Logs: $LOGS/. Ctrl-C stops everything.
 MSG

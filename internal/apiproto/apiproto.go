@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
@@ -103,13 +104,13 @@ func Request(c *toolcall.Call, args *structpb.Struct, argsJSON string, timeout *
 	if timeout != nil {
 		c.TimeoutSet = true
 		if err := timeout.CheckValid(); err != nil {
-			return status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+			return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidTimeout, "timeout must be a positive duration such as \"5s\"", nil)
 		}
 		c.Timeout = timeout.AsDuration()
 	}
 	if argsJSON != "" {
 		if len(args.GetFields()) > 0 {
-			return status.Error(codes.InvalidArgument, "set arguments or arguments_json, not both")
+			return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonArgumentsConflict, "set arguments or arguments_json, not both", nil)
 		}
 		c.Args = []byte(argsJSON)
 		return nil
@@ -122,8 +123,9 @@ func Request(c *toolcall.Call, args *structpb.Struct, argsJSON string, timeout *
 	return nil
 }
 
-// maxDepth bounds the nesting of argument values.
-const maxDepth = 64
+// maxDepth bounds the nesting of argument values, as every JSON decoder
+// of the gateway does.
+const maxDepth = jsontext.MaxDepth
 
 // Arguments writes a request's arguments as the JSON object text a Call
 // carries, keys sorted; nil is an empty object. Numbers are what the

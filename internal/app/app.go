@@ -83,6 +83,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.sec = sec
+	var opsKeys *operations.Keys // the records' keys: files read, as security's
+	if cfg.Operations {
+		if opsKeys, err = operationsKeys(cfg); err != nil {
+			return nil, fmt.Errorf("operations: %w", err)
+		}
+	}
 	// Every Pulsar client of the gateway connects alike.
 	conn := cfg.Pulsar.Connection()
 	rs, err := newRegistrySources(g, conn)
@@ -135,8 +141,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 
 	var ops toolcall.Operations // an untyped nil without --operations
 	if cfg.Operations {
-		g.ops = operations.New(pb, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.OperationTTL,
-			MaxPerOwner: cfg.MaxOperationsPerCaller, Logger: log})
+		// New fails only without keys, which were read above.
+		g.ops, _ = operations.New(pb, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.OperationTTL,
+			MaxPerOwner: cfg.MaxOperationsPerCaller, Logger: log, Keys: opsKeys,
+			StateTopic: cfg.OperationsTopics.State, ChunkTopic: cfg.OperationsTopics.Chunks, ReplyTopic: cfg.OperationsTopics.Replies,
+			// a record's service topic passes the announcements' allow-list
+			TopicAllowed: g.sources.merger.CheckRequestTopic})
 		ops = g.ops
 	}
 	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
@@ -153,7 +163,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		opsStats = append(opsStats, telemetry.WithOperationsStats(func() telemetry.OperationsStats {
 			s := g.ops.Stats()
 			return telemetry.OperationsStats{Started: s.Started, Done: s.Done, Failed: s.Failed, Cancelled: s.Cancelled,
-				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table, TableLag: s.TableLag}
+				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table, TableLag: s.TableLag,
+				RecordsRefused: s.Refused}
 		}))
 	}
 	g.metrics = telemetry.NewMetrics(append([]telemetry.MetricsOption{telemetry.WithInstance(cfg.InstanceID),
@@ -180,7 +191,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
 		g.drain.middleware(), sec.authn.Middleware(), limit)
 
-	gopts := []grpc.ServerOption{grpc.InTapHandle(sec.authn.TapHandle())}
+	// The request limits first: they refuse before authentication.
+	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, log, sec.authn.TapHandle())))
+	gopts = append(gopts, grpcapi.ServerOptions()...)
 	if cfg.GRPCWorkers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
 	}
@@ -240,10 +253,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 				}
 				return nil
 			},
-			Resource: cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
+			MaxHeaderBytes: cfg.Limits.Header(),
+			Resource:       cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes})
 		mcpHandler, mcpMetadata = g.mcp, g.mcp.ResourceMetadata()
 	}
-	connectPath, connectHandler := connectapi.New(calls)
+	connectPath, connectHandler := connectapi.New(calls, connectapi.Options{
+		MaxMessageBytes: cfg.Limits.Body(), MaxHeaderBytes: cfg.Limits.Header()})
 	// The public listener tells readiness without details and serves no
 	// metrics: those are the admin listener's.
 	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.publicReady,
@@ -252,7 +267,8 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		ErrorHandler: limits.ErrorHandler,
 		Docs:         docs.New(docs.Options{Logger: log}),
 		MCP:          mcpHandler, MCPResourceMetadata: mcpMetadata,
-		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: httpapi.DefaultMaxHeaderBytes})
+		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: cfg.Limits.Header(),
+		Operations: cfg.Operations})
 	if err != nil {
 		g.closeEarly()
 		return nil, err
@@ -262,8 +278,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		Handler:     sec.wrapHTTP(h),
 		BaseContext: func(net.Listener) context.Context { return g.httpBase },
 		TLSConfig:   sec.tls,
+		Protocols:   httpProtocols(),
 		// Above the handler's own limit, which answers 431 in JSON.
-		MaxHeaderBytes:    4 * httpapi.DefaultMaxHeaderBytes,
+		MaxHeaderBytes:    limits.HardHeaderFactor * cfg.Limits.Header(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -279,6 +296,17 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// Last: the broker sources may swap snapshots from now on.
 	g.sources.start(log)
 	return g, nil
+}
+
+// httpProtocols are what the HTTP listener speaks: HTTP/1.1, and HTTP/2
+// both over TLS and in plain text with prior knowledge (h2c), so gRPC
+// clients reach the Connect door's gRPC on a listener without TLS too.
+func httpProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 func (g *Gateway) closeEarly() {
@@ -557,4 +585,23 @@ func (g *Gateway) watchOperationsReady(ctx context.Context) {
 		}
 	}
 	g.updateHealth()
+}
+
+// operationsKeys reads the keys of the operations' records: the one
+// --operations-key-file holds, and the verify-only one of
+// --operations-previous-key-file.
+func operationsKeys(cfg config.Config) (*operations.Keys, error) {
+	key, err := operations.ReadKeyFile(cfg.OperationsKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--operations-key-file: %w", err)
+	}
+	var verify [][]byte
+	if cfg.OperationsPreviousKeyFile != "" {
+		prev, err := operations.ReadKeyFile(cfg.OperationsPreviousKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--operations-previous-key-file: %w", err)
+		}
+		verify = append(verify, prev)
+	}
+	return operations.NewKeys(key, verify...)
 }

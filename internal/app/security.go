@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
@@ -22,13 +21,13 @@ type security struct {
 	authn *auth.Authenticator
 	lim   *limits.Limiter
 	tls   *tls.Config // nil: plain text
-	body  int64
-	// bodyTimeout is the time a request body has to arrive (0: none).
-	bodyTimeout time.Duration
+	// requests bound what one request may bring, on every door.
+	requests limits.Requests
+	log      *slog.Logger
 }
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
-	s := &security{body: int64(cfg.HTTP.MaxBodyBytes), bodyTimeout: cfg.HTTP.BodyTimeout}
+	s := &security{requests: cfg.Limits, log: log}
 	if cfg.TLSCert != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
@@ -70,7 +69,8 @@ func (s *security) creds() credentials.TransportCredentials {
 	return credentials.NewTLS(s.tls)
 }
 
-// wrapHTTP adds the body limits: size, and time to arrive.
+// wrapHTTP adds the body limits: size (after decompression), and time to
+// arrive.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
-	return limits.MaxBody(s.body, limits.BodyTimeout(s.bodyTimeout, h))
+	return limits.HTTP(s.requests, s.log, h)
 }

@@ -290,17 +290,17 @@ func TestAuthorization(t *testing.T) {
 		{"admin role streams anything", alice, stream, "tell-joke", codes.OK, ""},
 		{"svc-* user invokes query-*", bob, invoke, "query-orders", codes.OK, ""},
 		{"svc-* user streams query-*", bob, stream, "query-orders", codes.OK, ""},
-		{"svc-* user may not invoke other tools", bob, invoke, "tell-joke", denied, `permission denied: user "svc-bob" may not invoke tool "tell-joke"`},
-		{"svc-* user may not stream other tools", bob, stream, "tell-joke", denied, `permission denied: user "svc-bob" may not invoke tool "tell-joke"`},
+		{"svc-* user may not invoke other tools", bob, invoke, "tell-joke", denied, `permission denied: user "svc-bob" (api-key) may not invoke tool "tell-joke"`},
+		{"svc-* user may not stream other tools", bob, stream, "tell-joke", denied, `permission denied: user "svc-bob" (api-key) may not invoke tool "tell-joke"`},
 		{"reader role lists", bob, list, "", codes.OK, ""},
 		{"reader role gets any tool", bob, get, "tell-joke", codes.OK, ""},
 		{"reader role lists services", bob, services, "", codes.OK, ""},
 		{"reader role gets a service", bob, service, "svc-1", codes.OK, ""},
 		{"JWT admin role invokes", jwtFor("zoe", "admin"), invoke, "tell-joke", codes.OK, ""},
-		{"JWT user without rules may not list", jwtFor("zoe"), list, "", denied, `permission denied: user "zoe" may not list tools`},
-		{"JWT user without rules may not get a tool", jwtFor("zoe"), get, "tell-joke", denied, `permission denied: user "zoe" may not list tool "tell-joke"`},
-		{"JWT user without rules may not get a service", jwtFor("zoe"), service, "svc-1", denied, `permission denied: user "zoe" may not list tools`},
-		{"JWT user without rules may not invoke", jwtFor("zoe", "writer"), invoke, "query-x", denied, `permission denied: user "zoe" may not invoke tool "query-x"`},
+		{"JWT user without rules may not list", jwtFor("zoe"), list, "", denied, `permission denied: user "zoe" (jwt(https://issuer.test)) may not list tools`},
+		{"JWT user without rules may not get a tool", jwtFor("zoe"), get, "tell-joke", denied, `permission denied: user "zoe" (jwt(https://issuer.test)) may not list tool "tell-joke"`},
+		{"JWT user without rules may not get a service", jwtFor("zoe"), service, "svc-1", denied, `permission denied: user "zoe" (jwt(https://issuer.test)) may not list tools`},
+		{"JWT user without rules may not invoke", jwtFor("zoe", "writer"), invoke, "query-x", denied, `permission denied: user "zoe" (jwt(https://issuer.test)) may not invoke tool "query-x"`},
 		{"an op the policy does not cover is denied", alice, unknownOp, "tell-joke", denied, "is not covered by the access policy"},
 		{"unauthenticated is not authorized", nil, invoke, "query-x", unauthentic, MsgMissingCredentials},
 	}
@@ -334,7 +334,7 @@ func TestAuthenticateDoesNotAuthorize(t *testing.T) {
 		t.Fatalf("caller %q after Authenticate", got)
 	}
 	_, err = run(t.Context(), a, c)
-	checkStatus(t, err, codes.PermissionDenied, `user "svc-bob" may not invoke tool "tell-joke"`)
+	checkStatus(t, err, codes.PermissionDenied, `user "svc-bob" (api-key) may not invoke tool "tell-joke"`)
 
 	bad := newCall(toolcall.OpInvoke, "tell-joke", "x-api-key", "nope")
 	checkStatus(t, a.Authenticate(t.Context(), bad), codes.Unauthenticated, "invalid API key")
@@ -396,7 +396,7 @@ func TestRefusalLog(t *testing.T) {
 	_, err = run(t.Context(), a, newCall(toolcall.OpInvoke, "tell-joke", "x-api-key", bobKey))
 	checkStatus(t, err, codes.PermissionDenied, "")
 	log := buf.String()
-	for _, want := range []string{"not authenticated", `reason="invalid API key"`, "rpc=" + toolcall.MethodInvoke, "peer=192.0.2.7:5555", "not authorized", "user=svc-bob", "tool=tell-joke"} {
+	for _, want := range []string{"not authenticated", `reason="invalid API key"`, "rpc=" + toolcall.MethodInvoke, "peer=192.0.2.7:5555", "not authorized", "user=svc-bob", "source=api-key", "tool=tell-joke"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log does not mention %s:\n%s", want, log)
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
@@ -23,6 +22,14 @@ const (
 // MsgMissingCredentials is the status message of a call without
 // credentials when anonymous calls are not allowed.
 const MsgMissingCredentials = "missing credentials: send Authorization: Bearer <API key or JWT>"
+
+// The ErrorInfo reasons (domain toolcall.ErrorDomain) of the refusals of
+// authentication and authorization.
+const (
+	ReasonMissingCredentials = "MISSING_CREDENTIALS"
+	ReasonInvalidCredentials = "INVALID_CREDENTIALS"
+	ReasonNotAllowed         = "NOT_ALLOWED"
+)
 
 // Authenticator establishes and checks the identity of calls. Build it
 // with New and run its Middleware; install TapHandle on the gRPC server.
@@ -82,6 +89,11 @@ func New(opts ...Option) (*Authenticator, error) {
 	}
 	if a.anonymous && strings.TrimSpace(a.anonUser) == "" {
 		return nil, errors.New("auth: anonymous calls need a user name")
+	}
+	if u := a.policy.Unqualified(); len(u) > 0 && (a.jwt != nil || a.clientCerts || a.anonymous) {
+		a.log.Warn("policy: users and roles written without a source name API-key users and roles only; "+
+			"write jwt(<issuer>):name, mtls:name or anonymous:name for the others, api-key:name to silence this",
+			"entries", u)
 	}
 	return a, nil
 }
@@ -213,7 +225,11 @@ func (a *Authenticator) failMethod(ctx context.Context, method, peer string, err
 		attrs = append(attrs, "peer", peer)
 	}
 	a.log.InfoContext(ctx, "call refused: not authenticated", attrs...)
-	return status.Error(codes.Unauthenticated, r.msg)
+	reason := ReasonInvalidCredentials
+	if r.msg == MsgMissingCredentials {
+		reason = ReasonMissingCredentials
+	}
+	return toolcall.GatewayError(codes.Unauthenticated, reason, r.msg, nil)
 }
 
 // authorize checks the call's caller against the policy.
@@ -232,10 +248,26 @@ func (a *Authenticator) authorize(ctx context.Context, c *toolcall.Call) error {
 	case a.policy.Allowed(id, action, tool):
 		return nil
 	case tool == "":
-		msg = fmt.Sprintf("permission denied: user %q may not %s tools", id.User, action)
+		msg = fmt.Sprintf("permission denied: user %q (%s) may not %s tools", id.User, id.Subject().Origin(), action)
 	default:
-		msg = fmt.Sprintf("permission denied: user %q may not %s tool %q", id.User, action, tool)
+		msg = fmt.Sprintf("permission denied: user %q (%s) may not %s tool %q", id.User, id.Subject().Origin(), action, tool)
 	}
-	a.log.InfoContext(ctx, "call refused: not authorized", "rpc", method, "user", id.User, "auth", id.Method, "action", action, "tool", tool)
-	return status.Error(codes.PermissionDenied, msg)
+	attrs := append(callerAttrs(id), "rpc", method, "action", action, "tool", tool)
+	a.log.InfoContext(ctx, "call refused: not authorized", attrs...)
+	md := map[string]string{"action": action}
+	if tool != "" {
+		md["tool"] = tool
+	}
+	return toolcall.GatewayError(codes.PermissionDenied, ReasonNotAllowed, msg, md)
+}
+
+// callerAttrs are the log attributes naming a caller: its user, where the
+// identity comes from ("api-key", "jwt(https://idp.example)"), and, when
+// the policy joined it to another, the subject it acts as.
+func callerAttrs(id Identity) []any {
+	attrs := []any{"user", id.User, "source", id.Subject().Origin()}
+	if id.As.Source != "" {
+		attrs = append(attrs, "as", id.As.String())
+	}
+	return attrs
 }

@@ -36,7 +36,7 @@ func TestFromConfig(t *testing.T) {
 		t.Fatalf("alice's key: %v, %v", id, err)
 	}
 	// The policy from the file is the one applied, to calls and to lists.
-	svc := &toolcall.Call{Op: toolcall.OpInvoke, Caller: Identity{User: "svc-x"}, Authenticated: true}
+	svc := &toolcall.Call{Op: toolcall.OpInvoke, Caller: Identity{User: "svc-x", Method: MethodAPIKey}, Authenticated: true}
 	if !a.Visible(svc, "query-a") || a.Visible(svc, "other") || a.Visible(&toolcall.Call{Op: toolcall.OpListTools}, "query-a") {
 		t.Error("the policy from the file is not the one Visible applies")
 	}
@@ -86,9 +86,9 @@ func TestVisible(t *testing.T) {
 		{"admin sees everything", a, authed(a, "x-api-key", aliceKey), "tell-joke", true},
 		{"reader sees everything", a, authed(a, "x-api-key", bobKey), "tell-joke", true},
 		{"a user without rules sees nothing", a, authed(a), "tell-joke", false},
-		{"a caller named but not authenticated sees nothing", a, &toolcall.Call{Caller: Identity{User: "alice", Roles: []string{"admin"}}}, "tell-joke", false},
-		{"svc-* sees query-*", a, &toolcall.Call{Caller: Identity{User: "svc-x"}, Authenticated: true}, "query-a", true},
-		{"svc-* does not see other tools", a, &toolcall.Call{Caller: Identity{User: "svc-x"}, Authenticated: true}, "tell-joke", false},
+		{"a caller named but not authenticated sees nothing", a, &toolcall.Call{Caller: Identity{User: "alice", Roles: []string{"admin"}, Method: MethodAPIKey}}, "tell-joke", false},
+		{"svc-* sees query-*", a, &toolcall.Call{Caller: Identity{User: "svc-x", Method: MethodAPIKey}, Authenticated: true}, "query-a", true},
+		{"svc-* does not see other tools", a, &toolcall.Call{Caller: Identity{User: "svc-x", Method: MethodAPIKey}, Authenticated: true}, "tell-joke", false},
 		{"without a policy everything is visible", open, authed(open, "x-api-key", bobKey), "tell-joke", true},
 	}
 	for _, tc := range tests {

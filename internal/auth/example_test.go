@@ -35,7 +35,8 @@ func Example_wiring() {
 	if err != nil {
 		panic(err)
 	}
-	// Buckets are keyed by the caller's user.
+	// Buckets are keyed by the caller: its user and where its identity
+	// comes from.
 	lim, err := limits.New(10, 20, limits.WithLogger(log))
 	if err != nil {
 		panic(err)
@@ -64,5 +65,5 @@ func Example_wiring() {
 	}
 	// Output:
 	// output "a joke for alice", error: <nil>
-	// output "", error: rpc error: code = PermissionDenied desc = permission denied: user "svc-bob" may not invoke tool "tell-joke"
+	// output "", error: rpc error: code = PermissionDenied desc = permission denied: user "svc-bob" (api-key) may not invoke tool "tell-joke"
 }

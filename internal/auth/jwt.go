@@ -109,7 +109,8 @@ func (v *JWTVerifier) keyFor(t *jwt.Token) (any, error) {
 }
 
 // Verify checks token's signature, exp, nbf, iat, iss and aud and returns
-// the identity its claims name.
+// the identity its claims name, with the token's issuer: the same user
+// claim from two issuers names two identities.
 func (v *JWTVerifier) Verify(token string) (Identity, error) {
 	claims := jwt.MapClaims{}
 	if _, err := v.parser.ParseWithClaims(token, claims, v.keyFor); err != nil {
@@ -119,7 +120,11 @@ func (v *JWTVerifier) Verify(token string) (Identity, error) {
 	if strings.TrimSpace(user) == "" {
 		return Identity{}, fmt.Errorf("%w: claim %q is missing or not a string", jwt.ErrTokenInvalidClaims, v.cfg.UserClaim)
 	}
-	id := Identity{User: user, Method: MethodJWT}
+	iss, err := claims.GetIssuer()
+	if err != nil {
+		return Identity{}, fmt.Errorf("%w: iss: %w", jwt.ErrTokenInvalidClaims, err)
+	}
+	id := Identity{User: user, Method: MethodJWT, Issuer: iss}
 	if v.cfg.RolesClaim != "" {
 		roles, err := rolesClaim(claims, v.cfg.RolesClaim)
 		if err != nil {

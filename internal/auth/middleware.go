@@ -52,6 +52,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, c *toolcall.Call) erro
 	if err != nil {
 		return a.fail(ctx, c, err)
 	}
+	a.policy.join(&id)
 	c.Caller, c.Authenticated = id, true
 	return nil
 }

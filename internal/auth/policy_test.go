@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -17,9 +19,9 @@ func TestPolicyAllowed(t *testing.T) {
 	}
 	var none *Policy
 	admin := Identity{User: "alice", Roles: []string{"admin"}, Method: MethodAPIKey}
-	svc := Identity{User: "svc-bob", Method: MethodJWT}
+	svc := Identity{User: "svc-bob", Method: MethodJWT, Issuer: testIssuer}
 	reader := Identity{User: "carol", Roles: []string{"reader"}, Method: MethodMTLS}
-	nobody := Identity{User: "mallory", Roles: []string{"writer"}, Method: MethodJWT}
+	nobody := Identity{User: "mallory", Roles: []string{"writer"}, Method: MethodJWT, Issuer: testIssuer}
 	anon := Identity{User: "anonymous", Method: MethodAnonymous}
 	tests := []struct {
 		name   string
@@ -72,6 +74,19 @@ func TestParsePolicy(t *testing.T) {
 			[]string{"rules[0]: name users or roles", "rules[1]: tools is required", `rules[1]: action "run"`, "rules[2]: roles: pattern", "rules[2]: tools: pattern"}},
 		{"missing actions", `rules: [{users: [a], tools: [b]}]`, []string{"rules[0]: actions is required"}},
 		{"empty pattern", `rules: [{users: [""], tools: [b], actions: [list]}]`, []string{"empty pattern"}},
+		{"qualified subjects", `rules: [{users: ["api-key:a", "jwt(https://idp.example/realms/x):svc-*", "jwt:b", "mtls:spiffe://example.org/x", "anonymous:guest"], roles: ["jwt(https://idp.example):admin"], tools: [b], actions: [list]}]`, nil},
+		{"unknown source", `rules: [{users: ["spiffe://example.org/x"], tools: [b], actions: [list]}]`, []string{`rules[0]: users: "spiffe://example.org/x": unknown source "spiffe"`}},
+		{"issuer of another source", `rules: [{roles: ["mtls(ca):x"], tools: [b], actions: [list]}]`, []string{"rules[0]: roles:", "only jwt subjects name an issuer"}},
+		{"empty issuer", `rules: [{users: ["jwt():x"], tools: [b], actions: [list]}]`, []string{"empty issuer"}},
+		{"no name", `rules: [{users: ["api-key:"], tools: [b], actions: [list]}]`, []string{"want a name"}},
+		{"bad name pattern", `rules: [{users: ["api-key:[x"], tools: [b], actions: [list]}]`, []string{"rules[0]: users: pattern"}},
+		{"identities", `{identities: [{subject: "api-key:a", aliases: ["jwt(https://idp):a", "mtls:a"]}, {subject: "api-key:b", aliases: ["jwt:b"]}], rules: [{users: ["*"], tools: [b], actions: [list]}]}`, nil},
+		{"identities need rules", `{identities: [{subject: "api-key:a", aliases: ["jwt:a"]}]}`, []string{"no rules"}},
+		{"identity problems at once", `{identities: [{subject: "a", aliases: ["jwt:*", "anonymous:guest"]}, {subject: "api-key:b"}, {subject: "api-key:c", aliases: ["api-key:c", "mtls:x"]}, {subject: "api-key:d", aliases: ["mtls:x", "api-key:b"]}], rules: [{users: ["*"], tools: [b], actions: [list]}]}`,
+			[]string{`identities[0].subject: "a" names no source`, `identities[0].aliases[0]: "jwt:*": identities name exact subjects`, "identities[0].aliases[1]: \"anonymous:guest\": anonymous callers cannot act as another identity",
+				"identities[1]: aliases is required", `identities[2].aliases[0]: "api-key:c" is the subject itself`, `identities[3].aliases[0]: "mtls:x" is already an alias in identities[2]`,
+				`identities[3]: "api-key:b" is an alias and also the subject of identities[1]`}},
+		{"typo in identities", `{identities: [{subject: "api-key:a", alias: ["jwt:a"]}], rules: [{users: ["*"], tools: [b], actions: [list]}]}`, []string{"field alias not found"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -92,5 +107,40 @@ func TestParsePolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnqualifiedEntriesAreWarnedOf: a policy whose users or roles name no
+// source is read as naming API-key users and roles, and the gateway says
+// so at start when it takes other credentials too.
+func TestUnqualifiedEntriesAreWarnedOf(t *testing.T) {
+	t.Parallel()
+	p, err := ParsePolicy([]byte(`rules:
+  - {users: [alice, "api-key:bob", "*"], roles: [admin, "jwt:admin"], tools: ["*"], actions: ["*"]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(p.Unqualified(), "; "), "rules[0].users: alice; rules[0].roles: admin"; got != want {
+		t.Fatalf("Unqualified() = %q, want %q", got, want)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		warn bool
+	}{
+		{"API keys only: not ambiguous", []Option{WithAPIKeys(mustKeys(t))}, false},
+		{"with JWT", []Option{WithAPIKeys(mustKeys(t)), WithJWT(mustJWT(t))}, true},
+		{"with client certificates", []Option{WithAPIKeys(mustKeys(t)), WithClientCerts()}, true},
+		{"with anonymous calls", []Option{WithAPIKeys(mustKeys(t)), WithAnonymous("guest")}, true},
+	} {
+		var buf bytes.Buffer
+		if _, err := New(append(tc.opts, WithPolicy(p), WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))...); err != nil {
+			t.Fatal(err)
+		}
+		log := buf.String()
+		if warned := strings.Contains(log, "level=WARN") && strings.Contains(log, "rules[0].users: alice"); warned != tc.warn {
+			t.Errorf("%s: warned %v, want %v:\n%s", tc.name, warned, tc.warn, log)
+		}
 	}
 }

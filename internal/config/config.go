@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
 	"gopkg.in/yaml.v3"
 )
 
@@ -44,6 +45,8 @@ type Config struct {
 	HTTP HTTP
 	// Core is how calls are served, whatever the door.
 	Core Core
+	// Limits bound what one request may bring, the same on every door.
+	Limits limits.Requests
 	// Pulsar is how the gateway reaches the broker.
 	Pulsar      Pulsar
 	MaxInFlight int
@@ -76,7 +79,16 @@ type Config struct {
 	// MaxOperationsPerCaller bounds one caller's running operations.
 	OperationTTL           time.Duration
 	MaxOperationsPerCaller int
-	Registry               string
+	// OperationsKeyFile holds the key the deployment's gateways share to
+	// encrypt, sign and check the operations' records (required with
+	// Operations);
+	// OperationsPreviousKeyFile, when set, a key whose records are still
+	// accepted, while a new one replaces it.
+	OperationsKeyFile, OperationsPreviousKeyFile string
+	// OperationsTopics are the topics the operations are kept on; one
+	// deployment's gateways share them.
+	OperationsTopics OperationsTopics
+	Registry         string
 	// Announcements reads tool services' announcements from AnnounceTopic.
 	Announcements bool
 	AnnounceTopic string
@@ -112,14 +124,11 @@ type Core struct {
 	DefaultUser    string        // the envelope's user of unauthenticated calls
 }
 
-// HTTP is the HTTP listener and what it serves (httpapi.Options, the body
-// limit).
+// HTTP is the HTTP listener and what it serves (httpapi.Options).
 type HTTP struct {
 	Addr         string
 	CORSOrigins  []string      // origins browsers may call from; "*" = any
 	SSEHeartbeat time.Duration // keep-alive of a quiet Server-Sent Events stream
-	MaxBodyBytes int           // largest request body
-	BodyTimeout  time.Duration // time a request's body has to arrive; 0 = none
 }
 
 // Pulsar is how the gateway reaches the broker: where, as whom, and how
@@ -130,6 +139,13 @@ type Pulsar struct {
 	TokenFile string // authentication token, re-read on every connection
 	TLSCA     string // PEM CA bundle for pulsar+ssl:// URLs
 	Batching  bool   // batch requests that gather while a batch is in flight
+}
+
+// OperationsTopics are the topics of durable operations
+// (operations.Options): the state table, the chunks of answers, and the
+// topic their replies come on.
+type OperationsTopics struct {
+	State, Chunks, Replies string
 }
 
 // Announce bounds what an announcement from the bus may claim
@@ -233,6 +249,11 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	fs.BoolVar(&c.ReplyTo, "reply-to", envBool(getenv, "reply-to", true, &envErrs), "name this instance's own reply topic in every request (reply-to), so services that honour it answer this replica only; false leaves every reply on the shared response topics, received by every replica (env "+envName("reply-to")+")")
 	fs.BoolVar(&c.Operations, "operations", envBool(getenv, "operations", false, &envErrs), "serve durable operations (POST /v1/tools/{name}:start, /v1/operations): their state is kept on the broker (persistent://tg/operations/state, the namespace tg/operations must exist) so any replica answers for them (env "+envName("operations")+")")
 	dur(&c.OperationTTL, "operation-ttl", operations.DefaultTTL, "how long a durable operation is kept once it ended")
+	str(&c.OperationsKeyFile, "operations-key-file", "", "file holding the key (at least 32 bytes, e.g. openssl rand -base64 48) with which the deployment's gateways encrypt and sign the records of durable operations and check those they read; records not signed with it are refused. Required with --operations; every replica needs the same")
+	str(&c.OperationsPreviousKeyFile, "operations-previous-key-file", "", "file holding a key whose records are still accepted, never written with: the key --operations-key-file replaces, while the replicas move to the new one")
+	str(&c.OperationsTopics.State, "operations-state-topic", operations.DefaultStateTopic, "compacted topic of the durable operations' state table; one deployment's gateways share it")
+	str(&c.OperationsTopics.Chunks, "operations-chunk-topic", operations.DefaultChunkTopic, "topic keeping the chunks of durable operations' answers that come in several messages")
+	str(&c.OperationsTopics.Replies, "operations-reply-topic", wire.OperationsTopic, "persistent topic of the response namespace that tool services answer durable operations on (their reply-to)")
 	fs.IntVar(&c.MaxOperationsPerCaller, "max-operations-per-caller", envInt(getenv, "max-operations-per-caller", operations.DefaultMaxPerOwner, &envErrs), "durable operations one caller may have running; one more is refused with RESOURCE_EXHAUSTED (env "+envName("max-operations-per-caller")+")")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", envInt(getenv, "max-in-flight", bridge.DefaultMaxInFlight, &envErrs), "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED (env "+envName("max-in-flight")+")")
 	fs.IntVar(&c.MaxInFlightPerService, "max-in-flight-per-service", envInt(getenv, "max-in-flight-per-service", bridge.DefaultMaxInFlightPerService, &envErrs), "calls in flight to one tool service from this instance, kept below the service's request queue so that the broker drops none; further calls wait up to --service-queue-wait, then fail with RESOURCE_EXHAUSTED and a retry hint; 0 = no bound (env "+envName("max-in-flight-per-service")+")")
@@ -267,12 +288,14 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&c.Auth.JWTAudience, "jwt-audience", "", "required JWT audience (aud)")
 	str(&c.Auth.JWTUserClaim, "jwt-user-claim", auth.DefaultUserClaim, "JWT claim holding the user")
 	str(&c.Auth.JWTRolesClaim, "jwt-roles-claim", "", "JWT claim holding the roles (dots reach into objects)")
-	str(&c.Auth.Policy, "policy", "", "authorization policy file: which users/roles may list and invoke which tools; none = every authenticated caller may do everything")
+	str(&c.Auth.Policy, "policy", "", "authorization policy file: which users/roles (api-key:alice, jwt(<issuer>):alice, mtls:alice) may list and invoke which tools, and which identities are one; none = every authenticated caller may do everything")
 	fs.BoolVar(&c.Auth.AllowAnonymous, "allow-anonymous", envBool(getenv, "allow-anonymous", false, &envErrs), "serve callers without credentials as --default-user (env "+envName("allow-anonymous")+")")
-	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per user (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
+	fs.Float64Var(&c.RateLimit, "rate-limit", envFloat(getenv, "rate-limit", 0, &envErrs), "calls per second per caller — user and source of its identity (token bucket); 0 = no limit (env "+envName("rate-limit")+")")
 	fs.IntVar(&c.RateBurst, "rate-burst", envInt(getenv, "rate-burst", limits.DefaultBurst, &envErrs), "burst of the per-user rate limit (env "+envName("rate-burst")+")")
-	fs.IntVar(&c.HTTP.MaxBodyBytes, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest REST request body; larger ones get 413 (env "+envName("max-body-bytes")+")")
-	dur(&c.HTTP.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request body on the HTTP listener has to arrive in full (REST answers 408 after it); 0 = no limit; responses, streams included, are not limited")
+	var maxBody, maxHeader int
+	fs.IntVar(&maxBody, "max-body-bytes", envInt(getenv, "max-body-bytes", limits.DefaultMaxBody, &envErrs), "largest request body, and largest message, on every door, counted after decompression (a gzip body is inflated up to it, no further): REST and MCP answer 413, gRPC, Connect and gRPC-Web RESOURCE_EXHAUSTED (env "+envName("max-body-bytes")+")")
+	fs.IntVar(&maxHeader, "max-header-bytes", envInt(getenv, "max-header-bytes", limits.DefaultMaxHeaderBytes, &envErrs), "largest request headers (gRPC: metadata) on every door: REST and MCP answer 431, gRPC, Connect and gRPC-Web RESOURCE_EXHAUSTED; above 4 times it the server refuses them at the protocol level (env "+envName("max-header-bytes")+")")
+	dur(&c.Limits.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request's body (gRPC: its first message) has to arrive in full on every door, from its headers: REST and MCP answer 408 and close the connection, gRPC, Connect and gRPC-Web DEADLINE_EXCEEDED; 0 = no limit; responses, streams included, are not limited")
 	var cors string
 	str(&cors, "cors-origins", "", "comma-separated origins browsers may call the HTTP API from (\"*\" for any); empty = CORS off")
 	dur(&c.HTTP.SSEHeartbeat, "sse-heartbeat", httpapi.DefaultSSEHeartbeat, "a quiet Server-Sent Events stream gets a keep-alive comment this often")
@@ -289,6 +312,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	c.Announce.RequestNamespaces, c.Announce.ResponseNamespaces = commaList(reqNS), commaList(respNS)
 	c.Announce.Release = commaList(release)
 	c.HTTP.CORSOrigins = commaList(cors)
+	c.Limits.MaxBodyBytes, c.Limits.MaxHeaderBytes = int64(maxBody), maxHeader
 	c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes = commaList(authServers), commaList(scopes)
 	if c.MCPOAuth.Resource != "" {
 		if len(c.MCPOAuth.AuthorizationServers) == 0 && c.Auth.JWTIssuer != "" {
@@ -367,10 +391,13 @@ func (c Config) validate() error {
 	if c.MaxOperationsPerCaller <= 0 {
 		errs = append(errs, errors.New("--max-operations-per-caller must be positive"))
 	}
+	if c.Operations {
+		errs = append(errs, c.validateOperations()...)
+	}
 	if c.Core.StreamIdle < 0 {
 		errs = append(errs, errors.New("--stream-idle-timeout must not be negative"))
 	}
-	if c.HTTP.BodyTimeout < 0 {
+	if c.Limits.BodyTimeout < 0 {
 		errs = append(errs, errors.New("--body-timeout must not be negative"))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
@@ -414,8 +441,11 @@ func (c Config) validate() error {
 	if c.MCPCacheTTL < 0 {
 		errs = append(errs, errors.New("--mcp-cache-ttl must not be negative"))
 	}
-	if c.HTTP.MaxBodyBytes < 1 {
-		errs = append(errs, errors.New("--max-body-bytes must be positive"))
+	if c.Limits.MaxBodyBytes < 1 || c.Limits.MaxBodyBytes > 1<<30 {
+		errs = append(errs, errors.New("--max-body-bytes must be between 1 and 1073741824"))
+	}
+	if c.Limits.MaxHeaderBytes < 1024 || c.Limits.MaxHeaderBytes > 16<<20 {
+		errs = append(errs, errors.New("--max-header-bytes must be between 1024 and 16777216"))
 	}
 	if c.Auth.APIKeys == "" && c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" && c.ClientCA == "" && !c.Auth.AllowAnonymous {
 		errs = append(errs, errors.New("no way to authenticate callers: give --api-keys, --jwt-hs256-secret-file, --jwt-jwks-file or --client-ca, or --allow-anonymous to serve everyone as --default-user"))
@@ -459,6 +489,33 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// validateOperations checks the settings of --operations: a key to protect
+// the records with, and the topics.
+func (c Config) validateOperations() []error {
+	var errs []error
+	if c.OperationsKeyFile == "" {
+		errs = append(errs, errors.New("--operations needs --operations-key-file: the gateways encrypt and sign the operations' records with a key they share, and refuse records without it (make one with: openssl rand -base64 48 > operations.key)"))
+	}
+	for _, f := range []struct{ name, topic string }{
+		{"operations-state-topic", c.OperationsTopics.State},
+		{"operations-chunk-topic", c.OperationsTopics.Chunks},
+		{"operations-reply-topic", c.OperationsTopics.Replies},
+	} {
+		if err := wire.ValidateTopic(f.topic); err != nil || !strings.HasPrefix(f.topic, "persistent://") {
+			errs = append(errs, fmt.Errorf("--%s %q: want a persistent:// topic (tenant/namespace/name)", f.name, f.topic))
+		}
+	}
+	// Services answer only within their response topic's namespace.
+	if !wire.ReplyToAllowed(c.OperationsTopics.Replies, wire.ResponseTopic("any")) {
+		errs = append(errs, fmt.Errorf("--operations-reply-topic %q: want a persistent topic of the response namespace (%s/%s), where tool services may answer",
+			c.OperationsTopics.Replies, wire.Tenant, wire.ResponseNamespace))
+	}
+	if s := c.OperationsTopics; s.State == s.Chunks || s.State == s.Replies || s.Chunks == s.Replies {
+		errs = append(errs, errors.New("--operations-state-topic, --operations-chunk-topic and --operations-reply-topic must be three different topics"))
+	}
+	return errs
 }
 
 // namespaceRE is a Pulsar tenant/namespace.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/transport"
 )
 
@@ -28,6 +29,13 @@ func TestParse(t *testing.T) {
 	}
 	if !c.Pulsar.Batching || c.GRPCWorkers != DefaultGRPCWorkers || !c.MCP || c.GCHeapMiB != 64 {
 		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, %d, true, 64", c.Pulsar.Batching, c.GRPCWorkers, c.MCP, c.GCHeapMiB, DefaultGRPCWorkers)
+	}
+	if want := (limits.Requests{MaxBodyBytes: limits.DefaultMaxBody, MaxHeaderBytes: limits.DefaultMaxHeaderBytes, BodyTimeout: limits.DefaultBodyTimeout}); c.Limits != want {
+		t.Fatalf("request limits %+v by default, want %+v", c.Limits, want)
+	}
+	if c, err := Parse([]string{"--max-body-bytes", "2048", "--max-header-bytes", "4096", "--body-timeout", "0"}, getenv, io.Discard); err != nil ||
+		c.Limits != (limits.Requests{MaxBodyBytes: 2048, MaxHeaderBytes: 4096}) {
+		t.Fatalf("request limits %+v, %v; want 2048, 4096, none", c.Limits, err)
 	}
 	if c.AdminAddr != DefaultAdminAddr || !strings.HasPrefix(c.AdminAddr, "127.0.0.1:") {
 		t.Fatalf("admin listener %q by default, want %s (loopback)", c.AdminAddr, DefaultAdminAddr)
@@ -90,10 +98,16 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "extra"}, nil, []string{"unexpected arguments"}},
 		{[]string{"--allow-anonymous", "--grpc-workers", "-1"}, nil, []string{"--grpc-workers must not be negative"}},
 		{[]string{"--allow-anonymous", "--gc-heap-mib", "-1"}, nil, []string{"--gc-heap-mib must be between 0 and 1048576"}},
+		{[]string{"--allow-anonymous", "--max-body-bytes", "0", "--max-header-bytes", "10", "--body-timeout", "-1s"}, nil,
+			[]string{"--max-body-bytes must be between", "--max-header-bytes must be between", "--body-timeout must not be negative"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_PULSAR_BATCHING": "maybe"}, []string{`TOOLGATE_PULSAR_BATCHING="maybe"`}},
 		{[]string{"--allow-anonymous", "--mcp-resource", "gw.example.com/mcp"}, nil, []string{"--mcp-resource \"gw.example.com/mcp\": want an absolute https:// URI", "needs --mcp-authorization-servers or --jwt-issuer", "needs --jwt-jwks-file"}},
 		{[]string{"--jwt-jwks-file", "k.json", "--jwt-issuer", "https://auth.test", "--mcp-resource", "https://gw.test/mcp", "--mcp=false"}, nil, []string{"--mcp-resource needs --mcp"}},
 		{[]string{"--allow-anonymous", "--mcp-scopes", "tools"}, nil, []string{"describe --mcp-resource: give it too"}},
+		{[]string{"--allow-anonymous", "--operations"}, nil, []string{"--operations needs --operations-key-file"}},
+		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-reply-topic", "persistent://public/default/replies"}, nil, []string{"--operations-reply-topic \"persistent://public/default/replies\": want a persistent topic of the response namespace"}},
+		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-state-topic", "non-persistent://tg/operations/s"}, nil, []string{"--operations-state-topic \"non-persistent://tg/operations/s\": want a persistent:// topic"}},
+		{[]string{"--allow-anonymous", "--operations", "--operations-key-file", "k", "--operations-chunk-topic", "persistent://tg/operations/state"}, nil, []string{"must be three different topics"}},
 		{[]string{"--jwt-jwks-file", "k.json", "--mcp-resource", "https://gw.test/mcp", "--mcp-authorization-servers", "auth.test"}, nil, []string{`--mcp-authorization-servers "auth.test"`}},
 	}
 	for _, c := range cases {

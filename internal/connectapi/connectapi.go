@@ -8,9 +8,11 @@
 package connectapi
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net/http"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
@@ -19,17 +21,57 @@ import (
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
 	"github.com/toolgate/toolgate/internal/apiproto"
 	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 )
 
+// Options are the Connect door's request limits; the gateway gives every
+// door the same (limits.Requests).
+type Options struct {
+	// MaxMessageBytes bounds a request message, counted after
+	// decompression (connect.WithReadMaxBytes): a larger one is refused
+	// with RESOURCE_EXHAUSTED, and a compressed one is inflated up to the
+	// bound, no further. <= 0: no bound.
+	MaxMessageBytes int64
+	// MaxHeaderBytes bounds a request's header lines: larger ones are
+	// refused with RESOURCE_EXHAUSTED before anything else is done. <= 0:
+	// no bound.
+	MaxHeaderBytes int
+}
+
 // New returns the path prefix the ToolService is served under
 // ("/toolgate.v1.ToolService/") and its handler.
-func New(h toolcall.Handler) (string, http.Handler) {
-	path, handler := toolgatev1connect.NewToolServiceHandler(&service{h: h})
+func New(h toolcall.Handler, opts Options) (string, http.Handler) {
+	var hopts []connect.HandlerOption
+	if opts.MaxMessageBytes > 0 {
+		hopts = append(hopts, connect.WithReadMaxBytes(int(opts.MaxMessageBytes)),
+			connect.WithCompression("gzip", func() connect.Decompressor { return &boundedGzip{limit: opts.MaxMessageBytes} },
+				func() connect.Compressor { return gzip.NewWriter(io.Discard) }))
+	}
+	path, handler := toolgatev1connect.NewToolServiceHandler(&service{h: h}, hopts...)
+	known := map[string]bool{}
+	methods := toolgatev1.File_toolgate_v1_toolgate_proto.Services().ByName("ToolService").Methods()
+	for i := range methods.Len() {
+		known[path+string(methods.Get(i).Name())] = true
+	}
+	errs := connect.NewErrorWriter(hopts...)
 	// connect-go hands methods no *http.Request: the connection's TLS
 	// state (for client certificates) rides in the context.
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := toolcall.HTTPHeaderBytes(r); opts.MaxHeaderBytes > 0 && n > opts.MaxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			_ = errs.Write(w, r, connectError(toolcall.HeadersTooLarge(n, opts.MaxHeaderBytes)))
+			return
+		}
+		if !known[r.URL.Path] && errs.IsSupported(r) {
+			// A method the service does not have, answered in the
+			// client's protocol (connect-go itself answers a bare 404).
+			ce := connectError(toolcall.GatewayError(codes.Unimplemented, ReasonMethodNotFound, "unknown method "+r.URL.Path,
+				map[string]string{"method": r.URL.Path}))
+			_ = errs.Write(w, r, ce)
+			return
+		}
 		if r.TLS != nil {
 			r = r.WithContext(context.WithValue(r.Context(), tlsKey{}, r.TLS))
 		}
@@ -37,7 +79,43 @@ func New(h toolcall.Handler) (string, http.Handler) {
 	})
 }
 
+// errInflated ends the inflating of a message that passed the limit.
+var errInflated = errors.New("the message inflates past it and was not inflated further")
+
+// boundedGzip is connect-go's gzip decompressor, stopped one byte past
+// the message limit: connect-go refuses what passes the limit, then reads
+// the rest to count it, which for a decompression bomb would inflate it
+// whole.
+type boundedGzip struct {
+	zr    gzip.Reader
+	limit int64
+	left  int64
+}
+
+func (d *boundedGzip) Reset(r io.Reader) error {
+	d.left = d.limit + 1
+	return d.zr.Reset(r)
+}
+
+func (d *boundedGzip) Read(p []byte) (int, error) {
+	if d.left <= 0 {
+		return 0, errInflated
+	}
+	if int64(len(p)) > d.left {
+		p = p[:d.left]
+	}
+	n, err := d.zr.Read(p)
+	d.left -= int64(n)
+	return n, err
+}
+
+func (d *boundedGzip) Close() error { return d.zr.Close() }
+
 type tlsKey struct{}
+
+// ReasonMethodNotFound is the ErrorInfo reason of a call to a method the
+// ToolService does not have.
+const ReasonMethodNotFound = "METHOD_NOT_FOUND"
 
 type service struct {
 	toolgatev1connect.UnimplementedToolServiceHandler
@@ -65,8 +143,8 @@ func connectError(err error) error {
 		if errors.As(err, &ce) {
 			return ce
 		}
-		return connect.NewError(connect.CodeUnknown, err)
 	}
+	st = toolcall.EnsureErrorInfo(st)
 	ce := connect.NewError(connect.Code(st.Code()), errors.New(st.Message()))
 	for _, d := range st.Details() {
 		if m, ok := d.(protoadapt.MessageV1); ok {

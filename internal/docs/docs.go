@@ -25,6 +25,11 @@ import (
 
 	"github.com/swaggest/swgui"
 	"github.com/swaggest/swgui/v5emb"
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Options configure the handler.
@@ -107,6 +112,8 @@ func New(opts Options) http.Handler {
 				"displayRequestDuration":   "true",
 				"tryItOutEnabled":          "false",
 			},
+			// Phones and narrow windows get the page at their width.
+			AppendHead: template.HTML(`<meta name="viewport" content="width=device-width, initial-scale=1">`),
 			PrependHTML: template.HTML(`<nav style="font: 14px sans-serif; padding: 8px 20px; background: #1f2933;">` +
 				`<a style="color: #fff;" href="` + template.HTMLEscapeString(opts.Path) + `">← Try the tools</a></nav>`),
 		}),
@@ -121,12 +128,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rest, ok = "/assets/favicon.svg", true
 	}
 	if !ok || (rest != "" && rest[0] != '/') {
-		http.NotFound(w, r)
+		notFound(w, r)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		writeStatus(w, http.StatusMethodNotAllowed, codes.Unimplemented, "METHOD_NOT_ALLOWED",
+			r.Method+" is not allowed on "+r.URL.Path+"; use GET, HEAD")
 		return
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -140,18 +148,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		name := strings.TrimPrefix(rest, "/assets/")
 		ctype, ok := assets[name]
 		if !ok {
-			http.NotFound(w, r)
+			notFound(w, r)
 			return
 		}
 		body, err := static.ReadFile(path.Join("static", name))
 		if err != nil {
 			h.log.Error("docs: reading an embedded asset", "name", name, "err", err)
-			http.Error(w, "internal error", http.StatusInternalServerError)
+			writeStatus(w, http.StatusInternalServerError, codes.Internal, "INTERNAL", "internal error")
 			return
 		}
 		h.serve(w, r, name, ctype, body)
 	default:
-		http.NotFound(w, r)
+		notFound(w, r)
 	}
 }
 
@@ -161,4 +169,25 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, name, ctype stri
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Cache-Control", "no-cache")
 	http.ServeContent(w, r, name, h.modified, bytes.NewReader(body))
+}
+
+// notFound answers a path under the pages that is none of them.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeStatus(w, http.StatusNotFound, codes.NotFound, "ROUTE_NOT_FOUND", "no such page: "+r.URL.Path)
+}
+
+// writeStatus answers an error as every answer of the gateway's HTTP
+// listener does: a google.rpc.Status in JSON with an ErrorInfo.
+func writeStatus(w http.ResponseWriter, httpCode int, code codes.Code, reason, msg string) {
+	st := status.New(code, msg)
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: toolcall.ErrorDomain}); err == nil {
+		st = ds
+	}
+	body, err := protojson.Marshal(st.Proto())
+	if err != nil {
+		body = []byte(`{"code":5,"message":"not found"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(body)
 }

@@ -42,16 +42,17 @@ func TestRoutes(t *testing.T) {
 		{"icon", "GET", "/docs/assets/favicon.svg", 200, "image/svg+xml", "<svg"},
 		{"the page names its icon", "GET", "/docs", 200, "text/html", `<link rel="icon" href="/docs/assets/favicon.svg"`},
 		{"the icon where browsers look", "GET", "/favicon.ico", 200, "image/svg+xml", "<svg"},
-		{"unknown asset", "GET", "/docs/assets/nope.js", 404, "text/plain", ""},
-		{"asset directory", "GET", "/docs/assets/", 404, "text/plain", ""},
-		{"template source is not served", "GET", "/docs/assets/index.html", 404, "text/plain", ""},
+		{"unknown asset", "GET", "/docs/assets/nope.js", 404, "application/json", "ROUTE_NOT_FOUND"},
+		{"asset directory", "GET", "/docs/assets/", 404, "application/json", "ROUTE_NOT_FOUND"},
+		{"template source is not served", "GET", "/docs/assets/index.html", 404, "application/json", "ROUTE_NOT_FOUND"},
 		{"reference", "GET", "/docs/reference", 200, "text/html", `"swaggerJsonUrl":"/openapi.json"`},
+		{"reference fits the device's width", "GET", "/docs/reference", 200, "text/html", `<meta name="viewport" content="width=device-width, initial-scale=1">`},
 		{"reference, trailing slash", "GET", "/docs/reference/", 200, "text/html", `src="/docs/reference/swagger-ui-bundle.js"`},
 		{"reference asset", "GET", "/docs/reference/swagger-ui-bundle.js", 200, "javascript", "SwaggerUIBundle"},
 		{"reference stylesheet", "GET", "/docs/reference/swagger-ui.css", 200, "text/css", ".swagger-ui"},
-		{"unknown page", "GET", "/docs/nope", 404, "text/plain", ""},
-		{"outside the prefix", "GET", "/docsx", 404, "text/plain", ""},
-		{"wrong method", "POST", "/docs", 405, "text/plain", "method not allowed"},
+		{"unknown page", "GET", "/docs/nope", 404, "application/json", "ROUTE_NOT_FOUND"},
+		{"outside the prefix", "GET", "/docsx", 404, "application/json", "ROUTE_NOT_FOUND"},
+		{"wrong method", "POST", "/docs", 405, "application/json", "METHOD_NOT_ALLOWED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -207,7 +208,7 @@ func pageParams(r *http.Request, c *toolcall.Call) error {
 	if ok {
 		n, err := strconv.ParseInt(size, 10, 32)
 		if err != nil {
-			return status.Errorf(codes.InvalidArgument, "page_size %q is not a whole number", size)
+			return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidPageSize, fmt.Sprintf("page_size %q is not a whole number", size), nil)
 		}
 		c.PageSize = int32(n)
 	}
@@ -217,7 +218,7 @@ func pageParams(r *http.Request, c *toolcall.Call) error {
 }
 
 func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
-	runtime.HTTPError(ctx, a.gw, a.m, w, r, err)
+	runtime.HTTPError(ctx, a.gw, a.m, w, r, toolcall.WithErrorInfo(err))
 }
 
 // readCall reads the body of an invoke or stream request into c; when it
@@ -225,7 +226,7 @@ func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Requ
 func (a *api) readCall(w http.ResponseWriter, r *http.Request, c *toolcall.Call) bool {
 	data, err := toolcall.ReadHTTPBody(r)
 	if err != nil {
-		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, err.Error()))
+		a.httpError(r.Context(), w, r, toolcall.BodyError(err))
 		return false
 	}
 	if !checkBodyType(w, r, data) {
@@ -247,18 +248,18 @@ func decodeCall(data []byte, c *toolcall.Call) error {
 	}
 	ok, err := callBody(data, c)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return err
 	}
 	if ok {
 		return nil
 	}
 	req := &toolgatev1.InvokeToolRequest{}
 	if err := decodeRequest(data, req); err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidBody, err.Error(), nil)
 	}
 	// The full decoder took what the one pass did not (escapes in the
 	// body's own keys).
-	return status.Error(codes.InvalidArgument, "the request body could not be read; send {\"arguments\": {...}, \"timeout\": \"5s\"}")
+	return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidBody, "the request body could not be read; send {\"arguments\": {...}, \"timeout\": \"5s\"}", nil)
 }
 
 func jsonValid(s string) bool { return json.Valid([]byte(s)) }

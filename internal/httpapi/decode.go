@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/openapi31"
 	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -68,7 +69,7 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 	case errors.Is(err, jsontext.ErrSyntax), errors.Is(err, jsontext.ErrNotObject):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("the request body %w", err)
+		return false, toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidBody, "the request body "+err.Error(), nil)
 	}
 	var buf [4]jsontext.Member
 	members, ok := jsontext.Members(body, buf[:0])
@@ -108,7 +109,7 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 			}
 			d, err := parseDuration(string(s[1 : len(s)-1]))
 			if err != nil {
-				return false, fmt.Errorf("%s; %s is not one", timeoutHint, s)
+				return false, toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidTimeout, fmt.Sprintf("%s; %s is not one", timeoutHint, s), nil)
 			}
 			c.Timeout, c.TimeoutSet = d, true
 		case "name":
@@ -118,7 +119,7 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 		}
 	}
 	if args && argsJSON {
-		return false, errors.New("set arguments or arguments_json, not both")
+		return false, toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonArgumentsConflict, "set arguments or arguments_json, not both", nil)
 	}
 	return true, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/rs/cors"
 	specs "github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/internal/openapi31"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -38,11 +39,8 @@ type ReadyFunc func(ctx context.Context) (ready bool, details map[string]any)
 // ErrorDomain is the ErrorInfo domain of errors the HTTP side raises.
 const ErrorDomain = "toolgate"
 
-// Defaults of Options.
-const (
-	DefaultSSEHeartbeat   = 15 * time.Second
-	DefaultMaxHeaderBytes = 64 << 10
-)
+// DefaultSSEHeartbeat is the default of Options.SSEHeartbeat.
+const DefaultSSEHeartbeat = 15 * time.Second
 
 // Options configure the handler.
 type Options struct {
@@ -61,8 +59,9 @@ type Options struct {
 	// none turns CORS off.
 	CORSOrigins []string
 	// MaxHeaderBytes bounds a request's header lines; larger requests get
-	// 431 (DefaultMaxHeaderBytes). The http.Server's own limit must be
-	// higher, or it answers first, in plain text.
+	// 431 (<= 0: no bound). The MCP and Connect handlers check their own
+	// requests, to answer in their own forms. The http.Server's own limit
+	// must be higher, or it answers first, in plain text.
 	MaxHeaderBytes int
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
@@ -80,14 +79,21 @@ type Options struct {
 	// Connect door: Connect, gRPC-Web and gRPC for the ToolService).
 	Connect     http.Handler
 	ConnectPath string
+	// Operations says the gateway serves durable operations
+	// (--operations): only then do the OpenAPI documents list StartTool
+	// and the routes of /v1/operations.
+	Operations bool
 }
 
 // api is the handler New returns.
 type api struct {
 	opts Options
-	mux  *http.ServeMux
-	gw   *runtime.ServeMux // holds the error handler runtime.HTTPError uses
-	m    *marshaler
+	// The OpenAPI documents served: the committed ones, less what this
+	// gateway does not serve.
+	spec, specV2 []byte
+	mux          *http.ServeMux
+	gw           *runtime.ServeMux // holds the error handler runtime.HTTPError uses
+	m            *marshaler
 }
 
 // New returns the HTTP handler.
@@ -101,10 +107,16 @@ func New(opts Options) (http.Handler, error) {
 	if opts.SSEHeartbeat == 0 {
 		opts.SSEHeartbeat = DefaultSSEHeartbeat
 	}
-	if opts.MaxHeaderBytes <= 0 {
-		opts.MaxHeaderBytes = DefaultMaxHeaderBytes
+	a := &api{opts: opts, m: newMarshaler(), mux: http.NewServeMux(), spec: specs.Spec, specV2: specs.SpecV2}
+	if !opts.Operations {
+		var err error
+		if a.spec, err = openapi31.WithoutOperations(specs.Spec); err != nil {
+			return nil, fmt.Errorf("httpapi: the OpenAPI document: %w", err)
+		}
+		if a.specV2, err = openapi31.WithoutOperations(specs.SpecV2); err != nil {
+			return nil, fmt.Errorf("httpapi: the Swagger document: %w", err)
+		}
 	}
-	a := &api{opts: opts, m: newMarshaler(), mux: http.NewServeMux()}
 	var gwOpts []runtime.ServeMuxOption
 	if opts.ErrorHandler != nil {
 		gwOpts = append(gwOpts, runtime.WithErrorHandler(opts.ErrorHandler))
@@ -141,7 +153,7 @@ func (a *api) routes() {
 	m.HandleFunc("GET /v1/tool-services/{id}", a.getService)
 	m.HandleFunc("GET /healthz", a.healthz)
 	m.HandleFunc("GET /readyz", a.readyz)
-	spec, v2 := specHandler(specs.Spec), specHandler(specs.SpecV2)
+	spec, v2 := specHandler(a.spec), specHandler(a.specV2)
 	m.Handle("GET /openapi.json", spec)
 	m.Handle("GET /v1/openapi.json", spec)
 	m.Handle("GET /openapi.v2.json", v2)
@@ -183,12 +195,22 @@ func specHandler(b []byte) http.Handler {
 }
 
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if n := headerBytes(r); n > a.opts.MaxHeaderBytes {
-		writeStatus(w, http.StatusRequestHeaderFieldsTooLarge, codes.ResourceExhausted, "HEADERS_TOO_LARGE",
-			fmt.Sprintf("request headers are %d bytes, more than the %d this gateway accepts", n, a.opts.MaxHeaderBytes), nil)
-		return
+	if a.opts.MaxHeaderBytes > 0 && !a.checksOwnHeaders(r.URL.Path) {
+		if n := toolcall.HTTPHeaderBytes(r); n > a.opts.MaxHeaderBytes {
+			a.opts.Logger.InfoContext(r.Context(), "request refused: headers too large", "method", r.Method, "path", r.URL.Path,
+				"peer", r.RemoteAddr, "bytes", n, "limit", a.opts.MaxHeaderBytes)
+			w.Header().Set("Connection", "close")
+			writeStatusOf(w, http.StatusRequestHeaderFieldsTooLarge, status.Convert(toolcall.HeadersTooLarge(n, a.opts.MaxHeaderBytes)))
+			return
+		}
 	}
 	a.mux.ServeHTTP(w, r)
+}
+
+// checksOwnHeaders reports whether path is a door's that checks its
+// requests' headers itself (MCP, Connect).
+func (a *api) checksOwnHeaders(path string) bool {
+	return (a.opts.MCP != nil && path == "/mcp") || (a.opts.Connect != nil && strings.HasPrefix(path, a.opts.ConnectPath))
 }
 
 // unrouted answers a request no route takes: 405 with Allow when the path
@@ -279,18 +301,6 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, body)
 }
 
-// headerBytes counts a request's header lines as net/http does for its
-// own limit: names, values and separators.
-func headerBytes(r *http.Request) int {
-	n := len(r.Method) + len(r.RequestURI) + 12
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
-}
-
 // writeStatus answers an error raised by the HTTP side itself with the
 // same google.rpc.Status body the API's errors have.
 func writeStatus(w http.ResponseWriter, httpCode int, code codes.Code, reason, msg string, md map[string]string) {
@@ -298,9 +308,14 @@ func writeStatus(w http.ResponseWriter, httpCode int, code codes.Code, reason, m
 	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}); err == nil {
 		st = ds
 	}
+	writeStatusOf(w, httpCode, st)
+}
+
+// writeStatusOf answers st with httpCode, as writeStatus does.
+func writeStatusOf(w http.ResponseWriter, httpCode int, st *status.Status) {
 	body, err := newMarshaler().Marshal(st.Proto())
 	if err != nil {
-		body = []byte(fmt.Sprintf(`{"code":%d,"message":%q}`, code, msg))
+		body = []byte(fmt.Sprintf(`{"code":%d,"message":%q}`, st.Code(), st.Message()))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpCode)

@@ -144,7 +144,7 @@ func (a *api) operationVerb(w http.ResponseWriter, r *http.Request) {
 	c.Name = id
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
-		a.httpError(r.Context(), w, r, status.Error(codes.InvalidArgument, err.Error()))
+		a.httpError(r.Context(), w, r, toolcall.BodyError(err))
 		return
 	}
 	if !checkBodyType(w, r, data) {
@@ -228,8 +228,7 @@ func (a *api) appendOperation(b []byte, op *toolcall.Operation) []byte {
 	switch {
 	case !op.Done:
 	case op.Err != nil:
-		st, _ := status.FromError(op.Err)
-		js, err := a.m.Marshal(st.Proto())
+		js, err := a.m.Marshal(toolcall.EnsureErrorInfo(status.Convert(op.Err)).Proto())
 		if err != nil {
 			js = []byte(`{"code":13,"message":"internal error"}`)
 		}

@@ -204,7 +204,7 @@ func (s *httpStream) finish(err error, httpErr func(error), m runtime.Marshaler)
 		var b []byte
 		switch {
 		case err != nil:
-			body, merr := m.Marshal(status.Convert(err).Proto())
+			body, merr := m.Marshal(toolcall.EnsureErrorInfo(status.Convert(err)).Proto())
 			if merr != nil {
 				body = []byte(`{"code":13,"message":"the stream failed"}`)
 			}

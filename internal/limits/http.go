@@ -1,24 +1,25 @@
 package limits
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 )
-
-// DefaultMaxBody is the default request body limit: 1 MiB.
-const DefaultMaxBody = 1 << 20
 
 // ErrorHandler is grpc-gateway's error handler for this package
 // (runtime.WithErrorHandler(limits.ErrorHandler)). It writes what
@@ -26,16 +27,15 @@ const DefaultMaxBody = 1 << 20
 //
 //   - a Retry-After header (whole seconds, rounded up) when the status
 //     carries a google.rpc.RetryInfo, as rate-limited and overloaded calls do;
-//   - HTTP 413 instead of 400 when the request body went over the MaxBody
-//     limit while grpc-gateway was reading it;
+//   - HTTP 413 instead of 400 when the request body went over
+//     Requests.MaxBodyBytes (HTTP) while it was read;
 //   - HTTP 408 (and the connection closed) when the body did not arrive
-//     within BodyTimeout.
+//     within Requests.BodyTimeout.
 func ErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if s, ok := r.Context().Value(stateKey{}).(*reqState); ok && s.over.Load() {
-		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: tooLarge(s.limit).Err()}
-	} else if limit, ok := bodyTimedOut(r); ok {
-		w.Header().Set("Connection", "close")
-		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestTimeout, Err: bodyTimeoutStatus(limit).Err()}
+	if b, ok := r.Body.(*limitedBody); ok && b.over.Load() {
+		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: tooLarge(b.limit).Err()}
+	} else if ok && b.timedOut.Load() {
+		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestTimeout, Err: status.New(codes.DeadlineExceeded, (&bodyTimeoutError{b.timeout}).Error()).Err()}
 	} else if secs, ok := RetryAfter(err); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
@@ -58,77 +58,189 @@ func RetryAfter(err error) (int64, bool) {
 	return 0, false
 }
 
-type stateKey struct{}
-
-// reqState is what MaxBody keeps for ErrorHandler.
-type reqState struct {
-	limit int64
-	over  atomic.Bool
+// MaxBody is HTTP with a body limit only (DefaultMaxBody when limit <= 0).
+func MaxBody(limit int64, next http.Handler) http.Handler {
+	return HTTP(Requests{MaxBodyBytes: limit}, nil, next)
 }
 
-// MaxBody limits request bodies to limit bytes (DefaultMaxBody when
-// limit <= 0). A request whose Content-Length says more is refused at once;
-// one whose body turns out longer fails when the reader passes the limit,
-// and ErrorHandler reports it. Either way the answer is HTTP 413 with a
-// google.rpc.Status body {"code": 8, "message": "request body larger than
-// N bytes"}: 413 rather than the 429 grpc-gateway gives RESOURCE_EXHAUSTED,
-// because the call never reached gRPC and retrying it later cannot help.
+// HTTP applies q's body limits to the requests of an HTTP listener,
+// before its handlers see them:
 //
-// For a body of unknown length MaxBody also keeps the per-request state
-// ErrorHandler uses, so it must wrap the grpc-gateway mux.
-func MaxBody(limit int64, next http.Handler) http.Handler {
-	if limit <= 0 {
-		limit = DefaultMaxBody
+//   - size: a body fails its reader with *http.MaxBytesError when it
+//     passes MaxBodyBytes (one whose Content-Length says more is read up
+//     to the bound, so that each door answers in its own form). A body sent with "Content-Encoding: gzip"
+//     is decoded as it is read and the bound counts the decoded bytes
+//     (the compressed ones too): the handler reads plain JSON (or a
+//     Connect message), and inflating stops at the bound.
+//   - time: the body must arrive within BodyTimeout of the handler's
+//     start; the connection's read deadline is cleared at the body's end,
+//     so responses are not limited. A body cut short fails its reader with
+//     an error that is os.ErrDeadlineExceeded (errors.Is) and says so.
+//
+// Either refusal closes the connection after the answer: the rest of the
+// body cannot be trusted to end, and is logged at info level on log (nil:
+// not logged). ErrorHandler answers them on REST (413, 408,
+// google.rpc.Status JSON); the other doors answer the reader's errors in
+// their own forms.
+func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
+	q = q.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > limit {
-			writeTooLarge(w, limit)
-			return
-		}
-		if r.ContentLength >= 0 {
-			// The body is as long as its Content-Length says (net/http
-			// reads no further), which is within the limit: nothing to
-			// watch, and no state per request.
+		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
-		s := &reqState{limit: limit}
-		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, s))
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), state: s}
+		b := &limitedBody{raw: r.Body, w: w, r: r, log: log, limit: q.MaxBodyBytes, timeout: q.BodyTimeout}
+		if q.BodyTimeout > 0 {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(q.BodyTimeout)) == nil {
+				b.rc = rc // else a writer without deadlines: nothing to bound it with
+			}
 		}
+		var src io.ReadCloser = rawBody{b}
+		if r.ContentLength < 0 || r.ContentLength > q.MaxBodyBytes {
+			// A declared length within the bound is what net/http reads,
+			// no more: nothing to count. One over it is read up to the
+			// bound, so that each door answers in its own form.
+			src = http.MaxBytesReader(w, src, q.MaxBodyBytes)
+		}
+		if strings.EqualFold(strings.TrimSpace(r.Header.Get("Content-Encoding")), "gzip") {
+			src = http.MaxBytesReader(w, &gzipBody{src: src}, q.MaxBodyBytes)
+			r.Header.Del("Content-Encoding")
+			r.ContentLength = -1
+		}
+		if _, plain := src.(rawBody); !plain {
+			b.src = src
+		}
+		r.Body = b
 		next.ServeHTTP(w, r)
 	})
 }
 
-// limitedBody notes that the limit was hit, since grpc-gateway turns the
-// read error into a plain InvalidArgument status.
+// limitedBody is a request body under HTTP's limits: the bottom reads
+// the connection under the read deadline, the layers above (b.src, when
+// set) bound its size and decode it.
 type limitedBody struct {
-	io.ReadCloser
-	state *reqState
+	raw      io.ReadCloser
+	src      io.Reader // nil: read raw as it is
+	w        http.ResponseWriter
+	r        *http.Request // for the log
+	log      *slog.Logger
+	rc       *http.ResponseController // nil: no deadline to clear
+	limit    int64
+	timeout  time.Duration
+	cleared  bool
+	over     atomic.Bool
+	timedOut atomic.Bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		b.state.over.Store(true)
+	if b.src == nil {
+		return b.readRaw(p)
+	}
+	n, err := b.src.Read(p)
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) && !b.over.Swap(true) {
+		b.log.InfoContext(b.r.Context(), "request refused: body too large", "method", b.r.Method, "path", b.r.URL.Path,
+			"peer", b.r.RemoteAddr, "limit", b.limit, "content_length", b.r.ContentLength)
 	}
 	return n, err
 }
 
-func tooLarge(limit int64) *status.Status {
-	return status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit))
+func (b *limitedBody) Close() error { return b.raw.Close() }
+
+// readRaw reads the connection: it clears the read deadline at the end
+// of the body, and makes the deadline's error say what happened. The
+// handler reads its body before it answers, so the header set here is in
+// time.
+func (b *limitedBody) readRaw(p []byte) (int, error) {
+	n, err := b.raw.Read(p)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		if b.rc != nil && !b.cleared {
+			b.cleared = true
+			_ = b.rc.SetReadDeadline(time.Time{})
+		}
+	case b.rc != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		if !b.timedOut.Swap(true) {
+			b.log.InfoContext(b.r.Context(), "request refused: body not received in time", "method", b.r.Method, "path", b.r.URL.Path,
+				"peer", b.r.RemoteAddr, "limit", b.timeout)
+		}
+		b.w.Header().Set("Connection", "close")
+		err = &bodyTimeoutError{b.timeout}
+	}
+	return n, err
 }
 
-// writeTooLarge answers 413 before grpc-gateway is involved, in the JSON
-// form the gateway's marshaler uses for statuses.
-func writeTooLarge(w http.ResponseWriter, limit int64) {
-	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(tooLarge(limit).Proto())
-	if err != nil {
-		body = []byte(`{"code":8,"message":"request body too large"}`)
+// rawBody is the bottom of a limitedBody's layers.
+type rawBody struct{ b *limitedBody }
+
+func (r rawBody) Read(p []byte) (int, error) { return r.b.readRaw(p) }
+func (r rawBody) Close() error               { return nil }
+
+// bodyTimeoutError is the error of a body that did not arrive in time. It
+// is os.ErrDeadlineExceeded, as the connection's deadline said, so that
+// protocol libraries (connect-go) answer it as a deadline.
+type bodyTimeoutError struct{ limit time.Duration }
+
+func (e *bodyTimeoutError) Error() string {
+	return fmt.Sprintf("request body not received within %s", e.limit)
+}
+
+func (e *bodyTimeoutError) Is(target error) bool { return target == os.ErrDeadlineExceeded }
+
+// Timeout reports true, as net.Error's timeouts do.
+func (e *bodyTimeoutError) Timeout() bool { return true }
+
+// gzipBody decodes a gzip body as it is read; the reader is made at the
+// first read, so that a body never read costs nothing.
+type gzipBody struct {
+	src io.ReadCloser
+	zr  *gzip.Reader
+	err error
+}
+
+func (g *gzipBody) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Connection", "close")
-	w.WriteHeader(http.StatusRequestEntityTooLarge)
-	_, _ = w.Write(body)
+	if g.zr == nil {
+		zr, err := gzip.NewReader(g.src)
+		if err != nil {
+			g.err = gzipError(err)
+			return 0, g.err
+		}
+		g.zr = zr
+	}
+	n, err := g.zr.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = gzipError(err)
+	}
+	return n, err
+}
+
+func (g *gzipBody) Close() error { return g.src.Close() }
+
+// gzipError says that a gzip body could not be decoded, keeping the
+// errors of the layers below (size, time) as they are.
+func gzipError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("the request body is not valid gzip (Content-Encoding: gzip): %w", err)
+}
+
+// withInfo is st with an ErrorInfo of reason in ErrorDomain.
+func withInfo(st *status.Status, reason string) *status.Status {
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+		return ds
+	}
+	return st
+}
+
+func tooLarge(limit int64) *status.Status {
+	return withInfo(status.New(codes.ResourceExhausted, fmt.Sprintf("request body larger than %d bytes", limit)), "BODY_TOO_LARGE")
 }

@@ -1,8 +1,11 @@
-// Package limits bounds what callers may ask of the gateway: a per-user
-// token-bucket rate limit as a middleware every call passes through,
-// whichever door it came by, the HTTP error handler that turns a status's
-// RetryInfo into a Retry-After header, and a request body size limit for
-// the HTTP side.
+// Package limits bounds what callers may ask of the gateway: the request
+// limits every door applies before any other work (Requests: body and
+// message size after decompression, header size, body arrival time; HTTP
+// for the HTTP listener, GRPCServerOptions and GRPCTap for the gRPC
+// server), a per-caller token-bucket rate limit as a middleware every call
+// passes through, whichever door it came by, and the REST error handler
+// that answers the limits' refusals and turns a status's RetryInfo into a
+// Retry-After header.
 package limits
 
 import (
@@ -26,7 +29,7 @@ const (
 	DefaultBurst = 20
 )
 
-// Limiter is a set of token buckets, one per key (the caller's user), each
+// Limiter is a set of token buckets, one per key (the caller), each
 // refilling at the same rate. Buckets unused for the idle timeout are
 // dropped, and at most MaxKeys are kept: beyond that the least recently
 // used bucket goes.
@@ -54,7 +57,9 @@ type bucket struct {
 type Option func(*Limiter)
 
 // WithKey sets how a call names its bucket (default: its authenticated
-// user; calls without one share the bucket "").
+// caller with the source of its identity, toolcall.Caller.Key, so the
+// API-key user alice and a JWT naming alice have a bucket each; calls
+// without a caller share the bucket "").
 func WithKey(f func(*toolcall.Call) string) Option { return func(l *Limiter) { l.key = f } }
 
 // WithMaxKeys bounds the number of buckets kept (default DefaultMaxKeys).
@@ -71,6 +76,14 @@ func WithLogger(log *slog.Logger) Option { return func(l *Limiter) { l.log = log
 // withClock is for tests.
 func withClock(now func() time.Time) Option { return func(l *Limiter) { l.now = now } }
 
+// callerKey is the bucket of c's caller.
+func callerKey(c *toolcall.Call) string {
+	if !c.Authenticated {
+		return ""
+	}
+	return c.Caller.Key()
+}
+
 // New returns a Limiter allowing each key perSecond calls a second on
 // average and bursts of up to burst calls. perSecond <= 0 means no limit.
 func New(perSecond float64, burst int, opts ...Option) (*Limiter, error) {
@@ -79,7 +92,7 @@ func New(perSecond float64, burst int, opts ...Option) (*Limiter, error) {
 		burst:   burst,
 		maxKeys: DefaultMaxKeys,
 		idle:    DefaultIdleTimeout,
-		key:     func(c *toolcall.Call) string { return c.Caller.User },
+		key:     callerKey,
 		now:     time.Now,
 		lru:     list.New(),
 		buckets: map[string]*list.Element{},

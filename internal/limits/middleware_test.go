@@ -133,6 +133,43 @@ func TestMiddlewareKey(t *testing.T) {
 	}
 }
 
+// TestMiddlewareBucketPerSource: the API key's alice and a JWT or a
+// certificate naming alice are different callers, each with a bucket of
+// its own: one emptying hers leaves the others theirs.
+func TestMiddlewareBucketPerSource(t *testing.T) {
+	t.Parallel()
+	l, err := New(1.0/60, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := toolcall.Chain(ok, l.Middleware())
+	as := func(c toolcall.Caller) error {
+		_, err := h(t.Context(), &toolcall.Call{Op: toolcall.OpInvoke, Name: "t", Caller: c, Authenticated: true}, nil)
+		return err
+	}
+	alices := []toolcall.Caller{
+		{User: "alice", Method: "api-key"},
+		{User: "alice", Method: "jwt", Issuer: "https://a.example"},
+		{User: "alice", Method: "jwt", Issuer: "https://b.example"},
+		{User: "alice", Method: "mtls"},
+	}
+	for i, c := range alices {
+		if err := as(c); err != nil {
+			t.Fatalf("alice %d (%s)'s first call: %v", i, c.Method, err)
+		}
+	}
+	for i, c := range alices {
+		if err := as(c); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("alice %d (%s)'s second call: %v, want her own bucket empty", i, c.Method, err)
+		}
+	}
+	// Joined on purpose (the policy's identities): one bucket.
+	joined := toolcall.Caller{User: "alice", Method: "jwt", Issuer: "https://c.example", As: toolcall.Subject{Source: "api-key", Name: "alice"}}
+	if err := as(joined); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the JWT alice joined to the API key's: %v, want the API key's bucket, empty", err)
+	}
+}
+
 // TestMiddlewareNoLimit: without a limit the middleware adds nothing.
 func TestMiddlewareNoLimit(t *testing.T) {
 	t.Parallel()

@@ -93,6 +93,9 @@ func (s *Server) callText(ctx context.Context, req *sdk.CallToolRequest, logLeve
 	}
 	op, method := toolcall.OpInvoke, "mcp/InvokeTool"
 	token := p.GetProgressToken()
+	if r, ok := ctx.Value(requestKey{}).(*request); ok && token != nil && r.progressToken != nil {
+		token = r.progressToken // as the client wrote it: the SDK reads numbers as float64
+	}
 	if token != nil || logLevel != "" {
 		op, method = toolcall.OpStream, "mcp/StreamTool"
 	}
@@ -138,13 +141,27 @@ func callArgs(c *toolcall.Call, raw json.RawMessage) error {
 }
 
 // result is a tool's output as a tools/call result: one text content,
-// and the output itself as structuredContent when it is a JSON object.
+// and the output itself as structuredContent when it is a JSON object
+// (structured).
 func result(output string) *sdk.CallToolResult {
 	res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: output}}}
-	if t := strings.TrimSpace(output); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+	if t := strings.TrimSpace(output); structured(t) {
 		res.StructuredContent = json.RawMessage(t)
 	}
 	return res
+}
+
+// structured reports whether a tool's output (trimmed) is also given as
+// structuredContent: a JSON object nested no deeper than
+// DefaultMaxContentDepth. The output comes from the bus; one nested
+// thousands deep would be forwarded as JSON that clients cannot decode
+// (Python's recurses), so it is given as text alone.
+func structured(t string) bool {
+	if !strings.HasPrefix(t, "{") {
+		return false
+	}
+	b := []byte(t)
+	return json.Valid(b) && !nestsDeeper(b, DefaultMaxContentDepth)
 }
 
 // traceMeta makes the W3C trace context a request carries in _meta
@@ -233,10 +250,19 @@ func (s *Server) timeout(c *toolcall.Call, meta map[string]any) error {
 // answer is the chunks joined.
 func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.ServerSession, token any, content bool, logLevel string) (*sdk.CallToolResult, error) {
 	var out strings.Builder
+	overflow := 0 // the size of a content output past its bound, whose text is no longer kept
 	emit := func(ch toolcall.Chunk) error {
-		out.WriteString(ch.Text)
+		switch {
+		case !content:
+			out.WriteString(ch.Text)
+		case overflow > 0 || out.Len()+len(ch.Text) > s.bounds.Bytes:
+			overflow = max(overflow, out.Len()) + len(ch.Text)
+			out.Reset() // what was kept is of no more use
+		default:
+			out.WriteString(ch.Text)
+		}
 		if content {
-			if rec, ok := logChunk(ch.Text); ok {
+			if rec, ok := logChunk(ch.Text, s.bounds); ok {
 				if !wantLog(rec.Level, logLevel) {
 					return nil
 				}
@@ -262,6 +288,9 @@ func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.Serv
 			s.log.DebugContext(ctx, "MCP stream ended", "tool", c.Name, "err", err)
 		}
 		return callError(err)
+	}
+	if overflow > 0 {
+		return s.refuseContent(ctx, c.Name, s.bounds.errTooLarge(overflow)), nil
 	}
 	return s.toolResult(ctx, c.Name, out.String()), nil
 }

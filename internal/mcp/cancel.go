@@ -40,7 +40,7 @@ func callKey(req *request, id json.RawMessage) (string, bool) {
 	if err != nil {
 		host = req.base.Peer
 	}
-	return req.base.Caller.User + "\x00" + host + "\x00" + string(id), true
+	return req.base.Caller.Key() + "\x00" + host + "\x00" + string(id), true
 }
 
 // add registers cancel under key until the returned function is called.

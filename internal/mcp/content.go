@@ -44,6 +44,114 @@ import (
 // MCP content.
 const reasonBadContent = "BAD_CONTENT"
 
+// The defaults of ContentBounds. The output of a tool of MCP content comes
+// from the bus, and decoding it into blocks costs far more than its text
+// (tens of times its size for many small blocks); a client decoding what
+// the gateway forwards may fail on deep nesting (Python's json and
+// pydantic recurse). The bounds are measured on the text, in one pass,
+// before anything of it is decoded.
+const (
+	// DefaultMaxContentBlocks bounds the blocks of the content array:
+	// more than a model's context makes use of.
+	DefaultMaxContentBlocks = 1000
+	// DefaultMaxContentDepth bounds the nesting of arrays and objects in
+	// the output, counted from the content array (1) and a log record
+	// (1): a block's _meta is at 3, a resource's at 4.
+	DefaultMaxContentDepth = 64
+	// DefaultMaxContentBytes bounds the output, the chunks of a stream
+	// joined: a few large images.
+	DefaultMaxContentBytes = 16 << 20
+)
+
+// ContentBounds bound the output of a tool of MCP content (and each log
+// record sent while it runs). A zero field takes its default.
+type ContentBounds struct {
+	// Blocks is the most blocks the content array may hold
+	// (DefaultMaxContentBlocks).
+	Blocks int
+	// Depth is the deepest the output may nest arrays and objects
+	// (DefaultMaxContentDepth).
+	Depth int
+	// Bytes is the largest the output may be (DefaultMaxContentBytes).
+	Bytes int
+}
+
+// orDefaults is b with its zero fields set to their defaults.
+func (b ContentBounds) orDefaults() ContentBounds {
+	if b.Blocks <= 0 {
+		b.Blocks = DefaultMaxContentBlocks
+	}
+	if b.Depth <= 0 {
+		b.Depth = DefaultMaxContentDepth
+	}
+	if b.Bytes <= 0 {
+		b.Bytes = DefaultMaxContentBytes
+	}
+	return b
+}
+
+// errTooLarge is the breach of ContentBounds.Bytes.
+func (b ContentBounds) errTooLarge(size int) error {
+	return fmt.Errorf("the output is %d bytes, more than the %d bytes MCP content may be", size, b.Bytes)
+}
+
+// measure checks text — JSON values, one after another — against the
+// bounds without decoding it: its size, how deeply it nests arrays and
+// objects (strings skipped), and how many values the arrays at its top
+// level hold. What is not JSON passes, for the decoder to refuse.
+func (b ContentBounds) measure(text string) error {
+	if len(text) > b.Bytes {
+		return b.errTooLarge(len(text))
+	}
+	depth, blocks := 0, 0
+	inString, escaped := false, false
+	topArray := false // the value at the top level being read is an array
+	expect := false   // the next value starts one of its blocks
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case ',':
+			expect = depth == 1 && topArray
+			continue
+		case '}', ']':
+			depth, expect = max(depth-1, 0), false
+			continue
+		}
+		if expect {
+			if blocks++; blocks > b.Blocks {
+				return fmt.Errorf("the content array holds more than %d blocks", b.Blocks)
+			}
+			expect = false
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > b.Depth {
+				return fmt.Errorf("the output nests arrays and objects deeper than %d levels", b.Depth)
+			}
+			if depth == 1 {
+				topArray = c == '['
+				expect = topArray
+			}
+		}
+	}
+	return nil
+}
+
 // logLevels ranks MCP's log levels (RFC 5424's severities), least severe
 // first.
 var logLevels = map[string]int{
@@ -86,11 +194,11 @@ func wantLog(level sdk.LoggingLevel, threshold string) bool {
 }
 
 // logChunk returns the log record a stream chunk is, whole: ok is false
-// for any other chunk, and for a malformed record (which decodeContent
-// reports once the output is complete).
-func logChunk(text string) (*sdk.LoggingMessageParams, bool) {
+// for any other chunk, and for a malformed record or one beyond the
+// bounds (which decodeContent reports once the output is complete).
+func logChunk(text string, b ContentBounds) (*sdk.LoggingMessageParams, bool) {
 	t := strings.TrimSpace(text)
-	if !strings.HasPrefix(t, "{") || !strings.HasSuffix(t, "}") {
+	if !strings.HasPrefix(t, "{") || !strings.HasSuffix(t, "}") || b.measure(t) != nil {
 		return nil, false
 	}
 	rec, err := parseLog([]byte(t))
@@ -129,8 +237,12 @@ func parseLog(raw []byte) (*sdk.LoggingMessageParams, error) {
 }
 
 // decodeContent reads a tool's output as MCP content: the blocks of its
-// one content array, its log records checked and left out.
-func decodeContent(output string) ([]sdk.Content, error) {
+// one content array, its log records checked and left out — once the
+// output is found within the bounds, before any of it is decoded.
+func decodeContent(output string, b ContentBounds) ([]sdk.Content, error) {
+	if err := b.orDefaults().measure(output); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(strings.NewReader(output))
 	var blocks []sdk.Content
 	found := false
@@ -434,12 +546,18 @@ func (s *Server) toolResult(ctx context.Context, tool, output string) *sdk.CallT
 // contentResult is the tools/call result of the output of a tool of MCP
 // content: its content blocks, or BAD_CONTENT.
 func (s *Server) contentResult(ctx context.Context, tool, output string) *sdk.CallToolResult {
-	blocks, err := decodeContent(output)
+	blocks, err := decodeContent(output, s.bounds)
 	if err != nil {
-		s.log.WarnContext(ctx, "MCP tool answered with malformed content", "tool", tool, "err", err)
-		return badContent(tool, err)
+		return s.refuseContent(ctx, tool, err)
 	}
 	return &sdk.CallToolResult{Content: blocks}
+}
+
+// refuseContent is the BAD_CONTENT result of a tool whose output is not
+// MCP content, the cause logged.
+func (s *Server) refuseContent(ctx context.Context, tool string, cause error) *sdk.CallToolResult {
+	s.log.WarnContext(ctx, "MCP tool answered with malformed content", "tool", tool, "err", cause)
+	return badContent(tool, cause)
 }
 
 // badContent is the tool error result of a tool whose output is not MCP

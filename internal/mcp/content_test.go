@@ -92,7 +92,7 @@ func TestDecodeContent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			blocks, err := decodeContent(tc.output)
+			blocks, err := decodeContent(tc.output, ContentBounds{})
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("decodeContent(%q) = %d blocks, %v; want an error with %q", tc.output, len(blocks), err, tc.err)
@@ -129,7 +129,7 @@ func TestLogChunk(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rec, ok := logChunk(tc.chunk)
+			rec, ok := logChunk(tc.chunk, ContentBounds{}.orDefaults())
 			if ok != tc.ok {
 				t.Fatalf("logChunk(%q) ok = %v, want %v", tc.chunk, ok, tc.ok)
 			}
@@ -230,12 +230,12 @@ func FuzzDecodeContent(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, output string) {
-		blocks, err := decodeContent(output)
+		blocks, err := decodeContent(output, ContentBounds{})
 		if err != nil {
 			return
 		}
 		wire := contentJSON(t, blocks)
-		again, err := decodeContent(wire)
+		again, err := decodeContent(wire, ContentBounds{})
 		if err != nil {
 			t.Fatalf("%q decoded, but what it sends does not: %s: %v", output, wire, err)
 		}

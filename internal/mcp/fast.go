@@ -239,7 +239,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 		return false
 	}
 	in, ok := readFast(body)
-	if !ok || !plainID(in.id) {
+	if !ok || !echoable(in.id) {
 		return false
 	}
 	if _, ok := in.meta["progressToken"]; ok {
@@ -262,6 +262,14 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 	req.id, req.within = in.id, true
 	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.name, Arguments: in.arguments, Meta: in.meta}}
 	text, res, err := s.callText(ctx, call, "")
+	if req.cancelled.Load() {
+		// The client cancelled the call: its event stream ends without
+		// an answer, as the protocol asks.
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache, no-transform")
+		w.WriteHeader(http.StatusOK)
+		return true
+	}
 	// The message is written after the event stream's prefix, which a
 	// refusal with a status of its own goes without.
 	const event = "event: message\ndata: "
@@ -322,7 +330,7 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 // appendTextResult appends the tools/call result of a tool's text output
 // as the SDK encodes result(text) (TestFastTextResultAsTheSDKWritesIt): one
 // text content, the text itself as structuredContent when it is a JSON
-// object, and for protocol 2026-07-28 (modern) the mark of a complete
+// object not nested too deeply (structured), and for protocol 2026-07-28 (modern) the mark of a complete
 // result and the server's identity in _meta.
 func (s *Server) appendTextResult(b []byte, text string, modern bool) []byte {
 	if modern {
@@ -332,7 +340,7 @@ func (s *Server) appendTextResult(b []byte, text string, modern bool) []byte {
 		b = append(b, `{"content":[{"type":"text","text":`...)
 	}
 	b = append(wire.AppendJSONString(b, text), "}]"...)
-	if t := strings.TrimSpace(text); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+	if t := strings.TrimSpace(text); structured(t) {
 		b = append(append(b, `,"structuredContent":`...), t...)
 	}
 	if modern {
@@ -411,7 +419,11 @@ func oneValue(header http.Header, key, want string) bool {
 
 // tooDeep reports whether body nests objects and arrays deeper than
 // fastMaxDepth (strings skipped).
-func tooDeep(body []byte) bool {
+func tooDeep(body []byte) bool { return nestsDeeper(body, fastMaxDepth) }
+
+// nestsDeeper reports whether text nests objects and arrays deeper than
+// limit (strings skipped).
+func nestsDeeper(body []byte, limit int) bool {
 	depth, inString, escaped := 0, false, false
 	for _, c := range body {
 		switch {
@@ -427,7 +439,7 @@ func tooDeep(body []byte) bool {
 		case c == '"':
 			inString = true
 		case c == '{' || c == '[':
-			if depth++; depth > fastMaxDepth {
+			if depth++; depth > limit {
 				return true
 			}
 		case c == '}' || c == ']':
@@ -435,21 +447,6 @@ func tooDeep(body []byte) bool {
 		}
 	}
 	return false
-}
-
-// plainID: a JSON-RPC request id the fast path echoes as the SDK does: a
-// string, or an integer written plainly that a float64 holds exactly (the
-// SDK reads numeric ids as float64). Null, a missing id and other numbers
-// are the SDK's to answer.
-func plainID(id json.RawMessage) bool {
-	if len(id) == 0 {
-		return false
-	}
-	if id[0] == '"' {
-		return true
-	}
-	n, err := strconv.ParseInt(string(id), 10, 64)
-	return err == nil && n >= -1<<53 && n <= 1<<53 && strconv.FormatInt(n, 10) == string(id)
 }
 
 // hasUnknownKeys reports whether the request object or its params have a

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -15,19 +16,6 @@ import (
 // Every refusal of a request to /mcp carries a JSON-RPC error body, the
 // ones the SDK answers in text (405, 415, a malformed body, a foreign
 // Host) included: rpcErrors rewrites those on their way out.
-
-// requestID is the id of the JSON-RPC request in body, or null when it has
-// none that can be read (a refusal then answers with id null, as JSON-RPC
-// asks when the id cannot be determined).
-func requestID(body []byte) json.RawMessage {
-	var m struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(body, &m) != nil || len(m.ID) == 0 {
-		return json.RawMessage("null")
-	}
-	return m.ID
-}
 
 // writeRPCErrorID answers with a JSON-RPC error for request id.
 func writeRPCErrorID(w http.ResponseWriter, id json.RawMessage, httpCode int, e map[string]any) {
@@ -69,9 +57,13 @@ func checkVersion(w http.ResponseWriter, r *http.Request, body []byte) bool {
 // rpcErrors passes a response through unless it is a refusal (status ≥ 400)
 // that is not JSON: that one it keeps, to send as a JSON-RPC error with the
 // same status, headers and message (finish).
+//
+// Once drop is set (the client cancelled the request) nothing more of the
+// body is written: the SDK's answer to a cancelled request is not sent.
 type rpcErrors struct {
 	http.ResponseWriter
 	id     json.RawMessage
+	drop   *atomic.Bool
 	status int // of the refusal kept; 0: passing through
 	msg    bytes.Buffer
 }
@@ -88,6 +80,9 @@ func (w *rpcErrors) WriteHeader(code int) {
 }
 
 func (w *rpcErrors) Write(b []byte) (int, error) {
+	if w.drop != nil && w.drop.Load() {
+		return len(b), nil
+	}
 	if w.status != 0 {
 		return w.msg.Write(b)
 	}

@@ -154,6 +154,15 @@ type Options struct {
 	// TaskTTL is how long a task is kept once it ended (the operations'
 	// TTL): the ttlMs of tasks.
 	TaskTTL time.Duration
+	// ContentBounds bound the output of a tool of MCP content (content.go):
+	// a breach is a BAD_CONTENT tool error naming the bound. Zero fields
+	// take their defaults (DefaultMaxContentBlocks, …).
+	ContentBounds ContentBounds
+	// MaxHeaderBytes bounds a request's header lines: larger ones are
+	// refused with HTTP 431 and a JSON-RPC error before anything else is
+	// done (<= 0: no bound). The body's limits are the HTTP listener's
+	// (limits.HTTP); their refusals are answered here, 413 and 408.
+	MaxHeaderBytes int
 	// NoFastPath sends every request through the SDK, even the stateless
 	// tools/call the endpoint answers itself, the same, at a fraction of
 	// the cost (fast.go). For tests and comparisons.
@@ -174,6 +183,7 @@ type Server struct {
 	implJSON []byte              // impl encoded, for the fast path
 	handler  http.Handler
 	pageSize int32
+	bounds   ContentBounds // opts.ContentBounds with its defaults
 }
 
 // New returns the MCP endpoint serving calls through h.
@@ -184,7 +194,7 @@ func New(h toolcall.Handler, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize}
+	s := &Server{h: h, opts: opts, log: opts.Logger, pageSize: opts.PageSize, bounds: opts.ContentBounds.orDefaults()}
 	s.changed.Store(time.Now().UnixNano())
 	if s.pageSize <= 0 {
 		s.pageSize = DefaultPageSize
@@ -272,17 +282,30 @@ type request struct {
 	ctx  context.Context // the HTTP request's own
 	base toolcall.Call   // header, connection, and the caller once authenticated
 	id   json.RawMessage // the JSON-RPC request's id, if read
-	srv  *Server
+	// progressToken is the request's _meta.progressToken as written (for
+	// the SDK's requests, which read it as the SDK reads numbers: ids.go).
+	progressToken json.RawMessage
+	srv           *Server
 	// within: the contexts of the request's calls descend from ctx (the
 	// fast path's do; the SDK's do not).
 	within bool
+	// cancelled: the client cancelled the request (notifications/cancelled).
+	// Its answer is then not sent, as the protocol asks: the response
+	// ends without it.
+	cancelled atomic.Bool
 }
 
 // ServeHTTP serves the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if n := toolcall.HTTPHeaderBytes(r); s.opts.MaxHeaderBytes > 0 && n > s.opts.MaxHeaderBytes {
+		s.log.InfoContext(r.Context(), "MCP request refused: headers too large", "bytes", n, "limit", s.opts.MaxHeaderBytes, "peer", r.RemoteAddr)
+		w.Header().Set("Connection", "close")
+		writeStatusError(w, http.StatusRequestHeaderFieldsTooLarge, toolcall.HeadersTooLarge(n, s.opts.MaxHeaderBytes))
+		return
+	}
 	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin, r) {
 		s.log.InfoContext(r.Context(), "MCP request refused: origin not allowed", "origin", origin, "host", r.Host, "peer", r.RemoteAddr)
-		writeRPCError(w, http.StatusForbidden, codeInvalidRequest,
+		writeRPCError(w, http.StatusForbidden, codeInvalidRequest, "ORIGIN_NOT_ALLOWED",
 			"origin "+strconv.Quote(origin)+" may not call this MCP endpoint (allowed: the endpoint's own origin and --cors-origins)")
 		return
 	}
@@ -290,17 +313,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && r.Body != nil {
 		var err error
 		if body, err = toolcall.ReadHTTPBody(r); err != nil {
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				writeRPCError(w, http.StatusRequestEntityTooLarge, codeInvalidRequest, fmt.Sprintf("request body larger than %d bytes", mbe.Limit))
-				return
+			s.log.InfoContext(r.Context(), "MCP request refused: the body could not be read", "err", err, "peer", r.RemoteAddr)
+			st := toolcall.BodyError(err)
+			switch status.Code(st) {
+			case codes.ResourceExhausted:
+				writeStatusError(w, http.StatusRequestEntityTooLarge, st)
+			case codes.DeadlineExceeded:
+				writeStatusError(w, http.StatusRequestTimeout, st)
+			default:
+				writeRPCError(w, http.StatusBadRequest, codeParseError, "INVALID_BODY", "the request body could not be read")
 			}
-			writeRPCError(w, http.StatusBadRequest, codeParseError, "the request body could not be read")
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
-			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "JSON-RPC batches are not supported: send one request per POST")
+			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "BATCH_NOT_SUPPORTED", "JSON-RPC batches are not supported: send one request per POST")
 			return
 		}
 	}
@@ -309,7 +336,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c := req.base
 		c.Op, c.Method = toolcall.OpListTools, "mcp"
 		if err := s.opts.Authenticate(r.Context(), &c); err != nil {
-			s.refuse(w, r, err)
+			s.refuse(w, r, requestID(body), err)
 			return
 		}
 		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
@@ -333,9 +360,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
 		return
 	}
-	req.id = requestID(body)
-	ew := &rpcErrors{ResponseWriter: w, id: req.id}
-	s.handler.ServeHTTP(ew, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+	ids, _ := idMembers(body)
+	req.id, req.progressToken = lastID(ids), progressToken(body)
+	ew := &rpcErrors{ResponseWriter: w, id: req.id, drop: &req.cancelled}
+	s.handler.ServeHTTP(withSurrogates(ew, r, body, ids), r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	ew.finish()
 }
 
@@ -354,13 +382,25 @@ func (s *Server) originAllowed(origin string, r *http.Request) bool {
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && (u.Scheme == "http" || u.Scheme == "https")
 }
 
-// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body.
-func writeRPCError(w http.ResponseWriter, httpCode int, code int64, msg string) {
-	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg})
+// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body
+// whose data names the reason, in the gateway's ErrorInfo domain.
+func writeRPCError(w http.ResponseWriter, httpCode int, code int64, reason, msg string) {
+	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg,
+		"data": map[string]any{"reason": reason, "domain": toolcall.ErrorDomain}})
 }
 
-// refuse answers a request that failed authentication.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
+// writeStatusError answers a request the endpoint refuses before reading
+// it as JSON-RPC (too large, too slow) with a JSON-RPC error whose data
+// hold the status's code and reason, as requestError's do.
+func writeStatusError(w http.ResponseWriter, httpCode int, err error) {
+	st := status.Convert(err)
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
+	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": codeInvalidRequest, "message": st.Message(),
+		"data": map[string]any{"code": st.Code().String(), "reason": ei.GetReason(), "domain": ei.GetDomain()}})
+}
+
+// refuse answers request id (null if none), which failed authentication.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, err error) {
 	st := status.Convert(err)
 	code := http.StatusInternalServerError
 	switch st.Code() {
@@ -372,11 +412,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	case codes.ResourceExhausted:
 		code = http.StatusTooManyRequests
 	}
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
-		"error": map[string]any{"code": codeRefused, "message": st.Message(), "data": map[string]any{"code": st.Code().String()}}})
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
+	writeRPCErrorID(w, id, code, map[string]any{"code": codeRefused, "message": st.Message(),
+		"data": map[string]any{"code": st.Code().String(), "reason": ei.GetReason(), "domain": ei.GetDomain()}})
 }
 
 // notServed are the methods of features this endpoint does not serve (a
@@ -442,7 +480,12 @@ func newCall(ctx context.Context, op toolcall.Op, method string) (context.Contex
 		stop = context.AfterFunc(req.ctx, cancel)
 	}
 	if key, ok := callKey(req, req.id); ok && req.srv != nil && op != toolcall.OpListTools {
-		remove := req.srv.inflight.add(key, cancel)
+		remove := req.srv.inflight.add(key, func() {
+			// Marked first: the call's answer, made once the call ends,
+			// finds it so and is not sent.
+			req.cancelled.Store(true)
+			cancel()
+		})
 		return ctx, &c, func() { remove(); stop(); cancel() }, nil
 	}
 	return ctx, &c, func() { stop(); cancel() }, nil
@@ -510,9 +553,8 @@ func requestError(err error) error {
 		code = codeRefused
 	}
 	data := map[string]any{"code": st.Code().String()}
-	if ei := errorInfo(st); ei != nil {
-		data["reason"] = ei.GetReason()
-	}
+	ei := errorInfo(toolcall.EnsureErrorInfo(st))
+	data["reason"], data["domain"] = ei.GetReason(), ei.GetDomain()
 	return rpcError(code, st.Message(), data)
 }
 
@@ -549,7 +591,10 @@ func callError(err error) (*sdk.CallToolResult, error) {
 	ei := errorInfo(st)
 	switch st.Code() {
 	case codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
-		if ei == nil || ei.GetReason() == "TOOL_NOT_FOUND" {
+		// The gateway's own refusals (reasons in upper case: no such
+		// tool, no credentials, not allowed) refuse the request; a tool
+		// service's errors of these codes are the tool's answer.
+		if ei == nil || ei.GetReason() == strings.ToUpper(ei.GetReason()) {
 			return nil, requestError(err)
 		}
 	}

@@ -268,9 +268,9 @@ func TestCallToolErrors(t *testing.T) {
 		meta       sdk.Meta
 		want       string // prefix of the isError text
 	}{
-		{"missing required argument", "greet", map[string]any{}, nil, `invalid-argument: tool "greet": missing required argument "msg"`},
-		{"wrong type", "greet", map[string]any{"msg": 5}, nil, `invalid-argument: tool "greet": argument "msg" must be of type string`},
-		{"unknown argument", "greet", map[string]any{"msg": "x", "other": 1}, nil, `invalid-argument: tool "greet": unknown argument "other"`},
+		{"missing required argument", "greet", map[string]any{}, nil, `INVALID_ARGUMENTS: tool "greet": missing required argument "msg"`},
+		{"wrong type", "greet", map[string]any{"msg": 5}, nil, `INVALID_ARGUMENTS: tool "greet": argument "msg" must be of type string`},
+		{"unknown argument", "greet", map[string]any{"msg": "x", "other": 1}, nil, `INVALID_ARGUMENTS: tool "greet": unknown argument "other"`},
 		{"service error", "echo", map[string]any{"mode": "fail", "type": "not-found", "message": "no such thing"}, nil, "not-found: no such thing"},
 		{"service catch-all", "echo", map[string]any{"mode": "fail", "message": "boom"}, nil, "tool-service-error: boom"},
 		// The gateway's deadline (DEADLINE_EXCEEDED) or the service's own

@@ -248,10 +248,15 @@ func TestCancelledNotification(t *testing.T) {
 		opts   mcp.Options
 		header map[string]string
 		meta   string
+		// id is the call's, other an id it must not be taken for (the
+		// neighbour a float64 would make of it).
+		id, other string
 	}{
-		{"2025-11-25 fast path", mcp.Options{}, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, ""},
-		{"2025-11-25 SDK", mcp.Options{NoFastPath: true}, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, ""},
-		{"2026-07-28", mcp.Options{}, modern("tools/call", "echo"), "," + modernMeta},
+		{"2025-11-25 fast path", mcp.Options{}, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, "", "42", "43"},
+		{"2025-11-25 SDK", mcp.Options{NoFastPath: true}, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, "", "42", "43"},
+		{"2026-07-28", mcp.Options{}, modern("tools/call", "echo"), "," + modernMeta, "42", "43"},
+		{"2025-11-25 fast path, an id past 2^53", mcp.Options{}, map[string]string{"Mcp-Protocol-Version": "2025-11-25"}, "", "9007199254740993", "9007199254740992"},
+		{"2026-07-28 SDK, a fraction", mcp.Options{NoFastPath: true}, modern("tools/call", "echo"), "," + modernMeta, "1.5", "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.opts)
@@ -263,7 +268,7 @@ func TestCancelledNotification(t *testing.T) {
 			start := time.Now()
 			go func() {
 				req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(
-					`{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"mode":"sleep","ms":3000,"msg":"late"}`+tc.meta+`}}`))
+					`{"jsonrpc":"2.0","id":`+tc.id+`,"method":"tools/call","params":{"name":"echo","arguments":{"mode":"sleep","ms":3000,"msg":"late"}`+tc.meta+`}}`))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Accept", "application/json, text/event-stream")
 				for k, v := range tc.header {
@@ -289,7 +294,7 @@ func TestCancelledNotification(t *testing.T) {
 				resp.Body.Close()
 				return resp.StatusCode
 			}
-			if code := cancel("43"); code != http.StatusAccepted {
+			if code := cancel(tc.other); code != http.StatusAccepted {
 				t.Errorf("notifications/cancelled: HTTP %d, want 202", code)
 			}
 			select {
@@ -297,7 +302,7 @@ func TestCancelledNotification(t *testing.T) {
 				t.Fatalf("the call ended after a cancellation of another id: %s", o.body)
 			case <-time.After(300 * time.Millisecond):
 			}
-			cancel("42")
+			cancel(tc.id)
 			select {
 			case <-f.rec.cancelled:
 			case <-time.After(2 * time.Second):

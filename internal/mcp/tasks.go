@@ -129,7 +129,7 @@ func (s *Server) serveTask(w http.ResponseWriter, r *http.Request, body []byte, 
 		return false
 	}
 	var in taskRequest
-	if json.Unmarshal(body, &in) != nil || in.JSONRPC != "2.0" || !plainID(in.ID) || in.Params == nil {
+	if json.Unmarshal(body, &in) != nil || in.JSONRPC != "2.0" || !echoable(in.ID) || in.Params == nil {
 		return false
 	}
 	ctx := context.WithValue(r.Context(), requestKey{}, req)

@@ -107,7 +107,12 @@ func Convert(v2 []byte) ([]byte, error) {
 		return nil, err
 	}
 
-	b, err := marshal(out)
+	return encode(out)
+}
+
+// encode writes doc as Convert returns it: indented JSON ending in a newline.
+func encode(doc *Object) ([]byte, error) {
+	b, err := marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("openapi31: %w", err)
 	}
@@ -119,22 +124,29 @@ func Convert(v2 []byte) ([]byte, error) {
 	return ind.Bytes(), nil
 }
 
-// servers is the document's one server: a gateway's HTTP listener, by
-// default the --http-addr a gateway starts with. Generated clients take
-// their base URL from it; every client can be given another.
+// servers are the document's servers. First "/": a URL relative to the
+// document's own, so a client reading the document where a gateway serves
+// it (Swagger UI at /docs/reference, a generator given the URL) calls that
+// gateway, at whatever address it runs. Then a template for a gateway
+// elsewhere, by default at the --http-addr a gateway starts with.
+// Generated clients take their base URL from the servers; every client
+// can be given another.
 func servers() []any {
-	return []any{obj(
-		"url", "{scheme}://{host}",
-		"description", "A toolgate gateway's HTTP listener (--http-addr).",
-		"variables", obj(
-			"scheme", obj("default", "http", "enum", []any{"http", "https"}),
-			"host", obj("default", DefaultHost, "description", "host:port of the gateway's HTTP listener."),
+	return []any{
+		obj("url", "/", "description", "The gateway serving this document."),
+		obj(
+			"url", "{scheme}://{host}",
+			"description", "A toolgate gateway's HTTP listener (--http-addr).",
+			"variables", obj(
+				"scheme", obj("default", "http", "enum", []any{"http", "https"}),
+				"host", obj("default", DefaultHost, "description", "host:port of the gateway's HTTP listener."),
+			),
 		),
-	)}
+	}
 }
 
-// DefaultHost is the host:port of the document's server: the gateway's
-// default --http-addr.
+// DefaultHost is the host:port of the document's server template: the
+// gateway's default --http-addr.
 const DefaultHost = "127.0.0.1:8081"
 
 // PageTokenPattern is what a page_token is: unpadded base64url in its
@@ -186,7 +198,8 @@ func convertInfo(in *Object) *Object {
 
 const infoNotes = `JSON members use the proto field names (snake_case, e.g. ` + "`arguments_schema`" + `), ` +
 	`64-bit integers are JSON strings, and durations are strings such as "5s". ` +
-	`Every error answer is a google.rpc.Status (schema Status) whose HTTP status follows its gRPC code.`
+	`Every error answer is a google.rpc.Status (schema Status) whose HTTP status follows its gRPC code, ` +
+	"with an ErrorInfo detail (domain `toolgate`) whose reason says why."
 
 func convertPaths(paths *Object) (*Object, error) {
 	out := obj()
@@ -329,8 +342,10 @@ func convertOperation(method, path string, op *Object) (*Object, string, error) 
 const streamDescription = `StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives.
 The Accept header chooses the format of a successful answer:
 
-- ` + "`application/x-ndjson`" + ` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a ` + "`code`" + ` member; a chunk never does).
+- ` + "`application/x-ndjson`" + ` (the default: chosen when Accept is absent or ` + "`application/json`" + `, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a ` + "`code`" + ` member; a chunk never does).
 - ` + "`text/event-stream`" + ` (server-sent events): every chunk is an event ` + "`chunk`" + ` whose data is a StreamToolResponse; the stream ends with an event ` + "`done`" + ` (data ` + "`{}`" + `) or with an event ` + "`error`" + ` whose data is a Status. Idle streams get comment lines ` + "`: keep-alive`" + `.
+
+The highest quality (` + "`q`" + `) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: ` + "`application/x-ndjson, text/event-stream`" + ` gets NDJSON and ` + "`text/event-stream, application/x-ndjson`" + ` server-sent events.
 
 An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.`
 
@@ -346,7 +361,7 @@ func streamResponse() *Object {
 						"value", obj("output", "0,", "index", "0", "last", false)),
 					"last", obj("summary", "The last chunk", "value", obj("output", "1", "index", "1", "last", true)),
 					"error", obj("summary", "The last line of a stream that failed after its first chunk",
-						"value", statusExample(4, "deadline exceeded", nil)),
+						"value", statusExample(4, `tool "echo" did not answer before the deadline`, errorInfo("DEADLINE_EXCEEDED", "tool", "echo"))),
 				),
 			),
 			MediaSSE, obj(
@@ -374,45 +389,44 @@ type errorKind struct {
 var errorKinds = map[int]errorKind{
 	400: {name: "BadRequest", description: "INVALID_ARGUMENT (or FAILED_PRECONDITION, OUT_OF_RANGE): malformed JSON, an unknown member, " +
 		"arguments that do not fit the tool's arguments_schema, a bad duration, or a tool service's `invalid-argument` error.",
-		example: statusExample(3, `tool "tell-dad-joke": argument "topic" is required`, nil)},
+		example: statusExample(3, `tool "tell-dad-joke": missing required argument "topic"`, errorInfo("INVALID_ARGUMENTS", "tool", "tell-dad-joke"))},
 	401: {name: "Unauthenticated", description: "UNAUTHENTICATED: no credential, or one the gateway does not accept. " +
 		"Send `Authorization: Bearer <API key or JWT>` or `X-Api-Key: <API key>`.",
-		example: statusExample(16, "missing credentials", nil)},
+		example: statusExample(16, "missing credentials: send Authorization: Bearer <API key or JWT>", errorInfo("MISSING_CREDENTIALS"))},
 	403: {name: "PermissionDenied", description: "PERMISSION_DENIED: the policy does not let the caller do this to this tool.",
-		example: statusExample(7, `not allowed to invoke tool "tell-joke"`, nil)},
+		example: statusExample(7, `permission denied: user "alice" may not invoke tool "tell-joke"`,
+			errorInfo("NOT_ALLOWED", "action", "invoke", "tool", "tell-joke"))},
 	404: {name: "NotFound", description: "NOT_FOUND: no such tool or tool service (ErrorInfo reason `TOOL_NOT_FOUND`, domain `toolgate`), " +
 		"or the tool service's own `not-found` error (reason `not-found`).",
-		example: statusExample(5, `tool "no-such-tool" not found`, obj(
-			"@type", typeErrorInfo, "reason", "TOOL_NOT_FOUND", "domain", "toolgate", "metadata", obj("tool", "no-such-tool")))},
+		example: statusExample(5, `tool "no-such-tool" not found`, errorInfo("TOOL_NOT_FOUND", "tool", "no-such-tool"))},
 	405: {name: "MethodNotAllowed", description: "The path exists but not with this HTTP method; `Allow` lists the methods it takes.",
-		example: statusExample(12, "Method Not Allowed", nil),
+		example: statusExample(12, "GET is not allowed on /v1/tools/tell-joke:invoke; use POST", errorInfo("METHOD_NOT_ALLOWED", "allow", "POST")),
 		headers: obj("Allow", obj("description", "The methods the path takes.", "schema", obj("type", "string"), "example", "POST"))},
 	406: {name: "NotAcceptable", description: "INVALID_ARGUMENT: the Accept header allows no media type the operation answers " +
 		"(`application/json`; for StreamTool `application/x-ndjson` or `text/event-stream`). ErrorInfo reason `NOT_ACCEPTABLE`.",
-		example: statusExample(3, "this endpoint answers application/json; the Accept header does not allow it", obj(
-			"@type", typeErrorInfo, "reason", "NOT_ACCEPTABLE", "domain", "toolgate", "metadata", obj("accept", "text/html")))},
+		example: statusExample(3, "this endpoint answers application/json; the Accept header does not allow it",
+			errorInfo("NOT_ACCEPTABLE", "accept", "text/html"))},
 	413: {name: "ContentTooLarge", description: "RESOURCE_EXHAUSTED: the request body is larger than the gateway's --max-body-bytes.",
-		example: statusExample(8, "request body larger than 1048576 bytes", nil)},
+		example: statusExample(8, "request body larger than 1048576 bytes", errorInfo("BODY_TOO_LARGE"))},
 	415: {name: "UnsupportedMediaType", description: "INVALID_ARGUMENT: the request body is not JSON: send it with " +
 		"`Content-Type: application/json` (or none). ErrorInfo reason `UNSUPPORTED_MEDIA_TYPE`.",
-		example: statusExample(3, "the request body must be JSON (Content-Type: application/json), not application/x-www-form-urlencoded", obj(
-			"@type", typeErrorInfo, "reason", "UNSUPPORTED_MEDIA_TYPE", "domain", "toolgate",
-			"metadata", obj("content_type", "application/x-www-form-urlencoded")))},
+		example: statusExample(3, "the request body must be JSON (Content-Type: application/json), not application/x-www-form-urlencoded",
+			errorInfo("UNSUPPORTED_MEDIA_TYPE", "content_type", "application/x-www-form-urlencoded"))},
 	429: {name: "TooManyRequests", description: "RESOURCE_EXHAUSTED: the caller's rate limit, or the gateway's bound on calls in flight. " +
 		"Retry after `Retry-After` seconds; the RetryInfo detail has the same delay.",
-		example: statusExample(8, "rate limit exceeded", obj("@type", typeRetryInfo, "retry_delay", "1s")),
+		example: statusExample(8, "rate limit exceeded: retry in 1s", obj("@type", typeRetryInfo, "retry_delay", "1s"),
+			errorInfo("RATE_LIMITED", "per_second", "0.5", "burst", "10")),
 		headers: obj("Retry-After", obj("description", "Seconds to wait before retrying (whole seconds, rounded up).",
 			"schema", obj("type", "integer", "minimum", 0), "example", 1))},
 	500: {name: "InternalError", description: "UNKNOWN or INTERNAL: the tool service failed (ErrorInfo reason is its error type, " +
 		"e.g. `tool-service-error`, with metadata `tool` and `service`), or its reply was not understood.",
-		example: statusExample(2, "the service failed", obj(
-			"@type", typeErrorInfo, "reason", "tool-service-error", "domain", "toolgate",
-			"metadata", obj("tool", "tell-joke", "service", "joke-service")))},
+		example: statusExample(2, "the service failed", errorInfo("tool-service-error", "tool", "tell-joke", "service", "joke-service"))},
 	503: {name: "Unavailable", description: "UNAVAILABLE: the broker is unreachable, no tool service listens on the tool's topic, " +
 		"or the gateway is shutting down.",
-		example: statusExample(14, "no tool service is subscribed to non-persistent://tg/request/joke", nil)},
+		example: statusExample(14, `tool "tell-joke" is unavailable: no tool service is subscribed to non-persistent://tg/request/joke`,
+			errorInfo("NO_LISTENER", "tool", "tell-joke", "service", "joke-service"))},
 	504: {name: "DeadlineExceeded", description: "DEADLINE_EXCEEDED: no complete answer before the call's deadline (`timeout`).",
-		example: statusExample(4, "deadline exceeded", nil)},
+		example: statusExample(4, `tool "tell-joke" did not answer before the deadline`, errorInfo("DEADLINE_EXCEEDED", "tool", "tell-joke", "service", "joke-service"))},
 }
 
 const (
@@ -420,12 +434,18 @@ const (
 	typeRetryInfo = "type.googleapis.com/google.rpc.RetryInfo"
 )
 
-func statusExample(code int, msg string, detail *Object) *Object {
-	details := []any{}
-	if detail != nil {
-		details = append(details, detail)
+func statusExample(code int, msg string, details ...*Object) *Object {
+	list := []any{}
+	for _, d := range details {
+		list = append(list, d)
 	}
-	return obj("code", code, "message", msg, "details", details)
+	return obj("code", code, "message", msg, "details", list)
+}
+
+// errorInfo is an ErrorInfo detail of the gateway's domain, for examples;
+// metadata is key/value pairs.
+func errorInfo(reason string, metadata ...any) *Object {
+	return obj("@type", typeErrorInfo, "reason", reason, "domain", "toolgate", "metadata", obj(metadata...))
 }
 
 func errorResponses() *Object {
@@ -527,8 +547,23 @@ func patchSchemas(s *Object) error {
 			return err
 		}
 		argsJSON.Set("type", []any{"string", "null"})
+		argsJSON.Set("description", unwrap(argsJSON.Str("description"))+" "+argumentsJSONText)
 		argsJSON.Set("contentMediaType", "application/json")
 		argsJSON.Set("contentSchema", obj("type", "object"))
+		// oapi-codegen takes a string with a contentMediaType for a file
+		// and sends it base64-encoded: it is text.
+		argsJSON.Set("x-go-type", "string")
+		// Both set is INVALID_ARGUMENT; null, and an empty arguments_json,
+		// are "not set". (additionalProperties, as on arguments itself,
+		// keeps generators from taking the subschema for a map of unknown
+		// values.)
+		body.Set("not", obj(
+			"required", []any{"arguments", "arguments_json"},
+			"properties", obj(
+				"arguments", obj("type", "object", "additionalProperties", true),
+				"arguments_json", obj("type", "string", "minLength", 1),
+			),
+		))
 		timeout, err := prop(body, name, "timeout")
 		if err != nil {
 			return err
@@ -654,6 +689,13 @@ func patchSchemas(s *Object) error {
 	))
 	return nil
 }
+
+// argumentsJSONText is what the gateway enforces of arguments_json beyond
+// its schema (contentMediaType and contentSchema are annotations, which
+// validators do not check).
+const argumentsJSONText = "The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). " +
+	"Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; " +
+	"null or an empty string is not set."
 
 const durationText = `A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").`
 

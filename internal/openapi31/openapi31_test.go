@@ -395,7 +395,10 @@ func TestPatterns(t *testing.T) {
 func TestServersAndComments(t *testing.T) {
 	raw, doc := converted(t)
 	srv := at(t, doc, "servers").([]any)
-	if len(srv) != 1 || at(t, srv[0], "url") != "{scheme}://{host}" || at(t, srv[0], "variables", "host", "default") != DefaultHost {
+	// First the gateway serving the document, wherever it runs; then the
+	// template of one elsewhere.
+	if len(srv) != 2 || at(t, srv[0], "url") != "/" ||
+		at(t, srv[1], "url") != "{scheme}://{host}" || at(t, srv[1], "variables", "host", "default") != DefaultHost {
 		t.Errorf("servers %v", srv)
 	}
 	// Generated clients copy descriptions into comments: "*/" would end a
@@ -416,5 +419,45 @@ func TestServersAndComments(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWithoutOperations: the document of a gateway without --operations
+// lists neither StartTool nor the operations' routes, nor their tag and
+// schemas, and keeps the rest as it is.
+func TestWithoutOperations(t *testing.T) {
+	raw, _ := converted(t)
+	out, err := WithoutOperations(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	paths := at(t, doc, "paths").(map[string]any)
+	for p := range paths {
+		if strings.HasPrefix(p, "/v1/operations") || strings.HasSuffix(p, ":start") {
+			t.Errorf("path %s is listed", p)
+		}
+	}
+	for _, p := range []string{"/v1/tools", "/v1/tools/{name}", "/v1/tools/{name}:invoke", "/v1/tools/{name}:stream", "/v1/tool-services", "/v1/tool-services/{id}"} {
+		if _, ok := paths[p]; !ok {
+			t.Errorf("path %s is missing", p)
+		}
+	}
+	for _, tag := range at(t, doc, "tags").([]any) {
+		if at(t, tag, "name") == "Operations" {
+			t.Error("the Operations tag is listed")
+		}
+	}
+	schemas := at(t, doc, "components", "schemas").(map[string]any)
+	for _, s := range []string{"ListOperationsResponse", "WaitOperationBody", "StartToolBody"} {
+		if _, ok := schemas[s]; ok {
+			t.Errorf("schema %s is listed", s)
+		}
+	}
+	if _, ok := schemas["InvokeToolResponse"]; !ok {
+		t.Error("schema InvokeToolResponse is missing")
 	}
 }

@@ -34,6 +34,11 @@ var (
 	ErrChunksLost = errors.New("chunks of the operation's answer are missing")
 	// ErrUnavailable: the broker could not be read (Stream).
 	ErrUnavailable = errors.New("the operation's chunks cannot be read")
+	// ErrTooLong: the caller's subject or the tool's name is longer than a
+	// record may hold (every reader of the table would refuse it).
+	ErrTooLong = errors.New("the operation cannot be recorded")
+	// ErrNoKeys: New was given no Options.Keys.
+	ErrNoKeys = errors.New("durable operations need a key to authenticate their records (--operations-key-file)")
 )
 
 // Defaults of Options.
@@ -59,6 +64,10 @@ const (
 	lastChunkWait = 30 * time.Second
 	// propLast marks the last chunk of an answer on the chunk topic.
 	propLast = "toolgate-last"
+	// refusedWarnEvery: messages refused on the operations topics are
+	// logged at warning level at most this often (each at debug level),
+	// so that a flood of them cannot fill the log.
+	refusedWarnEvery = time.Minute
 )
 
 // Bus is what the Manager needs of the broker (transport.Pulsar).
@@ -96,7 +105,18 @@ type Options struct {
 	// SweepEvery is how often expired operations are deleted
 	// (DefaultSweepEvery).
 	SweepEvery time.Duration
-	Logger     *slog.Logger
+	// Keys encrypt and sign what this gateway writes on the state and
+	// chunk topics and check and decrypt what it reads there: a message
+	// none of them signed is refused. Required.
+	Keys *Keys
+	// TopicAllowed checks a request topic a record names (Record.Topic),
+	// to which a cancel may be sent: the allow-list of announced request
+	// topics (registry.Merger.CheckRequestTopic). A record naming a topic
+	// it refuses is refused; an operation whose tool's topic it refuses
+	// is recorded without one (its service is then not told of a
+	// cancel). Nil allows every topic.
+	TopicAllowed func(topic string) error
+	Logger       *slog.Logger
 }
 
 // Manager starts operations and answers for them.
@@ -119,6 +139,9 @@ type Manager struct {
 
 	started, told                    atomic.Int64
 	done, failed, cancelled, expired atomic.Int64 // final states recorded (expired: counted by await)
+
+	refused     [len(refusedReasons)]atomic.Int64 // messages refused, by reason (refusedReasons)
+	refusedWarn atomic.Int64                      // when a refusal was last logged as a warning, unix ns
 }
 
 type partial struct {
@@ -127,8 +150,12 @@ type partial struct {
 	written int // chunks written to the chunk topic
 }
 
-// New returns a Manager; Run makes it work.
-func New(bus Bus, calls Caller, opts Options) *Manager {
+// New returns a Manager; Run makes it work. Options.Keys is required
+// (ErrNoKeys).
+func New(bus Bus, calls Caller, opts Options) (*Manager, error) {
+	if opts.Keys == nil {
+		return nil, ErrNoKeys
+	}
 	if opts.StateTopic == "" {
 		opts.StateTopic = DefaultStateTopic
 	}
@@ -158,7 +185,7 @@ func New(bus Bus, calls Caller, opts Options) *Manager {
 	}
 	return &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger,
 		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}),
-		local: map[string]*bridge.Call{}}
+		local: map[string]*bridge.Call{}}, nil
 }
 
 // Ready reports whether the table has been read to its end and the reply
@@ -190,7 +217,9 @@ func (m *Manager) follow(ctx context.Context) {
 				m.apply(msg)
 				return
 			}
-			applyTo(building, counts, msg, m.log)
+			if r, ok := m.admit(msg); ok {
+				applyTo(building, counts, msg.Key, r)
+			}
 		}
 		err := m.bus.Follow(ctx, m.opts.StateTopic, "toolgate-operations-table", apply, func() {
 			m.mu.Lock()
@@ -216,27 +245,72 @@ func (m *Manager) follow(ctx context.Context) {
 	}
 }
 
-// applyTo applies one state table message to t. A running record never
+// admit checks a message read from the state table, as anything from the
+// bus: signed with one of the deployment's keys (and decrypted with it), a
+// valid record (or a
+// tombstone: a nil record), naming only an allowed topic. A message
+// refused is counted and logged (refuse); ok is false then.
+func (m *Manager) admit(msg transport.Message) (r *Record, ok bool) {
+	plain, err := m.opts.Keys.unprotect(kindRecord, msg)
+	if err != nil {
+		m.refuse(refusedReason(err), m.opts.StateTopic, msg.Key, err)
+		return nil, false
+	}
+	if len(msg.Payload) == 0 {
+		return nil, true
+	}
+	rec, err := decodeRecord(msg.Key, plain)
+	if err != nil {
+		m.refuse(RefusedMalformed, m.opts.StateTopic, msg.Key, err)
+		return nil, false
+	}
+	if rec.Topic != "" && m.opts.TopicAllowed != nil {
+		if err := m.opts.TopicAllowed(rec.Topic); err != nil {
+			m.refuse(RefusedTopic, m.opts.StateTopic, msg.Key, err)
+			return nil, false
+		}
+	}
+	return &rec, true
+}
+
+// refuse counts a message refused on topic for reason, and logs its
+// cause: at debug level, and at warning level at most once every
+// refusedWarnEvery.
+func (m *Manager) refuse(reason, topic, key string, err error) {
+	for i, r := range refusedReasons {
+		if r == reason {
+			m.refused[i].Add(1)
+		}
+	}
+	if len(key) > 100 {
+		key = key[:100] + "…"
+	}
+	m.log.Debug("operations: message refused", "topic", topic, "key", key, "reason", reason, "err", err)
+	now, last := time.Now().UnixNano(), m.refusedWarn.Load()
+	if now-last >= int64(refusedWarnEvery) && m.refusedWarn.CompareAndSwap(last, now) {
+		m.log.Warn("operations: messages refused on the operations topics (counted in toolgate_operations_records_refused_total; each logged at debug level)",
+			"topic", topic, "key", key, "reason", reason, "err", err)
+	}
+}
+
+// applyTo applies one state table entry to t: the record r under key, or
+// key's tombstone (r nil). A running record never
 // replaces a finished one: running is written first, so it is the older.
 // Nor does a done or failed record replace a cancelled one: the cancel
 // tells the tool service, whose answer (often the error of its ended
 // context) may reach a gateway whose table has not shown the cancel yet;
 // the caller's cancel stands, on every gateway reading the table.
 // running counts the records of t stored as running, per owner.
-func applyTo(t map[string]Record, running map[string]int, msg transport.Message, log *slog.Logger) (Record, bool) {
-	old, had := t[msg.Key]
-	if msg.Payload == nil {
-		delete(t, msg.Key)
+func applyTo(t map[string]Record, running map[string]int, key string, rec *Record) (Record, bool) {
+	old, had := t[key]
+	if rec == nil {
+		delete(t, key)
 		if had {
 			countRunning(running, old, -1)
 		}
 		return Record{}, false
 	}
-	r, err := decodeRecord(msg.Key, msg.Payload)
-	if err != nil {
-		log.Warn("operations table: record ignored", "key", msg.Key, "err", err)
-		return Record{}, false
-	}
+	r := *rec
 	if had && (old.Finished() && !r.Finished() || old.State == Cancelled && r.State != Cancelled) {
 		return old, true
 	}
@@ -260,9 +334,18 @@ func countRunning(running map[string]int, r Record, d int) {
 	}
 }
 
+// apply applies a message read live from the state table, once admitted.
 func (m *Manager) apply(msg transport.Message) {
+	if r, ok := m.admit(msg); ok {
+		m.applyEntry(msg.Key, r)
+	}
+}
+
+// applyEntry applies the record r under key, or key's tombstone (r nil),
+// to the table.
+func (m *Manager) applyEntry(key string, rec *Record) {
 	m.mu.Lock()
-	r, ok := applyTo(m.table, m.runningBy, msg, m.log)
+	r, ok := applyTo(m.table, m.runningBy, key, rec)
 	m.notifyLocked()
 	m.mu.Unlock()
 	if !ok || r.Finished() {
@@ -270,8 +353,8 @@ func (m *Manager) apply(msg transport.Message) {
 		// over. The service is not told from here: a reply ended it, or
 		// the gateway that cancelled or deleted it told the service.
 		m.lmu.Lock()
-		c := m.local[msg.Key]
-		delete(m.local, msg.Key)
+		c := m.local[key]
+		delete(m.local, key)
 		m.lmu.Unlock()
 		if c != nil {
 			c.Drop()
@@ -292,8 +375,8 @@ func (m *Manager) lookup(id string) (Record, bool, <-chan struct{}) {
 	return r, ok, m.changed
 }
 
-// put writes r to the state table, waiting for the broker's receipt, and
-// applies it here at once.
+// put writes r to the state table, encrypted and signed, waiting for the
+// broker's receipt, and applies it here at once.
 func (m *Manager) put(ctx context.Context, r Record) error {
 	r.Gateway = m.opts.Instance
 	b, err := json.Marshal(r)
@@ -301,20 +384,26 @@ func (m *Manager) put(ctx context.Context, r Record) error {
 		return err
 	}
 	msg := transport.Message{Key: r.ID, Payload: b}
+	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
+		return err
+	}
 	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
 		return fmt.Errorf("recording operation %s: %w", r.ID, err)
 	}
-	m.apply(msg)
+	m.applyEntry(r.ID, &r)
 	return nil
 }
 
-// remove writes id's tombstone.
+// remove writes id's tombstone, signed.
 func (m *Manager) remove(ctx context.Context, id string) error {
 	msg := transport.Message{Key: id}
+	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
+		return err
+	}
 	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
 		return fmt.Errorf("deleting operation %s: %w", id, err)
 	}
-	m.apply(msg)
+	m.applyEntry(id, nil)
 	return nil
 }
 
@@ -334,11 +423,19 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	if !m.caughtUp.Load() {
 		return Record{}, ErrNotReady
 	}
+	if len(s.Owner) > maxOwnerBytes || len(s.Tool) > maxToolNameBytes {
+		return Record{}, fmt.Errorf("%w: the caller's identity (%d bytes) or the tool's name (%d bytes) is over %d bytes",
+			ErrTooLong, len(s.Owner), len(s.Tool), maxOwnerBytes)
+	}
 	now := time.Now()
 	if n := m.running(s.Owner, now, m.opts.MaxPerOwner); n >= m.opts.MaxPerOwner {
 		return Record{}, fmt.Errorf("%w: %d of at most %d", ErrTooMany, n, m.opts.MaxPerOwner)
 	}
-	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: s.Target.RequestTopic}
+	topic := s.Target.RequestTopic
+	if m.opts.TopicAllowed != nil && m.opts.TopicAllowed(topic) != nil {
+		topic = "" // every table would refuse the record: recorded without it
+	}
+	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: topic}
 	if err := m.put(ctx, r); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", bridge.ErrUnavailable, err)
 	}
@@ -613,8 +710,12 @@ func (m *Manager) rejoin(ctx context.Context, r Record, p *partial) error {
 		if msg.Key != r.ID {
 			return
 		}
+		text, ok := m.chunkText(msg)
+		if !ok {
+			return
+		}
 		if i, err := strconv.Atoi(msg.Properties[wire.PropSeq]); err == nil && i >= 0 {
-			kept[i] = string(msg.Payload)
+			kept[i] = text
 		}
 	})
 	if err != nil {
@@ -640,7 +741,23 @@ func (m *Manager) writeChunk(ctx context.Context, id string, i int, text string,
 	if last {
 		props[propLast] = "true"
 	}
-	return m.bus.Publish(ctx, m.opts.ChunkTopic, transport.Message{Key: id, Payload: []byte(text), Properties: props})
+	msg := transport.Message{Key: id, Payload: []byte(text), Properties: props}
+	if err := m.opts.Keys.protect(kindChunk, &msg); err != nil {
+		return err
+	}
+	return m.bus.Publish(ctx, m.opts.ChunkTopic, msg)
+}
+
+// chunkText checks a chunk read from the chunk topic, signed with one of
+// the deployment's keys, and returns its text decrypted. One refused is
+// counted and logged (refuse).
+func (m *Manager) chunkText(msg transport.Message) (string, bool) {
+	text, err := m.opts.Keys.unprotect(kindChunk, msg)
+	if err != nil {
+		m.refuse(refusedReason(err), m.opts.ChunkTopic, msg.Key, err)
+		return "", false
+	}
+	return string(text), true
 }
 
 // recordOf returns id's record, waiting up to lagWait for it to reach the
@@ -817,6 +934,10 @@ type Stats struct {
 	// took from its writer's publish to this gateway's table (the
 	// writers' clocks may differ).
 	TableLag time.Duration
+	// Refused counts the messages refused on the state and chunk
+	// topics, by reason (RefusedUnsigned, RefusedSignature,
+	// RefusedMalformed, RefusedTopic; each reason present).
+	Refused map[string]int64
 }
 
 // Stats returns the counters.
@@ -830,8 +951,13 @@ func (m *Manager) Stats() Stats {
 		}
 	}
 	m.mu.RUnlock()
+	refused := make(map[string]int64, len(refusedReasons))
+	for i, r := range refusedReasons {
+		refused[r] = m.refused[i].Load()
+	}
 	return Stats{Started: m.started.Load(), Done: m.done.Load(), Failed: m.failed.Load(), Cancelled: m.cancelled.Load(),
-		Expired: m.expired.Load(), Told: m.told.Load(), Running: running, Table: n, TableLag: time.Duration(m.lag.Load())}
+		Expired: m.expired.Load(), Told: m.told.Load(), Running: running, Table: n, TableLag: time.Duration(m.lag.Load()),
+		Refused: refused}
 }
 
 func newID() string {
@@ -876,13 +1002,17 @@ func (m *Manager) Stream(ctx context.Context, owner, id string, from int, emit f
 			if msg.Key != id {
 				return true
 			}
+			text, ok := m.chunkText(msg)
+			if !ok {
+				return true
+			}
 			i, err := strconv.Atoi(msg.Properties[wire.PropSeq])
 			if err != nil || i < 0 {
 				m.log.Warn("operation chunk without a valid index ignored", "id", id, "index", msg.Properties[wire.PropSeq])
 				return true
 			}
 			select {
-			case chunks <- chunk{i: i, text: string(msg.Payload), last: msg.Properties[propLast] == "true"}:
+			case chunks <- chunk{i: i, text: text, last: msg.Properties[propLast] == "true"}:
 				return true
 			case <-rctx.Done():
 				return false

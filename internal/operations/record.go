@@ -4,7 +4,9 @@
 // names a persistent reply topic that every gateway consumes on one
 // Key_Shared subscription, and the gateway that receives the reply records
 // the outcome. Any gateway can then answer for the operation, to its owner
-// only. docs/operations.md has the design.
+// only. What the gateways write on the broker is encrypted and signed with
+// a key they share (Keys), and what they read there is checked like any
+// input from the bus. docs/operations.md has the design.
 //
 // The package records facts (a tool service's error type and message, or a
 // reason of the gateway's own); turning them into statuses is the core's.

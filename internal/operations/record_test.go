@@ -1,11 +1,8 @@
 package operations
 
 import (
-	"log/slog"
 	"testing"
 	"time"
-
-	"github.com/toolgate/toolgate/internal/transport"
 )
 
 const testID = "0123456789abcdef0123456789abcdef"
@@ -42,12 +39,11 @@ func TestRunningPastItsDeadlineHasFailed(t *testing.T) {
 
 func TestRunningNeverReplacesFinished(t *testing.T) {
 	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Done, Output: "x"}}
-	log := slog.New(slog.DiscardHandler)
-	applyTo(table, map[string]int{}, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"running"}`)}, log)
+	applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"running"}`))
 	if table[testID].State != Done {
 		t.Fatalf("a late running record replaced the finished one: %+v", table[testID])
 	}
-	applyTo(table, map[string]int{}, transport.Message{Key: testID}, log)
+	applyTo(table, map[string]int{}, testID, nil)
 	if _, ok := table[testID]; ok {
 		t.Fatal("a tombstone left the record")
 	}
@@ -55,13 +51,12 @@ func TestRunningNeverReplacesFinished(t *testing.T) {
 
 func TestCancelledStands(t *testing.T) {
 	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Cancelled}}
-	log := slog.New(slog.DiscardHandler)
-	applyTo(table, map[string]int{}, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"failed","error":{"type":"timeout"}}`)}, log)
+	applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"failed","error":{"type":"timeout"}}`))
 	if table[testID].State != Cancelled {
 		t.Fatalf("a reply recorded after the cancel replaced it: %+v", table[testID])
 	}
 	table[testID] = Record{ID: testID, Owner: "a", State: Done}
-	applyTo(table, map[string]int{}, transport.Message{Key: testID, Payload: []byte(`{"id":"` + testID + `","owner":"a","state":"cancelled"}`)}, log)
+	applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"cancelled"}`))
 	if table[testID].State != Cancelled {
 		t.Fatalf("a cancel recorded after a racing reply did not stand: %+v", table[testID])
 	}
@@ -69,25 +64,34 @@ func TestCancelledStands(t *testing.T) {
 
 func TestRunningCountedPerOwner(t *testing.T) {
 	table, running := map[string]Record{}, map[string]int{}
-	log := slog.New(slog.DiscardHandler)
-	rec := func(id, owner, state string) transport.Message {
-		return transport.Message{Key: id, Payload: []byte(`{"id":"` + id + `","owner":"` + owner + `","state":"` + state + `"}`)}
+	rec := func(id, owner, state string) {
+		applyTo(table, running, id, decoded(t, id, `{"id":"`+id+`","owner":"`+owner+`","state":"`+state+`"}`))
 	}
 	other := "ffffffffffffffffffffffffffffffff"
-	applyTo(table, running, rec(testID, "a", "running"), log)
-	applyTo(table, running, rec(other, "a", "running"), log)
-	applyTo(table, running, rec(testID, "a", "running"), log) // written again: still one
+	rec(testID, "a", "running")
+	rec(other, "a", "running")
+	rec(testID, "a", "running") // written again: still one
 	if running["a"] != 2 {
 		t.Fatalf("two running: counted %d", running["a"])
 	}
-	applyTo(table, running, rec(testID, "a", "done"), log)
-	applyTo(table, running, rec(testID, "a", "running"), log) // a late running record: refused
-	applyTo(table, running, transport.Message{Key: other}, log)
+	rec(testID, "a", "done")
+	rec(testID, "a", "running") // a late running record: refused
+	applyTo(table, running, other, nil)
 	if n, ok := running["a"]; ok {
 		t.Fatalf("none running: counted %d", n)
 	}
-	applyTo(table, running, transport.Message{Key: testID}, log)
+	applyTo(table, running, testID, nil)
 	if len(running) != 0 || len(table) != 0 {
 		t.Fatalf("after the tombstones: running %v, table %v", running, table)
 	}
+}
+
+// decoded is the record of JSON text j under key.
+func decoded(t *testing.T, key, j string) *Record {
+	t.Helper()
+	r, err := decodeRecord(key, []byte(j))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &r
 }

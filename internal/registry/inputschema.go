@@ -124,7 +124,8 @@ func pointer(loc []string) string {
 
 // parseInputSchema checks a descriptor's "input-schema" — an object, within
 // the bounds, with "type": "object" at its root, that compiles (JSON Schema
-// 2020-12 when it names no "$schema"), with valid x-mcp-header annotations
+// 2020-12 when it names no "$schema"), without a reference cycle that
+// validation would loop in (refCycle), with valid x-mcp-header annotations
 // — and returns it compiled, as it was given, and its header parameters.
 func parseInputSchema(v any) (*InputSchema, map[string]any, []HeaderParam, error) {
 	doc, ok := v.(map[string]any)
@@ -159,6 +160,10 @@ func parseInputSchema(v any) (*InputSchema, map[string]any, []HeaderParam, error
 	compiled, err := c.Compile(schemaURL)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf(`"input-schema" is not a valid JSON Schema: %s`, schemaErr(err))
+	}
+	if cycle := refCycle(compiled); cycle != nil {
+		return nil, nil, nil, fmt.Errorf(`"input-schema" has a reference cycle that validation would follow forever, never going into the arguments: %s `+
+			`(a schema may refer to itself only through properties or items, as a tree node does)`, cyclePath(cycle))
 	}
 	headers, err := headerParams(doc)
 	if err != nil {

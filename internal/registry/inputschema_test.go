@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // schemaDoc is a registry document with one tool whose descriptor has
@@ -166,13 +168,15 @@ func TestHeaderParams(t *testing.T) {
 
 // FuzzInputSchema feeds untrusted schemas to the loader: it must refuse or
 // compile them, never panic or hang, and a compiled schema must check any
-// arguments without panicking.
+// arguments without panicking or stopping in a reference cycle.
 func FuzzInputSchema(f *testing.F) {
 	f.Add([]byte(contact), []byte(`{"email": "a"}`))
 	f.Add([]byte(`{"type": "object", "properties": {"a": {"$ref": "#"}}}`), []byte(`{"a": {"a": {}}}`))
 	f.Add([]byte(`{"type": "object", "$defs": {"x": {"$ref": "#/$defs/x"}}, "properties": {"a": {"$ref": "#/$defs/x"}}}`), []byte(`{"a": 1}`))
 	f.Add([]byte(`{"type": "object", "patternProperties": {"^a+$": {"pattern": "(a|b)*c"}}}`), []byte(`{"aaa": "abab"}`))
 	f.Add([]byte(`{"type": "object", "$dynamicAnchor": "n", "properties": {"a": {"$dynamicRef": "#n"}}}`), []byte(`{"a": {}}`))
+	f.Add([]byte(`{"type": "object", "$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/b"}]}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}, "properties": {"p": {"$ref": "#/$defs/a"}}}`), []byte(`{"p": 1}`))
+	f.Add([]byte(`{"type": "object", "$dynamicAnchor": "n", "allOf": [{"$dynamicRef": "#n"}]}`), []byte(`{}`))
 	f.Fuzz(func(t *testing.T, schema, args []byte) {
 		var v any
 		if json.Unmarshal(schema, &v) != nil {
@@ -188,7 +192,130 @@ func FuzzInputSchema(f *testing.F) {
 			t.Fatalf("accepted without a compiled object schema: %+v", tool)
 		}
 		if json.Valid(args) {
-			_ = tool.InputSchema.Check(args)
+			// A schema that loads has no cycle for validation to stop in.
+			if err := tool.InputSchema.Check(args); err != nil && strings.Contains(err.Error(), "reference cycle") {
+				t.Fatalf("schema %s loaded, but checking %s: %v", schema, args, err)
+			}
 		}
 	})
+}
+
+// A reference cycle that never goes into the arguments (a → b → a) would
+// fail every call: the descriptor is refused when it is loaded, naming
+// the tool and the cycle — whichever source it came from (a file goes
+// through Parse, announcements and the configuration service through
+// ParseDocument). A schema recursive through properties or items is no
+// such cycle: it loads, and checks arguments.
+func TestInputSchemaReferenceCycle(t *testing.T) {
+	t.Parallel()
+	refused := []struct {
+		name, schema, cycle string
+		loops               string // arguments the library's validation stops in the cycle
+	}{
+		{"a to b to a", `{"type": "object", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "properties": {"x": {"$ref": "#/$defs/a"}}}`,
+			"#/$defs/a → #/$defs/b → #/$defs/a", `{"x": 1}`},
+		{"itself", `{"type": "object", "$defs": {"x": {"$ref": "#/$defs/x"}}, "properties": {"a": {"$ref": "#/$defs/x"}}}`, "#/$defs/x → #/$defs/x", `{"a": 1}`},
+		{"root through allOf", `{"type": "object", "allOf": [{"$ref": "#"}]}`, "# → #/allOf/0 → #", `{}`},
+		{"through anyOf", `{"type": "object", "$defs": {"a": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/b"}]}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}}, "properties": {"p": {"$ref": "#/$defs/a"}}}`,
+			"#/$defs/a → #/$defs/a/anyOf/1 → #/$defs/b → #/$defs/b/allOf/0 → #/$defs/a", `{"p": 1}`},
+		// Under "not" the library's cycle error is a failure that not
+		// turns into success: the schema (a value that is not itself) has
+		// no meaning, and is refused all the same.
+		{"through not", `{"type": "object", "$defs": {"a": {"not": {"$ref": "#/$defs/a"}}}, "properties": {"p": {"$ref": "#/$defs/a"}}}`,
+			"#/$defs/a → #/$defs/a/not → #/$defs/a", ""},
+		{"through if and then", `{"type": "object", "if": {"required": ["k"]}, "then": {"$ref": "#"}}`, "# → #/then → #", `{"k": 1}`},
+		{"through dependentSchemas", `{"type": "object", "dependentSchemas": {"k": {"$ref": "#"}}}`, "# → #/dependentSchemas/k → #", `{"k": 1}`},
+		{"draft 7 definitions", `{"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "definitions": {"a": {"allOf": [{"$ref": "#/definitions/a"}]}}, "properties": {"p": {"$ref": "#/definitions/a"}}}`,
+			"#/definitions/a → #/definitions/a/allOf/0 → #/definitions/a", `{"p": 1}`},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// What the library makes of it, compiled as it stands: every
+			// call of such arguments fails with its reference cycle error.
+			if err := libraryValidate(t, c.schema, c.loops); c.loops != "" && (!errors.As(err, new(*jsonschema.ValidationError)) ||
+				!strings.Contains(fmt.Sprintf("%#v", err), "reference cycle")) {
+				t.Fatalf("the library validates %s against it: %v, want its reference cycle error", c.loops, err)
+			}
+			_, err := Parse("schema.json", schemaDoc(`, "input-schema": `+c.schema), nil)
+			var le *LoadError
+			if !errors.As(err, &le) {
+				t.Fatalf("accepted at load, or failed otherwise: %v", err)
+			}
+			for _, want := range []string{"tool/t: ", "reference cycle", c.cycle} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error\n%v\nwant it to say %q", err, want)
+				}
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(schemaDoc(`, "input-schema": `+c.schema), &doc); err != nil {
+				t.Fatal(err)
+			}
+			_, tools, problems := ParseDocument("announcement", doc, nil)
+			if _, ok := tools["t"]; ok || len(problems) == 0 || !strings.Contains(fmt.Sprint(problems), c.cycle) {
+				t.Errorf("ParseDocument: tool kept %v, problems %v", ok, problems)
+			}
+		})
+	}
+
+	accepted := []struct {
+		name, schema, valid, invalid, why string
+	}{
+		{"tree through items", `{"type": "object", "$defs": {"node": {"type": "object", "required": ["name"],
+			"properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+			"properties": {"root": {"$ref": "#/$defs/node"}}}`,
+			`{"root": {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]}}`,
+			`{"root": {"name": "a", "children": [{"name": "b", "children": [{"name": 3}]}]}}`, "/root/children/0/children/0/name"},
+		{"root through a property", `{"type": "object", "properties": {"next": {"$ref": "#"}, "v": {"type": "integer"}}}`,
+			`{"next": {"next": {"v": 1}}}`, `{"next": {"next": {"v": "x"}}}`, "/next/next/v"},
+		{"dynamic tree", `{"type": "object", "$dynamicAnchor": "node", "properties": {"kids": {"type": "array", "items": {"$dynamicRef": "#node"}}, "n": {"type": "integer"}}}`,
+			`{"kids": [{"kids": [{"n": 1}]}]}`, `{"kids": [{"kids": [{"n": "1"}]}]}`, "/kids/0/kids/0/n"},
+		{"shared definition, no cycle", `{"type": "object", "$defs": {"s": {"type": "string"}, "pair": {"allOf": [{"$ref": "#/$defs/s"}, {"$ref": "#/$defs/s"}]}},
+			"properties": {"a": {"$ref": "#/$defs/pair"}, "b": {"$ref": "#/$defs/pair"}}}`, `{"a": "x", "b": "y"}`, `{"a": "x", "b": 2}`, "/b"},
+	}
+	for _, c := range accepted {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, err := Parse("schema.json", schemaDoc(`, "input-schema": `+c.schema), nil)
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			schema := mustTool(t, s, "t").InputSchema
+			if err := schema.Check([]byte(c.valid)); err != nil {
+				t.Errorf("valid arguments refused: %v", err)
+			}
+			var ae *ArgumentError
+			if err := schema.Check([]byte(c.invalid)); !errors.As(err, &ae) || ae.Path != c.why {
+				t.Errorf("invalid arguments: %v, want an argument error at %s", err, c.why)
+			}
+		})
+	}
+}
+
+// libraryValidate compiles schema as parseInputSchema does, without its
+// checks, and validates args against it.
+func libraryValidate(t *testing.T, schema, args string) error {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noLoader{})
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := c.Compile(schemaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args == "" {
+		return nil
+	}
+	v, err := jsonschema.UnmarshalJSON(strings.NewReader(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return compiled.Validate(v)
 }

@@ -548,17 +548,27 @@ func checkAnnouncement(unit string, doc map[string]any, p *part) error {
 // Anything else — the announcements topic, another tenant — is refused
 // before the gateway publishes to it or subscribes to it.
 func (m *Merger) checkAnnouncedTopics(sv *Service) error {
-	for _, t := range []struct {
-		what, topic string
-		allowed     []string
-	}{{"request", sv.RequestTopic, m.requestNS}, {"response", sv.ResponseTopic, m.responseNS}} {
-		if ns := topicNamespace(t.topic); !slices.Contains(t.allowed, ns) {
-			return fmt.Errorf("its %s topic %s is outside the namespaces announced %s topics may be in (%s)",
-				t.what, t.topic, t.what, strings.Join(t.allowed, ", "))
-		}
+	if err := m.CheckRequestTopic(sv.RequestTopic); err != nil {
+		return fmt.Errorf("its %w", err)
+	}
+	if ns := topicNamespace(sv.ResponseTopic); !slices.Contains(m.responseNS, ns) {
+		return fmt.Errorf("its response topic %s is outside the namespaces announced response topics may be in (%s)",
+			sv.ResponseTopic, strings.Join(m.responseNS, ", "))
 	}
 	if strings.HasPrefix(sv.ResponseTopic[strings.LastIndexByte(sv.ResponseTopic, '/')+1:], wire.ReplyTopicPrefix) {
 		return fmt.Errorf("its response topic %s is named like a gateway's reply topic (%s…), which no service may claim", sv.ResponseTopic, wire.ReplyTopicPrefix)
+	}
+	return nil
+}
+
+// CheckRequestTopic checks a request topic named by what comes from the
+// bus — an announcement, a durable operation's record (whose service a
+// cancel is sent to) — against the allow-list of announced request
+// topics: one of the request namespaces (WithAnnouncedNamespaces).
+func (m *Merger) CheckRequestTopic(topic string) error {
+	if ns := topicNamespace(topic); !slices.Contains(m.requestNS, ns) {
+		return fmt.Errorf("request topic %s is outside the namespaces announced request topics may be in (%s)",
+			topic, strings.Join(m.requestNS, ", "))
 	}
 	return nil
 }

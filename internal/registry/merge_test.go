@@ -242,6 +242,29 @@ func TestAnnouncedTopicsAllowList(t *testing.T) {
 	}
 }
 
+// CheckRequestTopic is the announcements' request-topic check, for others
+// who take topics from the bus (durable operations' records).
+func TestCheckRequestTopic(t *testing.T) {
+	m := NewMerger(nil, nil)
+	for _, ok := range []string{"non-persistent://tg/request/echo", "persistent://tg/request/echo"} {
+		if err := m.CheckRequestTopic(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"persistent://public/default/victim", "non-persistent://tg/response/x", "persistent://tg/operations/state", "", "tg/request"} {
+		if err := m.CheckRequestTopic(bad); err == nil {
+			t.Errorf("%q: allowed", bad)
+		}
+	}
+	m2 := NewMerger(nil, nil, WithAnnouncedNamespaces([]string{"acme/tools-in"}, []string{"acme/tools-out"}))
+	if err := m2.CheckRequestTopic("non-persistent://acme/tools-in/a"); err != nil {
+		t.Errorf("acme/tools-in allowed: %v", err)
+	}
+	if err := m2.CheckRequestTopic("non-persistent://tg/request/a"); err == nil {
+		t.Error("tg/request allowed with only acme/tools-in")
+	}
+}
+
 // A tool name or a topic held by one announced service is not taken over
 // by another announcement, whatever its key; the holder keeps it through
 // re-announcements, and the contender gets it once the holder withdraws.

@@ -23,6 +23,14 @@ func TestMain(m *testing.M) {
 		// closed producer's send-timeout goroutine only notices the close
 		// when its timer (SendTimeout) next fires.
 		goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).failTimeoutMessages"),
+		// pulsar-client-go v0.21: now and then a connection's goroutines
+		// (run loop, reader, ping check) outlive the client's Close in the
+		// propagation tests on the real broker, with no test failing — a
+		// race inside the client we could not pin down. Our own
+		// goroutines are still checked.
+		goleak.IgnoreAnyFunction("github.com/apache/pulsar-client-go/pulsar/internal.(*connection).run"),
+		goleak.IgnoreAnyFunction("github.com/apache/pulsar-client-go/pulsar/internal.(*connection).runPingCheck"),
+		goleak.IgnoreAnyFunction("github.com/apache/pulsar-client-go/pulsar/internal.(*connectionReader).readFromConnection"),
 	)
 }
 

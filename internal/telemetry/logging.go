@@ -127,19 +127,24 @@ func (l *CallLog) finish(ctx context.Context, c *toolcall.Call, err error, d tim
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
-	user := ""
+	user, source := "", ""
 	if c.Authenticated {
-		user = c.Caller.User
+		user, source = c.Caller.User, c.Caller.Subject().Origin()
 	}
-	attrs := make([]slog.Attr, 0, 10)
+	attrs := make([]slog.Attr, 0, 12)
 	attrs = append(attrs,
 		slog.String("request_id", c.RequestID),
 		slog.String("method", c.MethodName()),
 		slog.String("tool", truncate(c.Name, maxToolLen)),
 		slog.String("user", user),
+		slog.String("source", source),
 		slog.String("code", code.String()),
 		slog.Float64("duration_ms", math.Round(float64(d.Microseconds()))/1000),
 	)
+	if c.Authenticated && c.Caller.As.Source != "" {
+		// The policy joined the caller's identity to another it acts as.
+		attrs = append(attrs, slog.String("as", c.Caller.As.String()))
+	}
 	if err != nil {
 		if st, ok := status.FromError(err); ok {
 			for _, det := range st.Details() {

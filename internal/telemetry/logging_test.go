@@ -42,7 +42,7 @@ func TestCallLog(t *testing.T) {
 		{
 			name: "invoke ok keeps the caller's request id", level: slog.LevelInfo,
 			call:   invokeCall("echo", header("user", "alice", RequestIDHeader, "req-1.2_3")),
-			want:   map[string]any{"level": "INFO", "msg": "call", "method": mInvoke, "tool": "echo", "user": "alice", "code": "OK"},
+			want:   map[string]any{"level": "INFO", "msg": "call", "method": mInvoke, "tool": "echo", "user": "alice", "source": "fake", "code": "OK"},
 			wantID: "req-1.2_3", absent: []string{"arguments", "error", "reason"}, notSeen: []string{"hunter2"},
 		},
 		{
@@ -91,7 +91,7 @@ func TestCallLog(t *testing.T) {
 		{
 			name: "unauthenticated calls are logged", level: slog.LevelInfo,
 			call: invokeCall("echo", nil),
-			want: map[string]any{"level": "INFO", "tool": "echo", "user": "", "code": "Unauthenticated"},
+			want: map[string]any{"level": "INFO", "tool": "echo", "user": "", "source": "", "code": "Unauthenticated"},
 		},
 		{
 			name: "debug logs arguments and the status message", level: slog.LevelDebug,

@@ -2,7 +2,9 @@ package telemetry
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +59,9 @@ type OperationsStats struct {
 	// TableLag: how long the last record read took from its publish to
 	// this gateway's table.
 	TableLag time.Duration
+	// RecordsRefused counts the messages refused on the operations'
+	// state and chunk topics, by reason.
+	RecordsRefused map[string]int64
 }
 
 // RegistryStats describe the tool registry, as WithRegistryStats reads them.
@@ -367,8 +372,11 @@ func newOperationsCollector(f func() OperationsStats) prometheus.Collector {
 	table := prometheus.NewDesc("toolgate_operations_table", "Durable operations in this gateway's copy of the state table, ended ones kept for their TTL included.", nil, nil)
 	lag := prometheus.NewDesc("toolgate_operations_table_lag_seconds",
 		"How long the last record read from the state table took from its writer's publish to this gateway's copy (by the writer's clock).", nil, nil)
+	refused := prometheus.NewDesc("toolgate_operations_records_refused_total",
+		"Messages read from the durable operations' state and chunk topics and refused, by reason: unsigned or bad_signature (not signed with the deployment's key), malformed, topic_not_allowed (names a request topic outside the announcements' allow-list).",
+		[]string{"reason"}, nil)
 	return &funcCollector{
-		descs: []*prometheus.Desc{started, ended, cancels, running, table, lag},
+		descs: []*prometheus.Desc{started, ended, cancels, running, table, lag, refused},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := f()
 			ch <- prometheus.MustNewConstMetric(started, prometheus.CounterValue, float64(s.Started))
@@ -380,6 +388,9 @@ func newOperationsCollector(f func() OperationsStats) prometheus.Collector {
 			ch <- prometheus.MustNewConstMetric(running, prometheus.GaugeValue, float64(s.Running))
 			ch <- prometheus.MustNewConstMetric(table, prometheus.GaugeValue, float64(s.Table))
 			ch <- prometheus.MustNewConstMetric(lag, prometheus.GaugeValue, s.TableLag.Seconds())
+			for _, reason := range slices.Sorted(maps.Keys(s.RecordsRefused)) {
+				ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, float64(s.RecordsRefused[reason]), reason)
+			}
 		},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
@@ -23,7 +24,9 @@ func checkArguments(t *registry.Tool, raw []byte) (string, error) {
 	}
 	compact, err := jsontext.Compact(raw)
 	if err != nil {
-		return "", status.Errorf(codes.InvalidArgument, "tool %q: the arguments %v", t.Name, err)
+		// The text of the arguments "is not valid JSON", "must be a JSON
+		// object", …: jsontext's errors read after a singular subject.
+		return "", invalidArguments(t, fmt.Sprintf("tool %q: the text of the arguments %v", t.Name, err))
 	}
 	if len(t.Arguments) > 0 || t.Strict {
 		if err := checkDeclared(t, compact); err != nil {
@@ -34,12 +37,17 @@ func checkArguments(t *registry.Tool, raw []byte) (string, error) {
 		if err := t.InputSchema.Check(compact); err != nil {
 			var ae *registry.ArgumentError
 			if errors.As(err, &ae) {
-				return "", status.Errorf(codes.InvalidArgument, "tool %q: %v", t.Name, ae)
+				return "", invalidArguments(t, fmt.Sprintf("tool %q: %v", t.Name, ae))
 			}
 			return "", status.Errorf(codes.Internal, "tool %q: the arguments could not be checked against the input schema", t.Name)
 		}
 	}
 	return string(compact), nil
+}
+
+// invalidArguments is the INVALID_ARGUMENT of arguments tool t refuses.
+func invalidArguments(t *registry.Tool, msg string) error {
+	return gatewayError(codes.InvalidArgument, ReasonInvalidArguments, msg, map[string]string{"tool": t.Name})
 }
 
 // checkDeclared checks compact arguments against the tool's declared
@@ -63,18 +71,18 @@ func checkDeclared(t *registry.Tool, compact []byte) error {
 		}
 		if v == nil {
 			if a.Required {
-				return status.Errorf(codes.InvalidArgument, "tool %q: missing required argument %q", t.Name, a.Name)
+				return invalidArguments(t, fmt.Sprintf("tool %q: missing required argument %q", t.Name, a.Name))
 			}
 			continue
 		}
 		if kind := v.Kind(); kind != a.Type && (a.Type != "integer" || !v.IsInteger()) {
-			return status.Errorf(codes.InvalidArgument, "tool %q: argument %q must be of type %s, got %s", t.Name, a.Name, a.Type, kind)
+			return invalidArguments(t, fmt.Sprintf("tool %q: argument %q must be of type %s, got %s", t.Name, a.Name, a.Type, kind))
 		}
 	}
 	if t.Strict {
 		for _, m := range members {
 			if !declared(t, m.Key) {
-				return status.Errorf(codes.InvalidArgument, "tool %q: unknown argument %q (the tool accepts only its declared arguments)", t.Name, unescape(m.Key))
+				return invalidArguments(t, fmt.Sprintf("tool %q: unknown argument %q (the tool accepts only its declared arguments)", t.Name, unescape(m.Key)))
 			}
 		}
 	}

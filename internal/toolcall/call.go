@@ -119,15 +119,27 @@ type noHeader struct{}
 func (noHeader) Values(string) []string { return nil }
 
 // Caller is an authenticated caller: who the authentication middleware
-// established a call comes from.
+// established a call comes from. A user name alone says little — every
+// source of identities names its own users — so the caller is known by
+// its Subject (source and name), or by the Principal an operator joined it
+// to.
 type Caller struct {
-	// User names the caller; it becomes the tool-service envelope's user.
+	// User is the name the caller's credential gives: the envelope's user
+	// (unless As names another), and the name shown in logs.
 	User string
 	// Roles are the caller's roles, as its credential states them.
 	Roles []string
-	// Method says how the caller was authenticated ("api-key", "jwt",
-	// "mtls", "anonymous").
+	// Method says how the caller was authenticated: SourceAPIKey,
+	// SourceJWT, SourceMTLS or SourceAnonymous.
 	Method string
+	// Issuer is the JWT's issuer (iss) when Method is SourceJWT; "" for a
+	// token without one.
+	Issuer string
+	// As, when its Source is set, is the identity the operator joined the
+	// caller's own to on purpose (the policy's identities): the caller
+	// acts as As — its operations, its rate-limit bucket, the envelope's
+	// user.
+	As Subject
 }
 
 // HasRole reports whether the caller has role r.

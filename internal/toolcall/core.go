@@ -195,7 +195,7 @@ func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Reque
 	switch {
 	case c.TimeoutSet:
 		if c.Timeout <= 0 {
-			return tool, wire.Request{}, time.Time{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+			return tool, wire.Request{}, time.Time{}, gatewayError(codes.InvalidArgument, ReasonInvalidTimeout, "timeout must be a positive duration such as \"5s\"", nil)
 		}
 		limit = min(c.Timeout, s.opts.MaxTimeout)
 	case hasDeadline(ctx) && c.Op != OpStartTool:
@@ -213,12 +213,21 @@ func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Reque
 	return tool, env, deadline, nil
 }
 
-// user is who a call comes from: the envelope's user, an operation's owner.
+// user is the name of who a call comes from: the envelope's user.
 func (s *Core) user(c *Call) string {
-	if c.Authenticated && c.Caller.User != "" {
-		return c.Caller.User
+	if p := c.Caller.Principal(); c.Authenticated && p.Name != "" {
+		return p.Name
 	}
 	return s.opts.DefaultUser
+}
+
+// owner is who a call comes from, with the source of its identity: the
+// owner of the operations it starts and the only one who may see them.
+func (s *Core) owner(c *Call) string {
+	if p := c.Caller.Principal(); c.Authenticated && p.Name != "" {
+		return p.String()
+	}
+	return Subject{Source: SourceAnonymous, Name: s.opts.DefaultUser}.String()
 }
 
 func hasDeadline(ctx context.Context) bool {
@@ -262,7 +271,7 @@ func (s *Core) listTools(c *Call) (Result, error) {
 func page(n int, key func(int) string, size int32, token string) (start, end int, next string, err error) {
 	switch {
 	case size < 0:
-		return 0, 0, "", status.Error(codes.InvalidArgument, "page_size must not be negative")
+		return 0, 0, "", gatewayError(codes.InvalidArgument, ReasonInvalidPageSize, "page_size must not be negative", nil)
 	case size == 0:
 		size = DefaultPageSize
 	case size > MaxPageSize:
@@ -273,7 +282,7 @@ func page(n int, key func(int) string, size int32, token string) (start, end int
 		// pattern has it; the decoder would skip line breaks.
 		raw, derr := base64.RawURLEncoding.Strict().DecodeString(token)
 		if derr != nil || strings.ContainsAny(token, "\r\n") {
-			return 0, 0, "", status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+			return 0, 0, "", gatewayError(codes.InvalidArgument, ReasonInvalidPageToken, "page_token is not one this server issued", nil)
 		}
 		after := string(raw)
 		lo, hi := 0, n

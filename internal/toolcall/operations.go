@@ -37,9 +37,9 @@ const ReasonOperationNotFound = "OPERATION_NOT_FOUND"
 func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error) {
 	ops := s.opts.Operations
 	if ops == nil {
-		return Result{}, status.Error(codes.Unimplemented, "durable operations are not enabled on this gateway (--operations)")
+		return Result{}, gatewayError(codes.Unimplemented, ReasonOperationsDisabled, "durable operations are not enabled on this gateway (--operations)", nil)
 	}
-	owner := s.user(c)
+	owner := s.owner(c)
 	var (
 		rec operations.Record
 		err error
@@ -52,7 +52,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		}
 		rec, err = ops.Start(ctx, operations.StartSpec{Owner: owner, Tool: tool.Name, Request: env, Deadline: deadline,
 			Target: bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}})
-		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) {
+		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) && !errors.Is(err, operations.ErrTooLong) {
 			return Result{}, s.status(ctx, err, c.Name, tool, deadline)
 		}
 	case OpListOperations:
@@ -66,7 +66,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 			f := false
 			done = &f
 		default:
-			return Result{}, status.Errorf(codes.InvalidArgument, "filter %q: want \"done=true\" or \"done=false\"", c.Filter)
+			return Result{}, gatewayError(codes.InvalidArgument, ReasonInvalidFilter, fmt.Sprintf("filter %q: want \"done=true\" or \"done=false\"", c.Filter), nil)
 		}
 		recs := ops.List(owner, done)
 		start, end, next, perr := page(len(recs), func(i int) string { return recs[i].ID }, c.PageSize, c.PageToken)
@@ -88,7 +88,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		timeout := DefaultWaitTimeout
 		if c.TimeoutSet {
 			if c.Timeout <= 0 {
-				return Result{}, status.Error(codes.InvalidArgument, "timeout must be a positive duration such as \"5s\"")
+				return Result{}, gatewayError(codes.InvalidArgument, ReasonInvalidTimeout, "timeout must be a positive duration such as \"5s\"", nil)
 			}
 			timeout = min(c.Timeout, MaxWaitTimeout)
 		}
@@ -129,6 +129,8 @@ func opError(err error, id string) error {
 		return gatewayError(codes.NotFound, ReasonOperationNotFound, fmt.Sprintf("operation %q not found", id), map[string]string{"operation": id})
 	case errors.Is(err, operations.ErrTooMany):
 		return gatewayError(codes.ResourceExhausted, "TOO_MANY_OPERATIONS", err.Error()+"; wait for some to finish", nil)
+	case errors.Is(err, operations.ErrTooLong):
+		return gatewayError(codes.InvalidArgument, "OPERATION_TOO_LONG", err.Error(), nil)
 	case errors.Is(err, operations.ErrNotReady):
 		return gatewayError(codes.Unavailable, "OPERATIONS_NOT_READY", "the gateway has not read the operations table yet; retry shortly", nil)
 	case errors.Is(err, operations.ErrChunksLost):

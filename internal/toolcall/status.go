@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/registry"
@@ -195,3 +197,69 @@ func gatewayError(code codes.Code, reason, msg string, md map[string]string) err
 	}
 	return st.Err()
 }
+
+// WithErrorInfo returns err as a status that has an ErrorInfo: err itself
+// when it has one, else with an ErrorInfo in ErrorDomain whose reason is
+// the code's name (INVALID_ARGUMENT, UNIMPLEMENTED, …). An error that is
+// not a status becomes one as gRPC makes it: a context's error its code,
+// anything else UNKNOWN. Every door passes the errors it answers with
+// through it, so every one carries an ErrorInfo. nil stays nil.
+func WithErrorInfo(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	return EnsureErrorInfo(st).Err()
+}
+
+// EnsureErrorInfo is WithErrorInfo of a status: st when it has an
+// ErrorInfo or is OK, else st with one.
+func EnsureErrorInfo(st *status.Status) *status.Status {
+	if st.Code() == codes.OK {
+		return st
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.ErrorInfo); ok {
+			return st
+		}
+	}
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: CodeReason(st.Code()), Domain: ErrorDomain}); err == nil {
+		return ds
+	}
+	return st
+}
+
+// CodeReason is the ErrorInfo reason of a refusal with no more specific
+// one: the code's name in upper snake case, as gRPC spells it
+// (INVALID_ARGUMENT, DEADLINE_EXCEEDED).
+func CodeReason(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if unicode.IsUpper(r) && i > 0 {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
+}
+
+// GatewayError is a status error with an ErrorInfo in the gateway's
+// domain: reason says why, for programs; msg, for people.
+func GatewayError(code codes.Code, reason, msg string, md map[string]string) error {
+	return gatewayError(code, reason, msg, md)
+}
+
+// The reasons of the gateway's own refusals of a request's form.
+const (
+	ReasonInvalidPageSize    = "INVALID_PAGE_SIZE"
+	ReasonInvalidPageToken   = "INVALID_PAGE_TOKEN"
+	ReasonInvalidTimeout     = "INVALID_TIMEOUT"
+	ReasonInvalidArguments   = "INVALID_ARGUMENTS"
+	ReasonArgumentsConflict  = "ARGUMENTS_CONFLICT"
+	ReasonInvalidBody        = "INVALID_BODY"
+	ReasonInvalidFilter      = "INVALID_FILTER"
+	ReasonOperationsDisabled = "OPERATIONS_DISABLED"
+)

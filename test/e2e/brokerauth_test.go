@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
@@ -248,10 +250,13 @@ func TestBrokerTokenAuth(t *testing.T) {
 	svcTopic, otherTopic := brokertest.UniqueTopic("auth-echo"), brokertest.UniqueTopic("auth-other")
 
 	b.createTopic(t, announce)
-	// The gateway: publish requests, read replies and announcements.
+	// The gateway: publish requests, read replies and announcements;
+	// durable operations: write and read their state and chunk topics
+	// (tg/operations, no other party's), read their replies.
 	b.grant(t, "tg/request", gwRole, "produce")
 	b.grant(t, "tg/response", gwRole, "consume")
 	b.grant(t, announce, gwRole, "consume")
+	b.grant(t, "tg/operations", gwRole, "produce", "consume")
 	// A service: its request topic to consume, its response topic and
 	// the announcements topic to produce on (it announces itself), and the
 	// reply topic of the gateway instance (reply-to).
@@ -259,6 +264,9 @@ func TestBrokerTokenAuth(t *testing.T) {
 	b.grant(t, wire.ResponseTopic(svcTopic), svcRole, "produce")
 	b.grant(t, announce, svcRole, "produce")
 	b.grant(t, wire.ReplyTopic(instance), svcRole, "produce")
+	// and the reply topic of durable operations.
+	b.createTopic(t, wire.OperationsTopic)
+	b.grant(t, wire.OperationsTopic, svcRole, "produce")
 	// Another service, with the same on its own topics only.
 	b.grant(t, wire.RequestTopic(otherTopic), otherRole, "consume")
 	b.grant(t, wire.ResponseTopic(otherTopic), otherRole, "produce")
@@ -337,8 +345,14 @@ func TestBrokerTokenAuth(t *testing.T) {
 	if err := os.WriteFile(reg, []byte("tool-service:\n  nobody: {topic: "+nobody+"}\ntool:\n  nobody-home: {type: tool-service, service: nobody}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Durable operations on the default topics of the broker's own.
+	opsKey := filepath.Join(t.TempDir(), "operations.key")
+	if err := os.WriteFile(opsKey, []byte(brokertest.UniqueTopic("key")+brokertest.UniqueTopic("of-this-test")), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	gw := runGateway(t, nil, "--pulsar-url", b.tlsURL, "--pulsar-tls-ca", b.caFile, "--pulsar-admin-url", b.admin, "--pulsar-token-file", b.tokenFile(t, gwRole),
-		"--registry", reg, "--announce-topic", announce, "--instance-id", instance, "--allow-anonymous", "--default-timeout", "10s")
+		"--registry", reg, "--announce-topic", announce, "--instance-id", instance, "--allow-anonymous", "--default-timeout", "10s",
+		"--operations", "--operations-key-file", opsKey)
 	if err := waitReady("http://"+gw.HTTPAddr(), 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -358,6 +372,15 @@ func TestBrokerTokenAuth(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("a call through the gateway and the service, both with valid tokens: %v", err)
+	}
+	// A durable operation: recorded on tg/operations, answered by the
+	// service on the operations' reply topic, read back done.
+	op, err := client.StartTool(t.Context(), &toolgatev1.StartToolRequest{Name: "auth-echo", Arguments: args})
+	if err == nil {
+		err = waitOperation(t, "http://"+gw.HTTPAddr(), op.GetName(), "through the authenticated bus")
+	}
+	if err != nil {
+		t.Fatalf("a durable operation through the authenticated bus: %v", err)
 	}
 	nctx, ncancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer ncancel()
@@ -416,8 +439,48 @@ func TestBrokerTokenAuth(t *testing.T) {
 	_, err = other.Subscribe(pulsar.ConsumerOptions{Topic: wire.RequestTopic(svcTopic), SubscriptionName: "steal", Type: pulsar.Shared})
 	refused("a service reading another service's requests", err, "Authoriz")
 	refused("a service that is not an announcer producing on the announcements topic", produce(other, announce), "Authoriz")
+	// a service (even one granted the operations' reply topic) writing
+	// or reading the operations' state or chunks;
+	svcc := b.client(t, b.token(t, svcRole, nil))
+	for _, topic := range []string{operations.DefaultStateTopic, operations.DefaultChunkTopic} {
+		refused("a service producing on "+topic, produce(svcc, topic), "Authoriz")
+		_, err = svcc.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.EarliestMessageID()})
+		refused("a service reading "+topic, err, "Authoriz")
+	}
 	// the gateway announcing, or answering in a service's stead.
 	gwc := b.client(t, b.token(t, gwRole, nil))
 	refused("the gateway producing on the announcements topic", produce(gwc, announce), "Authoriz")
 	refused("the gateway producing on a service's response topic", produce(gwc, wire.ResponseTopic(svcTopic)), "Authoriz")
+}
+
+// waitOperation waits until the operation name (operations/{id}) is done
+// on the gateway at base, with output want.
+func waitOperation(t *testing.T, base, name, want string) error {
+	t.Helper()
+	var last string
+	for range 100 {
+		resp, err := http.Post(base+"/v1/"+name+":wait", "application/json", strings.NewReader(`{"timeout": "5s"}`))
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = string(b)
+		var op struct {
+			Done     bool `json:"done"`
+			Response struct {
+				Output string `json:"output"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal(b, &op); err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %d %s", name, resp.StatusCode, b)
+		}
+		if op.Done {
+			if op.Response.Output != want {
+				return fmt.Errorf("%s done with %s, want the output %q", name, b, want)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not done: %s", name, last)
 }

@@ -10,8 +10,9 @@ import (
 )
 
 // TestBufCurl calls the running gateway with buf curl, a client that knows
-// only the protos, over the Connect protocol and gRPC-Web: list, invoke and
-// stream through the Connect door on the HTTP listener.
+// only the protos, over the Connect protocol, gRPC-Web and gRPC: list,
+// invoke and stream through the Connect door on the HTTP listener. The
+// listener has no TLS, so gRPC goes over HTTP/2 with prior knowledge (h2c).
 func TestBufCurl(t *testing.T) {
 	root := repoRoot(t)
 	// buf curl reads the schema from the workspace: the google/api protos
@@ -23,9 +24,12 @@ func TestBufCurl(t *testing.T) {
 	}
 	curl := func(t *testing.T, protocol, method, body string) []byte {
 		t.Helper()
-		cmd := exec.CommandContext(t.Context(), "go", "tool", "-modfile=tools/buf/go.mod", "buf", "curl",
-			"--protocol", protocol, "--schema", ".", "--timeout", (30 * time.Second).String(),
-			env.httpBase+"/toolgate.v1.ToolService/"+method, "-d", body)
+		args := []string{"tool", "-modfile=tools/buf/go.mod", "buf", "curl",
+			"--protocol", protocol, "--schema", ".", "--timeout", (30 * time.Second).String()}
+		if protocol == "grpc" {
+			args = append(args, "--http2-prior-knowledge")
+		}
+		cmd := exec.CommandContext(t.Context(), "go", append(args, env.httpBase+"/toolgate.v1.ToolService/"+method, "-d", body)...)
 		cmd.Dir = root
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -35,7 +39,7 @@ func TestBufCurl(t *testing.T) {
 		}
 		return out
 	}
-	for _, protocol := range []string{"connect", "grpcweb"} {
+	for _, protocol := range []string{"connect", "grpcweb", "grpc"} {
 		t.Run(protocol, func(t *testing.T) {
 			var list struct {
 				Tools []struct{ Name string } `json:"tools"`

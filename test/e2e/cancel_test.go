@@ -123,8 +123,9 @@ tool:
 		stream = `"mode":"stream","n":300,"gap_ms":200`
 	)
 	// mcpCall starts a tools/call in the era given, and returns the function
-	// that gives it up with notifications/cancelled.
-	mcpCall := func(t *testing.T, modern bool, id int, args string, streamed bool) func() {
+	// that gives it up with notifications/cancelled and the body of the
+	// call's own response, once it has ended.
+	mcpCall := func(t *testing.T, modern bool, id int, args string, streamed bool) (func(), <-chan string) {
 		meta := ""
 		var metas []string
 		if streamed {
@@ -154,11 +155,14 @@ tool:
 			}
 			return resp
 		}
+		answer := make(chan string, 1)
 		go func() {
+			var b []byte
 			if resp := send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{%s}%s}}`, id, args, meta)); resp != nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
+				b, _ = io.ReadAll(resp.Body)
 				resp.Body.Close()
 			}
+			answer <- string(b)
 		}()
 		return func() {
 			if modern {
@@ -172,7 +176,7 @@ tool:
 					t.Errorf("notifications/cancelled: HTTP %d, want 202", resp.StatusCode)
 				}
 			}
-		}
+		}, answer
 	}
 	// restCall starts a call on :invoke or :stream and returns the
 	// function that closes its connection.
@@ -228,11 +232,12 @@ tool:
 				}
 				args += `,"tag":"` + tag + `"`
 				var giveUp func()
+				var answer <-chan string
 				switch door {
 				case "mcp 2025-11-25":
-					giveUp = mcpCall(t, false, id, args, streamed)
+					giveUp, answer = mcpCall(t, false, id, args, streamed)
 				case "mcp 2026-07-28":
-					giveUp = mcpCall(t, true, id, args, streamed)
+					giveUp, answer = mcpCall(t, true, id, args, streamed)
 				case "rest":
 					giveUp = restCall(t, args, streamed)
 				case "grpc":
@@ -250,6 +255,17 @@ tool:
 				t.Logf("the service's context ended %v after the caller gave up (cause: %v)", took.Round(time.Millisecond), end.cause)
 				if !errors.Is(end.cause, toolservice.ErrCallerGone) {
 					t.Errorf("cause %v, want toolservice.ErrCallerGone", end.cause)
+				}
+				if answer != nil {
+					// A cancelled request is not answered: its response
+					// ends without a result or an error for its id.
+					select {
+					case body := <-answer:
+						if strings.Contains(body, fmt.Sprintf(`"id":%d,`, id)) {
+							t.Errorf("the cancelled request was answered: %s", body)
+						}
+					case <-t.Context().Done():
+					}
 				}
 			})
 		}

@@ -66,7 +66,7 @@ func TestMCPConformance(t *testing.T) {
 	announce := "persistent://tg/config/" + brokertest.UniqueTopic("conformance-announce")
 	startConformanceService(t, announce)
 	// With --operations: the tasks extension of 2026-07-28 is served.
-	gw := runGateway(t, nil, "--announce-topic", announce, "--allow-anonymous", "--default-timeout", "10s", "--operations")
+	gw := runGateway(t, nil, append([]string{"--announce-topic", announce, "--allow-anonymous", "--default-timeout", "10s"}, brokertest.TestOperations(t).Flags()...)...)
 	base := "http://" + gw.HTTPAddr()
 	if err := waitReady(base, 30*time.Second); err != nil {
 		t.Fatal(err)

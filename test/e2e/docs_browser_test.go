@@ -576,3 +576,47 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	abs, _ := filepath.Abs(path)
 	t.Logf("screenshot: %s (%d bytes)", abs, len(png))
 }
+
+// TestDocsReferenceTryIt runs "Try it out" of the API reference (Swagger
+// UI) against the gateway serving it, on a port of its own rather than
+// the default one: the document's first server is the gateway it came
+// from, so the call goes there and answers 200, and nothing is asked of
+// another origin. The page is set for the device's width.
+func TestDocsReferenceTryIt(t *testing.T) {
+	base := docsBase(t)
+	ctx := newBrowser(t)
+	page := watchPage(t, ctx, base)
+	const op = "#operations-ToolService-ListTools"
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/docs/reference"),
+		chromedp.WaitVisible(chromedp.CSS(op)),
+	); err != nil {
+		t.Fatalf("reference page: %v", err)
+	}
+	if vp := must(t, ctx, chromedp.Evaluate[string](`(document.querySelector('meta[name="viewport"]') || {}).content || ""`)); !strings.Contains(vp, "width=device-width") {
+		t.Errorf("viewport meta = %q, want width=device-width", vp)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(op+" .opblock-summary-control")),
+		chromedp.WaitVisible(chromedp.CSS(op+" .try-out__btn")),
+		chromedp.Click(chromedp.CSS(op+" .try-out__btn")),
+		chromedp.WaitVisible(chromedp.CSS(op+" .execute")),
+		chromedp.Click(chromedp.CSS(op+" .execute")),
+	); err != nil {
+		t.Fatalf("try it out: %v", err)
+	}
+	got := must(t, ctx, chromedp.Poll[map[string]string](`(() => {
+		const st = document.querySelector('#operations-ToolService-ListTools .live-responses-table tr.response .response-col_status');
+		const url = document.querySelector('#operations-ToolService-ListTools .request-url pre');
+		const body = document.querySelector('#operations-ToolService-ListTools .live-responses-table .response-col_description pre');
+		return st && url ? {status: st.textContent.trim(), url: url.textContent.trim(), body: body ? body.textContent : ""} : false;
+	})()`, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second)))
+	t.Logf("try it out: %v", got)
+	if got["url"] != base+"/v1/tools" {
+		t.Errorf("the reference called %q, want %s/v1/tools", got["url"], base)
+	}
+	if !strings.HasPrefix(got["status"], "200") || !strings.Contains(got["body"], `"tell-joke"`) {
+		t.Errorf("the call answered %q %q, want 200 with the tools", got["status"], got["body"])
+	}
+	page.check(t)
+}

@@ -80,7 +80,14 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	gw, gwDone, err := startGateway(ctx, regPath, log, "--operations")
+	// Durable operations of this run's own: a key made afresh, topics
+	// no other run's gateways read.
+	ops, err := brokertest.NewOperations(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	gw, gwDone, err := startGateway(ctx, regPath, log, ops.Flags()...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1

@@ -32,7 +32,8 @@ func generate(t *testing.T, ctx context.Context, generator string, args ...strin
 // (which needs the client's one dependency, gopkg.in/validator.v2, from
 // the Go module proxy or cache) and runs that against the gateway: an
 // invoke, a stream of several chunks read as the generated StreamLine, a
-// stream that ends in a Status line, and a typed 404.
+// stream that ends in a Status line, the same read live as docs/api.md
+// shows, and a typed 404.
 func TestOpenAPIGeneratorGo(t *testing.T) {
 	// Not parallel: the JVM would crowd the timing-sensitive tests.
 	root := repoRoot(t)
@@ -57,7 +58,8 @@ func TestOpenAPIGeneratorGo(t *testing.T) {
 	runTool(t, ctx, out, goEnv, "go", "vet", ".", "./cmd/check")
 	got := runTool(t, ctx, out, goEnv, "go", "run", "./cmd/check")
 	t.Log(got)
-	for _, w := range []string{"invoke: ", "stream: 5 chunks", "failing stream: ", "unknown tool: 5 TOOL_NOT_FOUND", "PASS"} {
+	for _, w := range []string{"invoke: ", "stream: 5 chunks", "live stream: 3 chunks", "live failing stream: ", "failing stream: ",
+		"unknown tool: 5 TOOL_NOT_FOUND", "PASS"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("the Go client's run lacks %q", w)
 		}
@@ -105,6 +107,29 @@ func TestOpenAPIGeneratorJava(t *testing.T) {
 	for _, w := range []string{"invoke: hello", "stream: 5 chunks", "failing stream: ", "unknown tool: 5 TOOL_NOT_FOUND", "PASS"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("the Java client's run lacks %q", w)
+		}
+	}
+}
+
+// TestOpenAPIGeneratorPython generates openapi-generator's Python client of
+// the served document and runs test/e2e/testdata/openapi-generator-python
+// with it in the project's venv (whose requirements include the client's:
+// pydantic, urllib3, python-dateutil): streams read line by line as they
+// arrive, as docs/api.md shows — three chunks of a long stream, taken long
+// before its end, and a stream ending in a Status line.
+func TestOpenAPIGeneratorPython(t *testing.T) {
+	// Not parallel: the JVM would crowd the timing-sensitive tests.
+	root := repoRoot(t)
+	venv := pythonVenv(t, root)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	out := generate(t, ctx, "python", "--package-name", "toolgate_client")
+	got := runTool(t, ctx, out, []string{"TOOLGATE_HTTP_BASE=" + env.httpBase, "PYTHONPATH=" + out, "PYTHONDONTWRITEBYTECODE=1"},
+		filepath.Join(venv, "bin", "python"), filepath.Join(root, "test", "e2e", "testdata", "openapi-generator-python", "check.py"))
+	t.Log(got)
+	for _, w := range []string{"live stream: 3 chunks", "failing stream: ", "PASS"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("the Python client's run lacks %q", w)
 		}
 	}
 }

@@ -180,6 +180,22 @@ func TestOpenAPIGoClient(t *testing.T) {
 		}
 	})
 
+	t.Run("arguments_json keeps numbers exact", func(t *testing.T) {
+		t.Parallel()
+		// The document's arguments_json is text (a string with
+		// contentMediaType, which oapi-codegen would otherwise take for a
+		// file and send base64-encoded).
+		text := `{"n": 123456789012345678, "x": 1.10}`
+		resp, err := c.InvokeToolWithResponse(t.Context(), "echo", oapiclient.InvokeToolJSONRequestBody{ArgumentsJson: &text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode() != http.StatusOK || resp.JSON200 == nil ||
+			!strings.Contains(resp.JSON200.Output, "123456789012345678") || !strings.Contains(resp.JSON200.Output, "1.10") {
+			t.Fatalf("%d %s", resp.StatusCode(), resp.Body)
+		}
+	})
+
 	t.Run("Go duration timeout", func(t *testing.T) {
 		t.Parallel()
 		resp, err := c.InvokeToolWithResponse(t.Context(), "echo", oapiclient.InvokeToolJSONRequestBody{

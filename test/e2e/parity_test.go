@@ -42,7 +42,13 @@ type outcome struct {
 	output string
 }
 
-func (o outcome) String() string { return fmt.Sprintf("%v/%s %q", o.code, o.reason, o.output) }
+func (o outcome) String() string {
+	out := o.output
+	if len(out) > 200 {
+		out = out[:200] + "…"
+	}
+	return fmt.Sprintf("%v/%s %q", o.code, o.reason, out)
+}
 
 // normReason drops a reason that only restates the code in kebab case
 // (what MCP's error type is when there is no ErrorInfo).
@@ -81,7 +87,9 @@ type parityCall struct {
 
 // TestDoorParity sends one table of calls through every door — gRPC, REST,
 // MCP, Connect and gRPC-Web — and wants the same outcome from each: the same code, the same
-// reason, and the same user at the tool service.
+// reason, and the same user at the tool service. A second table
+// (limitsTable) does the same with the request limits: hostile and
+// oversized requests.
 func TestDoorParity(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -145,11 +153,11 @@ tool:
 		{name: "unknown tool", key: parityKey, tool: "missing-tool", args: `{}`, want: outcome{codes.NotFound, "TOOL_NOT_FOUND", ""}},
 		// A name the policy does not grant is refused before it is looked
 		// up: whether it exists is not the caller's to learn.
-		{name: "unknown tool outside the policy", key: parityKey, tool: "no-such-tool", args: `{}`, want: outcome{codes.PermissionDenied, "", ""}},
-		{name: "policy-hidden tool", key: parityKey, tool: "hidden-echo", args: `{"mode": "user"}`, want: outcome{codes.PermissionDenied, "", ""}},
-		{name: "bad arguments", key: parityKey, tool: "strict-echo", args: `{"mode": 5}`, want: outcome{codes.InvalidArgument, "", ""}},
+		{name: "unknown tool outside the policy", key: parityKey, tool: "no-such-tool", args: `{}`, want: outcome{codes.PermissionDenied, "NOT_ALLOWED", ""}},
+		{name: "policy-hidden tool", key: parityKey, tool: "hidden-echo", args: `{"mode": "user"}`, want: outcome{codes.PermissionDenied, "NOT_ALLOWED", ""}},
+		{name: "bad arguments", key: parityKey, tool: "strict-echo", args: `{"mode": 5}`, want: outcome{codes.InvalidArgument, "INVALID_ARGUMENTS", ""}},
 		// A tool's input schema is checked by the core, for every door.
-		{name: "arguments the input schema refuses", key: parityKey, tool: "schema-echo", args: `{"mode": "sleep"}`, want: outcome{codes.InvalidArgument, "", ""}},
+		{name: "arguments the input schema refuses", key: parityKey, tool: "schema-echo", args: `{"mode": "sleep"}`, want: outcome{codes.InvalidArgument, "INVALID_ARGUMENTS", ""}},
 		{name: "arguments the input schema takes", key: parityKey, tool: "schema-echo", args: `{"mode": "user"}`, want: outcome{codes.OK, "", "alice"}},
 		{name: "deadline exceeded", key: parityKey, tool: "echo", args: `{"mode": "sleep", "ms": 3000}`, timeout: 300 * time.Millisecond,
 			want: outcome{codes.DeadlineExceeded, "DEADLINE_EXCEEDED", ""}},
@@ -157,7 +165,7 @@ tool:
 		{name: "service error", key: parityKey, tool: "echo", args: `{"mode": "fail", "type": "not-found", "message": "nope"}`,
 			want: outcome{codes.NotFound, "", ""}},
 		{name: "rate limited", key: parityLimKey, tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.ResourceExhausted, "RATE_LIMITED", ""}},
-		{name: "unauthenticated", tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.Unauthenticated, "", ""}},
+		{name: "unauthenticated", tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.Unauthenticated, "MISSING_CREDENTIALS", ""}},
 		{name: "spoofed identity header", key: parityKey, headers: map[string]string{"User": "mallory", "X-Forwarded-User": "mallory", "X-Auth-Request-User": "mallory"},
 			tool: "echo", args: `{"mode": "user"}`, want: outcome{codes.OK, "", "alice"}},
 	}
@@ -182,6 +190,8 @@ tool:
 			}
 		})
 	}
+	// The second table: the request limits, on a gateway of their own.
+	t.Run("limits", limitsTable)
 }
 
 func grpcParity(t *testing.T, cli toolgatev1.ToolServiceClient, c parityCall) outcome {

@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/brokertest"
 )
 
 // TestSchemathesis runs schemathesis (pinned in
@@ -29,8 +33,34 @@ import (
 func TestSchemathesis(t *testing.T) {
 	root := repoRoot(t)
 	venv := pythonVenv(t, root)
-	_, spec := liveSpec(t)
-	base := schemathesisGateway(t)
+	ops := []string{"GET /v1/tools", "GET /v1/tools/{name}", "POST /v1/tools/{name}:invoke",
+		"POST /v1/tools/{name}:stream", "GET /v1/tool-services", "GET /v1/tool-services/{id}"}
+	opsOn := append(append([]string(nil), ops...), "POST /v1/tools/{name}:start",
+		"GET /v1/operations", "GET /v1/operations/{id}", "DELETE /v1/operations/{id}", "POST /v1/operations/{id}:cancel", "POST /v1/operations/{id}:wait")
+	// A gateway as make run starts it but without operations, and one
+	// with them: each serves the document of what it serves.
+	t.Run("operations off", func(t *testing.T) { runSchemathesis(t, root, venv, false, 6, ops) })
+	t.Run("operations on", func(t *testing.T) { runSchemathesis(t, root, venv, true, 13, opsOn) })
+}
+
+// runSchemathesis runs schemathesis against a gateway of its own and the
+// document that gateway serves; it must test `tested` operations, among
+// them those of want.
+func runSchemathesis(t *testing.T, root, venv string, operations bool, tested int, want []string) {
+	base := schemathesisGateway(t, operations)
+	spec := filepath.Join(t.TempDir(), "toolgate.openapi.json")
+	resp, err := http.Get(base + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /openapi.json: %v %v", resp.Status, err)
+	}
+	if err := os.WriteFile(spec, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	seed := os.Getenv("TOOLGATE_SCHEMATHESIS_SEED")
 	if seed == "" {
 		seed = "28"
@@ -68,7 +98,7 @@ func TestSchemathesis(t *testing.T) {
 		"TOOLGATE_OPENAPI="+spec)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err = cmd.Run()
 	t.Logf("%s:\n%s", strings.Join(cmd.Args, " "), out.String())
 	if err != nil {
 		t.Fatalf("schemathesis: %v (seed %s)", err, seed)
@@ -76,8 +106,8 @@ func TestSchemathesis(t *testing.T) {
 	// Every operation was tested, and no answer went unread: a document
 	// schemathesis cannot read, or a media type it cannot parse, would
 	// otherwise pass by testing nothing.
-	if !strings.Contains(out.String(), "Tested: 13") {
-		t.Error(`schemathesis did not report "Tested: 13"`)
+	if !strings.Contains(out.String(), fmt.Sprintf("Tested: %d", tested)) {
+		t.Errorf(`schemathesis did not report "Tested: %d"`, tested)
 	}
 	if strings.Contains(out.String(), "WARNINGS") {
 		t.Error("schemathesis warned (an answer it could not validate?)")
@@ -94,22 +124,21 @@ func TestSchemathesis(t *testing.T) {
 	if err := xml.Unmarshal(report, &suites); err != nil {
 		t.Fatal(err)
 	}
-	tested := map[string]bool{}
+	seen := map[string]bool{}
 	for _, c := range suites.Cases {
-		tested[c.Name] = true
+		seen[c.Name] = true
 	}
-	for _, op := range []string{"GET /v1/tools", "GET /v1/tools/{name}", "POST /v1/tools/{name}:invoke",
-		"POST /v1/tools/{name}:stream", "POST /v1/tools/{name}:start", "GET /v1/tool-services", "GET /v1/tool-services/{id}",
-		"GET /v1/operations", "GET /v1/operations/{id}", "DELETE /v1/operations/{id}", "POST /v1/operations/{id}:cancel", "POST /v1/operations/{id}:wait"} {
-		if !tested[op] {
-			t.Errorf("schemathesis did not test %s (JUnit report: %v)", op, tested)
+	for _, op := range want {
+		if !seen[op] {
+			t.Errorf("schemathesis did not test %s (JUnit report: %v)", op, seen)
 		}
 	}
 }
 
 // schemathesisGateway starts a gateway whose registry holds only tools of
-// the echo service, and returns its base URL.
-func schemathesisGateway(t *testing.T) string {
+// the echo service, with durable operations or without (as make run has
+// it), and returns its base URL.
+func schemathesisGateway(t *testing.T, operations bool) string {
 	t.Helper()
 	reg := filepath.Join(t.TempDir(), "registry.yaml")
 	yaml := fmt.Sprintf(`tool-service:
@@ -129,9 +158,12 @@ tool:
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	// With durable operations, which StartTool needs (else 501); its
-	// operations are short-lived echoes, kept a few minutes.
-	gw, done, err := startGateway(ctx, reg, slog.New(slog.DiscardHandler), "--operations", "--operation-ttl", "5m")
+	// Operations are short-lived echoes, kept a few minutes.
+	var extra []string
+	if operations {
+		extra = append(brokertest.TestOperations(t).Flags(), "--operation-ttl", "5m")
+	}
+	gw, done, err := startGateway(ctx, reg, slog.New(slog.DiscardHandler), extra...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

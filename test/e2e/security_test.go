@@ -81,7 +81,7 @@ tool:
 `, auth.HashKey(aliceKey), auth.HashKey(readerKey), auth.HashKey(limitedKey)))
 	policy := write("policy.yaml", `rules:
   - {roles: [user], tools: ["echo"], actions: [list, invoke]}
-  - {users: [carol, jwt-*], tools: ["*"], actions: [list, invoke]}
+  - {users: ["mtls:carol", "jwt(https://issuer.test):jwt-*"], tools: ["*"], actions: [list, invoke]}
   - {roles: [reader], tools: ["*"], actions: [list]}
 `)
 	gw := runGateway(t, nil, "--registry", reg,

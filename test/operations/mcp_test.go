@@ -28,7 +28,8 @@ type mcpAnswer struct {
 var mcpID int
 
 // mcpRequest sends one request of protocol 2026-07-28 to the MCP endpoint
-// at base as the holder of key, with the routing headers a client sends
+// at base as the holder of key (an API key, or "Bearer " and a JWT), with
+// the routing headers a client sends
 // (Mcp-Name: the tool, or the task id), declaring the tasks extension
 // when tasks is true.
 func mcpRequest(t *testing.T, base, key, method string, params map[string]any, tasks bool) mcpAnswer {
@@ -46,7 +47,11 @@ func mcpRequest(t *testing.T, base, key, method string, params map[string]any, t
 		t.Fatal(err)
 	}
 	h := req.Header
-	h.Set("X-Api-Key", key)
+	if strings.HasPrefix(key, "Bearer ") {
+		h.Set("Authorization", key)
+	} else {
+		h.Set("X-Api-Key", key)
+	}
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json, text/event-stream")
 	h.Set("Mcp-Protocol-Version", "2026-07-28")

@@ -3,7 +3,6 @@ package operations_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/app/apptest"
-	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
@@ -80,7 +78,6 @@ func TestOperationMetrics(t *testing.T) {
 		}
 		return strings.TrimPrefix(op["name"].(string), "operations/")
 	}
-	aloneBefore := replyConsumers(t) == 1
 	quick := start(`{"arguments": {"msg": "quick"}}`)
 	failing := start(`{"arguments": {"mode": "fail", "type": "not-found", "message": "no"}}`)
 	start(`{"arguments": {"mode": "deaf"}, "timeout": "1s"}`)
@@ -102,25 +99,21 @@ func TestOperationMetrics(t *testing.T) {
 	// The gateway that started an operation counts it expired.
 	eventually.True(t, 10*time.Second, expired+" to move by 1", func() bool { return scrape(t, admin, expired)-before[expired] == 1 })
 	// A reply is recorded, and counted, by the gateway the Key_Shared
-	// subscription hands it to: this one, unless a gateway of another test
-	// package on the same broker (test/e2e runs one with --operations)
-	// shares the subscription. So: once both operations have ended, each
-	// counter moved by at most 1, and by 1 when no other gateway consumed
-	// replies meanwhile.
+	// subscription hands it to: this one, the only gateway on the test's
+	// own reply topic.
 	for _, id := range []string{quick, failing} {
 		eventually.True(t, 10*time.Second, "operation "+id+" ended", func() bool {
 			_, op := do(t, http.MethodGet, base+"/v1/operations/"+id, aliceKey, "")
 			return op["done"] == true
 		})
 	}
-	alone := aloneBefore && replyConsumers(t) == 1
 	for _, s := range []string{done, failed} {
-		eventually.True(t, 5*time.Second, s+" to move", func() bool {
+		eventually.True(t, 5*time.Second, s+" to move by 1", func() bool {
 			got := scrape(t, admin, s) - before[s]
 			if got > 1 {
-				t.Fatalf("%s moved by %v, want at most 1", s, got)
+				t.Fatalf("%s moved by %v, want 1", s, got)
 			}
-			return got == 1 || !alone
+			return got == 1
 		})
 	}
 	// The records it wrote came back from the state topic: a lag was
@@ -128,24 +121,4 @@ func TestOperationMetrics(t *testing.T) {
 	if lag := scrape(t, admin, "toolgate_operations_table_lag_seconds"); lag <= 0 || lag > 30 {
 		t.Fatalf("toolgate_operations_table_lag_seconds = %v, want a positive lag of less than 30 s", lag)
 	}
-}
-
-// replyConsumers counts the consumers of the operations' reply
-// subscription on the broker: the gateways of every test sharing it.
-func replyConsumers(t *testing.T) int {
-	t.Helper()
-	resp, err := http.Get(brokertest.AdminURL() + "/admin/v2/persistent/tg/response/toolgate.operations/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Subscriptions map[string]struct {
-			Consumers []json.RawMessage `json:"consumers"`
-		} `json:"subscriptions"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatalf("stats of the reply topic: %d: %v", resp.StatusCode, err)
-	}
-	return len(st.Subscriptions["toolgate-operations"].Consumers)
 }

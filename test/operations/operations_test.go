@@ -70,7 +70,19 @@ func setupService(t *testing.T, maxConcurrency int, h toolservice.Handler) []str
 	// caller's list shows every operation of theirs still kept.
 	keys := write("keys.yaml", fmt.Sprintf("keys:\n  - {hash: %q, user: %s, roles: [user]}\n  - {hash: %q, user: %s, roles: [user]}\n",
 		auth.HashKey(aliceKey), brokertest.UniqueTopic("alice"), auth.HashKey(bobKey), brokertest.UniqueTopic("bob")))
-	return []string{"--registry", reg, "--api-keys", keys, "--operations", "--announcements=false"}
+	// Operations of the test's own (a key made afresh, topics of its
+	// own): no other test's gateways see its records or take its replies.
+	return append([]string{"--registry", reg, "--api-keys", keys, "--announcements=false"}, brokertest.TestOperations(t).Flags()...)
+}
+
+// flagValue is the value following --name in flags ("" when absent).
+func flagValue(flags []string, name string) string {
+	for i, f := range flags {
+		if f == "--"+name && i+1 < len(flags) {
+			return flags[i+1]
+		}
+	}
+	return ""
 }
 
 // gatewayProcess is the gateway binary, run as a process of its own.

@@ -217,7 +217,7 @@ def test_refused_without_credentials(secured, mode):
     assert wire.methods() == want
     assert err.value.code == -32001, err.value
     assert err.value.message.startswith("missing credentials"), err.value.message
-    assert err.value.data == {"code": "Unauthenticated"}
+    assert err.value.data == {"code": "Unauthenticated", "reason": "MISSING_CREDENTIALS", "domain": "toolgate"}
     # The refusal is an HTTP 401 with a bearer challenge.
     resp = httpx2.post(
         mcp_url,
@@ -235,7 +235,7 @@ def test_refused_with_a_wrong_key(secured, mode):
         run(mcp_url, list_tools, mode, auth="not-a-key")
     assert err.value.code == -32001, err.value
     assert err.value.message == "invalid API key"
-    assert err.value.data == {"code": "Unauthenticated"}
+    assert err.value.data == {"code": "Unauthenticated", "reason": "INVALID_CREDENTIALS", "domain": "toolgate"}
 
 
 @pytest.mark.parametrize("how", ["auth", "headers"])

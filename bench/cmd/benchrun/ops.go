@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -78,7 +80,12 @@ func (e *env) opsRep(ctx context.Context, rep *Report, r int) error {
 		return err
 	}
 	// A short TTL: the table the gateways read stays small across runs.
-	gw, err := e.startGatewayWith(ctx, e.gwBin, false, reg, "--operations", "--operation-ttl", "30s")
+	// The records' key: made afresh for this run's gateways.
+	opsKey := filepath.Join(e.tmp, "operations.key")
+	if err := os.WriteFile(opsKey, []byte(randHex(32)+"\n"), 0o600); err != nil {
+		return err
+	}
+	gw, err := e.startGatewayWith(ctx, e.gwBin, false, reg, "--operations", "--operations-key-file", opsKey, "--operation-ttl", "30s")
 	if err != nil {
 		e.failures++
 		logf("operations rep %d: gateway: %v", r+1, err)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/oapi-codegen/runtime"
-	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
 // Defines values for ErrorInfoType.
@@ -172,12 +171,8 @@ type InvokeToolBody struct {
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
 
-	// ArgumentsJson The tool's arguments as JSON object text, passed on to the tool service
-	// exactly as written. Use it instead of arguments when numbers must stay
-	// exact: a google.protobuf.Struct holds every number as a double, so
-	// integers past 2^53, -0.0 or 1.10 would change on the way. Set
-	// arguments or arguments_json, not both.
-	ArgumentsJson *openapi_types.File `json:"arguments_json,omitempty"`
+	// ArgumentsJson The tool's arguments as JSON object text, passed on to the tool service exactly as written. Use it instead of arguments when numbers must stay exact: a google.protobuf.Struct holds every number as a double, so integers past 2^53, -0.0 or 1.10 would change on the way. Set arguments or arguments_json, not both. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set.
+	ArgumentsJson *string `json:"arguments_json,omitempty"`
 
 	// Timeout How long to wait for the answer, e.g. "5s". When unset, the gRPC deadline applies, else the tool service's default, else the gateway's. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
 	//
@@ -303,8 +298,8 @@ type StartToolBody struct {
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
 
-	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest.
-	ArgumentsJson *openapi_types.File `json:"arguments_json,omitempty"`
+	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set.
+	ArgumentsJson *string `json:"arguments_json,omitempty"`
 
 	// Timeout How long the operation may run, e.g. "30s": its deadline counts from the start. When unset, the tool service's default applies, else the gateway's. Not the gRPC deadline, which bounds only the start. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
 	//
@@ -341,8 +336,8 @@ type StreamToolBody struct {
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
 
-	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest.
-	ArgumentsJson *openapi_types.File `json:"arguments_json,omitempty"`
+	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set.
+	ArgumentsJson *string `json:"arguments_json,omitempty"`
 
 	// Timeout How long to wait for the whole answer, as in InvokeToolRequest. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
 	//
@@ -861,8 +856,10 @@ type ClientInterface interface {
 	//
 	// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -945,8 +942,10 @@ type ClientInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -959,8 +958,10 @@ type ClientInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -1053,8 +1054,10 @@ func (c *Client) CancelOperation(ctx context.Context, id string, body CancelOper
 //
 // StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -1247,8 +1250,10 @@ func (c *Client) StartTool(ctx context.Context, name string, body StartToolJSONR
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -1271,8 +1276,10 @@ func (c *Client) StreamToolWithBody(ctx context.Context, name string, contentTyp
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -2031,8 +2038,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -2125,8 +2134,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -2139,8 +2150,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 	//
-	// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+	// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 	// - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+	//
+	// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 	//
 	// An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 	//
@@ -3865,8 +3878,10 @@ func (c *ClientWithResponses) CancelOperationWithResponse(ctx context.Context, i
 //
 // StreamOperation returns the caller's operation's answer chunk by chunk: the chunks kept so far, then each as the tool service sends it. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -4025,8 +4040,10 @@ func (c *ClientWithResponses) StartToolWithResponse(ctx context.Context, name st
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //
@@ -4045,8 +4062,10 @@ func (c *ClientWithResponses) StreamToolWithBodyWithResponse(ctx context.Context
 //
 // StreamTool calls a tool and returns its answer chunk by chunk, as the tool service sends them; each chunk is flushed as it arrives. The Accept header chooses the format of a successful answer:
 //
-// - `application/x-ndjson` (the default: chosen when Accept is absent, accepts any type, or ranks both formats alike): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
+// - `application/x-ndjson` (the default: chosen when Accept is absent or `application/json`, or allows both formats only through wildcards): one JSON object per line, each a StreamToolResponse. When the stream fails after its first chunk, the last line is a Status instead (it has a `code` member; a chunk never does).
 // - `text/event-stream` (server-sent events): every chunk is an event `chunk` whose data is a StreamToolResponse; the stream ends with an event `done` (data `{}`) or with an event `error` whose data is a Status. Idle streams get comment lines `: keep-alive`.
+//
+// The highest quality (`q`) wins; between equals, a type named exactly beats a wildcard, then the one the header names first: `application/x-ndjson, text/event-stream` gets NDJSON and `text/event-stream, application/x-ndjson` server-sent events.
 //
 // An error before the first chunk is an HTTP error status with a Status body, as for InvokeTool; an Accept header that allows neither format is answered 406.
 //

@@ -2,16 +2,20 @@
 // openapi-generator makes of its OpenAPI document (package toolgate, built
 // beside this file by test/e2e's TestOpenAPIGeneratorGo): an invoke, a
 // stream of several chunks read line by line into the generated StreamLine,
-// and a typed error. It exits non-zero on the first thing that is not as
+// a stream read live as docs/api.md ("Streaming from generated clients")
+// shows, and a typed error. It exits non-zero on the first thing that is not as
 // the document says; TOOLGATE_HTTP_BASE is the gateway's base URL.
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 
@@ -83,6 +87,29 @@ func run(ctx context.Context, base string) error {
 	}
 	fmt.Printf("stream: %d chunks\n", len(chunks))
 
+	// Live: a stream of 1000 chunks 50 ms apart, its first three taken as
+	// they arrive, long before its end; leaving it then ends the call.
+	var live []string
+	err = streamTool(ctx, cfg, "echo", toolgate.StreamToolBody{
+		Arguments: map[string]any{"mode": "stream", "n": 1000, "gap_ms": 50},
+	}, func(c *toolgate.StreamToolResponse) bool {
+		live = append(live, c.Output)
+		return len(live) < 3
+	})
+	if err != nil || len(live) != 3 {
+		return fmt.Errorf("live stream: %v after %q", err, live)
+	}
+	fmt.Printf("live stream: %d chunks %q\n", len(live), live)
+	n2 := 0
+	err = streamTool(ctx, cfg, "echo", toolgate.StreamToolBody{
+		Arguments: map[string]any{"mode": "stream", "n": 50, "gap_ms": 50},
+		Timeout:   *toolgate.NewNullableString(toolgate.PtrString("300ms")),
+	}, func(*toolgate.StreamToolResponse) bool { n2++; return true })
+	if err == nil {
+		return errors.New("live failing stream: no error")
+	}
+	fmt.Printf("live failing stream: %d chunks, then %v\n", n2, err)
+
 	// A stream that fails after its first chunk ends in a Status line.
 	_, resp, _ = api.StreamTool(ctx, "echo").StreamToolBody(toolgate.StreamToolBody{
 		Arguments: map[string]any{"mode": "stream", "n": 50, "gap_ms": 50},
@@ -126,4 +153,62 @@ func run(ctx context.Context, base string) error {
 	}
 	fmt.Printf("unknown tool: %d %s\n", st.GetCode(), reason)
 	return nil
+}
+
+// streamTool calls the tool name's StreamTool with the client's
+// configuration and hands each chunk to each as it arrives, until each
+// returns false. The generated Execute reads the whole answer before it
+// returns; this reads it line by line, each line the generated StreamLine.
+// A Status line (the stream failed after its first chunk) or an error
+// answer is the error.
+func streamTool(ctx context.Context, cfg *toolgate.Configuration, name string, body toolgate.StreamToolBody,
+	each func(*toolgate.StreamToolResponse) bool) error {
+	base, err := cfg.ServerURLWithContext(ctx, "ToolServiceAPIService.StreamTool")
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/tools/"+url.PathEscape(name)+":stream", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	for k, v := range cfg.DefaultHeader {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/x-ndjson")
+	client := cfg.HTTPClient
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var st toolgate.Status
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		return fmt.Errorf("HTTP %d: %d %s", resp.StatusCode, st.GetCode(), st.GetMessage())
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 16<<20) // a line is one chunk: as long as the tool service's longest
+	for sc.Scan() {
+		var line toolgate.StreamLine
+		if err := line.UnmarshalJSON(sc.Bytes()); err != nil {
+			return err
+		}
+		if line.Status != nil {
+			return fmt.Errorf("the stream failed: %d %s", line.Status.GetCode(), line.Status.GetMessage())
+		}
+		if !each(line.StreamToolResponse) {
+			return nil
+		}
+	}
+	return sc.Err()
 }

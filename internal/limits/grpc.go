@@ -1,0 +1,156 @@
+package limits
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/toolcall"
+	"google.golang.org/grpc"
+	_ "google.golang.org/grpc/encoding/gzip" // gzip messages, inflated within MaxRecvMsgSize
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/tap"
+)
+
+// GRPCServerOptions are the gRPC server's options for q: each message
+// bounded by MaxBodyBytes after decompression (grpc.MaxRecvMsgSize: a
+// gzip message is inflated up to the bound and no further, and refused
+// with RESOURCE_EXHAUSTED), the metadata bounded at the protocol level
+// by HardHeaderFactor × MaxHeaderBytes (grpc.MaxHeaderListSize; GRPCTap
+// refuses what is over MaxHeaderBytes, in a status), and the
+// interceptors that stop GRPCTap's body clock once a call's first message
+// has arrived. Use them with GRPCTap.
+func GRPCServerOptions(q Requests) []grpc.ServerOption {
+	q = q.withDefaults()
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(q.MaxBodyBytes)),
+		grpc.MaxHeaderListSize(uint32(HardHeaderFactor * q.MaxHeaderBytes)),
+		grpc.ChainUnaryInterceptor(stopClockUnary),
+		grpc.ChainStreamInterceptor(stopClockStream),
+	}
+}
+
+// stopClockUnary stops a unary call's body clock: its handler runs once
+// its message is read.
+func stopClockUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if c, ok := ctx.Value(bodyClockKey{}).(*bodyClock); ok {
+		c.timer.Stop()
+	}
+	return h(ctx, req)
+}
+
+// stopClockStream stops a stream's body clock: at once for a stream of
+// the client's messages (they come when the client has them), after its
+// request message for a server stream.
+func stopClockStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	c, ok := ss.Context().Value(bodyClockKey{}).(*bodyClock)
+	switch {
+	case !ok:
+	case info.IsClientStream:
+		c.timer.Stop()
+	default:
+		ss = &firstMessage{ServerStream: ss, clock: c}
+	}
+	return h(srv, ss)
+}
+
+// GRPCTap is the gRPC server's tap handle for q, which runs before a
+// call's stream is made, then next (nil: none). It refuses metadata over
+// MaxHeaderBytes with RESOURCE_EXHAUSTED (toolcall.HeadersTooLarge), and
+// gives the call's first message BodyTimeout to arrive: a call still
+// waiting for it then ends with DEADLINE_EXCEEDED, and the cause is
+// logged. A call whose own deadline comes sooner needs no clock.
+func GRPCTap(q Requests, log *slog.Logger, next tap.ServerInHandle) tap.ServerInHandle {
+	q = q.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if n := metadataBytes(info.Header); n > q.MaxHeaderBytes {
+			log.InfoContext(ctx, "call refused: metadata too large", "rpc", info.FullMethodName, "bytes", n, "limit", q.MaxHeaderBytes)
+			return nil, toolcall.HeadersTooLarge(n, q.MaxHeaderBytes)
+		}
+		if d := q.BodyTimeout; d > 0 {
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d {
+				ctx = startBodyClock(ctx, d, log, info.FullMethodName)
+			}
+		}
+		if next != nil {
+			return next(ctx, info)
+		}
+		return ctx, nil
+	}
+}
+
+// metadataBytes counts metadata as HTTP/2 does for its header list
+// limit: names, values and 32 bytes a field.
+func metadataBytes(md metadata.MD) int {
+	n := 0
+	for k, vs := range md {
+		for _, v := range vs {
+			n += len(k) + len(v) + 32
+		}
+	}
+	return n
+}
+
+type bodyClockKey struct{}
+
+// bodyClock is a call's context while its first message is awaited.
+// When the clock runs out it is cancelled, and says
+// context.DeadlineExceeded: gRPC then ends the call's wait for its
+// message, and answers DEADLINE_EXCEEDED.
+type bodyClock struct {
+	context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer
+	fired  atomic.Bool
+	// For the log line when the clock runs out.
+	log    *slog.Logger
+	method string
+	limit  time.Duration
+}
+
+func startBodyClock(parent context.Context, d time.Duration, log *slog.Logger, method string) *bodyClock {
+	c := &bodyClock{log: log, method: method, limit: d}
+	c.Context, c.cancel = context.WithCancel(parent)
+	c.timer = time.AfterFunc(d, c.fire)
+	return c
+}
+
+// fire ends the wait for the call's first message.
+func (c *bodyClock) fire() {
+	c.fired.Store(true)
+	c.cancel()
+	c.log.InfoContext(c, "call ended: request message not received in time", "rpc", c.method, "limit", c.limit)
+}
+
+// Err is context.DeadlineExceeded once the clock ran out.
+func (c *bodyClock) Err() error {
+	if c.fired.Load() {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
+}
+
+// Value finds the clock itself under bodyClockKey.
+func (c *bodyClock) Value(key any) any {
+	if _, ok := key.(bodyClockKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// firstMessage stops the clock when a server-streaming call's request
+// message has been read.
+type firstMessage struct {
+	grpc.ServerStream
+	clock *bodyClock
+}
+
+func (s *firstMessage) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	s.clock.timer.Stop()
+	return err
+}

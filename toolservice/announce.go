@@ -172,7 +172,7 @@ func AnnouncementPayload(id, requestTopic, responseTopic string, a *Announcement
 
 // DefaultLease is Announcement.Lease's default: a replica that crashed
 // is let go by gateways at most this long after its last renewal.
-const DefaultLease = 9 * time.Second
+const DefaultLease = 8 * time.Second
 
 // lease is a's lease, 0 for none.
 func (a *Announcement) lease() time.Duration {

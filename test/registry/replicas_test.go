@@ -230,7 +230,7 @@ func startLoad(t *testing.T, gws []*grpcGateway, tool string, rate int) *load {
 			}
 		}
 	})
-	for range 32 {
+	for range 64 {
 		l.wg.Go(func() {
 			for i := range slots {
 				g := gws[i%len(gws)]

@@ -85,8 +85,13 @@ func startReplica(t *testing.T, bin, id, topic, annTopic string, extra ...string
 		close(r.exited)
 	}()
 	t.Cleanup(func() {
-		_ = r.cmd.Process.Kill()
-		<-r.exited
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-r.exited:
+		case <-time.After(15 * time.Second):
+			_ = r.cmd.Process.Kill()
+			<-r.exited
+		}
 		if t.Failed() {
 			t.Logf("replica %d log:\n%s", r.cmd.Process.Pid, r.log.String())
 		}

@@ -75,6 +75,7 @@ func (m *Merger) putInstance(u Update, label string, parsed *part) (bool, error)
 	defer m.swapMu.Unlock()
 	m.mu.Lock()
 	now := m.now()
+	m.heardLocked(now) // a message was read
 	at := u.At
 	if at.IsZero() || at.After(now) {
 		at = now
@@ -157,6 +158,7 @@ func (m *Merger) withdrawInstance(u Update, label string) error {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
 	m.mu.Lock()
+	m.heardLocked(m.now()) // a message was read
 	p := m.parts[OriginAnnouncement][u.Unit]
 	if p == nil || len(p.instances) == 0 || (u.Instance != "" && p.instances[u.Instance] == nil) {
 		m.mu.Unlock()
@@ -212,41 +214,73 @@ func (m *Merger) claimGraceOf(p *part) time.Duration {
 	return m.claimGrace
 }
 
-// pauseLeasesLocked stops leases and claims from running out while the
-// announcements cannot be read (paused), and when they can again gives
-// every instance the time it lost.
-func (m *Merger) pauseLeasesLocked(paused bool) {
-	now := m.now()
-	switch {
-	case paused && m.pausedAt.IsZero():
-		m.pausedAt = now
-		if m.timer != nil {
-			m.timer.Stop()
-		}
-		m.log.Warn("announcements cannot be read: announced instances are kept, their leases do not run out meanwhile")
-	case !paused && !m.pausedAt.IsZero():
-		lost := now.Sub(m.pausedAt)
-		m.pausedAt = time.Time{}
-		for _, p := range m.parts[OriginAnnouncement] {
-			for _, in := range p.instances {
-				if !in.expires.IsZero() {
-					in.expires = in.expires.Add(lost)
+// unheardAfter is how long the announcements may go without a sign that
+// they are readable (Heard) before leases stop running out: the source
+// gives one at least every second while the topic is reachable.
+const unheardAfter = 3 * time.Second
+
+// Heard tells the merger that the source of origin o could read at time at
+// (it asked the broker, or caught up): announcements made by then have
+// been received. Leases of announced instances run out only while such
+// signs are recent; after a silence longer than unheardAfter (the broker
+// unreachable, renewals unheard) every lease gets the time lost back. A
+// message applied is such a sign too.
+func (m *Merger) Heard(o Origin, at time.Time) {
+	if o != OriginAnnouncement {
+		return
+	}
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
+	m.mu.Lock()
+	m.heardLocked(at)
+	var snap *Snapshot
+	if m.expireLocked(m.now()) {
+		snap = m.mergeLocked()
+	}
+	m.scheduleLocked()
+	m.mu.Unlock()
+	if snap != nil {
+		m.swapped(snap, "leases")
+	}
+}
+
+// heardLocked records a sign of readable announcements at time at, giving
+// every lease and claim back the time beyond unheardAfter since the last.
+func (m *Merger) heardLocked(at time.Time) {
+	if !m.heardAt.IsZero() {
+		if lost := at.Sub(m.heardAt) - unheardAfter; lost > 0 {
+			for _, p := range m.parts[OriginAnnouncement] {
+				for _, in := range p.instances {
+					if !in.expires.IsZero() {
+						in.expires = in.expires.Add(lost)
+					}
+				}
+				if !p.leftAt.IsZero() {
+					p.leftAt = p.leftAt.Add(lost)
 				}
 			}
-			if !p.leftAt.IsZero() {
-				p.leftAt = p.leftAt.Add(lost)
-			}
+			m.log.Warn("announcements were not readable for a while: leases and claims get the time back", "unheard", lost+unheardAfter)
 		}
-		m.scheduleLocked()
 	}
+	if at.After(m.heardAt) {
+		m.heardAt = at
+	}
+}
+
+// confirmedLocked is the time up to which the announcements are known to
+// have been readable, as of now: now, unless the last sign is older than
+// unheardAfter.
+func (m *Merger) confirmedLocked(now time.Time) time.Time {
+	if m.heardAt.IsZero() || now.Sub(m.heardAt) <= unheardAfter {
+		return now
+	}
+	return m.heardAt.Add(unheardAfter)
 }
 
 // expireLocked removes the instances whose lease ran out by now and the
 // units whose claims lapsed; it reports whether anything changed.
 func (m *Merger) expireLocked(now time.Time) bool {
-	if !m.pausedAt.IsZero() {
-		return false
-	}
+	now = m.confirmedLocked(now)
 	changed := false
 	units := m.parts[OriginAnnouncement]
 	for id, p := range units {
@@ -279,7 +313,14 @@ func (m *Merger) expireLocked(now time.Time) bool {
 
 // scheduleLocked sets the timer for the next lease or claim to run out.
 func (m *Merger) scheduleLocked() {
-	if m.closed || !m.pausedAt.IsZero() {
+	if m.closed {
+		return
+	}
+	if now := m.now(); !m.heardAt.IsZero() && now.Sub(m.heardAt) > unheardAfter {
+		// Unheard: nothing runs out until the next sign (Heard).
+		if m.timer != nil {
+			m.timer.Stop()
+		}
 		return
 	}
 	var next time.Time

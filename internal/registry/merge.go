@@ -130,9 +130,11 @@ type Merger struct {
 	now          func() time.Time
 	timer        *time.Timer // the next lease or claim to run out
 	closed       bool
-	// pausedAt: since when the announcements source has not reached its
-	// topic; leases do not run out meanwhile (renewals cannot be heard).
-	pausedAt time.Time
+	// heardAt: when the announcements were last known to be readable (a
+	// message applied, or the source's word, Heard). Leases run out only
+	// while that is recent (unheardAfter): a gateway that cannot hear
+	// renewals does not take their absence for deaths.
+	heardAt time.Time
 
 	swapMu sync.Mutex // orders publishing and onSwap
 
@@ -308,9 +310,6 @@ func (m *Merger) State(o Origin, synced bool, err error) {
 		}
 	}
 	st.err = msg
-	if o == OriginAnnouncement {
-		m.pauseLeasesLocked(err != nil)
-	}
 }
 
 // WaitSynced waits until every enabled origin has synced once, or d

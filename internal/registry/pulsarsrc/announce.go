@@ -110,16 +110,59 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatc
 	d.idle()
 	*synced = true
 	sink.State(registry.OriginAnnouncement, true, nil)
+	heard(sink, time.Now())
 	a.log.Info("reading tool service announcements", "topic", a.topic)
+	unreachable := false
 	for {
-		msg, err := r.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		nctx, cancel := context.WithTimeout(ctx, quietCheck)
+		msg, err := r.Next(nctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && errors.Is(err, context.DeadlineExceeded):
+			// Quiet. The client reconnects on its own and Next says
+			// nothing meanwhile: ask the broker, so that a gateway that
+			// cannot hear renewals does not take their absence for the
+			// instances' deaths (the merger holds the leases meanwhile).
+			asked := time.Now()
+			_, lerr := r.GetLastMessageID()
+			switch {
+			case lerr != nil && !unreachable:
+				unreachable = true
+				sink.State(registry.OriginAnnouncement, true, fmt.Errorf("announcements on %s: %w", a.topic, lerr))
+			case lerr == nil && unreachable:
+				unreachable = false
+				sink.State(registry.OriginAnnouncement, true, nil)
 			}
+			if lerr == nil {
+				heard(sink, asked) // everything published before was received
+			}
+			continue
+		case err != nil:
 			return err
 		}
+		if unreachable {
+			unreachable = false
+			sink.State(registry.OriginAnnouncement, true, nil)
+		}
 		a.apply(sink, d, msg, true)
+	}
+}
+
+// quietCheck is how long the reader waits for an announcement before it
+// asks the broker whether the topic is still reachable (and tells the sink
+// it heard, when it is): the merger lets leases run out only while the
+// announcements are known to be readable.
+var quietCheck = time.Second
+
+// heard tells sink, when it keeps leases (registry.Merger), that the
+// announcements were readable at at.
+func heard(sink registry.Sink, at time.Time) {
+	if h, ok := sink.(interface {
+		Heard(registry.Origin, time.Time)
+	}); ok {
+		h.Heard(registry.OriginAnnouncement, at)
 	}
 }
 

@@ -611,8 +611,8 @@ func (s *Service) serve(m transport.Message) {
 		msg := transport.Message{Key: id, Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}}
 		// The last reply is the one the caller waits for: when the
 		// producer's queue is full (a burst of chunks), it waits for room
-		// instead of being dropped, which would leave the caller to its
-		// deadline.
+		// instead of being dropped, and one the broker dropped is sent
+		// again, either of which would leave the caller to its deadline.
 		if r.EndOfStream && id != "unknown" {
 			// Kept a minute, should the caller miss it (wire.CreditResend);
 			// kept first, as the caller may ask as soon as it is out.
@@ -735,13 +735,14 @@ func decodeObject(s string) (map[string]any, error) {
 	return m, nil
 }
 
-// retryQueueFull runs publish until it does not fail with a full queue,
-// waiting a little longer each time, or until ctx ends.
+// retryQueueFull runs publish until it does not fail with a full queue
+// or a message the broker dropped (which no consumer got), waiting a
+// little longer each time, or until ctx ends.
 func retryQueueFull(ctx context.Context, publish func(context.Context) error) error {
 	wait := 5 * time.Millisecond
 	for {
 		err := publish(ctx)
-		if !errors.Is(err, transport.ErrQueueFull) {
+		if !errors.Is(err, transport.ErrQueueFull) && !errors.Is(err, transport.ErrDropped) {
 			return err
 		}
 		t := time.NewTimer(wait)

@@ -138,6 +138,15 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		}
 		g.updateHealth()
 	})
+	// Calls fail fast while the broker does not take messages, and are
+	// served again as soon as it does.
+	g.probe.Each = func(st transport.ProbeState) {
+		if st.OK {
+			g.bridge.BrokerUp()
+		} else {
+			g.bridge.BrokerDown(errors.New(st.Error), st.Sent)
+		}
+	}
 
 	var ops toolcall.Operations // an untyped nil without --operations
 	if cfg.Operations {

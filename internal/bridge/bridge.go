@@ -44,6 +44,9 @@ var (
 	// ErrNoListener: no tool service is subscribed to the request topic,
 	// so a request would be dropped by the broker.
 	ErrNoListener = errors.New("no tool service is listening")
+	// ErrBrokerDown: the broker does not take messages now (BrokerDown);
+	// it wraps ErrUnavailable.
+	ErrBrokerDown = fmt.Errorf("%w: the message broker does not take messages", ErrUnavailable)
 	// ErrServiceBusy: the tool service had Options.MaxInFlightPerService
 	// calls in flight for the whole of Options.ServiceQueueWait. It wraps
 	// ErrOverloaded.
@@ -77,15 +80,34 @@ const (
 	DefaultServiceQueueWait = 3 * time.Second
 	// DefaultStreamWindow is Options.StreamWindow's default.
 	DefaultStreamWindow = 1024
-	// DefaultStreamBudget is Options.StreamBudget's default: below the
-	// reply consumer's prefetch queue (10,000 in the gateway).
-	DefaultStreamBudget = 8192
-	// minStreamWindow is the least window a stream gets however many
-	// share the budget.
-	minStreamWindow = 16
+	// DefaultStreamBudget is Options.StreamBudget's default: below half
+	// the reply consumer's prefetch queue (10,000 in the gateway), as the
+	// client gives the broker its permits back half a queue at a time,
+	// and the broker drops what a consumer has no permit for.
+	DefaultStreamBudget = 4096
+	// DefaultStreamBudgetBytes is Options.StreamBudgetBytes' default: the
+	// broker drops the non-persistent messages meant for a connection
+	// whose unsent bytes passed its pulsarChannelWriteBufferHighWaterMark
+	// (64 KiB by default), a whole batch of them at a time, and a gateway
+	// starved of CPU reads its connection late, its socket buffers full.
+	// Credit within that mark never brings the broker there, whatever the
+	// socket buffers.
+	DefaultStreamBudgetBytes = 64 << 10
 	// regrantAfter: a stream that has had no chunk for this long while
 	// waiting is sent its grant again (in case the last one was lost).
 	regrantAfter = 500 * time.Millisecond
+	// starvedRetry: a stream whose credit is used up, waiting for room in
+	// the budget, looks for some again this often.
+	starvedRetry = 10 * time.Millisecond
+	// replyBytesGuess is what a reply message is taken to weigh before
+	// one of the call's arrived.
+	replyBytesGuess = 256
+	// firstCredit is the credit a call is given with its request: every
+	// call may be answered in chunks, most are answered in one message, so
+	// each starts with little (200 calls at once: 1,600 messages, well
+	// within the consumer's permits), and a stream gets its share of the
+	// budgets from its first chunk read on.
+	firstCredit = 8
 )
 
 // Options tune a Bridge.
@@ -128,10 +150,16 @@ type Options struct {
 	// gateway could not take yet (default DefaultStreamWindow; negative:
 	// no flow control). It must be below MaxBufferedChunks.
 	StreamWindow int
-	// StreamBudget bounds the credit of all streams together (default
-	// DefaultStreamBudget): with many streams at once each window shrinks
-	// to StreamBudget / streams, not below 16.
-	StreamBudget int
+	// StreamBudget bounds the credit of all streams together, in reply
+	// messages (default DefaultStreamBudget), and StreamBudgetBytes in
+	// bytes, reckoned from the size of each call's reply messages so far
+	// (default DefaultStreamBudgetBytes): every call, unary or stream, may
+	// be answered in chunks, so each starts with a little credit (8
+	// messages), and from its first chunk on gets its share of both;
+	// grants never take the total past them, but a stream with no credit
+	// left always gets a message.
+	StreamBudget      int
+	StreamBudgetBytes int
 	// ReplyTopic, when set, is this instance's own reply topic: every
 	// request names it (wire.PropReplyTo), and the bridge listens on it as
 	// well as on each response topic. Services that honour reply-to answer
@@ -168,6 +196,9 @@ type Stats struct {
 	// to their services (a stream's cancel included); Busy the calls
 	// refused with ErrServiceBusy.
 	Streams, Grants, Busy int64
+	// CreditBytes is the flow-control budget the calls in flight hold now
+	// (within Options.StreamBudgetBytes, but for a message of credit each).
+	CreditBytes int64
 	// Cancels are the calls given up whose services were told so on
 	// their cancel topics (wire.CancelTopic); Resends the calls whose
 	// services were asked for their last reply again there
@@ -214,12 +245,26 @@ type Bridge struct {
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
 	services   sync.Map
-	windowText string // StreamWindow, as written in a request
+	windowText atomic.Pointer[windowText] // the last first window written in a request
 	streams    atomic.Int64
-	grants     atomic.Int64
-	busy       atomic.Int64
-	cancels    atomic.Int64
-	resends    atomic.Int64
+	// creditMu guards the credit the streams hold together, in bytes and
+	// in messages (Call.reserved, Call.reservedMsgs), within
+	// StreamBudgetBytes and StreamBudget; reserved is the bytes, for
+	// Stats.
+	creditMu      sync.Mutex
+	reservedBytes int64
+	reservedMsgs  int64
+	reserved      atomic.Int64
+	grants        atomic.Int64
+	busy          atomic.Int64
+	cancels       atomic.Int64
+	resends       atomic.Int64
+
+	// down holds why the broker is found not to take messages (nil while
+	// it does): calls are refused at once meanwhile (BrokerDown).
+	down atomic.Pointer[error]
+	// lastTaken is when the broker last took a request (unix nanoseconds).
+	lastTaken atomic.Int64
 
 	// epoch counts the watch's questions; each call notes it when made.
 	epoch atomic.Uint64
@@ -259,6 +304,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if opts.StreamBudget <= 0 {
 		opts.StreamBudget = DefaultStreamBudget
 	}
+	if opts.StreamBudgetBytes <= 0 {
+		opts.StreamBudgetBytes = DefaultStreamBudgetBytes
+	}
 	if opts.WatchEvery <= 0 {
 		opts.WatchEvery = DefaultWatchEvery
 	}
@@ -273,7 +321,6 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if ip, ok := broker.(transport.InlinePublisher); ok {
 		b.publish = ip.PublishInline
 	}
-	b.windowText = strconv.Itoa(opts.StreamWindow)
 	b.pending.init()
 	if opts.Watch != nil {
 		b.counter, _ = opts.Watch.(DeliveryCounter)
@@ -296,11 +343,12 @@ func (b *Bridge) Stats() Stats {
 
 		RepliesViaReplyTo: b.viaReplyTo.Load(),
 
-		Streams: b.streams.Load(),
-		Grants:  b.grants.Load(),
-		Busy:    b.busy.Load(),
-		Cancels: b.cancels.Load(),
-		Resends: b.resends.Load(),
+		Streams:     b.streams.Load(),
+		CreditBytes: b.reserved.Load(),
+		Grants:      b.grants.Load(),
+		Busy:        b.busy.Load(),
+		Cancels:     b.cancels.Load(),
+		Resends:     b.resends.Load(),
 	}
 }
 
@@ -372,6 +420,7 @@ func (b *Bridge) listen(ctx context.Context, responseTopic string, detach bool) 
 			b.log.Warn("cannot subscribe to response topic", "topic", responseTopic, "err", l.err)
 		} else {
 			b.log.Debug("subscribed to response topic", "topic", responseTopic, "subscription", b.subID)
+			b.sampleNew(parent, responseTopic)
 		}
 		b.noteListen(responseTopic, l.err)
 		close(l.ready)
@@ -430,6 +479,9 @@ type CallOptions struct {
 
 // CallWith is CallUntil with options.
 func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadline time.Time, o CallOptions) (*Call, error) {
+	if err := b.down.Load(); err != nil {
+		return nil, *err
+	}
 	if err := b.Listen(ctx, t.ResponseTopic); err != nil {
 		return nil, err
 	}
@@ -480,18 +532,21 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		c.replyTo = b.opts.ReplyTopic
 	}
 	if b.opts.StreamWindow > 0 && !o.NoCredit {
-		c.granted = b.window()
-		if c.granted == b.opts.StreamWindow {
-			props[wire.PropCredit] = b.windowText // no allocation when no stream shares the budget
-		} else {
-			props[wire.PropCredit] = strconv.Itoa(c.granted)
-		}
+		c.est, c.credited = replyBytesGuess, true
+		c.granted = min(firstCredit, b.opts.StreamWindow)
+		props[wire.PropCredit] = b.creditText(c.granted)
 	}
 	if !deadline.IsZero() {
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
 		c.sentDeadline = deadline
 	}
 	b.pending.store(c.id, c)
+	if err := b.down.Load(); err != nil {
+		// Found down since the check above, perhaps before BrokerDown
+		// saw this call: not published.
+		c.end(*err, false)
+		return nil, *err
+	}
 	pctx, done := ctx, func(error) {}
 	if b.opts.OnPublish != nil {
 		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
@@ -511,6 +566,8 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 			c.end(publishError(err), false)
 			return
 		}
+		c.taken.Store(true)
+		b.lastTaken.Store(time.Now().UnixNano())
 		b.published.Add(1)
 	})
 	if err != nil {
@@ -520,6 +577,55 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		return nil, publishError(err)
 	}
 	return c, nil
+}
+
+// BrokerDown says that the broker does not take messages: a probe sent
+// at since had no receipt in time (cause says what happened). Unless the
+// broker took a request of this bridge after since — then it is there,
+// and false is returned — calls are refused at once with ErrBrokerDown
+// until BrokerUp, and the calls in flight whose request the broker has
+// not taken end with it (CallOptions.Detached ones excepted): their
+// request may never have left. A broker that can (transport.Pulsar's
+// SetReachable) stops waiting for receipts meanwhile, so that no caller
+// is held in a publish. Calls whose request was taken wait on: their
+// service may answer once the broker is back.
+func (b *Bridge) BrokerDown(cause error, since time.Time) bool {
+	if b.lastTaken.Load() > since.UnixNano() {
+		return false
+	}
+	err := fmt.Errorf("%w (%w)", ErrBrokerDown, cause)
+	first := b.down.Swap(&err) == nil
+	if r, ok := b.broker.(reachability); ok {
+		r.SetReachable(false)
+	}
+	n := 0
+	b.pending.each(func(c *Call) {
+		if !c.detached && !c.taken.Load() {
+			c.end(err, false)
+			n++
+		}
+	})
+	if first || n > 0 {
+		b.log.Warn("the broker does not take messages: calls are refused until it does", "err", cause, "calls_ended", n)
+	}
+	return true
+}
+
+// BrokerUp says that the broker takes messages again (a probe had its
+// receipt): calls are served again.
+func (b *Bridge) BrokerUp() {
+	if r, ok := b.broker.(reachability); ok {
+		r.SetReachable(true)
+	}
+	if b.down.Swap(nil) != nil {
+		b.log.Info("the broker takes messages again: calls are served")
+	}
+}
+
+// reachability is a broker told whether the broker can be reached
+// (transport.Pulsar).
+type reachability interface {
+	SetReachable(ok bool)
 }
 
 // acquire takes a slot of the service on topic for one call, waiting for
@@ -563,14 +669,30 @@ func (b *Bridge) acquire(ctx context.Context, topic string, deadline time.Time) 
 	return nil, fmt.Errorf("%w (%d to %s; waited %v for a free slot)", ErrServiceBusy, cap(slots), topic, wait.Round(time.Millisecond))
 }
 
-// window is the credit a stream gets now: StreamWindow, or its share of
-// StreamBudget when many streams run at once.
-func (b *Bridge) window() int {
-	w := b.opts.StreamWindow
-	if n := b.streams.Load(); n > 0 {
-		w = min(w, max(b.opts.StreamBudget/int(n), minStreamWindow))
+// window is the credit a stream whose reply messages weigh est bytes
+// each should have now: StreamWindow, or its share of the budgets among
+// the streams; at least 1.
+func (b *Bridge) window(est int64) int64 {
+	n := max(b.streams.Load(), 1)
+	w := min(int64(b.opts.StreamWindow), int64(b.opts.StreamBudget)/n, int64(b.opts.StreamBudgetBytes)/(n*est))
+	return max(w, 1)
+}
+
+// windowText is a first window as a request writes it.
+type windowText struct {
+	n int
+	s string
+}
+
+// creditText writes n, without an allocation when it is the same as the
+// last one written (calls made one after another get the same share).
+func (b *Bridge) creditText(n int) string {
+	if t := b.windowText.Load(); t != nil && t.n == n {
+		return t.s
 	}
-	return w
+	t := &windowText{n, strconv.Itoa(n)}
+	b.windowText.Store(t)
+	return t.s
 }
 
 // sendGrant tells the service on flow that call id may send reply
@@ -686,7 +808,7 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		return
 	}
 	flow := m.Properties[wire.PropFlow]
-	switch c.deliver(resp, seq, flow) {
+	switch c.deliver(resp, seq, flow, len(m.Payload)+len(id)+len(seq)+len(flow)+replyOverhead) {
 	case delivered:
 	case badFlow:
 		b.refuse(topic, id, "the reply names a flow topic that is not its service's", "flow_topic", flow)
@@ -698,6 +820,11 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	}
 	b.replies.Add(1)
 }
+
+// replyOverhead is what a reply message weighs on the wire besides its
+// payload and property values: the property names and the message's
+// metadata in a batch, roughly.
+const replyOverhead = 48
 
 // refuse counts and logs a reply the bridge does not take.
 func (b *Bridge) refuse(topic, id, why string, attrs ...any) {
@@ -770,9 +897,10 @@ func (e *DroppedError) Unwrap() error { return ErrLostReplies }
 // DeliveryCounter is what the watch asks, when Options.Watch has it, about
 // a non-persistent response topic of services that do not number their
 // replies: how many messages the topic took in, and how many the broker
-// sent to a subscription (transport.AdminPresence.Delivery).
+// sent to a subscription, in which lifetime of that subscription
+// (transport.AdminPresence.Delivery).
 type DeliveryCounter interface {
-	Delivery(ctx context.Context, topic, subscription string) (in, out int64, err error)
+	Delivery(ctx context.Context, topic, subscription string) (transport.Delivery, error)
 }
 
 // LostRepliesError ends a call whose reply has a hole in it: a later reply

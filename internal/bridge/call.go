@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/toolgate/toolgate/wire"
@@ -31,6 +32,8 @@ type Call struct {
 	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
+	// taken: the broker took the request (its receipt came).
+	taken atomic.Bool
 	// sentDeadline is the deadline the request carries (zero: none): past
 	// it the service ends the call by itself, and is not told to.
 	sentDeadline time.Time
@@ -43,8 +46,11 @@ type Call struct {
 	nextSeq int    // the reply message number expected next (wire.PropSeq)
 	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
 	resends int    // the times its service was asked to send its last reply again
-	spared  bool   // a reply came after the watch suspected it: not judged again
-	msgs    int    // reply messages delivered
+	// dropSeen is the excess of messages in over those sent to this
+	// bridge on its reply topic when it last asked for that (watch.go).
+	dropSeen int64
+	spared   bool // a reply came after the watch suspected it: not judged again
+	msgs     int  // reply messages delivered
 	// held is the last message of a stream from a service that does not
 	// number its replies, on a non-persistent topic, kept back until the
 	// watch finds the broker dropped nothing for this bridge on that
@@ -59,6 +65,14 @@ type Call struct {
 	granted  int
 	consumed int
 	flow     string
+	// credited: the call holds credit, reserved bytes of the budget
+	// (Bridge.reserved) for it, at est bytes per reply message (the mean
+	// of those received, bytes of them in all, when it grants).
+	credited     bool
+	reserved     int64
+	reservedMsgs int64
+	est          int64
+	bytes        int64
 	// flowChecked is the flow topic last found to be the service's.
 	flowChecked string
 }
@@ -102,11 +116,19 @@ const (
 // forgery racing the real reply — and one naming a flow topic (flow) that
 // is not its service's, which is checked once per topic named, not per
 // chunk.
-func (c *Call) deliver(r wire.Response, seq, flow string) delivery {
+func (c *Call) deliver(r wire.Response, seq, flow string, size int) delivery {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
 		return delivered
+	}
+	if c.credited {
+		c.bytes += int64(size)
+		if flow == "" && seq == "" && c.reserved > 0 {
+			// A service that does not do flow control: the credit
+			// held for it goes back to the others.
+			c.giveBack()
+		}
 	}
 	if flow != "" && flow != c.flowChecked {
 		if !wire.FlowTopicAllowed(flow, c.reqTopic) {
@@ -213,6 +235,10 @@ func (c *Call) remove() {
 	done := c.removed
 	c.removed = true
 	stream := c.flow != ""
+	credited := c.credited
+	if !done && credited {
+		c.giveBack()
+	}
 	c.mu.Unlock()
 	if !done {
 		c.b.pending.delete(c.id)
@@ -258,10 +284,15 @@ func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) 
 			}
 			return ch, nil
 		}
-		err, ended, flow, limit := c.err, c.ended, c.flow, c.granted
+		err, ended, flow, starved := c.err, c.ended, c.flow, c.granted <= c.consumed
 		c.mu.Unlock()
 		if !ended && flow != "" && regrant == nil {
+			// Credit used up: look for room in the budget soon; else
+			// send the grant again after a while, should it be lost.
 			t := getTimer(regrantAfter)
+			if starved {
+				t.Reset(starvedRetry)
+			}
 			defer putTimer(t)
 			regrant = t.C
 		}
@@ -294,8 +325,18 @@ func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) 
 			c.finish(context.DeadlineExceeded)
 			return Chunk{}, idleErr
 		case <-regrant:
-			// Nothing for a while: the last grant may have been lost.
-			c.b.sendGrant(flow, c.id, limit)
+			// More credit if the budget has room now; else, unless the
+			// stream waits for room, the last grant again: it may have
+			// been lost.
+			c.mu.Lock()
+			limit := c.grantMore(starved)
+			if limit == 0 && !starved {
+				limit = c.granted
+			}
+			c.mu.Unlock()
+			if limit > 0 {
+				c.b.sendGrant(flow, c.id, limit)
+			}
 			regrant = nil
 		case <-ctx.Done():
 			c.finish(ctx.Err())
@@ -309,19 +350,71 @@ func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) 
 
 // credit counts one more reply message taken by the reader and, for a
 // flow-controlled stream whose service has half its window or less left
-// to send, raises the limit by what the window now is: it returns the
-// flow topic and the new limit to grant (0: none due). c.mu is held.
+// to send, raises the limit as far as its window and the budgets allow:
+// it returns the flow topic and the new limit to grant (0: none due).
+// c.mu is held.
 func (c *Call) credit() (string, int) {
 	c.consumed++
 	if c.flow == "" {
 		return "", 0
 	}
-	w := c.b.window()
-	if c.granted-c.consumed > w/2 {
-		return "", 0
+	if limit := c.grantMore(false); limit > 0 {
+		return c.flow, limit
 	}
-	c.granted = c.consumed + w
-	return c.flow, c.granted
+	return "", 0
+}
+
+// giveBack returns the call's credit to the budgets. c.mu is held.
+func (c *Call) giveBack() {
+	b := c.b
+	b.creditMu.Lock()
+	b.reservedBytes -= c.reserved
+	b.reservedMsgs -= c.reservedMsgs
+	b.reserved.Store(b.reservedBytes)
+	b.creditMu.Unlock()
+	c.reserved, c.reservedMsgs = 0, 0
+}
+
+// grantMore raises the call's credit towards its window (Bridge.window)
+// as far as StreamBudgetBytes has room, taking the bytes from the budget:
+// when the service has half its window or less left to send, or always
+// with now. It returns the new limit, 0 when it did not rise. A call
+// with no credit left is given one message at least. c.mu is held.
+func (c *Call) grantMore(now bool) int {
+	if c.ended || c.removed {
+		return 0 // its credit went back with it
+	}
+	b := c.b
+	out := max(int64(c.granted-c.consumed), 0)
+	if c.msgs > 0 {
+		c.est = max(c.bytes/int64(c.msgs), replyOverhead)
+	}
+	want := b.window(c.est)
+	if !now && out > want/2 {
+		return 0
+	}
+	b.creditMu.Lock()
+	defer b.creditMu.Unlock()
+	// What the budgets have room for, this call's own share given back.
+	roomBytes := (int64(b.opts.StreamBudgetBytes) - (b.reservedBytes - c.reserved)) / c.est
+	roomMsgs := int64(b.opts.StreamBudget) - (b.reservedMsgs - c.reservedMsgs)
+	next := min(want, roomBytes, roomMsgs)
+	if out == 0 {
+		// A call always has a message of credit: none waits on others
+		// for ever, and the budgets are passed by a message a call at
+		// most (as by the one unbounded reply of each call).
+		next = max(next, 1)
+	}
+	if next <= out {
+		return 0
+	}
+	res := next * c.est
+	b.reservedBytes += res - c.reserved
+	b.reservedMsgs += next - c.reservedMsgs
+	b.reserved.Store(b.reservedBytes)
+	c.reserved, c.reservedMsgs = res, next
+	c.granted = c.consumed + int(next)
+	return c.granted
 }
 
 // Wait reads every chunk and returns them joined in order.

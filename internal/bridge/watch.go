@@ -160,14 +160,20 @@ func (b *Bridge) watchOnce() {
 		}
 		delete(w.suspect, c)
 	}
-	topics, replyTopics, unnumbered := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	// sampled: the topics whose delivery counts are asked — the response
+	// topics of services that do not number their replies, and the
+	// non-persistent topics Go SDK services answer on.
+	topics, replyTopics, sampled := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	b.pending.each(func(c *Call) {
 		if _, numbers := b.numbering.Load(c.respTopic); b.counter != nil && !numbers && strings.HasPrefix(c.respTopic, "non-persistent://") {
-			unnumbered[c.respTopic] = true
+			sampled[c.respTopic] = true
 		}
 		topics[c.reqTopic] = true
 		if t := c.replyTopic(); t != "" {
 			replyTopics[t] = true
+			if b.counter != nil && strings.HasPrefix(t, "non-persistent://") {
+				sampled[t] = true
+			}
 		}
 	})
 	for t := range w.seen {
@@ -202,26 +208,17 @@ func (b *Bridge) watchOnce() {
 	for topic := range replyTopics {
 		ask(topic, true)
 	}
-	for topic := range unnumbered {
+	for topic := range sampled {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			in, out, err := b.counter.Delivery(ctx, topic, b.subID)
-			if err != nil {
-				b.log.Debug("cannot ask how many messages the broker sent this gateway", "topic", topic, "err", err)
-				return
-			}
-			w.dropMu.Lock()
-			w.drops[topic] = append(w.drops[topic], dropSample{at: askedAt, excess: in - out})
-			if n := len(w.drops[topic]); n > maxDropSamples {
-				w.drops[topic] = w.drops[topic][n-maxDropSamples:]
-			}
-			w.dropMu.Unlock()
+			b.sampleDelivery(ctx, topic, askedAt)
 		})
 	}
 	wg.Wait()
 	close(answers)
 	b.checkHeld()
+	b.checkReplyDrops(replyTopics)
 	for a := range answers {
 		if a.err != nil {
 			b.log.Debug("cannot ask which consumers a topic has; asking again later", "topic", a.topic, "err", a.err)
@@ -386,7 +383,43 @@ func (b *Bridge) checkOwnConsumer(topic string, cs []transport.Consumer) {
 // dropSample is one answer of the DeliveryCounter about a topic.
 type dropSample struct {
 	at     time.Time
-	excess int64 // messages in less messages sent to this bridge
+	excess int64  // messages in less messages sent to this bridge
+	life   string // the subscription's lifetime (transport.Delivery.Lifetime)
+}
+
+// sampleDelivery asks the DeliveryCounter about topic and keeps the
+// answer, as of at; one without a lifetime (no consumer of this bridge's
+// there just then) is not kept: it compares with nothing.
+func (b *Bridge) sampleDelivery(ctx context.Context, topic string, at time.Time) {
+	d, err := b.counter.Delivery(ctx, topic, b.subID)
+	if err != nil {
+		b.log.Debug("cannot ask how many messages the broker sent this gateway", "topic", topic, "err", err)
+		return
+	}
+	if d.Lifetime == "" {
+		return
+	}
+	w := b.watch
+	w.dropMu.Lock()
+	defer w.dropMu.Unlock()
+	w.drops[topic] = append(w.drops[topic], dropSample{at: at, excess: d.In - d.Out, life: d.Lifetime})
+	if n := len(w.drops[topic]); n > maxDropSamples {
+		w.drops[topic] = w.drops[topic][n-maxDropSamples:]
+	}
+}
+
+// sampleNew takes the first sample of a subscription just made to a
+// non-persistent response topic, before any call waits on it: the
+// baseline of the calls made next. The samples of an earlier lifetime
+// (a subscription released and made again) do not compare with it.
+func (b *Bridge) sampleNew(ctx context.Context, topic string) {
+	if b.counter == nil || b.watch == nil || !strings.HasPrefix(topic, "non-persistent://") {
+		return
+	}
+	at := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, b.opts.WatchEvery)
+	defer cancel()
+	b.sampleDelivery(ctx, topic, at)
 }
 
 // pokeDelay gathers the reasons for an early question (Call.held).
@@ -411,6 +444,8 @@ const heldFor = 5 * time.Second
 // once an answer after it shows no rise: the stream is whole.
 func (b *Bridge) checkHeld() {
 	w := b.watch
+	w.dropMu.Lock() // a new subscription's first sample may come meanwhile
+	defer w.dropMu.Unlock()
 	if len(w.drops) == 0 {
 		return
 	}
@@ -419,29 +454,22 @@ func (b *Bridge) checkHeld() {
 		if len(samples) == 0 {
 			return
 		}
+		if _, numbers := b.numbering.Load(c.respTopic); numbers {
+			return // a hole shows by itself (checkReplyDrops for the end)
+		}
 		c.mu.Lock()
 		held, heldAt, ended := c.held != nil, c.heldAt, c.ended
 		c.mu.Unlock()
 		if ended {
 			return
 		}
-		base := -1
-		for i, s := range samples {
-			if s.at.Before(c.made) {
-				base = i
-			} else if base < 0 {
-				base = i
-				break
-			}
-		}
+		base := baseSample(samples, c.made)
 		if base < 0 {
 			return
 		}
-		for i := base + 1; i+1 < len(samples); i++ {
-			if samples[i].excess > samples[base].excess && samples[i+1].excess >= samples[i].excess {
-				c.end(&DroppedError{Topic: c.respTopic, Dropped: samples[i+1].excess - samples[base].excess}, false)
-				return
-			}
+		if dropped, _ := droppedSince(samples, base); dropped > 0 {
+			c.end(&DroppedError{Topic: c.respTopic, Dropped: dropped}, false)
+			return
 		}
 		if !held {
 			return
@@ -457,4 +485,89 @@ func (b *Bridge) checkHeld() {
 			c.release()
 		}
 	})
+}
+
+// baseSample is the index of the sample a call made at made compares
+// the later ones with: the last one before it, else the first after (-1:
+// none). Counts compare within one lifetime of the subscription only:
+// when a later one began (this bridge's consumer connected again), its
+// first sample is the baseline. What was dropped between the two cannot
+// be known, and is not guessed at.
+func baseSample(samples []dropSample, made time.Time) int {
+	base := -1
+	for i, s := range samples {
+		if s.at.Before(made) {
+			base = i
+		} else if base < 0 {
+			base = i
+			break
+		}
+	}
+	if base < 0 {
+		return -1
+	}
+	for i := len(samples) - 1; i > base; i-- {
+		if samples[i].life != samples[i-1].life {
+			return i
+		}
+	}
+	return base
+}
+
+// droppedSince says how many messages the samples after base show
+// dropped: a rise over the baseline that stayed up at the next answer
+// (messages in flight when asked are caught up with; dropped ones never
+// are), counted at that next answer; and the excess then (0, 0: none).
+func droppedSince(samples []dropSample, base int) (dropped, excess int64) {
+	for i := base + 1; i+1 < len(samples); i++ {
+		if samples[i].excess > samples[base].excess && samples[i+1].excess >= samples[i].excess {
+			return samples[i+1].excess - samples[base].excess, samples[i+1].excess
+		}
+	}
+	return 0, 0
+}
+
+// checkReplyDrops looks at the delivery counts of the topics Go SDK
+// services answer this bridge's calls on (replyTopics, sampled). Their
+// replies are numbered, so a message dropped in the middle of a reply
+// shows at the next one (LostRepliesError); a last message dropped would
+// not, and its call would wait to its deadline. So when the counts show
+// messages dropped for this bridge there since a call was made, the call
+// asks its service for its last reply again (wire.CreditResend), once
+// per drop seen and at most maxResends times: a service that sent it
+// sends it again, one still at work answers as usual.
+func (b *Bridge) checkReplyDrops(replyTopics map[string]bool) {
+	w := b.watch
+	w.dropMu.Lock()
+	defer w.dropMu.Unlock()
+	n := 0
+	b.pending.each(func(c *Call) {
+		topic := c.replyTopic()
+		if !replyTopics[topic] {
+			return
+		}
+		samples := w.drops[topic]
+		base := baseSample(samples, c.made)
+		if base < 0 {
+			return
+		}
+		dropped, excess := droppedSince(samples, base)
+		if dropped == 0 {
+			return
+		}
+		c.mu.Lock()
+		skip := c.ended || c.detached || c.resends >= maxResends || excess <= c.dropSeen
+		if !skip {
+			c.resends++
+			c.dropSeen = excess
+		}
+		c.mu.Unlock()
+		if !skip {
+			b.sendResend(c.reqTopic, c.id)
+			n++
+		}
+	})
+	if n > 0 {
+		b.log.Warn("the broker dropped replies meant for this gateway; the services of the calls waiting were asked to send their last replies again", "calls", n)
+	}
 }

@@ -315,14 +315,14 @@ func (s *countingStub) setExcess(n ...int64) {
 	s.excess = n
 }
 
-func (s *countingStub) Delivery(context.Context, string, string) (in, out int64, err error) {
+func (s *countingStub) Delivery(context.Context, string, string) (transport.Delivery, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.excess[0]
 	if len(s.excess) > 1 {
 		s.excess = s.excess[1:]
 	}
-	return 1000 + e, 1000, nil
+	return transport.Delivery{In: 1000 + e, Out: 1000, Lifetime: "sub/c@1"}, nil
 }
 
 // The end of a stream from a service that does not number its replies,

@@ -117,7 +117,8 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 	case errors.Is(err, bridge.ErrClosed):
 		return with(codes.Unavailable, shuttingDownMessage, ReasonShuttingDown, retryShuttingDown())
 	case errors.Is(err, bridge.ErrUnavailable):
-		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: the message broker cannot be reached", "BROKER_UNAVAILABLE")
+		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: the message broker cannot be reached", "BROKER_UNAVAILABLE",
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	default:
 		return with(codes.Internal, "internal error", "INTERNAL")
 	}

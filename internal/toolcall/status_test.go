@@ -48,6 +48,7 @@ func TestToStatus(t *testing.T) {
 			`tool "t" is unavailable: no instance of tool service "svc" renewed its announcement in time`},
 		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down; retry the call"},
 		{"broker down", fmt.Errorf("%w: dial", bridge.ErrUnavailable), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
+		{"broker found down", fmt.Errorf("%w (no receipt)", bridge.ErrBrokerDown), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
 		{"anything else", errors.New("secret internals"), codes.Internal, "INTERNAL", "internal error"},
 	}
 	for _, c := range cases {
@@ -70,8 +71,8 @@ func TestToStatus(t *testing.T) {
 			if info == nil || info.Reason != c.reason || info.Domain != ErrorDomain || info.Metadata["tool"] != "t" || info.Metadata["service"] != "svc" {
 				t.Fatalf("ErrorInfo %v, want reason %s with tool and service", info, c.reason)
 			}
-			if (c.reason == "OVERLOADED" || c.reason == "REPLY_LOST" || c.reason == "SHUTTING_DOWN") != (retry != nil) {
-				t.Fatalf("RetryInfo %v only on overload, lost replies and shutdown", retry)
+			if (c.reason == "OVERLOADED" || c.reason == "REPLY_LOST" || c.reason == "SHUTTING_DOWN" || c.reason == "BROKER_UNAVAILABLE") != (retry != nil) {
+				t.Fatalf("RetryInfo %v only on overload, lost replies, shutdown and an unreachable broker", retry)
 			}
 		})
 	}

@@ -39,8 +39,8 @@ func TestCloseHandlesWhatArrived(t *testing.T) {
 	}
 	p := transport.NewAdminPresence(brokertest.AdminURL(), nil)
 	eventually.True(t, 30*time.Second, "every message sent to the consumer", func() bool {
-		_, out, err := p.Delivery(t.Context(), topic, "s")
-		return err == nil && out == n
+		d, err := p.Delivery(t.Context(), topic, "s")
+		return err == nil && d.Out == n
 	})
 	closed := make(chan struct{})
 	go func() { _ = sub.Close(); close(closed) }()

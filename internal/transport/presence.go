@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,7 +208,15 @@ type partitionedStats struct {
 // summed, every partition's consumers listed.
 func (p *partitionedStats) merge() *stats {
 	out := &stats{Subscriptions: map[string]subscriptionStats{}}
-	for name, ps := range p.Partitions {
+	// In the partitions' order: what is read of the consumers (Delivery's
+	// Lifetime) is the same from one question to the next.
+	names := make([]string, 0, len(p.Partitions))
+	for name := range p.Partitions {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		ps := p.Partitions[name]
 		out.In += ps.In
 		for sub, s := range ps.Subscriptions {
 			o := out.Subscriptions[sub]
@@ -305,23 +314,48 @@ func (a *AdminPresence) get(ctx context.Context, url, topic string, v any) (foun
 // consumers is a few hundred kilobytes).
 const maxStatsBytes = 16 << 20
 
+// Delivery is what the broker counted of a topic and one subscription of
+// it, as Delivery read it.
+type Delivery struct {
+	// In is the messages the topic has taken in (its msgInCounter), Out
+	// those the broker sent to the subscription (its msgOutCounter).
+	In, Out int64
+	// Lifetime tells the subscription's lives apart: its consumers, each
+	// with the time it connected. A subscription on a non-persistent
+	// topic goes with its last consumer and starts counting afresh when
+	// made again, and a topic made again (moved to another broker, or
+	// deleted while unused) counts afresh too, with new consumers: counts
+	// of different lifetimes do not compare. "" when it has no consumer.
+	Lifetime string
+}
+
 // Delivery asks the admin API now how many messages topic has taken in
-// all (its msgInCounter) and how many the broker has sent to subscription
-// (that subscription's msgOutCounter). On a non-persistent topic the
-// difference grows by each message the broker dropped for the
-// subscription (its consumer could not take it), and by the messages in
-// flight at the moment asked, which it then catches up with.
-func (a *AdminPresence) Delivery(ctx context.Context, topic, subscription string) (in, out int64, err error) {
+// all and how many the broker has sent to subscription. Within one
+// lifetime of the subscription, on a non-persistent topic, the difference
+// grows by each message the broker dropped for the subscription (its
+// consumer could not take it), and by the messages in flight at the
+// moment asked, which it then catches up with.
+func (a *AdminPresence) Delivery(ctx context.Context, topic, subscription string) (Delivery, error) {
 	st, err := a.topicStats(ctx, topic)
 	if err != nil {
-		return 0, 0, err
+		return Delivery{}, err
 	}
 	if st == nil {
-		return 0, 0, fmt.Errorf("topic stats of %s: no such topic", topic)
+		return Delivery{}, fmt.Errorf("topic stats of %s: no such topic", topic)
 	}
 	s, ok := st.Subscriptions[subscription]
 	if !ok {
-		return 0, 0, fmt.Errorf("topic stats of %s: no subscription %q", topic, subscription)
+		return Delivery{}, fmt.Errorf("topic stats of %s: no subscription %q", topic, subscription)
 	}
-	return st.In, s.Out, nil
+	d := Delivery{In: st.In, Out: s.Out}
+	for i, c := range s.Consumers {
+		if c.ConnectedSince == "" {
+			return Delivery{In: st.In, Out: s.Out}, nil // lives cannot be told apart
+		}
+		if i > 0 {
+			d.Lifetime += ","
+		}
+		d.Lifetime += c.Name + "@" + c.Address + "@" + c.ConnectedSince
+	}
+	return d, nil
 }

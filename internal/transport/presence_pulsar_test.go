@@ -121,8 +121,8 @@ func TestAdminPresencePartitioned(t *testing.T) {
 	}
 	eventually.True(t, 30*time.Second, "every message received", func() bool { return got.Load() == n })
 	eventually.True(t, 30*time.Second, "the partitions' counters summed", func() bool {
-		in, out, err := p.Delivery(t.Context(), topic, "s")
-		return err == nil && in == n && out == n
+		d, err := p.Delivery(t.Context(), topic, "s")
+		return err == nil && d.In == n && d.Out == n
 	})
 	_ = sub.Close()
 	eventually.True(t, 30*time.Second, "no consumer left", func() bool {

@@ -27,6 +27,8 @@ type Probe struct {
 	timeout time.Duration
 	// onChange, when set, is told each time the answer changes.
 	onChange func(ok bool)
+	// Each, when set before Run, is given the state after every probe.
+	Each func(ProbeState)
 
 	mu    sync.Mutex
 	state ProbeState
@@ -38,7 +40,9 @@ type ProbeState struct {
 	OK bool `json:"ok"`
 	// Topic is where the probes go.
 	Topic string `json:"topic"`
-	// Checked is when the last probe ended (zero before the first).
+	// Sent is when the last probe's message was sent, Checked when that
+	// probe ended (zero before the first).
+	Sent    time.Time `json:"sent"`
 	Checked time.Time `json:"checked"`
 	// LastOK is when a probe last succeeded (zero: never).
 	LastOK time.Time `json:"last_ok"`
@@ -88,15 +92,18 @@ func (p *Probe) once(ctx context.Context) {
 	now := time.Now()
 	p.mu.Lock()
 	was := p.state.OK
-	p.state.Checked = now
+	p.state.Sent, p.state.Checked = start, now
 	if err == nil {
 		p.state.OK, p.state.LastOK, p.state.Error = true, now, ""
 		p.state.RoundTripMs = float64(now.Sub(start).Microseconds()) / 1000
 	} else {
 		p.state.OK, p.state.Error = false, err.Error()
 	}
-	ok := p.state.OK
+	ok, st := p.state.OK, p.state
 	p.mu.Unlock()
+	if p.Each != nil {
+		p.Each(st)
+	}
 	if ok != was && p.onChange != nil {
 		p.onChange(ok)
 	}

@@ -74,6 +74,10 @@ type Pulsar struct {
 	opts   PulsarOptions
 	log    *slog.Logger
 
+	// reach's context ends while the broker is known to be away
+	// (SetReachable): then nobody waits for a receipt.
+	reach atomic.Pointer[reachSignal]
+
 	mu        sync.Mutex
 	producers map[string]*producerEntry
 	closed    bool
@@ -101,6 +105,36 @@ type producerEntry struct {
 	// flight at a time either way; the next gathers in the queue.
 	handing sync.Mutex
 	timeout time.Duration // bounds the wait for a receipt
+	// reach is the client's (Pulsar.reach): a wait for a receipt ends
+	// with its context.
+	reach *atomic.Pointer[reachSignal]
+}
+
+// reachSignal's context ends when the broker is found away.
+type reachSignal struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newReachSignal() *reachSignal {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &reachSignal{ctx, cancel}
+}
+
+// SetReachable says whether the broker takes messages, as the caller
+// found out (a probe). While it does not, publishes are still handed to
+// the client, which sends them once it has connected again, but nobody
+// waits for their receipts: an inline publisher, and the sender of a
+// topic's batches, return as soon as the message is handed over, and the
+// waits under way end. Each message's outcome still reaches its caller.
+func (b *Pulsar) SetReachable(ok bool) {
+	cur := b.reach.Load()
+	switch {
+	case !ok:
+		cur.cancel()
+	case cur.ctx.Err() != nil:
+		b.reach.CompareAndSwap(cur, newReachSignal())
+	}
 }
 
 // outgoing is one queued message and what to tell of its outcome.
@@ -115,8 +149,17 @@ type outgoing struct {
 // report tells of m's outcome, in the transport's terms.
 func (m *outgoing) report(err error) { m.done(classify(m.topic, err)) }
 
-// sent is the client's callback of m.
-func (m *outgoing) sent(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) { m.report(err) }
+// sent is the client's callback of m. The broker acknowledges a message
+// it dropped (a non-persistent one arriving on a connection with more
+// than maxConcurrentNonPersistentMessagePerConnection sends in hand) with
+// message id -1:-1, where a message it took on such a topic has 0:0:
+// that one is reported as ErrDropped.
+func (m *outgoing) sent(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+	if err == nil && id != nil && id.LedgerID() == -1 && id.EntryID() == -1 {
+		err = ErrDropped
+	}
+	m.report(err)
+}
 
 // Connection is where the broker is and how a client proves who it is:
 // the settings every Pulsar client of one process shares, whatever it is
@@ -153,6 +196,7 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 		}
 	}
 	b := &Pulsar{client: c, shared: opts.Client != nil, opts: opts, log: opts.Logger, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
+	b.reach.Store(newReachSignal())
 	b.janitor.Add(1)
 	go b.closeIdleProducers()
 	return b, nil
@@ -262,7 +306,7 @@ func (b *Pulsar) entry(ctx context.Context, topic string, deadline time.Time) (*
 	}
 	e := b.producers[topic]
 	if e == nil {
-		e = &producerEntry{ready: make(chan struct{})}
+		e = &producerEntry{ready: make(chan struct{}), reach: &b.reach}
 		b.producers[topic] = e
 		b.mu.Unlock()
 		e.p, e.err = b.client.CreateProducer(pulsar.ProducerOptions{
@@ -393,8 +437,11 @@ func (e *producerEntry) hand(ctx context.Context, deadline time.Time, batch ...*
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	// Each message's outcome reaches its caller through its own callback;
-	// the flush only paces the batches.
+	// the flush only paces the batches. While the broker is known to be
+	// away, nobody waits for it.
+	stop := context.AfterFunc(e.reach.Load().ctx, cancel)
 	_ = e.p.FlushWithCtx(ctx)
+	stop()
 	cancel()
 }
 

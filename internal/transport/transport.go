@@ -98,4 +98,8 @@ var (
 	ErrQueueFull = errors.New("publish queue full")
 	// ErrClosed: the broker client was closed.
 	ErrClosed = errors.New("broker client closed")
+	// ErrDropped: the broker acknowledged the message but dropped it
+	// (too many non-persistent messages in hand on the connection); no
+	// consumer got it, so it may be sent again.
+	ErrDropped = errors.New("message dropped by the broker")
 )

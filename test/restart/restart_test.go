@@ -31,6 +31,7 @@ import (
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -225,6 +226,11 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 	if code, body := get(readyz); code != http.StatusOK {
 		t.Fatalf("/readyz before the restart: %d %s", code, body)
 	}
+	// A steady rate of calls, over gRPC (5 s deadlines) and REST
+	// ("timeout": "10s"), from before the broker goes until it is back.
+	steady := startSteady(client, gw.HTTPAddr())
+	defer steady.stop()
+	var portGoneAt atomic.Int64
 	watched := make(chan time.Duration, 1)
 	go func() {
 		var portGone, notReady time.Time
@@ -242,6 +248,9 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 				}
 			}
 			time.Sleep(50 * time.Millisecond)
+		}
+		if !portGone.IsZero() {
+			portGoneAt.Store(portGone.UnixNano())
 		}
 		if portGone.IsZero() || notReady.IsZero() {
 			watched <- -1
@@ -273,6 +282,32 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 		}
 	}
 
+	// Every call started after the broker went away, until it is started
+	// again, is refused with UNAVAILABLE and a RetryInfo within 3 s; none
+	// waits for its deadline.
+	gone := time.Unix(0, portGoneAt.Load())
+	upAt := time.Now()
+	eventually.True(t, 15*time.Second, "the calls started while the broker was down ended", func() bool { return steady.endedBefore(upAt) })
+	checked := 0
+	for _, r := range steady.results() {
+		if r.start.Before(gone) || !r.start.Before(upAt) {
+			continue
+		}
+		checked++
+		switch took := r.end.Sub(r.start); {
+		case r.code != codes.Unavailable || !r.retry:
+			t.Errorf("a %s call started %v after the broker went away ended with %v (RetryInfo: %v) after %v, want UNAVAILABLE with a RetryInfo",
+				r.door, r.start.Sub(gone).Round(time.Millisecond), r.code, r.retry, took.Round(time.Millisecond))
+		case took > 3*time.Second:
+			t.Errorf("a %s call started %v after the broker went away ended UNAVAILABLE after %v, want within 3 s",
+				r.door, r.start.Sub(gone).Round(time.Millisecond), took.Round(time.Millisecond))
+		}
+	}
+	if checked == 0 {
+		t.Errorf("no call started while the broker was down")
+	}
+	t.Logf("%d calls started while the broker was down: %s", checked, steady.summary(gone, upAt))
+
 	// The broker comes back: producers and consumers reattach by themselves
 	// and the first call succeeds, without restarting anything.
 	pulsarScript(t, "up")
@@ -284,4 +319,152 @@ func TestBrokerRestartUnderLoad(t *testing.T) {
 	if got, err := invoke(t.Context(), map[string]any{"msg": "after"}); err != nil || got != "after" {
 		t.Fatalf("first call after the restart: %q %v", got, err)
 	}
+	// The steady calls are served again too, without a restart.
+	back := time.Now()
+	eventually.True(t, 30*time.Second, "steady calls over both doors served again", func() bool { return steady.servedSince(back) })
+}
+
+// steadyResult is one call of the steady load.
+type steadyResult struct {
+	door       string // "grpc" or "rest"
+	start, end time.Time
+	code       codes.Code
+	retry      bool // a RetryInfo came with the error
+}
+
+// steadyLoad starts a call every 50 ms, alternately over gRPC and REST,
+// each in a goroutine of its own, until stopped.
+type steadyLoad struct {
+	mu      sync.Mutex
+	done    []steadyResult
+	running map[int]time.Time // call number → start
+	stopc   chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startSteady(client toolgatev1.ToolServiceClient, httpAddr string) *steadyLoad {
+	l := &steadyLoad{running: map[int]time.Time{}, stopc: make(chan struct{})}
+	hc := &http.Client{Timeout: 20 * time.Second}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-l.stopc:
+				return
+			case <-tick.C:
+			}
+			start := time.Now()
+			l.mu.Lock()
+			l.running[i] = start
+			l.mu.Unlock()
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				r := steadyResult{start: start}
+				if i%2 == 0 {
+					r.door = "grpc"
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					s, _ := structpb.NewStruct(map[string]any{"msg": "steady"})
+					_, err := client.InvokeTool(ctx, &toolgatev1.InvokeToolRequest{Name: "echo", Arguments: s})
+					cancel()
+					st := status.Convert(err)
+					r.code = st.Code()
+					for _, d := range st.Details() {
+						if _, ok := d.(*errdetails.RetryInfo); ok {
+							r.retry = true
+						}
+					}
+				} else {
+					r.door = "rest"
+					r.code, r.retry = restInvoke(hc, httpAddr)
+				}
+				r.end = time.Now()
+				l.mu.Lock()
+				delete(l.running, i)
+				l.done = append(l.done, r)
+				l.mu.Unlock()
+			}()
+		}
+	}()
+	return l
+}
+
+// restInvoke calls echo over REST with "timeout": "10s": the gRPC code the
+// HTTP status stands for, and whether a Retry-After came with it.
+func restInvoke(hc *http.Client, addr string) (codes.Code, bool) {
+	resp, err := hc.Post("http://"+addr+"/v1/tools/echo:invoke", "application/json",
+		strings.NewReader(`{"arguments": {"msg": "steady"}, "timeout": "10s"}`))
+	if err != nil {
+		return codes.Unknown, false
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	retry := resp.Header.Get("Retry-After") != ""
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return codes.OK, retry
+	case http.StatusServiceUnavailable:
+		return codes.Unavailable, retry
+	case http.StatusGatewayTimeout:
+		return codes.DeadlineExceeded, retry
+	}
+	return codes.Unknown, retry
+}
+
+func (l *steadyLoad) stop() {
+	select {
+	case <-l.stopc:
+	default:
+		close(l.stopc)
+	}
+	l.wg.Wait()
+}
+
+// endedBefore: every call started before t has ended.
+func (l *steadyLoad) endedBefore(t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, start := range l.running {
+		if start.Before(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// servedSince: calls started after t succeeded over both doors.
+func (l *steadyLoad) servedSince(t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ok := map[string]bool{}
+	for _, r := range l.done {
+		if r.start.After(t) && r.code == codes.OK {
+			ok[r.door] = true
+		}
+	}
+	return ok["grpc"] && ok["rest"]
+}
+
+func (l *steadyLoad) results() []steadyResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.done)
+}
+
+// summary counts the outcomes of calls started in [from, to) and gives
+// the longest.
+func (l *steadyLoad) summary(from, to time.Time) string {
+	counts := map[string]int{}
+	var longest time.Duration
+	for _, r := range l.results() {
+		if r.start.Before(from) || !r.start.Before(to) {
+			continue
+		}
+		counts[r.door+" "+r.code.String()]++
+		longest = max(longest, r.end.Sub(r.start))
+	}
+	return fmt.Sprintf("%v, the longest %v", counts, longest.Round(time.Millisecond))
 }

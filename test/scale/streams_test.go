@@ -10,7 +10,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -206,7 +209,7 @@ func mcpLongStream(ctx context.Context, base string, n int, pause time.Duration)
 			}
 			if m.Result.IsError {
 				end = "tool error: " + text
-			} else if len(text) < 5*n || !strings.HasSuffix(text, strconv.Itoa(n-1)) {
+			} else if text != echoStreamText(n) {
 				end = fmt.Sprintf("result of %d bytes is not the whole stream", len(text))
 			}
 		}
@@ -400,4 +403,106 @@ func orWhole(err string) string {
 		return "whole"
 	}
 	return err
+}
+
+// burnCPU keeps every core busy until stop is called or bound passes,
+// with goroutines of this process (one per P): the gateway's own
+// goroutines — the one reading its broker connection included — wait
+// their turn, as in a gateway starved of CPU, while the tool service, a
+// process of its own, sends at full speed.
+func burnCPU(bound time.Duration) (stop func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for n := uint64(1); ctx.Err() == nil; n++ {
+				for i := range 1 << 16 {
+					n = n*6364136223846793005 + uint64(i)
+				}
+				spin.Store(n)
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// spin keeps the burners' work from being optimised away.
+var spin atomic.Uint64
+
+// TestLongStreamsUnderCPULoad: 100,000-chunk streams reach the client
+// whole through REST NDJSON, gRPC and MCP at once while every core is
+// kept busy by the test itself (bounded to 4 minutes), the Go echo
+// service running as a process of its own.
+// A gateway starved of CPU reads its connection late: what the broker
+// cannot write to it meanwhile past its write mark it drops. The credit
+// all streams hold together is sized below that.
+func TestLongStreamsUnderCPULoad(t *testing.T) {
+	if err := brokertest.CheckPulsar(); err != nil {
+		t.Fatalf("the Pulsar broker is required: %v (start it with `make pulsar-up`, or run `make test`)", err)
+	}
+	topic := brokertest.UniqueTopic("loaded-echo")
+	regPath := filepath.Join(t.TempDir(), "registry.yaml")
+	reg := fmt.Sprintf("tool-service:\n  echo-service: {topic: %s}\ntool:\n  echo: {type: tool-service, description: echo, service: echo-service}\n", topic)
+	if err := os.WriteFile(regPath, []byte(reg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	echoProcess(t, topic)
+	g := startGateway(t, regPath, brokertest.UniqueTopic("gw-loaded"), "--default-timeout", "240s")
+	base := "http://" + g.gw.HTTPAddr()
+	doors := []struct {
+		name string
+		run  func(ctx context.Context) streamResult
+	}{
+		{"REST NDJSON", func(ctx context.Context) streamResult { return restLongStream(ctx, base, longStream, "", 0) }},
+		{"gRPC", func(ctx context.Context) streamResult { return grpcLongStream(ctx, g.client, longStream, 0) }},
+		{"MCP", func(ctx context.Context) streamResult { return mcpLongStream(ctx, base, longStream, 0) }},
+	}
+	stop := burnCPU(4 * time.Minute)
+	defer stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	results := make([]streamResult, len(doors))
+	var wg sync.WaitGroup
+	for i, d := range doors {
+		wg.Go(func() { results[i] = d.run(ctx) })
+	}
+	wg.Wait()
+	stop()
+	for i, r := range results {
+		t.Logf("%-11s %6d chunks in %v (%.0f/s) %s", doors[i].name, r.chunks, r.elapsed.Round(time.Millisecond), r.rate(), orWhole(r.err))
+		if r.err != "" {
+			t.Errorf("the %s stream did not arrive whole with the machine loaded: %s", doors[i].name, r.err)
+		}
+	}
+}
+
+// echoProcess builds cmd/echo-service and runs it on topic until the test
+// ends; it returns once the service has subscribed.
+func echoProcess(t *testing.T, topic string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "echo-service")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/echo-service")
+	build.Dir = repoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/echo-service: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--pulsar-url", brokertest.PulsarURL(), "--topic", topic, "--announce=false")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	eventually.True(t, 30*time.Second, "the echo service subscribed", func() bool {
+		return brokertest.Subscriptions(wire.RequestTopic(topic)) > 0
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // DefaultAnnounceTopic is the topic gateways read announcements from: a
@@ -21,6 +22,14 @@ const DefaultAnnounceTopic = "persistent://tg/config/tool-descriptors"
 // again on Announce, and withdraws it (an empty message with its key, a
 // tombstone) when Run ends.
 //
+// Each Service announces as one instance of its service id: the message
+// key is "<id>@<instance>" (wire.AnnounceKey, the instance in
+// wire.PropInstance), so that gateways serve the service's tools while
+// any of its replicas is there, and a replica that stops withdraws itself
+// only. The announcement holds for its lease (wire.PropLease), which the
+// service renews every third of it by announcing again; a replica that
+// crashed stops renewing, and gateways let it go when the lease runs out.
+//
 // On the topic, an announcement is a registry file scoped to one service:
 //
 //	{"tool-service": {"<id>": {"id": "<id>", "request-queue": "…", "response-queue": "…", "config-params": [...]}},
@@ -32,6 +41,11 @@ type Announcement struct {
 	ConfigParams []ConfigParam
 	// Timeout is the service's default call deadline (0: the gateway's).
 	Timeout time.Duration
+	// Lease is how long gateways hold the announcement without a renewal
+	// (default DefaultLease): after a crash the service's tools are listed
+	// at most this long. The service renews it every Lease/3. Negative: no
+	// lease — the announcement holds until withdrawn, even after a crash.
+	Lease time.Duration
 	// Tools the service offers.
 	Tools []Tool
 }
@@ -156,6 +170,21 @@ func AnnouncementPayload(id, requestTopic, responseTopic string, a *Announcement
 	return json.Marshal(map[string]any{"tool-service": map[string]any{id: svc}, "tool": tools})
 }
 
+// DefaultLease is Announcement.Lease's default: a replica that crashed
+// is let go by gateways at most this long after its last renewal.
+const DefaultLease = 8 * time.Second
+
+// lease is a's lease, 0 for none.
+func (a *Announcement) lease() time.Duration {
+	switch {
+	case a.Lease < 0:
+		return 0
+	case a.Lease == 0:
+		return DefaultLease
+	}
+	return a.Lease
+}
+
 // MaxAnnouncementBytes is the largest announcement a gateway reads; a
 // larger one is refused before it is sent (scripts/pulsar.sh also bounds
 // the announcements topic at the broker).
@@ -192,18 +221,26 @@ func (s *Service) Announce(ctx context.Context, a *Announcement) error {
 		return fmt.Errorf("toolservice %s: the announcement is %d bytes, over the %d a gateway reads (and the broker's bound on the announcements topic): announce fewer or shorter tools", s.cfg.ID, len(b), MaxAnnouncementBytes)
 	}
 	topic := s.announceTopic(a)
-	if err := s.broker.Publish(ctx, topic, transport.Message{Key: s.cfg.ID, Payload: b}); err != nil {
+	props := map[string]string{wire.PropInstance: s.instance}
+	if l := a.lease(); l > 0 {
+		props[wire.PropLease] = l.String()
+	}
+	msg := transport.Message{Key: wire.AnnounceKey(s.cfg.ID, s.instance), Payload: b, Properties: props}
+	if err := s.broker.Publish(ctx, topic, msg); err != nil {
 		return fmt.Errorf("toolservice %s: announce on %s: %w", s.cfg.ID, topic, err)
+	}
+	if !s.announced || s.current != a {
+		s.log.Info("announced", "topic", topic, "tools", len(a.Tools), "instance", s.instance, "lease", a.lease())
 	}
 	s.current = a
 	s.announced = true
-	s.log.Info("announced", "topic", topic, "tools", len(a.Tools))
 	return nil
 }
 
-// Withdraw publishes a tombstone for the service (an empty message keyed
-// by its id): gateways drop it and its tools. Run does this itself when it
-// stops after announcing.
+// Withdraw publishes a tombstone for this instance of the service (an
+// empty message keyed as its announcements): gateways drop the instance,
+// and the service's tools when no other instance is left. Run does this
+// itself when it stops after announcing.
 func (s *Service) Withdraw(ctx context.Context) error {
 	s.announceMu.Lock()
 	defer s.announceMu.Unlock()
@@ -215,17 +252,19 @@ func (s *Service) Withdraw(ctx context.Context) error {
 	// The property keeps the empty message decodable when it travels
 	// unbatched (pulsar-client-go drops an unbatched message that has
 	// neither payload nor properties).
-	tomb := transport.Message{Key: s.cfg.ID, Properties: map[string]string{"toolgate-withdrawn": "true"}}
+	tomb := transport.Message{Key: wire.AnnounceKey(s.cfg.ID, s.instance),
+		Properties: map[string]string{wire.PropWithdrawn: "true", wire.PropInstance: s.instance}}
 	if err := s.broker.Publish(ctx, topic, tomb); err != nil {
 		return fmt.Errorf("toolservice %s: withdraw on %s: %w", s.cfg.ID, topic, err)
 	}
 	s.announced = false
-	s.log.Info("withdrawn", "topic", topic)
+	s.log.Info("withdrawn", "topic", topic, "instance", s.instance)
 	return nil
 }
 
 // announceOnStart announces Config.Announce once Run has subscribed,
-// retrying in the background while the broker refuses.
+// retrying in the background while the broker refuses, then renews the
+// announcement every third of its lease until ctx ends.
 func (s *Service) announceOnStart(ctx context.Context) {
 	if s.cfg.Announce == nil {
 		return
@@ -233,29 +272,58 @@ func (s *Service) announceOnStart(ctx context.Context) {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := s.Announce(actx, nil)
 	cancel()
-	if err == nil || ctx.Err() != nil {
+	if ctx.Err() != nil {
 		return
 	}
-	s.log.Warn("cannot announce yet; retrying", "err", err)
+	if err != nil {
+		s.log.Warn("cannot announce yet; retrying", "err", err)
+	}
 	s.announceWG.Add(1)
 	go func() {
 		defer s.announceWG.Done()
-		backoff := time.Second
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
+		s.keepAnnounced(ctx, err == nil)
+	}()
+}
+
+// keepAnnounced announces until that succeeds (announced: it did), then
+// renews the announcement every third of its lease, until ctx ends. A
+// renewal that fails is tried again at the next; the lease leaves room
+// for two to fail.
+func (s *Service) keepAnnounced(ctx context.Context, announced bool) {
+	backoff := time.Second
+	for {
+		wait := backoff
+		if announced {
+			s.announceMu.Lock()
+			a := s.current
+			s.announceMu.Unlock()
+			if a == nil || a.lease() == 0 {
+				return // nothing to renew
 			}
-			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := s.Announce(actx, nil)
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				return
-			}
+			wait = a.lease() / 3
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.Announce(actx, nil)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err == nil:
+			announced, backoff = true, time.Second
+		case announced:
+			s.log.Warn("cannot renew the announcement; trying again", "err", err)
+		default:
 			backoff = min(2*backoff, 30*time.Second)
 		}
-	}()
+	}
 }
 
 // withdrawOnStop withdraws what was announced, when Run ends gracefully.

@@ -1,6 +1,7 @@
 package toolservice_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // What the SDK announces is what the gateway's registry accepts.
@@ -59,7 +61,8 @@ func TestAnnouncementPayloadIsARegistryUnit(t *testing.T) {
 }
 
 // Run announces once subscribed, Announce re-announces, and a graceful stop
-// withdraws with a tombstone (an empty message with the service's key).
+// withdraws with a tombstone (an empty message with the instance's key):
+// each as this instance of the service, with its lease.
 func TestRunAnnouncesAndWithdraws(t *testing.T) {
 	mem := transport.NewMem()
 	defer mem.Close()
@@ -70,7 +73,7 @@ func TestRunAnnouncesAndWithdraws(t *testing.T) {
 	}
 	defer sub.Close()
 	svc, err := toolservice.New(toolservice.Config{ID: "svc", Topic: "svc", Logger: slog.New(slog.DiscardHandler),
-		Announce: &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "one"}}}},
+		Announce: &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "one"}}, Lease: time.Hour}},
 		func(context.Context, *toolservice.Request) (any, error) { return "ok", nil }, toolservice.WithPulsarClient(transporttest.PulsarClient(mem)))
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +85,8 @@ func TestRunAnnouncesAndWithdraws(t *testing.T) {
 		t.Helper()
 		select {
 		case m := <-got:
-			if m.Key != "svc" {
-				t.Fatalf("%s: key %q, want the service id", what, m.Key)
+			if want := "svc@" + svc.Instance(); m.Key != want || m.Properties[wire.PropInstance] != svc.Instance() {
+				t.Fatalf("%s: key %q, instance %q; want %q, %q", what, m.Key, m.Properties[wire.PropInstance], want, svc.Instance())
 			}
 			return m
 		case <-time.After(5 * time.Second):
@@ -91,8 +94,8 @@ func TestRunAnnouncesAndWithdraws(t *testing.T) {
 		}
 		return transport.Message{}
 	}
-	if m := next("announcement on start"); !strings.Contains(string(m.Payload), `"one"`) {
-		t.Fatalf("announcement %s", m.Payload)
+	if m := next("announcement on start"); !strings.Contains(string(m.Payload), `"one"`) || m.Properties[wire.PropLease] != "1h0m0s" {
+		t.Fatalf("announcement %s, lease %q", m.Payload, m.Properties[wire.PropLease])
 	}
 	if err := svc.Announce(t.Context(), &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "two"}}}); err != nil {
 		t.Fatal(err)
@@ -106,6 +109,62 @@ func TestRunAnnouncesAndWithdraws(t *testing.T) {
 	}
 	if m := next("tombstone on stop"); len(m.Payload) != 0 {
 		t.Fatalf("tombstone has a payload: %s", m.Payload)
+	}
+}
+
+// The announcement is renewed every third of its lease, and no more once
+// Run has ended.
+func TestAnnouncementRenewed(t *testing.T) {
+	mem := transport.NewMem()
+	defer mem.Close()
+	got := make(chan transport.Message, 100)
+	sub, err := mem.Subscribe(t.Context(), toolservice.DefaultAnnounceTopic, "watch", transport.Exclusive, func(m transport.Message) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	svc, err := toolservice.New(toolservice.Config{ID: "svc", Topic: "svc", Logger: slog.New(slog.DiscardHandler),
+		Announce: &toolservice.Announcement{Tools: []toolservice.Tool{{Name: "one"}}, Lease: 300 * time.Millisecond}},
+		func(context.Context, *toolservice.Request) (any, error) { return "ok", nil }, toolservice.WithPulsarClient(transporttest.PulsarClient(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var first []byte
+	for i := range 4 { // the announcement, then three renewals
+		select {
+		case m := <-got:
+			if i == 0 {
+				first = m.Payload
+			} else if !bytes.Equal(m.Payload, first) || m.Properties[wire.PropLease] != "300ms" {
+				t.Fatalf("renewal %d: %s, lease %q", i, m.Payload, m.Properties[wire.PropLease])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d announcements, want the first and three renewals", i)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Renewals, then the withdrawal.
+	for {
+		select {
+		case m := <-got:
+			if len(m.Payload) == 0 {
+				if m.Properties[wire.PropWithdrawn] != "true" || m.Properties[wire.PropInstance] != svc.Instance() {
+					t.Fatalf("withdrawal %v", m.Properties)
+				}
+				return
+			}
+			if !bytes.Equal(m.Payload, first) {
+				t.Fatalf("after the renewals: %s", m.Payload)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no withdrawal")
+		}
 	}
 }
 

@@ -23,6 +23,18 @@
 // A tool announced with Result ResultMCPContent answers with MCP content
 // blocks (Content) and may send log records while it runs (Request.Log),
 // which a gateway's MCP door hands to MCP clients as such.
+//
+// With Config.Announce set, each Service is one instance (replica) of its
+// service id, and gateways serve the service's tools while any instance is
+// there. Its lifecycle: Run subscribes, then announces the instance with a
+// lease (Announcement.Lease, DefaultLease); it renews the lease every third
+// of it; when ctx ends it withdraws its instance only, goes on serving for
+// a moment while gateways see that, closes its subscription (handling the
+// requests the broker had already sent it) and finishes the calls in
+// flight. An instance that crashes stops renewing, and gateways let it go
+// when its lease runs out; when no instance is left, calls fail at once.
+// A rolling update — start a new replica, wait for it to announce, stop an
+// old one — never leaves the tools unlisted.
 package toolservice
 
 import (
@@ -386,6 +398,10 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 // non-persistent, so a call published before that is lost.) It stays open
 // when Run fails to subscribe; Run's error says why.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// Instance is the id of this instance (replica) of the service, random per
+// Service: its announcements and withdrawal name it (wire.PropInstance).
+func (s *Service) Instance() string { return s.instance }
 
 // RequestTopic is the topic the service listens on.
 func (s *Service) RequestTopic() string { return s.reqTopic }

@@ -37,7 +37,9 @@ func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources
 	cfg, log := g.cfg, g.log
 	rs := &registrySources{merger: registry.NewMerger(log, g.onRegistrySwap,
 		registry.WithAnnouncedNamespaces(cfg.Announce.RequestNamespaces, cfg.Announce.ResponseNamespaces),
-		registry.WithAnnounceTakeover(cfg.Announce.Takeover))}
+		registry.WithAnnounceTakeover(cfg.Announce.Takeover),
+		registry.WithClaimGrace(cfg.Announce.ClaimGrace),
+		registry.WithReleasedClaims(cfg.Announce.Release...))}
 	if cfg.Registry != "" {
 		rs.merger.Enable(registry.OriginFile)
 		f, err := registry.NewFileSource(cfg.Registry, log, rs.merger)
@@ -103,6 +105,7 @@ func (rs *registrySources) stop() {
 		rs.cancel()
 	}
 	rs.wg.Wait()
+	rs.merger.Close()
 	if rs.client != nil {
 		rs.client.Close()
 	}

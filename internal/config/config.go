@@ -161,6 +161,11 @@ type Announce struct {
 	// Takeover lets a later announcement take a tool name or topic from
 	// the service that announced it first.
 	Takeover bool
+	// ClaimGrace is how long an announced service whose instances have
+	// all left keeps its tool names and topics; Release names services
+	// that keep none once their instances have left (a hand-over).
+	ClaimGrace time.Duration
+	Release    []string
 }
 
 // Connection is how every Pulsar client of the gateway connects.
@@ -275,6 +280,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	str(&reqNS, "announce-request-namespaces", strings.Join(registry.DefaultAnnounceRequestNamespaces, ","), "comma-separated namespaces (tenant/namespace) an announced service's request topic must be in; announcements naming another are refused")
 	str(&respNS, "announce-response-namespaces", strings.Join(registry.DefaultAnnounceResponseNamespaces, ","), "comma-separated namespaces (tenant/namespace) an announced service's response topic must be in")
 	fs.BoolVar(&c.Announce.Takeover, "announce-takeover", envBool(getenv, "announce-takeover", false, &envErrs), "let a later announcement take a tool name or topic from the service that announced it first; by default the first keeps it and the later one is a conflict, logged and shown in /readyz (env "+envName("announce-takeover")+")")
+	dur(&c.Announce.ClaimGrace, "announce-claim-grace", registry.DefaultClaimGrace, "how long an announced service whose instances have all left (withdrawn, or leases run out) keeps its tool names and topics: a restart within it keeps its place, and no announcement refused for them is promoted meanwhile; 0 = none")
+	var release string
+	str(&release, "announce-release", "", "comma-separated announced service ids whose tool names and topics are handed over (to announcements refused for them) as soon as their last instance leaves, without --announce-claim-grace; logged")
 	str(&c.TrustGraphWorkspace, "trustgraph-workspace", pulsarsrc.DefaultWorkspace, "TrustGraph config workspace holding the descriptors")
 	dur(&c.Core.DefaultTimeout, "default-timeout", toolcall.DefaultTimeout, "deadline of a call when neither caller nor tool service sets one")
 	dur(&c.Core.MaxTimeout, "max-timeout", toolcall.DefaultMaxTimeout, "the longest deadline a caller may ask for")
@@ -325,6 +333,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 		envErrs = append(envErrs, fmt.Errorf("--quota-redis-failure %q: want open or closed", quotaFailure))
 	}
 	c.Announce.RequestNamespaces, c.Announce.ResponseNamespaces = commaList(reqNS), commaList(respNS)
+	c.Announce.Release = commaList(release)
 	c.HTTP.CORSOrigins = commaList(cors)
 	c.Limits.MaxBodyBytes, c.Limits.MaxHeaderBytes = int64(maxBody), maxHeader
 	c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes = commaList(authServers), commaList(scopes)
@@ -477,6 +486,9 @@ func (c Config) validate() error {
 	}
 	if c.Announcements && !strings.HasPrefix(c.AnnounceTopic, "persistent://") {
 		errs = append(errs, fmt.Errorf("--announce-topic %q must be a persistent:// topic (announcements are read from its compacted view)", c.AnnounceTopic))
+	}
+	if c.Announce.ClaimGrace < 0 {
+		errs = append(errs, fmt.Errorf("--announce-claim-grace %v: want 0 or more", c.Announce.ClaimGrace))
 	}
 	if c.Announcements {
 		errs = append(errs, c.validateAnnounce()...)

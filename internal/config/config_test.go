@@ -51,6 +51,12 @@ func TestParse(t *testing.T) {
 	if c, err := Parse([]string{"--announce-request-namespaces", "tg/request, acme/in"}, getenv, io.Discard); err != nil || strings.Join(c.Announce.RequestNamespaces, "|") != "tg/request|acme/in" {
 		t.Fatalf("--announce-request-namespaces: %v, %v", c.Announce.RequestNamespaces, err)
 	}
+	if c.Announce.ClaimGrace != 15*time.Minute || len(c.Announce.Release) != 0 {
+		t.Fatalf("claim defaults: %+v; want a grace of 15m, no service released", c.Announce)
+	}
+	if c, err := Parse([]string{"--announce-claim-grace", "0", "--announce-release", "a, b"}, getenv, io.Discard); err != nil || c.Announce.ClaimGrace != 0 || strings.Join(c.Announce.Release, "|") != "a|b" {
+		t.Fatalf("--announce-claim-grace 0 --announce-release: %+v, %v", c.Announce, err)
+	}
 	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP {
 		t.Fatal("--mcp=false left MCP on")
 	}
@@ -84,6 +90,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--announce-request-namespaces", "tg/config"}, nil, []string{"namespace of --announce-topic"}},
 		{[]string{"--allow-anonymous", "--announce-response-namespaces", "tg"}, nil, []string{"--announce-response-namespaces \"tg\": want tenant/namespace"}},
 		{[]string{"--allow-anonymous", "--announce-request-namespaces", " , "}, nil, []string{"--announce-request-namespaces must name at least one"}},
+		{[]string{"--allow-anonymous", "--announce-claim-grace", "-1s"}, nil, []string{"--announce-claim-grace -1s: want 0 or more"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_DEFAULT_TIMEOUT": "soon"}, []string{`TOOLGATE_DEFAULT_TIMEOUT="soon"`}},
 		{[]string{"--allow-anonymous", "--client-ca", "ca.pem"}, nil, []string{"--client-ca needs --tls-cert"}},
 		{[]string{"--allow-anonymous", "--tls-cert", "c.pem"}, nil, []string{"--tls-cert and --tls-key go together"}},

@@ -42,6 +42,11 @@ type SourceStatus struct {
 	// Units is the number of units currently merged (announcing services,
 	// for announcements).
 	Units int `json:"units"`
+	// Instances counts the instances announcing those services; Departed
+	// the announced services none of whose instances is left, which hold
+	// their claims for the claim grace (announcements only).
+	Instances int `json:"instances,omitempty"`
+	Departed  int `json:"departed,omitempty"`
 	// Synced: the source delivered what existed when it started.
 	Synced bool `json:"synced"`
 	// Error is the source's connection problem, "" when it is fine.
@@ -64,7 +69,32 @@ type part struct {
 	services map[string]*Service
 	tools    map[string]*Tool
 	sets     map[string]*ToolSet
+
+	// Announcements only: the instances announcing the unit, by instance
+	// id ("" for one announced without an instance). The unit serves the
+	// descriptor of its newest instance (doc, services, tools above) while
+	// it has one; once the last has left, it still holds its claims (its
+	// service id, topics and tool names) until leftAt + the claim grace,
+	// so that a restart keeps its place and no other announcement is
+	// promoted in the gap.
+	instances map[string]*instance
+	leftAt    time.Time // when its last instance left; zero while it has one
+	// crashed: its last instance left because its lease ran out, not by a
+	// withdrawal; its tools then answer calls with ErrServiceGone.
+	crashed bool
 }
+
+// instance is one replica's announcement of a unit.
+type instance struct {
+	seq      uint64 // order of its first announcement
+	doc      []byte
+	services map[string]*Service
+	tools    map[string]*Tool
+	expires  time.Time // zero: until withdrawn
+}
+
+// live reports whether the unit has an announcing instance.
+func (p *part) live() bool { return p.origin != OriginAnnouncement || len(p.instances) > 0 }
 
 type originState struct {
 	enabled       bool
@@ -90,6 +120,22 @@ type Merger struct {
 	requestNS, responseNS []string
 	takeover              bool
 	seq                   uint64
+	// claimGrace is how long an announced unit whose instances have all
+	// left keeps its claims; released lists the service ids that keep none
+	// (an operator's hand-over). maxLease bounds an announcement's lease,
+	// maxInstances the instances of one unit.
+	claimGrace   time.Duration
+	released     map[string]bool
+	maxLease     time.Duration
+	maxInstances int
+	now          func() time.Time
+	timer        *time.Timer // the next lease or claim to run out
+	closed       bool
+	// heardAt: when the announcements were last known to be readable (a
+	// message applied, or the source's word, Heard). Leases run out only
+	// while that is recent (unheardAfter): a gateway that cannot hear
+	// renewals does not take their absence for deaths.
+	heardAt time.Time
 
 	swapMu sync.Mutex // orders publishing and onSwap
 
@@ -100,11 +146,20 @@ type Merger struct {
 }
 
 // Bounds on announcements, which come from the bus: one announcement's
-// size, and the number of services announced at once.
+// size, the number of services announced at once, the instances of one
+// service and the longest lease an announcement may ask for.
 const (
 	DefaultMaxAnnouncementBytes = 1 << 20
 	DefaultMaxAnnouncedServices = 10000
+	DefaultMaxInstances         = 1024
+	DefaultMaxLease             = time.Hour
 )
+
+// DefaultClaimGrace is how long an announced service whose instances have
+// all left (withdrawn, or their leases run out) keeps its tool names and
+// topics: a restart or a rolling update within it keeps its place, and an
+// announcement refused for claiming them is not promoted meanwhile.
+const DefaultClaimGrace = 15 * time.Minute
 
 // The namespaces announced topics must be in by default: those of the
 // short "topic" form (wire.RequestTopic, wire.ResponseTopic).
@@ -160,6 +215,41 @@ func WithAnnounceTakeover(on bool) MergerOption {
 	return func(m *Merger) { m.takeover = on }
 }
 
+// WithClaimGrace sets how long an announced service whose instances have
+// all left keeps its claims (default DefaultClaimGrace; 0: none, the names
+// are free at once).
+func WithClaimGrace(d time.Duration) MergerOption {
+	return func(m *Merger) {
+		if d >= 0 {
+			m.claimGrace = d
+		}
+	}
+}
+
+// WithReleasedClaims names announced services whose claims are not held
+// once their instances have left: the operator's hand-over of their tool
+// names and topics to the announcements they refused.
+func WithReleasedClaims(ids ...string) MergerOption {
+	return func(m *Merger) {
+		for _, id := range ids {
+			m.released[id] = true
+		}
+	}
+}
+
+// WithMaxLease bounds the lease an announcement may ask for (default
+// DefaultMaxLease): a longer one is cut to it.
+func WithMaxLease(d time.Duration) MergerOption {
+	return func(m *Merger) {
+		if d > 0 {
+			m.maxLease = d
+		}
+	}
+}
+
+// withClock makes the merger read the time from now (tests).
+func withClock(now func() time.Time) MergerOption { return func(m *Merger) { m.now = now } }
+
 // NewMerger returns a merger whose registry serves an empty snapshot until
 // the first update. onSwap, if set, is called after each new snapshot is
 // published, with the merger's lock not held, one snapshot at a time and in
@@ -170,7 +260,9 @@ func NewMerger(log *slog.Logger, onSwap func(*Snapshot), opts ...MergerOption) *
 	}
 	m := &Merger{log: log, onSwap: onSwap, parts: map[Origin]map[string]*part{}, states: map[Origin]*originState{},
 		maxAnnounceBytes: DefaultMaxAnnouncementBytes, maxAnnounced: DefaultMaxAnnouncedServices,
-		requestNS: DefaultAnnounceRequestNamespaces, responseNS: DefaultAnnounceResponseNamespaces}
+		requestNS: DefaultAnnounceRequestNamespaces, responseNS: DefaultAnnounceResponseNamespaces,
+		claimGrace: DefaultClaimGrace, released: map[string]bool{}, maxLease: DefaultMaxLease,
+		maxInstances: DefaultMaxInstances, now: time.Now}
 	for _, o := range opts {
 		o(m)
 	}
@@ -255,6 +347,9 @@ func (m *Merger) Apply(u Update) error {
 	} else if u.Name != "" {
 		label += " " + u.Name
 	}
+	if u.Origin == OriginAnnouncement {
+		return m.applyAnnouncement(u, label)
+	}
 	withdraw := u.Parsed == nil && len(bytes.TrimSpace(u.Doc)) == 0
 	if !withdraw {
 		if err := m.admit(u, label); err != nil {
@@ -302,29 +397,13 @@ func (m *Merger) Apply(u Update) error {
 		delete(units, u.Unit)
 		m.log.Info("registry unit withdrawn", "source", label)
 	default:
-		if err := m.admitLocked(u, label); err != nil {
+		if err := m.admitLocked(u, label, true); err != nil {
 			m.mu.Unlock()
 			m.reject(u.Origin, label, err)
 			return err
 		}
-		if old != nil && u.Origin == OriginAnnouncement {
-			// The key is all that names the announcer: whoever may
-			// produce on the topic may announce under it. A move to other
-			// topics is legitimate (a service reconfigured) but is how a
-			// hijack would look, so it is logged loudly.
-			for id, sv := range p.services {
-				if was := old.services[id]; was != nil && (was.RequestTopic != sv.RequestTopic || was.ResponseTopic != sv.ResponseTopic) {
-					m.log.Warn("an announcement moves a service to other topics", "service", id,
-						"request_topic", sv.RequestTopic, "was", was.RequestTopic, "response_topic", sv.ResponseTopic, "response_was", was.ResponseTopic)
-				}
-			}
-		}
-		if old != nil && !m.takeover {
-			p.seq = old.seq // a re-announcement keeps its place
-		} else {
-			m.seq++
-			p.seq = m.seq
-		}
+		m.seq++
+		p.seq = m.seq
 		units[u.Unit] = p
 	}
 	snap := m.mergeLocked()
@@ -347,17 +426,33 @@ func (m *Merger) admit(u Update, label string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.admitLocked(u, label)
+	return m.admitLocked(u, label, false)
 }
 
 // admitLocked refuses a service beyond the number that may be announced.
-func (m *Merger) admitLocked(u Update, label string) error {
+// Services that have departed (no instance left, claims held) count, but
+// give their room up, oldest first, to a new one; with evict, the one
+// found is dropped.
+func (m *Merger) admitLocked(u Update, label string, evict bool) error {
 	if u.Origin != OriginAnnouncement {
 		return nil
 	}
 	units := m.parts[u.Origin]
-	if _, known := units[u.Unit]; !known && len(units) >= m.maxAnnounced {
+	if _, known := units[u.Unit]; known || len(units) < m.maxAnnounced {
+		return nil
+	}
+	var oldest *part
+	for _, p := range units {
+		if !p.live() && (oldest == nil || p.leftAt.Before(oldest.leftAt)) {
+			oldest = p
+		}
+	}
+	if oldest == nil {
 		return fmt.Errorf("%w: %s: %d services are announced already, the limit", ErrRejected, label, len(units))
+	}
+	if evict {
+		delete(units, oldest.unit)
+		m.log.Warn("a departed service's claims dropped before their grace was over: as many services as may be announced are", "service", oldest.unit, "left", oldest.leftAt)
 	}
 	return nil
 }
@@ -512,6 +607,7 @@ func (m *Merger) mergeLocked() *Snapshot {
 	tools := map[string]*Tool{}
 	sets := map[string]*ToolSet{}
 	setOwner := map[string]string{}  // set name → label
+	gone := map[string]*Tool{}       // tools of announced services whose instances all crashed
 	svcOwner := map[string]string{}  // service id → label
 	toolOwner := map[string]string{} // tool name → label
 	// request or response topic → the service id using it, and its label
@@ -537,7 +633,10 @@ func (m *Merger) mergeLocked() *Snapshot {
 		}
 		for _, k := range keys {
 			p := units[k]
-			labels = append(labels, p.label)
+			live := p.live()
+			if live {
+				labels = append(labels, p.label)
+			}
 			// services of this unit that lost a conflict → the winner and
 			// why their tools go with them
 			lost := map[string][2]string{}
@@ -564,7 +663,9 @@ func (m *Merger) mergeLocked() *Snapshot {
 					}
 				}
 				svcOwner[id] = p.label
-				services[id] = sv
+				if live {
+					services[id] = sv
+				}
 			}
 			for _, name := range sortedToolNames(p.tools) {
 				t := p.tools[name]
@@ -577,7 +678,12 @@ func (m *Merger) mergeLocked() *Snapshot {
 					continue
 				}
 				toolOwner[name] = p.label
-				tools[name] = t
+				switch {
+				case live:
+					tools[name] = t
+				case p.crashed:
+					gone[name] = t
+				}
 			}
 			for _, name := range sortedSetNames(p.sets) {
 				if w, taken := setOwner[name]; taken {
@@ -604,6 +710,7 @@ func (m *Merger) mergeLocked() *Snapshot {
 		src = strings.Join(labels, ", ")
 	}
 	snap := newSnapshot(src, tools, services).withSets(sets)
+	snap.gone = gone
 	m.reg.Swap(snap)
 	return snap
 }
@@ -669,8 +776,17 @@ func (m *Merger) Status() []SourceStatus {
 		if !st.enabled && len(m.parts[o]) == 0 {
 			continue
 		}
-		out = append(out, SourceStatus{Origin: o, Units: len(m.parts[o]), Synced: st.synced, Error: st.err,
-			Rejected: st.rejected, LastRejection: st.lastRejection})
+		ss := SourceStatus{Origin: o, Synced: st.synced, Error: st.err, Rejected: st.rejected, LastRejection: st.lastRejection}
+		for _, p := range m.parts[o] {
+			switch {
+			case p.live():
+				ss.Units++
+				ss.Instances += len(p.instances)
+			default:
+				ss.Departed++
+			}
+		}
+		out = append(out, ss)
 	}
 	return out
 }

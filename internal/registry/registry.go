@@ -109,6 +109,7 @@ type Snapshot struct {
 	services   map[string]*Service
 	serviceIDs []string // sorted
 	sets       map[string]*ToolSet
+	gone       map[string]*Tool
 }
 
 func newSnapshot(source string, tools map[string]*Tool, services map[string]*Service) *Snapshot {
@@ -127,6 +128,15 @@ func newSnapshot(source string, tools map[string]*Tool, services map[string]*Ser
 // Tool returns the tool with the given name.
 func (s *Snapshot) Tool(name string) (*Tool, bool) {
 	t, ok := s.tools[name]
+	return t, ok
+}
+
+// Gone returns the tool with the given name when it is not served because
+// every instance of its announced service let its lease run out (a crash):
+// it is listed nowhere, and a call to it fails at once instead of waiting
+// for a service that is not there.
+func (s *Snapshot) Gone(name string) (*Tool, bool) {
+	t, ok := s.gone[name]
 	return t, ok
 }
 

@@ -1,6 +1,9 @@
 package registry
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Origin is a kind of source of descriptors.
 type Origin string
@@ -47,6 +50,18 @@ type Update struct {
 	// Parsed, when set, is the document already decoded; Doc is then not
 	// read (except that a nil Parsed and an empty Doc withdraw the unit).
 	Parsed map[string]any
+
+	// Announcements only. Instance names the replica of the service that
+	// announced ("" for an announcement made without one, as an
+	// operator's script does): a unit is served while any of its
+	// instances is, and a withdrawal without a document withdraws the
+	// instance only. Lease, when set, is how long the announcement holds
+	// without being made again (renewed): past At+Lease the instance is
+	// gone, as if it had withdrawn after a crash. At is when it was made
+	// (zero: now; never later than now).
+	Instance string
+	Lease    time.Duration
+	At       time.Time
 }
 
 // Sink takes what sources report. *Merger is the Sink of the gateway.

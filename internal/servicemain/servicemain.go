@@ -31,6 +31,8 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 		"announce the service and its tools to gateways on start, withdraw them on stop (env TOOLGATE_ANNOUNCE)")
 	announceTopic := fs.String("announce-topic", envOr("TOOLGATE_ANNOUNCE_TOPIC", toolservice.DefaultAnnounceTopic),
 		"topic to announce on (env TOOLGATE_ANNOUNCE_TOPIC)")
+	announceLease := fs.Duration("announce-lease", toolservice.DefaultLease,
+		"how long gateways hold this replica's announcement without a renewal; it renews every third of it, and after a crash its tools are listed at most this long")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return 0
 	} else if err != nil {
@@ -46,6 +48,7 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 	default:
 		a := *cfg.Announce
 		a.Topic = *announceTopic
+		a.Lease = *announceLease
 		cfg.Announce = &a
 	}
 	var opts []toolservice.Option

@@ -26,6 +26,7 @@ func TestRunFlags(t *testing.T) {
 		{[]string{"-pulsar-tls-ca", missing}, 2},
 		{[]string{"-pulsar-url", ""}, 2},
 		{[]string{"-announce"}, 2}, // nothing to announce
+		{[]string{"-announce-lease", "soon"}, 2},
 	}
 	for _, c := range cases {
 		if got := Run(t.Context(), "svc", c.args, defaults, handler); got != c.want {

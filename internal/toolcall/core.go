@@ -186,8 +186,14 @@ func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call
 // prepare resolves the tool, checks the arguments and works out the
 // envelope and the deadline of a call or an operation.
 func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Request, time.Time, error) {
-	tool, ok := s.reg.Snapshot().Tool(c.Name)
+	snap := s.reg.Snapshot()
+	tool, ok := snap.Tool(c.Name)
 	if !ok {
+		if gone, ok := snap.Gone(c.Name); ok {
+			// Every instance of its service crashed: fail now, not at the
+			// deadline of a request nobody takes.
+			return gone, wire.Request{}, time.Time{}, errNoInstance
+		}
 		return nil, wire.Request{}, time.Time{}, toolNotFound(c.Name)
 	}
 	args, err := checkArguments(tool, c.Args)

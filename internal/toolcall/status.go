@@ -96,6 +96,12 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	case errors.Is(err, bridge.ErrBadReply):
 		return with(codes.Internal, "tool "+quote(toolName)+" sent a malformed reply", "BAD_REPLY")
+	case errors.Is(err, errNoInstance):
+		svc := "its tool service"
+		if tool != nil {
+			svc = "tool service " + quote(tool.Service.ID)
+		}
+		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: no instance of "+svc+" renewed its announcement in time", "SERVICE_GONE")
 	case errors.Is(err, bridge.ErrServiceGone):
 		svc := "its tool service"
 		if tool != nil {
@@ -175,6 +181,10 @@ func ShuttingDown() error {
 	}
 	return st.Err()
 }
+
+// errNoInstance: the tool's announced service has no instance left, every
+// one having let its lease run out (registry.Snapshot.Gone).
+var errNoInstance = errors.New("no instance of the tool service is left")
 
 func toolNotFound(name string) error {
 	return gatewayError(codes.NotFound, ReasonToolNotFound, fmt.Sprintf("tool %q not found", name), map[string]string{"tool": name})

@@ -44,6 +44,8 @@ func TestToStatus(t *testing.T) {
 		{"no listener", fmt.Errorf("%w on topic-x", bridge.ErrNoListener), codes.Unavailable, "NO_LISTENER", `tool "t" is unavailable: no tool service is listening on topic-x`},
 		{"service gone", &bridge.ServiceGoneError{Topic: "topic-x", Why: "no consumer is left"}, codes.Unavailable, "SERVICE_GONE",
 			`tool service "svc" stopped listening before answering tool "t"; the call was lost with it (no consumer is left on topic-x)`},
+		{"no instance left", errNoInstance, codes.Unavailable, "SERVICE_GONE",
+			`tool "t" is unavailable: no instance of tool service "svc" renewed its announcement in time`},
 		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down; retry the call"},
 		{"broker down", fmt.Errorf("%w: dial", bridge.ErrUnavailable), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
 		{"broker found down", fmt.Errorf("%w (no receipt)", bridge.ErrBrokerDown), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,7 +170,11 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]Consumer
 	for sub, s := range st.Subscriptions {
 		for _, c := range s.Consumers {
 			since, _ := time.Parse(time.RFC3339Nano, c.ConnectedSince)
-			cs = append(cs, Consumer{ID: sub + "/" + c.Name + "@" + c.Address + "@" + c.ConnectedSince, Name: sub + "/" + c.Name, Since: since})
+			id := sub + "/" + c.Name + "@" + c.Address + "@" + c.ConnectedSince
+			if c.partition != "" {
+				id += "#" + c.partition // one consumer of the client per partition
+			}
+			cs = append(cs, Consumer{ID: id, Name: sub + "/" + c.Name, Since: since})
 		}
 	}
 	return cs, nil
@@ -177,19 +182,58 @@ func (a *AdminPresence) consumers(ctx context.Context, topic string) ([]Consumer
 
 // stats is what the watch reads of a topic's stats.
 type stats struct {
-	In            int64 `json:"msgInCounter"`
-	Subscriptions map[string]struct {
-		Out       int64 `json:"msgOutCounter"`
-		Consumers []struct {
-			Name           string `json:"consumerName"`
-			Address        string `json:"address"`
-			ConnectedSince string `json:"connectedSince"`
-		} `json:"consumers"`
-	} `json:"subscriptions"`
+	In            int64                        `json:"msgInCounter"`
+	Subscriptions map[string]subscriptionStats `json:"subscriptions"`
+}
+
+type subscriptionStats struct {
+	Out       int64           `json:"msgOutCounter"`
+	Consumers []consumerStats `json:"consumers"`
+}
+
+type consumerStats struct {
+	Name           string `json:"consumerName"`
+	Address        string `json:"address"`
+	ConnectedSince string `json:"connectedSince"`
+	partition      string // the partition it reads, of a partitioned topic
+}
+
+// partitionedStats is what the watch reads of a partitioned topic's stats,
+// asked per partition.
+type partitionedStats struct {
+	Partitions map[string]stats `json:"partitions"`
+}
+
+// merge is the stats of the partitions together: messages in and out
+// summed, every partition's consumers listed.
+func (p *partitionedStats) merge() *stats {
+	out := &stats{Subscriptions: map[string]subscriptionStats{}}
+	// In the partitions' order: what is read of the consumers (Delivery's
+	// Lifetime) is the same from one question to the next.
+	names := make([]string, 0, len(p.Partitions))
+	for name := range p.Partitions {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		ps := p.Partitions[name]
+		out.In += ps.In
+		for sub, s := range ps.Subscriptions {
+			o := out.Subscriptions[sub]
+			o.Out += s.Out
+			for _, c := range s.Consumers {
+				c.partition = name[strings.LastIndexByte(name, '-')+1:]
+				o.Consumers = append(o.Consumers, c)
+			}
+			out.Subscriptions[sub] = o
+		}
+	}
+	return out
 }
 
 // topicStats asks the admin APIs, in turn, for topic's stats: nil when the
-// topic does not exist.
+// topic does not exist. A partitioned topic (whose own name has no stats)
+// is answered with its partitions' stats together.
 func (a *AdminPresence) topicStats(ctx context.Context, topic string) (*stats, error) {
 	scheme, rest, ok := strings.Cut(topic, "://")
 	if !ok {
@@ -202,9 +246,24 @@ func (a *AdminPresence) topicStats(ctx context.Context, topic string) (*stats, e
 	var errs []error
 	for i := range a.bases {
 		k := (first + i) % len(a.bases)
-		st, retry, err := a.stats(ctx, a.bases[k]+"/admin/v2/"+scheme+"/"+rest+"/stats", topic)
+		path := a.bases[k] + "/admin/v2/" + scheme + "/" + rest
+		st := &stats{}
+		found, retry, err := a.get(ctx, path+"/stats", topic, st)
+		if err == nil && !found {
+			// No such topic, or a partitioned one.
+			ps := &partitionedStats{}
+			found, retry, err = a.get(ctx, path+"/partitioned-stats?perPartition=true", topic, ps)
+			if found && len(ps.Partitions) > 0 {
+				st = ps.merge()
+			} else {
+				found = false
+			}
+		}
 		if err == nil {
 			a.next.Store(int32(k))
+			if !found {
+				return nil, nil
+			}
 			return st, nil
 		}
 		errs = append(errs, err)
@@ -218,37 +277,37 @@ func (a *AdminPresence) topicStats(ctx context.Context, topic string) (*stats, e
 	return nil, errors.Join(errs...)
 }
 
-// stats asks one admin API for topic's stats; retry says whether another
-// broker's admin API might answer instead.
-func (a *AdminPresence) stats(ctx context.Context, url, topic string) (st *stats, retry bool, err error) {
+// get asks one admin API for url and decodes the answer into v; found is
+// false when the admin API says there is no such topic, retry whether
+// another broker's admin API might answer instead.
+func (a *AdminPresence) get(ctx context.Context, url, topic string, v any) (found, retry bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, false, err
+		return false, false, err
 	}
 	if a.TokenFile != "" {
 		tok, err := os.ReadFile(a.TokenFile)
 		if err != nil {
-			return nil, false, fmt.Errorf("the admin API's token: %w", err)
+			return false, false, fmt.Errorf("the admin API's token: %w", err)
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		return nil, true, err
+		return false, true, err
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return nil, false, nil // the topic does not exist: nobody ever attached
+		return false, false, nil // the topic does not exist: nobody ever attached
 	default:
-		return nil, resp.StatusCode >= 500, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
+		return false, resp.StatusCode >= 500, fmt.Errorf("topic stats of %s: %s", topic, resp.Status)
 	}
-	st = &stats{}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatsBytes)).Decode(st); err != nil {
-		return nil, false, fmt.Errorf("topic stats of %s: %w", topic, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatsBytes)).Decode(v); err != nil {
+		return false, false, fmt.Errorf("topic stats of %s: %w", topic, err)
 	}
-	return st, false, nil
+	return true, false, nil
 }
 
 // maxStatsBytes bounds a topic-stats answer read (a topic with thousands of

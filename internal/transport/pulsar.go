@@ -652,7 +652,24 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 		return nil, fmt.Errorf("%w: subscribe %s to %s: %w", ErrUnavailable, subscription, topic, r.err)
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
-	s := &pulsarSub{c: r.c, cancel: cancel, done: make(chan struct{})}
+	s := &pulsarSub{c: r.c, cancel: cancel, done: make(chan struct{}), drain: !persistent}
+	deliver := func(m pulsar.Message, c pulsar.Consumer) {
+		msg := Message{Payload: m.Payload(), Properties: m.Properties()}
+		if persistent {
+			msg.Key, msg.Redeliveries = m.Key(), m.RedeliveryCount()
+		}
+		if !persistent {
+			h(msg, func(bool) {})
+			return
+		}
+		h(msg, func(ok bool) {
+			if ok {
+				_ = c.Ack(m)
+			} else {
+				c.Nack(m)
+			}
+		})
+	}
 	go func() {
 		defer close(s.done)
 		c := r.c
@@ -661,6 +678,18 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 			if err != nil {
 				if loopCtx.Err() != nil {
 					return
+				}
+				if s.closing.Load() {
+					// Closed by Close (non-persistent topics): what the
+					// broker sent before the close is handled, not lost.
+					for {
+						select {
+						case cm := <-c.Chan():
+							deliver(cm.Message, c)
+						default:
+							return
+						}
+					}
 				}
 				if isConsumerClosed(err) {
 					// The client gave the consumer up (a non-retriable
@@ -683,22 +712,7 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 				}
 				continue
 			}
-			msg := Message{Payload: m.Payload(), Properties: m.Properties()}
-			if persistent {
-				msg.Key, msg.Redeliveries = m.Key(), m.RedeliveryCount()
-			}
-			if !persistent {
-				h(msg, func(bool) {})
-				continue
-			}
-			cur := c // the consumer that received it acknowledges it
-			h(msg, func(ok bool) {
-				if ok {
-					_ = cur.Ack(m)
-				} else {
-					cur.Nack(m)
-				}
-			})
+			deliver(m, c) // the consumer that received it acknowledges it
 		}
 	}()
 	return s, nil
@@ -747,6 +761,11 @@ type pulsarSub struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+	// drain: on a non-persistent topic Close closes the consumer first and
+	// the loop handles what had arrived (nothing redelivers it); closing
+	// tells the loop the consumer's end is Close's.
+	drain   bool
+	closing atomic.Bool
 }
 
 func (s *pulsarSub) setConsumer(c pulsar.Consumer) {
@@ -755,9 +774,24 @@ func (s *pulsarSub) setConsumer(c pulsar.Consumer) {
 	s.mu.Unlock()
 }
 
-// Close implements Subscription.
+// Close implements Subscription. On a non-persistent topic it closes the
+// consumer first, so that the broker sends it nothing more, and returns
+// once the messages it had received are handled: a request on its way to
+// a replica that stops is served, not dropped (nothing would send it
+// again). On a persistent topic what was not acknowledged is redelivered,
+// so the loop just stops.
 func (s *pulsarSub) Close() error {
 	s.once.Do(func() {
+		if s.drain {
+			s.closing.Store(true)
+			s.mu.Lock()
+			c := s.c
+			s.mu.Unlock()
+			c.Close()
+			<-s.done
+			s.cancel()
+			return
+		}
 		s.cancel()
 		<-s.done
 		s.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/toolservice"
+	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -238,8 +239,9 @@ func TestAnnouncedServices(t *testing.T) {
 		t.Fatalf("after a malformed announcement the early tool answers %q, %v", out, err)
 	}
 
-	// A tombstone withdraws the early service; a graceful stop the late one.
-	publishKeyed(t, c, topic, early, nil)
+	// A tombstone of its instance's key withdraws the early service; a
+	// graceful stop the late one.
+	publishKeyed(t, c, topic, wire.AnnounceKey(early, earlySvc.Instance()), nil)
 	stopLate()
 	for _, tool := range []string{early + "-echo", late + "-echo"} {
 		took, err := within(5*time.Second, func() error {

@@ -6,8 +6,8 @@ to appear in, or leave, every gateway's registry.
   announce.py announce --id ID (--topic T | --request-queue Q --response-queue Q)
                        [--config-param NAME[:required]] [--timeout 30s]
                        --tool '{"name": "...", "description": "...", "arguments": [...]}' [--tool ...]
-  announce.py withdraw --id ID
-  announce.py show     (print every live announcement)
+  announce.py withdraw --id ID [--instance INSTANCE]
+  announce.py show     (print every live announcement, by key)
 
 An announcement is one message on persistent://tg/config/tool-descriptors
 (--announce-topic), keyed by the service id, whose payload is the registry
@@ -16,8 +16,16 @@ file's layout scoped to that one service:
   {"tool-service": {"<id>": {"id": "<id>", "request-queue": "...", "response-queue": "..."}},
    "tool": {"<name>": {"type": "tool-service", "name": "<name>", "service": "<id>", ...}}}
 
+This script announces the service as a whole (no instance, no lease): it
+is served until withdrawn. Go SDK services announce each replica as an
+instance instead, keyed "<id>@<instance>" with the toolgate-instance and
+toolgate-lease properties, and renew that lease; "show" lists their keys.
+
 Withdrawing publishes an empty message with the same key (a tombstone, with
-the property toolgate-withdrawn=true so that every client library decodes it). The
+the property toolgate-withdrawn=true so that every client library decodes it);
+with --instance, the key of that instance of the service (a crashed
+replica's announcement, which gateways already ignore once its lease ran
+out, is removed from the topic that way). The
 broker is --pulsar, default $TOOLGATE_PULSAR_URL, else pulsar://127.0.0.1:6650.
 """
 
@@ -71,6 +79,7 @@ def main():
     a.add_argument("--tool", action="append")
     w = sub.add_parser("withdraw")
     w.add_argument("--id", required=True)
+    w.add_argument("--instance")
     sub.add_parser("show")
     args = ap.parse_args()
     if args.cmd == "announce" and not args.topic and not (args.request_queue and args.response_queue):
@@ -98,7 +107,10 @@ def main():
         else:
             # The tombstone carries a property: pulsar-client-go drops an
             # unbatched message that has neither payload nor properties.
-            producer.send(b"", partition_key=args.id, properties={"toolgate-withdrawn": "true"})
+            key, props = args.id, {"toolgate-withdrawn": "true"}
+            if args.instance:
+                key, props["toolgate-instance"] = f"{args.id}@{args.instance}", args.instance
+            producer.send(b"", partition_key=key, properties=props)
         producer.flush()
         print(f"{args.cmd}: {args.id} on {args.announce_topic}")
     finally:

@@ -1,6 +1,8 @@
 // Package registry tests, on the real broker, what the gateway does with
 // what tool services announce: one bad announcement does not hold up
-// readiness, and withdrawn services leave nothing behind.
+// readiness, withdrawn services leave nothing behind, a service lives while
+// any of its replicas (real echo-service processes) does — through a
+// rolling update, not after a crash — and a claim stays with its holder.
 package registry
 
 import (

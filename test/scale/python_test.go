@@ -81,7 +81,17 @@ func ensureNotifyNamespace(t *testing.T) {
 
 // startPythonJokes runs TrustGraph's joke-service (from PyPI, unchanged)
 // on topic until the test ends, and returns once it has subscribed.
-func startPythonJokes(t *testing.T, topic string) {
+func startPythonJokes(t *testing.T, topic string) { t.Helper(); startPythonJokesProc(t, topic) }
+
+// pyProc is a running Python service: its process, and done, closed when
+// it has exited.
+type pyProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startPythonJokesProc is startPythonJokes, returning the process.
+func startPythonJokesProc(t *testing.T, topic string) *pyProc {
 	t.Helper()
 	v := venv(t)
 	ensureNotifyNamespace(t)
@@ -120,7 +130,7 @@ func startPythonJokes(t *testing.T, topic string) {
 	})
 	requestTopic := "non-persistent://tg/request/" + topic
 	deadline := time.Now().Add(45 * time.Second)
-	for brokertest.Subscriptions(requestTopic) == 0 {
+	for brokertest.Subscriptions(requestTopic) == 0 && consumersOf(t, requestTopic) == 0 {
 		select {
 		case <-done:
 			t.Fatalf("joke-service exited before subscribing to %s; output:\n%s", requestTopic, logTail())
@@ -131,6 +141,7 @@ func startPythonJokes(t *testing.T, topic string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return &pyProc{cmd: cmd, done: done}
 }
 
 // deliveries is the sum of msgOutCounter over a topic's subscriptions:

@@ -14,15 +14,18 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // DefaultAnnounceTopic is where tool services announce their descriptors.
 const DefaultAnnounceTopic = "persistent://tg/config/tool-descriptors"
 
 // Announcements reads tool services' announcements: messages keyed by
-// service id whose payload is the registry file layout scoped to that
+// service id, or by "<service id>@<instance>" with the instance in the
+// wire.PropInstance property (one replica of the service, its lease in
+// wire.PropLease), whose payload is the registry file layout scoped to that
 // service; an empty payload or a null value (Pulsar's tombstone) withdraws
-// the service. It reads the topic's compacted view from the earliest
+// the service, or that instance of it. It reads the topic's compacted view from the earliest
 // message, so a gateway started later sees every live service at once.
 //
 // The topic is written by anyone who may publish on it, so what it brings
@@ -102,36 +105,115 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatc
 		if err != nil {
 			return err
 		}
-		a.apply(sink, d, msg)
+		a.apply(sink, d, msg, false)
 	}
 	d.idle()
 	*synced = true
 	sink.State(registry.OriginAnnouncement, true, nil)
+	heard(sink, time.Now())
 	a.log.Info("reading tool service announcements", "topic", a.topic)
+	unreachable := false
 	for {
-		msg, err := r.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		nctx, cancel := context.WithTimeout(ctx, quietCheck)
+		msg, err := r.Next(nctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && errors.Is(err, context.DeadlineExceeded):
+			// Quiet. The client reconnects on its own and Next says
+			// nothing meanwhile: ask the broker, so that a gateway that
+			// cannot hear renewals does not take their absence for the
+			// instances' deaths (the merger holds the leases meanwhile).
+			asked := time.Now()
+			_, lerr := r.GetLastMessageID()
+			switch {
+			case lerr != nil && !unreachable:
+				unreachable = true
+				sink.State(registry.OriginAnnouncement, true, fmt.Errorf("announcements on %s: %w", a.topic, lerr))
+			case lerr == nil && unreachable:
+				unreachable = false
+				sink.State(registry.OriginAnnouncement, true, nil)
 			}
+			if lerr == nil {
+				heard(sink, asked) // everything published before was received
+			}
+			continue
+		case err != nil:
 			return err
 		}
-		a.apply(sink, d, msg)
+		if unreachable {
+			unreachable = false
+			sink.State(registry.OriginAnnouncement, true, nil)
+		}
+		a.apply(sink, d, msg, true)
+	}
+}
+
+// quietCheck is how long the reader waits for an announcement before it
+// asks the broker whether the topic is still reachable (and tells the sink
+// it heard, when it is): the merger lets leases run out only while the
+// announcements are known to be readable.
+var quietCheck = time.Second
+
+// heard tells sink, when it keeps leases (registry.Merger), that the
+// announcements were readable at at.
+func heard(sink registry.Sink, at time.Time) {
+	if h, ok := sink.(interface {
+		Heard(registry.Origin, time.Time)
+	}); ok {
+		h.Heard(registry.OriginAnnouncement, at)
 	}
 }
 
 // apply hands one message to the dispatcher. What the sink refuses without
-// parsing (no key, too large) is refused here, on the reader's goroutine.
-func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Message) {
+// parsing (no key, too large, a bad instance or lease) is refused here, on
+// the reader's goroutine. caughtUp says whether the reader had read what
+// existed when it started: an announcement read before counts from when it
+// was published (its lease may have run out since), one read after from
+// now (this process's clock, whatever the announcer's says).
+func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Message, caughtUp bool) {
 	key := msg.Key()
-	if key == "" {
+	props := msg.Properties()
+	withdrawal := msg.IsNullValue() || len(msg.Payload()) == 0
+	unit, inst, ok := wire.SplitAnnounceKey(key, props[wire.PropInstance], withdrawal)
+	if !ok {
 		// Reported through the sink as a rejection, like any bad announcement.
 		_ = sink.Apply(registry.Update{Origin: registry.OriginAnnouncement, Name: a.topic, Doc: []byte("{}")})
+		if key != "" {
+			a.log.Warn("announcement refused: its key is not <service id>@<instance> of its "+wire.PropInstance+" property", "key", key, "instance", props[wire.PropInstance])
+		}
 		return
 	}
-	u := registry.Update{Origin: registry.OriginAnnouncement, Unit: key, Name: a.topic, Doc: msg.Payload()}
-	if msg.IsNullValue() {
-		u.Doc = nil // a tombstone: the service withdraws
+	u := registry.Update{Origin: registry.OriginAnnouncement, Unit: unit, Instance: inst, Name: a.topic, Doc: msg.Payload()}
+	if inst != "" {
+		if err := wire.ValidateInstanceID(inst); err != nil {
+			a.applyNow(sink, registry.Update{Origin: registry.OriginAnnouncement, Unit: unit, Name: a.topic, Doc: []byte("{}")})
+			a.log.Warn("announcement refused", "key", key, "err", err)
+			return
+		}
+	}
+	if withdrawal {
+		u.Doc = nil // the instance (or service) withdraws
+		if props[wire.PropInstance] == "" && inst != "" {
+			// A bare tombstone of "x@y": instance y of x, or a service
+			// announced as a whole under the id "x@y" — withdraw both.
+			d.submit(registry.Update{Origin: registry.OriginAnnouncement, Unit: key, Name: a.topic})
+		}
+		d.submit(u)
+		return
+	}
+	if l := props[wire.PropLease]; l != "" {
+		lease, err := time.ParseDuration(l)
+		if err != nil || lease <= 0 {
+			_ = sink.Apply(registry.Update{Origin: registry.OriginAnnouncement, Name: a.topic, Doc: []byte("{}")})
+			a.log.Warn("announcement refused: its lease is not a positive duration", "key", key, "lease", l)
+			return
+		}
+		u.Lease = lease
+		if !caughtUp {
+			u.At = msg.PublishTime()
+		}
 	}
 	if len(u.Doc) > registry.DefaultMaxAnnouncementBytes {
 		a.applyNow(sink, u)
@@ -143,6 +225,6 @@ func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Mess
 func (a *Announcements) applyNow(sink registry.Sink, u registry.Update) {
 	err := sink.Apply(u)
 	if err != nil && !errors.Is(err, registry.ErrRejected) {
-		a.log.Warn("announcement not applied", "service", u.Unit, "err", err)
+		a.log.Warn("announcement not applied", "service", u.Unit, "instance", u.Instance, "err", err)
 	}
 }

@@ -21,7 +21,7 @@ type dispatcher struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	pending  map[string]registry.Update // latest update per unit, not started
+	pending  map[string]registry.Update // latest update per unit (and instance), not started
 	busy     map[string]bool            // units being applied
 	queued   map[string]bool            // units in a lane's queue
 	lanes    [2][]string                // 0: small, 1: large
@@ -43,6 +43,15 @@ func newDispatcher(apply func(registry.Update), maxBigBytes int) *dispatcher {
 	return d
 }
 
+// unitKey is what the dispatcher orders updates by: the unit and, for an
+// instance's announcement, the instance.
+func unitKey(u registry.Update) string {
+	if u.Instance == "" {
+		return u.Unit
+	}
+	return u.Unit + "\x00" + u.Instance // never a unit of its own
+}
+
 func laneOf(u registry.Update) int {
 	if len(u.Doc) >= largeDoc {
 		return 1
@@ -62,18 +71,19 @@ func (d *dispatcher) submit(u registry.Update) bool {
 	if d.closed {
 		return false
 	}
-	if old, ok := d.pending[u.Unit]; ok {
+	k := unitKey(u)
+	if old, ok := d.pending[k]; ok {
 		if laneOf(old) == 1 {
 			d.bigBytes -= len(old.Doc)
 		}
 		d.active--
 	}
-	d.pending[u.Unit] = u
+	d.pending[k] = u
 	d.active++
 	if big {
 		d.bigBytes += len(u.Doc)
 	}
-	d.enqueueLocked(u.Unit)
+	d.enqueueLocked(k)
 	return true
 }
 

@@ -95,6 +95,21 @@ func (c *consumer) Receive(ctx context.Context) (pulsar.Message, error) {
 
 func (c *consumer) Ack(pulsar.Message) error { return nil }
 
+// Chan holds what the consumer received and has not handed out, as the
+// client's does after Close.
+func (c *consumer) Chan() <-chan pulsar.ConsumerMessage {
+	ch := make(chan pulsar.ConsumerMessage, len(c.msgs))
+	for len(ch) < cap(ch) {
+		select {
+		case m := <-c.msgs:
+			ch <- pulsar.ConsumerMessage{Consumer: c, Message: m}
+		default:
+			return ch
+		}
+	}
+	return ch
+}
+
 func (c *consumer) Close() {
 	c.once.Do(func() {
 		close(c.closed)

@@ -1,0 +1,50 @@
+package wire
+
+import "strings"
+
+// Properties of an announcement message (on the announcements topic, keyed
+// by AnnounceKey) made by one instance of a service.
+const (
+	// PropInstance names the instance (replica) of the service that
+	// announces, or withdraws: a tool service is served while any of its
+	// instances is. An announcement without it announces the service as a
+	// whole, until it is withdrawn (an operator's script does that).
+	PropInstance = "toolgate-instance"
+	// PropLease is how long the announcement holds unless it is made again
+	// (a Go duration, "10s"): an instance renews it well before it runs
+	// out; one that crashed stops renewing, and gateways let it go.
+	PropLease = "toolgate-lease"
+	// PropWithdrawn marks a withdrawal (an empty message with the key of
+	// what it withdraws); it keeps the empty message decodable by every
+	// client library.
+	PropWithdrawn = "toolgate-withdrawn"
+)
+
+// AnnounceKey is the message key of the announcements of one instance of
+// service id: "<id>@<instance>", so that the topic's compaction keeps one
+// per instance and a withdrawal removes that instance only. Without an
+// instance the key is the service id.
+func AnnounceKey(id, instance string) string {
+	if instance == "" {
+		return id
+	}
+	return id + "@" + instance
+}
+
+// SplitAnnounceKey is the service id and instance of an announcement's
+// key, given the message's PropInstance (instance, possibly ""): a key
+// that does not end in "@<instance>" names no instance of it (ok false).
+// A withdrawal without the property (a bare tombstone) is taken as the
+// instance after the key's last "@", when there is one.
+func SplitAnnounceKey(key, instance string, withdrawal bool) (id, inst string, ok bool) {
+	if instance != "" {
+		id, found := strings.CutSuffix(key, "@"+instance)
+		return id, instance, found && id != ""
+	}
+	if withdrawal {
+		if i := strings.LastIndexByte(key, '@'); i > 0 && i < len(key)-1 {
+			return key[:i], key[i+1:], true
+		}
+	}
+	return key, "", key != ""
+}

@@ -14,7 +14,7 @@ def main(out, names):
         rows = []
         for f in sorted(glob.glob(os.path.join(out, n + "-*", "latest.json"))):
             d = json.load(open(f))
-            r = {(x["mode"], x["concurrency"]): x for x in d["runs"]}
+            r = {(x["mode"], x["concurrency"]): x for x in d.get("runs") or []}
             g, rest, direct = r[("grpc", 64)], r[("rest", 64)], r[("direct", 64)]
             rows.append({
                 "g": g["rps"], "gr": g["rps"] / direct["rps"],

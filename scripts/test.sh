@@ -62,10 +62,11 @@ TOOLGATE_CHROMIUM="$(scripts/chromium.sh)"
 export TOOLGATE_CHROMIUM
 
 echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"
-# test/restart runs without the race detector: pulsar-client-go v0.19.0 (the
-# newest release) has a data race of its own in producer reconnection
-# (partitionProducer.grabCnx writes the encryptor that a concurrent send
-# reads), which -race reports whenever a broker restarts under load.
+# test/restart runs without the race detector: pulsar-client-go (seen with
+# v0.19.0; go.mod names the version in use) has a data race of its own in
+# producer reconnection (partitionProducer.grabCnx writes the encryptor
+# that a concurrent send reads), which -race reports whenever a broker
+# restarts under load.
 read -r -a gotest_flags <<<"${GOTEST_FLAGS:-}" # extra flags, split on white space
 mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/cluster$' -e '/test/scale$')
 go test -race -count=1 -timeout 15m "${gotest_flags[@]}" "${packages[@]}"

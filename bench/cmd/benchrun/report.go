@@ -147,6 +147,8 @@ type Report struct {
 	OpsBus      []OpsBus         `json:"operation_bus,omitempty"`
 	Ops         *OpsRow          `json:"operations,omitempty"`
 	Interleaved []InterleavedRow `json:"interleaved,omitempty"`
+	// Quota: the quota modes beside their plain modes (quota.go).
+	Quota []QuotaRow `json:"quota,omitempty"`
 }
 
 // PacedRow is the gateway beside the floor at the same paced load: medians
@@ -162,6 +164,7 @@ type PacedRow struct {
 }
 
 var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "mcp": 2, "connect": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
+	"grpc-quota-redis": 1, "rest-quota-redis": 2,
 	"direct-stream": 6, "grpc-stream": 7, "rest-stream": 8, "rest-sse": 9, "floor-grpc-stream": 10}
 
 // FloorRow is the gateway and the floor on one protocol at one
@@ -210,8 +213,11 @@ func aggregate(samples []*Sample) []Point {
 		groups[k] = append(groups[k], s)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].mode != keys[j].mode {
-			return modeOrder[keys[i].mode] < modeOrder[keys[j].mode]
+		if oi, oj := modeOrder[keys[i].mode], modeOrder[keys[j].mode]; oi != oj {
+			return oi < oj
+		}
+		if keys[i].mode != keys[j].mode { // modes of one rank by name, each mode's rows together
+			return keys[i].mode < keys[j].mode
 		}
 		return keys[i].conc < keys[j].conc
 	})
@@ -380,6 +386,7 @@ func (r *Report) summarize() {
 	r.summarizePaced()
 	r.summarizeInterleaved()
 	r.summarizeDoors()
+	r.summarizeQuota()
 	r.summarizeOps()
 	r.summarizeGoals()
 }
@@ -614,6 +621,7 @@ func (r *Report) markdown() string {
 
 	r.floorMarkdown(&b)
 	r.doorsMarkdown(&b)
+	r.quotaMarkdown(&b)
 	r.opsMarkdown(&b)
 
 	if len(r.Streaming) > 0 {

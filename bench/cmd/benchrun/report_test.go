@@ -168,6 +168,19 @@ func TestPointOrder(t *testing.T) {
 			t.Errorf("point %d: %s, want %s", k, got, want)
 		}
 	}
+	// A quota mode runs next to its plain mode, away from the floor.
+	qmodes := []string{"direct", "rest", "rest-quota-redis", "floor-rest"}
+	for k, want := range []string{
+		"direct rest-quota-redis rest floor-rest",
+		"floor-rest rest rest-quota-redis direct",
+	} {
+		if got := strings.Join(pointOrder(qmodes, k), " "); got != want {
+			t.Errorf("quota, point %d: %s, want %s", k, got, want)
+		}
+	}
+	if got := strings.Join(pointOrder([]string{"grpc-quota-redis", "direct"}, 0), " "); got != "grpc-quota-redis direct" {
+		t.Errorf("quota alone: %s", got)
+	}
 	// A floor mode without its gateway mode runs on its own.
 	if got := strings.Join(pointOrder([]string{"floor-grpc", "direct"}, 1), " "); got != "direct floor-grpc" {
 		t.Errorf("floor alone: %s", got)

@@ -59,25 +59,27 @@ import (
 
 // Config is the benchmark plan.
 type Config struct {
-	Quick          bool     `json:"quick"`
-	Repetitions    int      `json:"repetitions"`
-	Concurrencies  []int    `json:"concurrencies"`
-	Modes          []string `json:"modes"`
-	WarmupS        float64  `json:"warmup_s"`
-	DurationS      float64  `json:"duration_s"`
-	MsgSize        int      `json:"msg_size"`
-	GRPCConns      int      `json:"grpc_conns"`
-	StreamN        int      `json:"stream_n"`
-	StreamReps     int      `json:"stream_repetitions"`
-	StreamWarmupS  float64  `json:"stream_warmup_s"`
-	StreamDurS     float64  `json:"stream_duration_s"`
-	InflightCalls  int      `json:"inflight_calls"`
-	InflightConns  int      `json:"inflight_conns"`
-	InflightSleep  int      `json:"inflight_sleep_ms"`
-	EchoConc       int      `json:"echo_concurrency"`
-	FreshGateway   bool     `json:"fresh_gateway_per_point"`
-	GatewayAuth    string   `json:"gateway_auth"`
-	ProfileSeconds int      `json:"profile_seconds,omitempty"`
+	Quick         bool     `json:"quick"`
+	Repetitions   int      `json:"repetitions"`
+	Concurrencies []int    `json:"concurrencies"`
+	Modes         []string `json:"modes"`
+	WarmupS       float64  `json:"warmup_s"`
+	DurationS     float64  `json:"duration_s"`
+	MsgSize       int      `json:"msg_size"`
+	GRPCConns     int      `json:"grpc_conns"`
+	StreamN       int      `json:"stream_n"`
+	// StreamConc: streams at once in each streaming point (0 or 1: one).
+	StreamConc     int     `json:"stream_concurrency,omitempty"`
+	StreamReps     int     `json:"stream_repetitions"`
+	StreamWarmupS  float64 `json:"stream_warmup_s"`
+	StreamDurS     float64 `json:"stream_duration_s"`
+	InflightCalls  int     `json:"inflight_calls"`
+	InflightConns  int     `json:"inflight_conns"`
+	InflightSleep  int     `json:"inflight_sleep_ms"`
+	EchoConc       int     `json:"echo_concurrency"`
+	FreshGateway   bool    `json:"fresh_gateway_per_point"`
+	GatewayAuth    string  `json:"gateway_auth"`
+	ProfileSeconds int     `json:"profile_seconds,omitempty"`
 	// PacedFraction: after each repetition's closed-loop points, the
 	// gateway and the floor run again at c=64 paced at this fraction of
 	// the slower one's closed-loop rate in that repetition (loadgen
@@ -161,6 +163,8 @@ func main() {
 	fs.IntVar(&streamReps, "stream-reps", 0, "repetitions of the streaming points (default 3; quick 1)")
 	fs.DurationVar(&streamDur, "stream-duration", 0, "measured window per streaming point (default 6s; quick 2s)")
 	fs.IntVar(&streamN, "stream-n", 1000, "chunks per stream of the streaming points")
+	var streamConc int
+	fs.IntVar(&streamConc, "stream-concurrency", 1, "streams at once in each streaming point")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
@@ -206,6 +210,12 @@ func main() {
 	}
 	if streamN < 1 {
 		fatalf("-stream-n %d: want at least 1", streamN)
+	}
+	if streamConc < 1 {
+		fatalf("-stream-concurrency %d: want at least 1", streamConc)
+	}
+	if streamConc > 1 {
+		c.StreamConc = streamConc
 	}
 	if paced < 0 || paced > 1 {
 		fatalf("-paced %v: want a fraction between 0 and 1", paced)
@@ -413,7 +423,7 @@ func (e *env) run(ctx context.Context) error {
 	}
 	for r := range streamReps {
 		for _, mode := range rotate(smodes, r) {
-			s := e.point(ctx, mode, 1, e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN, 0)
+			s := e.point(ctx, mode, max(e.cfg.StreamConc, 1), e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN, 0)
 			s.Rep = r
 			rep.StreamSamples = append(rep.StreamSamples, s)
 			logf("stream rep %d %-13s %s", r+1, mode, s.line())

@@ -375,10 +375,11 @@ func (r *Report) summarize() {
 	_, _ = ratio("grpc_over_python_rps_c64", g64, py64, rps)
 	_, _ = ratio("rest_over_python_rps_c64", r64, py64, rps)
 	_, _ = ratio("direct_over_python_rps_c64", d64, py64, rps)
-	ds, gs, rs := find(r.Streaming, "direct-stream", 1), find(r.Streaming, "grpc-stream", 1), find(r.Streaming, "rest-stream", 1)
+	sc := max(r.Config.StreamConc, 1)
+	ds, gs, rs := find(r.Streaming, "direct-stream", sc), find(r.Streaming, "grpc-stream", sc), find(r.Streaming, "rest-stream", sc)
 	_, _ = ratio("grpc_stream_over_direct_stream_chunks", gs, ds, chunks)
 	_, _ = ratio("rest_stream_over_direct_stream_chunks", rs, ds, chunks)
-	_, _ = ratio("rest_sse_over_direct_stream_chunks", find(r.Streaming, "rest-sse", 1), ds, chunks)
+	_, _ = ratio("rest_sse_over_direct_stream_chunks", find(r.Streaming, "rest-sse", sc), ds, chunks)
 	if r.Inflight != nil && r.Inflight.Inflight != nil {
 		r.InflightBytesPerCall = r.Inflight.Inflight.BytesPerCall
 	}
@@ -625,7 +626,11 @@ func (r *Report) markdown() string {
 	r.opsMarkdown(&b)
 
 	if len(r.Streaming) > 0 {
-		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); `rest-stream` reads NDJSON, `rest-sse` Server-Sent Events; chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)
+		at := "One call at a time"
+		if r.Config.StreamConc > 1 {
+			at = fmt.Sprintf("%d calls at once", r.Config.StreamConc)
+		}
+		w("## Streaming\n\n%s, each a %d-chunk reply (`{\"mode\":\"stream\"}`); `rest-stream` reads NDJSON, `rest-sse` Server-Sent Events; chunks per second of one stream (chunks ÷ median call time).\n\n", at, r.Config.StreamN)
 		w("| mode | chunks/s | call p50 ms | call p99 ms | errors | gateway CPU s / 1k chunks |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, p := range r.Streaming {
 			g := "–"

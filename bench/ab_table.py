@@ -35,7 +35,9 @@ def stream_table(out, names):
 
 
 def main(out, names):
-    unary_table(out, names)
+    if any((json.load(open(f)).get("runs") or [])
+           for n in names for f in glob.glob(os.path.join(out, n + "-*", "latest.json"))):
+        unary_table(out, names)
     stream_table(out, names)
 
 
@@ -47,7 +49,7 @@ def unary_table(out, names):
         rows = []
         for f in sorted(glob.glob(os.path.join(out, n + "-*", "latest.json"))):
             d = json.load(open(f))
-            r = {(x["mode"], x["concurrency"]): x for x in d["runs"]}
+            r = {(x["mode"], x["concurrency"]): x for x in d.get("runs") or []}
             if not all(k in r for k in (("grpc", 64), ("rest", 64), ("direct", 64), ("grpc", 16), ("direct", 16))):
                 continue
             g, rest, direct = r[("grpc", 64)], r[("rest", 64)], r[("direct", 64)]

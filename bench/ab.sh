@@ -50,6 +50,7 @@ for v in "$@"; do
 	(cd "$WORK/src-$name" && "$GO" build -o "$WORK/$name/gateway" ./cmd/gateway)
 	git worktree remove --force "$WORK/src-$name"
 	cp "$WORK/tools/echo-service" "$WORK/tools/loadgen" "$WORK/$name/"
+	rm -rf "$OUT/$name"-* # an earlier run's rounds are not this one's
 	names+=("$name")
 done
 for ((r = 1; r <= ROUNDS; r++)); do

@@ -181,7 +181,7 @@ rules:
 // as errors rather than as cheaper calls.
 func (e *env) quotaArgs() ([]string, error) {
 	if e.redis == nil {
-		return nil, fmt.Errorf("no Redis for the quota modes: %v", e.redisErr)
+		return nil, fmt.Errorf("no Redis for the quota modes: %w", e.redisErr)
 	}
 	return []string{"--quota-rules", e.quotaRules, "--quota-redis-url", e.redis.url, "--quota-redis-failure", "closed"}, nil
 }

@@ -13,6 +13,9 @@
 # floor); then runs bench/cmd/benchrun, which starts the gateway, the floor
 # and two echo services as separate processes on topics of their own
 # (bench-echo-<random>-…) and ports free at the time, and draws the plot.
+# For the rest-quota-redis mode (quotas counted in Redis) benchrun starts a
+# Redis on a free port through scripts/redis.sh (which installs Debian's
+# redis-server when none is found) and stops it at the end.
 #
 # Environment: GO (go binary); the broker is PULSAR_BROKER_PORT and
 # PULSAR_WEB_PORT on 127.0.0.1 (defaults 6650 and 8080), the same variables

@@ -12,6 +12,9 @@
 //	floor-grpc  bench/cmd/loadgen → floorgw (gRPC) → Pulsar → echo-service
 //	floor-rest  bench/cmd/loadgen → floorgw (HTTP/JSON) → Pulsar → echo-service
 //	python      bench/python/tg_load.py (TrustGraph's RequestResponseClient) → Pulsar → echo-service
+//	grpc-quota-redis, rest-quota-redis
+//	            grpc and rest on a gateway with a quota on the echo tool, its
+//	            counts in a Redis started for the run (quota.go)
 //
 // The gateway runs as production would: API keys required (a key file
 // generated for the run; loadgen sends the key), metrics and argument
@@ -56,25 +59,27 @@ import (
 
 // Config is the benchmark plan.
 type Config struct {
-	Quick          bool     `json:"quick"`
-	Repetitions    int      `json:"repetitions"`
-	Concurrencies  []int    `json:"concurrencies"`
-	Modes          []string `json:"modes"`
-	WarmupS        float64  `json:"warmup_s"`
-	DurationS      float64  `json:"duration_s"`
-	MsgSize        int      `json:"msg_size"`
-	GRPCConns      int      `json:"grpc_conns"`
-	StreamN        int      `json:"stream_n"`
-	StreamReps     int      `json:"stream_repetitions"`
-	StreamWarmupS  float64  `json:"stream_warmup_s"`
-	StreamDurS     float64  `json:"stream_duration_s"`
-	InflightCalls  int      `json:"inflight_calls"`
-	InflightConns  int      `json:"inflight_conns"`
-	InflightSleep  int      `json:"inflight_sleep_ms"`
-	EchoConc       int      `json:"echo_concurrency"`
-	FreshGateway   bool     `json:"fresh_gateway_per_point"`
-	GatewayAuth    string   `json:"gateway_auth"`
-	ProfileSeconds int      `json:"profile_seconds,omitempty"`
+	Quick         bool     `json:"quick"`
+	Repetitions   int      `json:"repetitions"`
+	Concurrencies []int    `json:"concurrencies"`
+	Modes         []string `json:"modes"`
+	WarmupS       float64  `json:"warmup_s"`
+	DurationS     float64  `json:"duration_s"`
+	MsgSize       int      `json:"msg_size"`
+	GRPCConns     int      `json:"grpc_conns"`
+	StreamN       int      `json:"stream_n"`
+	// StreamConc: streams at once in each streaming point (0 or 1: one).
+	StreamConc     int     `json:"stream_concurrency,omitempty"`
+	StreamReps     int     `json:"stream_repetitions"`
+	StreamWarmupS  float64 `json:"stream_warmup_s"`
+	StreamDurS     float64 `json:"stream_duration_s"`
+	InflightCalls  int     `json:"inflight_calls"`
+	InflightConns  int     `json:"inflight_conns"`
+	InflightSleep  int     `json:"inflight_sleep_ms"`
+	EchoConc       int     `json:"echo_concurrency"`
+	FreshGateway   bool    `json:"fresh_gateway_per_point"`
+	GatewayAuth    string  `json:"gateway_auth"`
+	ProfileSeconds int     `json:"profile_seconds,omitempty"`
 	// PacedFraction: after each repetition's closed-loop points, the
 	// gateway and the floor run again at c=64 paced at this fraction of
 	// the slower one's closed-loop rate in that repetition (loadgen
@@ -127,7 +132,13 @@ type env struct {
 	gwArgs    string
 	failures  int
 	scale     string // the scaling points (scale.go): on, off, only
-	cluster   string // the scale point on a two-broker cluster (cluster.go): on, off, only
+	streams   string // the streaming points: on, off, only
+	// The quota modes' Redis (nil when not wanted or it did not start:
+	// redisErr) and rules file (quota.go).
+	redis      *redisServer
+	redisErr   error
+	quotaRules string
+	cluster    string // the scale point on a two-broker cluster (cluster.go): on, off, only
 }
 
 func main() {
@@ -145,7 +156,15 @@ func main() {
 	fs.DurationVar(&duration, "duration", 0, "measured window per point (default 10s; quick 2s)")
 	fs.DurationVar(&warmup, "warmup", 0, "warm-up per point (default 2s; quick 0.5s)")
 	fs.StringVar(&concs, "concurrency", "1,16,64,256", "concurrencies")
-	fs.StringVar(&modes, "modes", "direct,grpc,rest,mcp,connect,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, connect, floor-grpc, floor-rest, python)")
+	fs.StringVar(&modes, "modes", "direct,grpc,rest,rest-quota-redis,mcp,connect,floor-grpc,floor-rest,python", "modes (direct, grpc, rest, mcp, connect, floor-grpc, floor-rest, python, grpc-quota-redis, rest-quota-redis)")
+	var streamReps, streamN int
+	var streamDur time.Duration
+	fs.StringVar(&e.streams, "streams", "on", "the streaming points, one stream at a time per mode: on, off, only (nothing else)")
+	fs.IntVar(&streamReps, "stream-reps", 0, "repetitions of the streaming points (default 3; quick 1)")
+	fs.DurationVar(&streamDur, "stream-duration", 0, "measured window per streaming point (default 6s; quick 2s)")
+	fs.IntVar(&streamN, "stream-n", 1000, "chunks per stream of the streaming points")
+	var streamConc int
+	fs.IntVar(&streamConc, "stream-concurrency", 1, "streams at once in each streaming point")
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
@@ -176,7 +195,7 @@ func main() {
 
 	c := Config{
 		Quick: quick, Repetitions: 3, WarmupS: 2, DurationS: 10, MsgSize: msgSize, GRPCConns: 2,
-		StreamN: 1000, StreamReps: 3, StreamWarmupS: 1, StreamDurS: 6,
+		StreamN: streamN, StreamReps: 3, StreamWarmupS: 1, StreamDurS: 6,
 		InflightCalls: 10000, InflightConns: 4, InflightSleep: 9000, EchoConc: 20000, FreshGateway: true,
 		GatewayAuth: "api-key", PacedFraction: paced,
 	}
@@ -185,6 +204,18 @@ func main() {
 	}
 	if e.scale != "on" && e.scale != "off" && e.scale != "only" {
 		fatalf("-scale: want on, off or only")
+	}
+	if e.streams != "on" && e.streams != "off" && e.streams != "only" {
+		fatalf("-streams: want on, off or only")
+	}
+	if streamN < 1 {
+		fatalf("-stream-n %d: want at least 1", streamN)
+	}
+	if streamConc < 1 {
+		fatalf("-stream-concurrency %d: want at least 1", streamConc)
+	}
+	if streamConc > 1 {
+		c.StreamConc = streamConc
 	}
 	if paced < 0 || paced > 1 {
 		fatalf("-paced %v: want a fraction between 0 and 1", paced)
@@ -195,6 +226,12 @@ func main() {
 	}
 	if reps > 0 {
 		c.Repetitions = reps
+	}
+	if streamReps > 0 {
+		c.StreamReps = streamReps
+	}
+	if streamDur > 0 {
+		c.StreamDurS = streamDur.Seconds()
 	}
 	if duration > 0 {
 		c.DurationS = duration.Seconds()
@@ -217,7 +254,8 @@ func main() {
 	}
 	c.Modes = splitList(modes)
 	for _, m := range c.Modes {
-		if m != "direct" && m != "grpc" && m != "rest" && m != "mcp" && m != "connect" && m != "floor-grpc" && m != "floor-rest" && m != "python" {
+		if m != "direct" && m != "grpc" && m != "rest" && m != "mcp" && m != "connect" && m != "floor-grpc" && m != "floor-rest" && m != "python" &&
+			m != "grpc"+quotaSuffix && m != "rest"+quotaSuffix {
 			fatalf("-modes: unknown mode %q", m)
 		}
 	}
@@ -331,9 +369,24 @@ func (e *env) run(ctx context.Context) error {
 		return e.scaleRun(ctx)
 	}
 	rep := &Report{Config: e.cfg, Machine: machine, Date: time.Now().UTC().Format(time.RFC3339)}
-	total := e.cfg.Repetitions * len(e.cfg.Concurrencies) * len(e.cfg.Modes)
+	reps := e.cfg.Repetitions
+	if e.streams == "only" {
+		reps = 0
+	}
+	if reps > 0 && e.quotaWanted() {
+		if e.quotaRules, err = e.writeQuotaRules(); err != nil {
+			return err
+		}
+		if e.redis, e.redisErr = e.startRedis(ctx); e.redisErr != nil {
+			logf("the quota modes' Redis: %v", e.redisErr)
+		} else {
+			logf("the quota modes' Redis: %s", e.redis.url)
+			defer e.redis.stop()
+		}
+	}
+	total := reps * len(e.cfg.Concurrencies) * len(e.cfg.Modes)
 	n := 0
-	for r := range e.cfg.Repetitions {
+	for r := range reps {
 		for ci, conc := range e.cfg.Concurrencies {
 			for _, mode := range pointOrder(e.cfg.Modes, r+ci) {
 				n++
@@ -364,9 +417,13 @@ func (e *env) run(ctx context.Context) error {
 	if e.floorWanted() {
 		smodes = append(smodes, "floor-grpc-stream")
 	}
-	for r := range e.cfg.StreamReps {
+	streamReps := e.cfg.StreamReps
+	if e.streams == "off" {
+		streamReps = 0
+	}
+	for r := range streamReps {
 		for _, mode := range rotate(smodes, r) {
-			s := e.point(ctx, mode, 1, e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN, 0)
+			s := e.point(ctx, mode, max(e.cfg.StreamConc, 1), e.cfg.StreamWarmupS, e.cfg.StreamDurS, e.cfg.StreamN, 0)
 			s.Rep = r
 			rep.StreamSamples = append(rep.StreamSamples, s)
 			logf("stream rep %d %-13s %s", r+1, mode, s.line())
@@ -376,6 +433,23 @@ func (e *env) run(ctx context.Context) error {
 		}
 	}
 
+	if e.streams != "only" {
+		e.memoryAndProfiles(ctx, rep)
+	}
+	rep.LoadEnd = loadAvg()
+	rep.ElapsedS = round(time.Since(t0).Seconds(), 1)
+	rep.summarize()
+	rep.logFloor()
+	if err := rep.write(e.out); err != nil {
+		return err
+	}
+	logf("wrote %s and %s in %s", filepath.Join(e.out, "latest.json"), filepath.Join(e.out, "latest.md"), time.Since(t0).Round(time.Second))
+	return nil
+}
+
+// memoryAndProfiles runs the in-flight tests (gateway and floor), the
+// profiles and the scale phase into rep.
+func (e *env) memoryAndProfiles(ctx context.Context, rep *Report) {
 	in, err := e.inflight(ctx)
 	if err != nil {
 		e.failures++
@@ -424,15 +498,6 @@ func (e *env) run(ctx context.Context) error {
 			logf("scale: %v", err)
 		}
 	}
-	rep.LoadEnd = loadAvg()
-	rep.ElapsedS = round(time.Since(t0).Seconds(), 1)
-	rep.summarize()
-	rep.logFloor()
-	if err := rep.write(e.out); err != nil {
-		return err
-	}
-	logf("wrote %s and %s in %s", filepath.Join(e.out, "latest.json"), filepath.Join(e.out, "latest.md"), time.Since(t0).Round(time.Second))
-	return nil
 }
 
 // rewriteReport redoes the summaries of an existing latest.json.
@@ -607,7 +672,8 @@ func (e *env) startServer(ctx context.Context, name, bin, grpcAddr, httpAddr, pp
 	return c, nil
 }
 
-// ensureServer returns a ready server of kind ("gateway" or "floor") for a
+// ensureServer returns a ready server of kind ("gateway", "gateway-quota"
+// or "floor") for a
 // point: a fresh one, or the one already running when -fresh-gateway is
 // off. Only one runs at a time, so the echo service's replies have one
 // subscriber.
@@ -621,9 +687,15 @@ func (e *env) ensureServer(ctx context.Context, kind string) (*child, error) {
 	}
 	var g *child
 	var err error
-	if kind == "floor" {
+	switch kind {
+	case "floor":
 		g, err = e.startFloor(ctx)
-	} else {
+	case "gateway-quota":
+		var args []string
+		if args, err = e.quotaArgs(); err == nil {
+			g, err = e.startGateway(ctx, e.gwBin, false, args...)
+		}
+	default:
 		g, err = e.startGateway(ctx, e.gwBin, false)
 	}
 	if err != nil {
@@ -697,6 +769,8 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 		kind := "gateway"
 		if strings.HasPrefix(mode, "floor-") {
 			kind = "floor"
+		} else if plainMode(mode) != "" {
+			kind = "gateway-quota"
 		}
 		g, err := e.ensureServer(ctx, kind)
 		if err != nil {
@@ -705,6 +779,19 @@ func (e *env) point(ctx context.Context, mode string, conc int, warmupS, durS fl
 		}
 		defer e.releaseGateway()
 		t = target{srv: g, echo: e.echoGW, topic: e.topicGW}
+		if kind == "gateway-quota" {
+			if _, err := e.redis.do("DEL", quotaKey); err != nil {
+				e.failures++
+				return &Sample{Result: loadresult.Result{Mode: mode, Concurrency: conc}, Failed: "emptying the quota's count in Redis: " + err.Error()}
+			}
+			s := e.load(ctx, mode, conc, warmupS, durS, streamN, rate, t)
+			if s.Failed == "" {
+				if e.checkQuotaCounted(s); s.Failed != "" {
+					e.failures++
+				}
+			}
+			return s
+		}
 	}
 	return e.load(ctx, mode, conc, warmupS, durS, streamN, rate, t)
 }
@@ -722,7 +809,7 @@ type target struct {
 func (e *env) load(ctx context.Context, mode string, conc int, warmupS, durS float64, streamN int, rate float64, t target) *Sample {
 	s := &Sample{Result: loadresult.Result{Mode: mode, Concurrency: conc}}
 	timeout := time.Duration((warmupS+durS)*float64(time.Second)) + 90*time.Second
-	lgMode := strings.TrimPrefix(mode, "floor-")
+	lgMode := strings.TrimSuffix(strings.TrimPrefix(mode, "floor-"), quotaSuffix)
 	args := []string{"-mode", lgMode, "-concurrency", strconv.Itoa(conc),
 		"-duration", ftoa(durS) + "s", "-warmup", ftoa(warmupS) + "s", "-pulsar-url", e.pulsarURL,
 		"-msg-size", strconv.Itoa(e.cfg.MsgSize), "-conns", strconv.Itoa(e.cfg.GRPCConns)}
@@ -867,18 +954,31 @@ func (e *env) inflightOn(ctx context.Context, start func(context.Context) (*chil
 // state of the machine and follow the same mode (a rotation alone keeps
 // the cyclic order: with direct before grpc, the gateway would always run
 // right after the heaviest load on the broker, and the floor never). The
-// units rotate by k, and the pair's own order flips with k.
+// units rotate by k, and the pair's own order flips with k. A quota mode
+// joins the unit of its plain mode, next to it.
 func pointOrder(modes []string, k int) []string {
 	var units [][]string
 	for _, m := range modes {
 		if g, ok := strings.CutPrefix(m, "floor-"); ok && slices.Contains(modes, g) {
 			continue // runs with its gateway mode
 		}
+		if p := plainMode(m); p != "" && slices.Contains(modes, p) {
+			continue // runs with its plain mode
+		}
 		u := []string{m}
 		if slices.Contains(modes, "floor-"+m) {
 			u = append(u, "floor-"+m)
 			if k%2 == 1 {
 				u[0], u[1] = u[1], u[0]
+			}
+		}
+		if q := m + quotaSuffix; slices.Contains(modes, q) {
+			// next to the plain mode, on the side away from the floor,
+			// before it or after it as the pair flips
+			if k%2 == 1 {
+				u = append(u, q)
+			} else {
+				u = append([]string{q}, u...)
 			}
 		}
 		units = append(units, u)

@@ -147,6 +147,8 @@ type Report struct {
 	OpsBus      []OpsBus         `json:"operation_bus,omitempty"`
 	Ops         *OpsRow          `json:"operations,omitempty"`
 	Interleaved []InterleavedRow `json:"interleaved,omitempty"`
+	// Quota: the quota modes beside their plain modes (quota.go).
+	Quota []QuotaRow `json:"quota,omitempty"`
 }
 
 // PacedRow is the gateway beside the floor at the same paced load: medians
@@ -162,6 +164,7 @@ type PacedRow struct {
 }
 
 var modeOrder = map[string]int{"direct": 0, "grpc": 1, "rest": 2, "mcp": 2, "connect": 2, "floor-grpc": 3, "floor-rest": 4, "python": 5,
+	"grpc-quota-redis": 1, "rest-quota-redis": 2,
 	"direct-stream": 6, "grpc-stream": 7, "rest-stream": 8, "rest-sse": 9, "floor-grpc-stream": 10}
 
 // FloorRow is the gateway and the floor on one protocol at one
@@ -210,8 +213,11 @@ func aggregate(samples []*Sample) []Point {
 		groups[k] = append(groups[k], s)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].mode != keys[j].mode {
-			return modeOrder[keys[i].mode] < modeOrder[keys[j].mode]
+		if oi, oj := modeOrder[keys[i].mode], modeOrder[keys[j].mode]; oi != oj {
+			return oi < oj
+		}
+		if keys[i].mode != keys[j].mode { // modes of one rank by name, each mode's rows together
+			return keys[i].mode < keys[j].mode
 		}
 		return keys[i].conc < keys[j].conc
 	})
@@ -369,10 +375,11 @@ func (r *Report) summarize() {
 	_, _ = ratio("grpc_over_python_rps_c64", g64, py64, rps)
 	_, _ = ratio("rest_over_python_rps_c64", r64, py64, rps)
 	_, _ = ratio("direct_over_python_rps_c64", d64, py64, rps)
-	ds, gs, rs := find(r.Streaming, "direct-stream", 1), find(r.Streaming, "grpc-stream", 1), find(r.Streaming, "rest-stream", 1)
+	sc := max(r.Config.StreamConc, 1)
+	ds, gs, rs := find(r.Streaming, "direct-stream", sc), find(r.Streaming, "grpc-stream", sc), find(r.Streaming, "rest-stream", sc)
 	_, _ = ratio("grpc_stream_over_direct_stream_chunks", gs, ds, chunks)
 	_, _ = ratio("rest_stream_over_direct_stream_chunks", rs, ds, chunks)
-	_, _ = ratio("rest_sse_over_direct_stream_chunks", find(r.Streaming, "rest-sse", 1), ds, chunks)
+	_, _ = ratio("rest_sse_over_direct_stream_chunks", find(r.Streaming, "rest-sse", sc), ds, chunks)
 	if r.Inflight != nil && r.Inflight.Inflight != nil {
 		r.InflightBytesPerCall = r.Inflight.Inflight.BytesPerCall
 	}
@@ -380,6 +387,7 @@ func (r *Report) summarize() {
 	r.summarizePaced()
 	r.summarizeInterleaved()
 	r.summarizeDoors()
+	r.summarizeQuota()
 	r.summarizeOps()
 	r.summarizeGoals()
 }
@@ -614,10 +622,15 @@ func (r *Report) markdown() string {
 
 	r.floorMarkdown(&b)
 	r.doorsMarkdown(&b)
+	r.quotaMarkdown(&b)
 	r.opsMarkdown(&b)
 
 	if len(r.Streaming) > 0 {
-		w("## Streaming\n\nOne call at a time, each a %d-chunk reply (`{\"mode\":\"stream\"}`); `rest-stream` reads NDJSON, `rest-sse` Server-Sent Events; chunks per second of one stream (chunks ÷ median call time).\n\n", r.Config.StreamN)
+		at := "One call at a time"
+		if r.Config.StreamConc > 1 {
+			at = fmt.Sprintf("%d calls at once", r.Config.StreamConc)
+		}
+		w("## Streaming\n\n%s, each a %d-chunk reply (`{\"mode\":\"stream\"}`); `rest-stream` reads NDJSON, `rest-sse` Server-Sent Events; chunks per second of one stream (chunks ÷ median call time).\n\n", at, r.Config.StreamN)
 		w("| mode | chunks/s | call p50 ms | call p99 ms | errors | gateway CPU s / 1k chunks |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, p := range r.Streaming {
 			g := "–"

@@ -168,8 +168,63 @@ func TestPointOrder(t *testing.T) {
 			t.Errorf("point %d: %s, want %s", k, got, want)
 		}
 	}
+	// A quota mode runs next to its plain mode, away from the floor.
+	qmodes := []string{"direct", "rest", "rest-quota-redis", "floor-rest"}
+	for k, want := range []string{
+		"direct rest-quota-redis rest floor-rest",
+		"floor-rest rest rest-quota-redis direct",
+	} {
+		if got := strings.Join(pointOrder(qmodes, k), " "); got != want {
+			t.Errorf("quota, point %d: %s, want %s", k, got, want)
+		}
+	}
+	if got := strings.Join(pointOrder([]string{"grpc-quota-redis", "direct"}, 0), " "); got != "grpc-quota-redis direct" {
+		t.Errorf("quota alone: %s", got)
+	}
 	// A floor mode without its gateway mode runs on its own.
 	if got := strings.Join(pointOrder([]string{"floor-grpc", "direct"}, 1), " "); got != "direct floor-grpc" {
 		t.Errorf("floor alone: %s", got)
+	}
+}
+
+func TestSummarizeQuota(t *testing.T) {
+	r := &Report{Config: Config{Concurrencies: []int{64}, Modes: []string{"rest", "rest-quota-redis"}}}
+	for rep, cpu := range []float64{0.10, 0.12, 0.08} {
+		for _, s := range []*Sample{
+			sample("rest", 64, 10000, 5, 12, cpu, 120),
+			sample("rest-quota-redis", 64, 9000, 6, 14, cpu*1.2, 150),
+		} {
+			s.Rep = rep
+			r.Samples = append(r.Samples, s)
+		}
+	}
+	r.summarize()
+	if len(r.Quota) != 1 {
+		t.Fatalf("quota rows: %+v", r.Quota)
+	}
+	q := r.Quota[0]
+	if q.CPURatio == nil || *q.CPURatio != 1.2 || len(q.CPURatios) != 3 || q.MallocsRatio == nil || *q.MallocsRatio != 1.25 {
+		t.Errorf("quota row: %+v", q)
+	}
+	if got := r.Ratios["cpu_rest_quota_redis_vs_rest_c64"]; got != 1.2 {
+		t.Errorf("cpu_rest_quota_redis_vs_rest_c64 = %v", got)
+	}
+	if md := r.markdown(); !strings.Contains(md, "### Quotas in Redis") || !strings.Contains(md, "| rest-quota-redis | 64 |") {
+		t.Errorf("markdown without the quota table:\n%s", md)
+	}
+}
+
+// A run of the streams alone (-streams only) has no unary points: the
+// report is still written.
+func TestReportStreamsOnly(t *testing.T) {
+	r := &Report{Config: Config{Concurrencies: []int{1, 64}, StreamN: 1000, Modes: []string{"direct", "grpc", "rest"}}}
+	for _, m := range []string{"direct-stream", "grpc-stream", "rest-stream", "rest-sse"} {
+		s := sample(m, 1, 80, 12, 20, 7, 0)
+		s.ChunksPerS = 80000
+		r.StreamSamples = append(r.StreamSamples, s)
+	}
+	r.summarize()
+	if md := r.markdown(); !strings.Contains(md, "| rest-sse | 80000 |") {
+		t.Errorf("markdown without the streams:\n%s", md)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -24,7 +23,6 @@ import (
 	"connectrpc.com/connect"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -473,18 +471,7 @@ func connectLimits(t *testing.T, base, addr string, bomb []byte, kind limitKind,
 		}
 		resp, err := cli.InvokeTool(t.Context(), req)
 		if err != nil {
-			o := outcome{code: codes.Code(connect.CodeOf(err))}
-			var ce *connect.Error
-			if errors.As(err, &ce) {
-				for _, d := range ce.Details() {
-					if v, derr := d.Value(); derr == nil {
-						if ei, ok := v.(*errdetails.ErrorInfo); ok {
-							o.reason = ei.GetReason()
-						}
-					}
-				}
-			}
-			return o
+			return connectOutcome(err)
 		}
 		return outcome{output: resp.Msg.GetOutput()}
 	}

@@ -447,20 +447,7 @@ func connectParity(t *testing.T, cli toolgatev1connect.ToolServiceClient, c pari
 			h.Set(k, v)
 		}
 	}
-	fail := func(err error) outcome {
-		o := outcome{code: codes.Code(connect.CodeOf(err))}
-		var ce *connect.Error
-		if errors.As(err, &ce) {
-			for _, d := range ce.Details() {
-				if v, derr := d.Value(); derr == nil {
-					if ei, ok := v.(*errdetails.ErrorInfo); ok {
-						o.reason = ei.GetReason()
-					}
-				}
-			}
-		}
-		return o
-	}
+	fail := connectOutcome
 	if !c.stream {
 		req := connect.NewRequest(&toolgatev1.InvokeToolRequest{Name: c.tool, Arguments: &args, Timeout: timeout})
 		header(req.Header())
@@ -488,4 +475,21 @@ func connectParity(t *testing.T, cli toolgatev1connect.ToolServiceClient, c pari
 		return fail(err)
 	}
 	return outcome{output: out.String()}
+}
+
+// connectOutcome is what a Connect or gRPC-Web call's error came to: its
+// code, and its ErrorInfo's reason when it has one.
+func connectOutcome(err error) outcome {
+	o := outcome{code: codes.Code(connect.CodeOf(err))}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		for _, d := range ce.Details() {
+			if v, derr := d.Value(); derr == nil {
+				if ei, ok := v.(*errdetails.ErrorInfo); ok {
+					o.reason = ei.GetReason()
+				}
+			}
+		}
+	}
+	return o
 }

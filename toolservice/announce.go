@@ -13,8 +13,8 @@ import (
 
 // DefaultAnnounceTopic is the topic gateways read announcements from: a
 // persistent topic with compaction, one message per service keyed by its
-// id, the latest of which counts.
-const DefaultAnnounceTopic = "persistent://tg/config/tool-descriptors"
+// id, the latest of which counts (wire.DefaultAnnounceTopic).
+const DefaultAnnounceTopic = wire.DefaultAnnounceTopic
 
 // Announcement is what a service tells gateways about itself: its own
 // descriptor (id and topics come from Config) and the tools it offers.
@@ -187,8 +187,8 @@ func (a *Announcement) lease() time.Duration {
 
 // MaxAnnouncementBytes is the largest announcement a gateway reads; a
 // larger one is refused before it is sent (scripts/pulsar.sh also bounds
-// the announcements topic at the broker).
-const MaxAnnouncementBytes = 1 << 20
+// the announcements topic at the broker). It is wire.MaxAnnouncementBytes.
+const MaxAnnouncementBytes = wire.MaxAnnouncementBytes
 
 func (s *Service) announceTopic(a *Announcement) string {
 	if a != nil && a.Topic != "" {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // ResultMCPContent is the Tool.Result of a tool whose output is MCP
@@ -12,8 +14,9 @@ import (
 // content blocks, which Content writes, and it may send log records with
 // Request.Log. A gateway's MCP door returns the blocks as the tool
 // result's content and sends the log records to the clients that asked
-// for them; REST, gRPC and Connect return the reply as it is.
-const ResultMCPContent = "mcp-content"
+// for them; REST, gRPC and Connect return the reply as it is. It is
+// wire.ResultMCPContent.
+const ResultMCPContent = wire.ResultMCPContent
 
 // ContentBlock is one MCP content block: text, an image, audio, an
 // embedded resource or a link to a resource. Make one with TextContent,

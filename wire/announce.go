@@ -2,6 +2,22 @@ package wire
 
 import "strings"
 
+// DefaultAnnounceTopic is the topic tool services announce themselves on
+// and gateways read announcements from, unless both are configured with
+// another: a persistent topic with compaction, whose latest message per key
+// (AnnounceKey) counts.
+const DefaultAnnounceTopic = "persistent://tg/config/tool-descriptors"
+
+// MaxAnnouncementBytes bounds one announcement's payload: a gateway reads
+// none larger, and a service refuses to send one (scripts/pulsar.sh also
+// bounds the announcements topic at the broker).
+const MaxAnnouncementBytes = 1 << 20
+
+// ResultMCPContent is the value of a tool descriptor's "result" key for a
+// tool whose reply is a JSON array of MCP content blocks (and that may
+// send log records); "text", the default, is a reply of plain text.
+const ResultMCPContent = "mcp-content"
+
 // Properties of an announcement message (on the announcements topic, keyed
 // by AnnounceKey) made by one instance of a service.
 const (

@@ -409,7 +409,7 @@ func parseTool(key string, d map[string]any, services map[string]*Service) (*Too
 		case ResultMCPContent:
 			t.Result = ResultMCPContent
 		default:
-			errs = append(errs, `"result" must be "text" or "mcp-content"`)
+			errs = append(errs, `"result" must be "text" or "`+ResultMCPContent+`"`)
 		}
 	}
 	sid, _ := d["service"].(string)

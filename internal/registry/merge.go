@@ -149,7 +149,7 @@ type Merger struct {
 // size, the number of services announced at once, the instances of one
 // service and the longest lease an announcement may ask for.
 const (
-	DefaultMaxAnnouncementBytes = 1 << 20
+	DefaultMaxAnnouncementBytes = wire.MaxAnnouncementBytes
 	DefaultMaxAnnouncedServices = 10000
 	DefaultMaxInstances         = 1024
 	DefaultMaxLease             = time.Hour

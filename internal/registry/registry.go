@@ -10,6 +10,8 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Service is a tool service descriptor.
@@ -92,7 +94,7 @@ const (
 // The values of Tool.Result.
 const (
 	ResultText       = ""
-	ResultMCPContent = "mcp-content"
+	ResultMCPContent = wire.ResultMCPContent
 )
 
 // Snapshot is one immutable, validated registry. Its methods are safe for

@@ -17,8 +17,9 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// DefaultAnnounceTopic is where tool services announce their descriptors.
-const DefaultAnnounceTopic = "persistent://tg/config/tool-descriptors"
+// DefaultAnnounceTopic is where tool services announce their descriptors
+// (wire.DefaultAnnounceTopic).
+const DefaultAnnounceTopic = wire.DefaultAnnounceTopic
 
 // Announcements reads tool services' announcements: messages keyed by
 // service id, or by "<service id>@<instance>" with the instance in the

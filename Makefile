@@ -57,7 +57,7 @@ checkgenerate:
 breaking:
 	scripts/breaking.sh $$(git rev-list --reverse HEAD -- proto | head -1)
 
-## bench: gateway (gRPC, REST) vs direct Pulsar vs TrustGraph's Python client → docs/benchmarks/latest.*
+## bench: gateway (gRPC, REST) vs direct Pulsar vs TrustGraph's Python client → docs/benchmarks/latest.* (bench/ is a Go module of its own)
 bench:
 	bench/run.sh
 
@@ -65,14 +65,17 @@ bench:
 bench-quick:
 	bench/run.sh --quick
 
-## lint: no tracked file over 2 MB, gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), go.mod tidiness, govulncheck
+## lint: no tracked file over 2 MB, gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), go.mod tidiness, govulncheck; the bench module (bench/go.mod) too
 lint:
 	scripts/bigfiles.sh
 	@out=$$(gofmt -l $(GOFILES)); \
 		if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C bench vet ./...
 	$(GO) tool -modfile=tools/lint/go.mod golangci-lint run ./...
+	cd bench && $(GO) tool -modfile=../tools/lint/go.mod golangci-lint run ./...
 	$(GO) mod tidy -diff
+	cd bench && $(GO) mod tidy -diff
 	cd tools && $(GO) mod tidy -diff
 	cd tools/buf && $(GO) mod tidy -diff
 	cd tools/lint && $(GO) mod tidy -diff

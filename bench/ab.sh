@@ -40,7 +40,8 @@ WORK="$(mktemp -d -t toolgate-ab-XXXXXX)"
 trap 'git worktree prune; rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
 
-"$GO" build -o "$WORK/tools/" ./bench/cmd/benchrun ./cmd/echo-service ./bench/cmd/loadgen
+"$GO" build -o "$WORK/tools/" ./cmd/echo-service
+"$GO" -C bench build -o "$WORK/tools/" ./cmd/benchrun ./cmd/loadgen # bench/ is a module of its own
 names=()
 for v in "$@"; do
 	name=${v%%=*} commit=${v#*=}

@@ -100,8 +100,10 @@ fi
 
 # 3. binaries
 mkdir -p bin
-"$GO" build -o bin/ ./cmd/gateway ./cmd/echo-service ./bench/cmd/loadgen
-"$GO" build -o "$WORK/" ./bench/cmd/benchrun ./bench/cmd/gatewayprof ./bench/cmd/floorgw
+"$GO" build -o bin/ ./cmd/gateway ./cmd/echo-service
+# bench/ is a Go module of its own (bench/go.mod), built from its directory
+"$GO" -C bench build -o "$ROOT/bin/" ./cmd/loadgen
+"$GO" -C bench build -o "$WORK/" ./cmd/benchrun ./cmd/gatewayprof ./cmd/floorgw
 
 # 4. the matrix, then the plot
 mkdir -p "$OUT"

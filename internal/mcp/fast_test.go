@@ -245,7 +245,7 @@ func TestFastPathMatchesSDK(t *testing.T) {
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			setHeader(req.Header, c.header)
 			w := httptest.NewRecorder()
-			taken := fast.serveFast(w, req, []byte(c.body), &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}})
+			taken := fast.serveFast(&exchange{w: w, r: req, body: []byte(c.body), req: &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}}})
 			if taken != c.fast {
 				t.Errorf("fast path taken: %v, want %v", taken, c.fast)
 			}

@@ -187,18 +187,10 @@ func fastEligible(r *http.Request) bool {
 	}
 	// DNS rebinding: a request to a loopback listener must name a
 	// loopback host (the SDK answers 403 otherwise).
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopbackAddr(local) && !loopback(r.Host) {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopback(local.String()) && !loopback(r.Host) {
 		return false
 	}
 	return true
-}
-
-// loopbackAddr reports whether a listener's address is a loopback one.
-func loopbackAddr(a net.Addr) bool {
-	if t, ok := a.(*net.TCPAddr); ok {
-		return t.IP.IsLoopback()
-	}
-	return loopback(a.String())
 }
 
 // accepts reads Accept as the Streamable HTTP transport does: both JSON
@@ -220,6 +212,8 @@ func accepts(values []string) (jsonOK, streamOK bool) {
 	return jsonOK, streamOK
 }
 
+// loopback reports whether an address (host and port, or host alone)
+// names a loopback host, as the SDK reads a listener's address and a Host.
 func loopback(hostport string) bool {
 	host, _, err := net.SplitHostPort(hostport)
 	if err != nil {

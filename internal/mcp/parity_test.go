@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -49,13 +50,7 @@ type transportCase struct {
 
 var plainCall = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"json","arguments":{"msg":"x"}}}`
 
-func tcpAddr(s string) net.Addr {
-	a, err := net.ResolveTCPAddr("tcp", s)
-	if err != nil {
-		panic(err)
-	}
-	return a
-}
+func tcpAddr(s string) net.Addr { return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s)) }
 
 var transportCases = []transportCase{
 	// DNS rebinding: a request to a loopback listener must name a
@@ -100,6 +95,18 @@ type wireAnswer struct {
 	status int
 	header http.Header
 	body   []byte
+	// flushed: the handler flushed the response (a recorded answer:
+	// over the wire, Transfer-Encoding and Content-Length tell it).
+	flushed bool
+}
+
+// record is roundTrip's answer from h itself, recorded: the header the
+// handler set (without what the HTTP server adds: Date, Content-Length,
+// Transfer-Encoding) and whether it flushed.
+func record(h http.Handler, body string, header map[string]string, host string, local net.Addr) wireAnswer {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, parityRequest(body, header, host, local))
+	return wireAnswer{status: w.Code, header: w.Header().Clone(), body: w.Body.Bytes(), flushed: w.Flushed}
 }
 
 func (a wireAnswer) String() string {
@@ -116,18 +123,27 @@ func parityServer(t testing.TB, h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get(localAddrHeader); v != "" {
 			r.Header.Del(localAddrHeader)
-			var a net.Addr
-			if strings.HasPrefix(v, "unix:") {
-				a = &net.UnixAddr{Name: strings.TrimPrefix(v, "unix:"), Net: "unix"}
-			} else {
-				a = tcpAddr(v)
-			}
-			r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, a))
+			r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, parseLocalAddr(v)))
 		}
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// parseLocalAddr is the listener's address localAddrValue wrote: a TCP
+// address when it reads as one, else a Unix socket's (nil for "").
+func parseLocalAddr(v string) net.Addr {
+	if v == "" {
+		return nil
+	}
+	if name, ok := strings.CutPrefix(v, "unix:"); ok {
+		return &net.UnixAddr{Name: name, Net: "unix"}
+	}
+	if ap, err := netip.ParseAddrPort(v); err == nil {
+		return net.TCPAddrFromAddrPort(ap)
+	}
+	return &net.UnixAddr{Name: v, Net: "unix"}
 }
 
 // localAddrValue is a in localAddrHeader's form.
@@ -182,6 +198,9 @@ func answerDiff(got, want wireAnswer) string {
 	var diffs []string
 	if got.status != want.status {
 		diffs = append(diffs, fmt.Sprintf("status %d, SDK %d", got.status, want.status))
+	}
+	if got.flushed != want.flushed {
+		diffs = append(diffs, fmt.Sprintf("flushed %v, SDK %v", got.flushed, want.flushed))
 	}
 	g, w := got.header.Clone(), want.header.Clone()
 	for _, k := range normalised {
@@ -283,47 +302,26 @@ func parityServers(t testing.TB) (fast, sdkOnly *httptest.Server, fastSrv *Serve
 	return parityServer(t, fastSrv), parityServer(t, New(fixedHandler, Options{NoFastPath: true, Result: fixedResult})), fastSrv
 }
 
-// takenFast reports whether the fast path answers the request.
-func takenFast(s *Server, body string, header map[string]string, host string, local net.Addr) bool {
+// parityRequest is the request roundTrip sends, as the handler gets it:
+// Host host ("": the parity servers' address), arriving on a listener
+// of address local (nil: the parity servers').
+func parityRequest(body string, header map[string]string, host string, local net.Addr) *http.Request {
 	req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	setHeader(req.Header, header)
 	req.Host = cmp.Or(host, "127.0.0.1:80")
 	if local == nil {
-		local = tcpAddr("127.0.0.1:80") // as the parity servers listen
+		local = tcpAddr("127.0.0.1:80")
 	}
-	req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, local))
-	x := &exchange{w: httptest.NewRecorder(), r: req, body: []byte(body),
-		req: &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}}}
-	return s.serveFast(x)
+	return req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, local))
 }
 
-// TestFastPathMatchesSDKOnTheWire: every request of the fast path's cases
-// and of the transport cases is answered the same, on the wire, with and
-// without the fast path; and the fast path takes what it should.
-func TestFastPathMatchesSDKOnTheWire(t *testing.T) {
-	t.Parallel()
-	fast, sdkOnly, fastSrv := parityServers(t)
-	for _, c := range fastCases {
-		t.Run(c.name, func(t *testing.T) {
-			got, want := roundTrip(t, fast, c.body, c.header, "", nil), roundTrip(t, sdkOnly, c.body, c.header, "", nil)
-			if d := answerDiff(got, want); d != "" {
-				t.Errorf("%s\nfast path:\n%s\nSDK:\n%s", d, got, want)
-			}
-		})
-	}
-	for _, c := range transportCases {
-		t.Run(c.name, func(t *testing.T) {
-			got, want := roundTrip(t, fast, plainCall, c.header, c.host, c.local), roundTrip(t, sdkOnly, plainCall, c.header, c.host, c.local)
-			if d := answerDiff(got, want); d != "" {
-				t.Errorf("%s\nfast path:\n%s\nSDK:\n%s", d, got, want)
-			}
-			if taken := takenFast(fastSrv, plainCall, c.header, c.host, c.local); taken != c.fast {
-				t.Errorf("fast path taken: %v, want %v", taken, c.fast)
-			}
-		})
-	}
+// takenFast reports whether the fast path answers the request.
+func takenFast(s *Server, body string, header map[string]string, host string, local net.Addr) bool {
+	req := parityRequest(body, header, host, local)
+	return s.serveFast(&exchange{w: httptest.NewRecorder(), r: req, body: []byte(body),
+		req: &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}}})
 }
 
 // The comparison itself must fail on what it is there to catch.
@@ -351,10 +349,46 @@ func TestAnswerDiffSees(t *testing.T) {
 		{"an id line", stream("event: message\nid: 1\ndata: {\"id\":1,\"x\":2.50}\n\n"), false},
 		{"no event line", stream("data: {\"id\":1,\"x\":2.50}\n\n"), false},
 		{"one line break less", stream("event: message\ndata: {\"id\":1,\"x\":2.50}\n"), false},
+		{"flushed", func() wireAnswer {
+			a := stream("event: message\ndata: {\"id\":1,\"x\":2.50}\n\n")
+			a.flushed = true
+			return a
+		}(), false},
 		{"a space after the data", stream("event: message\ndata: {\"id\":1,\"x\":2.50} \n\n"), false},
 	} {
 		if same := answerDiff(c.a, base) == ""; same != c.same {
 			t.Errorf("%s: same %v, want %v (%s)", c.name, same, c.same, answerDiff(c.a, base))
 		}
+	}
+}
+
+// The pipeline's order is its contract: refusals of the HTTP request
+// first (before the body is read, those that need none), then the caller,
+// then the checks of the MCP request, then what the endpoint answers
+// itself, and the SDK last, which answers everything.
+func TestPipelineOrder(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, st := range pipeline {
+		names = append(names, st.name)
+	}
+	want := []string{"header size", "origin", "body", "authenticate", "protocol version", "Mcp-Param headers",
+		"notifications/cancelled", "tasks", "fast path", "SDK"}
+	if !slices.Equal(names, want) {
+		t.Errorf("pipeline %q, want %q", names, want)
+	}
+	// The last step answers whatever reaches it: a GET, which no step
+	// before it answers, is the SDK's (405 as a JSON-RPC error).
+	s := New(fixedHandler, Options{})
+	w := httptest.NewRecorder()
+	x := &exchange{w: w, r: httptest.NewRequest(http.MethodGet, "/mcp", nil)}
+	x.req = &request{ctx: x.r.Context(), srv: s}
+	for _, st := range pipeline[:len(pipeline)-1] {
+		if st.run(s, x) {
+			t.Fatalf("step %q answered a GET", st.name)
+		}
+	}
+	if !pipeline[len(pipeline)-1].run(s, x) || w.Code != http.StatusMethodNotAllowed || w.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("the SDK's step: HTTP %d %s %q", w.Code, w.Header().Get("Content-Type"), w.Body)
 	}
 }

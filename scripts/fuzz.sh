@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Every fuzz target of the module (func Fuzz… in a _test.go file of a
 # package `go list ./...` lists), each fuzzed for FUZZTIME (a Go duration,
-# or Nx for N inputs; default 3s): `make test` runs it so, `make fuzz`
+# or Nx for N inputs; default 2s): `make test` runs it so, `make fuzz`
 # longer (FUZZTIME=30s by default). FUZZ, a regular expression, picks the
 # targets by name (default: all). A failure stops the run; Go keeps the
 # input that failed in the package's testdata/fuzz/<target>/, where it
 # becomes a seed that every `go test` run replays: commit it with the fix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzztime="${FUZZTIME:-3s}"
+fuzztime="${FUZZTIME:-2s}"
 match="${FUZZ:-.}"
 
 targets=()

@@ -70,11 +70,11 @@ echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL)"
 read -r -a gotest_flags <<<"${GOTEST_FLAGS:-}" # extra flags, split on white space
 mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/cluster$' -e '/test/scale$')
 go test -race -count=1 -timeout 15m "${gotest_flags[@]}" "${packages[@]}"
-# Every fuzz target, briefly (FUZZTIME, 3s each unless set: ~1 minute in
+# Every fuzz target, briefly (FUZZTIME, 2s each unless set: ~1 minute in
 # all): beyond their seeds, which the run above replays. `make fuzz` runs
 # them longer.
-echo "==> fuzz targets, ${FUZZTIME:-3s} each (scripts/fuzz.sh; longer: make fuzz)"
-FUZZTIME="${FUZZTIME:-3s}" scripts/fuzz.sh
+echo "==> fuzz targets, ${FUZZTIME:-2s} each (scripts/fuzz.sh; longer: make fuzz)"
+FUZZTIME="${FUZZTIME:-2s}" scripts/fuzz.sh
 # test/scale alone: its bursts check that every call is answered in time,
 # which other packages' load tests (1,000 durable operations over three
 # gateways) would contend with on a 2-core machine.

@@ -40,9 +40,9 @@ const (
 
 // startAnswer starts the answer to request id (JSON text, "null" when it
 // cannot be told): eventPrefix, then the message up to its result or
-// error; room is a guess of the bytes still to come.
-func startAnswer(id json.RawMessage, room int) []byte {
-	b := make([]byte, 0, len(eventPrefix)+len(`{"jsonrpc":"2.0","id":,"result":}`)+len(id)+room+2)
+// error; size is a guess of the whole answer's length, framing included.
+func startAnswer(id json.RawMessage, size int) []byte {
+	b := make([]byte, 0, max(size, len(eventPrefix)+len(`{"jsonrpc":"2.0","id":,"error":}`)+len(id)+64))
 	b = append(b, eventPrefix+`{"jsonrpc":"2.0","id":`...)
 	return append(append(b, id...), ',')
 }

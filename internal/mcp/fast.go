@@ -229,7 +229,7 @@ func loopback(hostport string) bool {
 // serveFast answers the request when the fast path takes it, and reports
 // whether it did.
 func (s *Server) serveFast(x *exchange) bool {
-	r, body, req := x.r, x.body, x.req
+	r, body, req := x.r, x.body, &x.req
 	if s.opts.NoFastPath || !fastEligible(r) || len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes || tooDeep(body) {
 		return false
 	}
@@ -263,7 +263,7 @@ func (s *Server) serveFast(x *exchange) bool {
 		writeAnswer(x.w, http.StatusOK, nil, likeSDK)
 		return true
 	}
-	msg := startAnswer(in.id, len(text)*2+160)
+	msg := startAnswer(in.id, len(text)*2+192)
 	if err == nil && res == nil {
 		// The commonest answer, written here as the SDK would encode it.
 		msg = appendResultWith(msg, func(b []byte) []byte { return s.appendTextResult(b, text, modern) })

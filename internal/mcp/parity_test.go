@@ -320,8 +320,9 @@ func parityRequest(body string, header map[string]string, host string, local net
 // takenFast reports whether the fast path answers the request.
 func takenFast(s *Server, body string, header map[string]string, host string, local net.Addr) bool {
 	req := parityRequest(body, header, host, local)
-	return s.serveFast(&exchange{w: httptest.NewRecorder(), r: req, body: []byte(body),
-		req: &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}}})
+	x := &exchange{w: httptest.NewRecorder(), r: req, body: []byte(body)}
+	x.req.ctx, x.req.base = req.Context(), toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}
+	return s.serveFast(x)
 }
 
 // The comparison itself must fail on what it is there to catch.
@@ -382,7 +383,7 @@ func TestPipelineOrder(t *testing.T) {
 	s := New(fixedHandler, Options{})
 	w := httptest.NewRecorder()
 	x := &exchange{w: w, r: httptest.NewRequest(http.MethodGet, "/mcp", nil)}
-	x.req = &request{ctx: x.r.Context(), srv: s}
+	x.req.ctx, x.req.srv = x.r.Context(), s
 	for _, st := range pipeline[:len(pipeline)-1] {
 		if st.run(s, x) {
 			t.Fatalf("step %q answered a GET", st.name)

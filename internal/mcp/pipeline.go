@@ -22,8 +22,8 @@ import (
 type exchange struct {
 	w    http.ResponseWriter
 	r    *http.Request
-	body []byte   // the body of a POST, once read
-	req  *request // what the request's calls inherit from it
+	body []byte  // the body of a POST, once read
+	req  request // what the request's calls inherit from it (in the exchange: one allocation for both)
 }
 
 // step is one step of the pipeline: it answers the request, and reports
@@ -54,8 +54,9 @@ var pipeline = []step{
 // ServeHTTP serves the MCP endpoint: the pipeline's steps, in order, until
 // one answers (the last always does).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := &exchange{w: w, r: r,
-		req: &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}, srv: s}}
+	x := &exchange{w: w, r: r}
+	x.req.ctx, x.req.srv = r.Context(), s
+	x.req.base = toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}
 	for _, st := range pipeline {
 		if st.run(s, x) {
 			return
@@ -180,7 +181,7 @@ func (s *Server) cancelRequest(x *exchange) bool {
 	if !ok {
 		return false
 	}
-	key, valid := callKey(x.req, m.Params.RequestID)
+	key, valid := callKey(&x.req, m.Params.RequestID)
 	ended := valid && s.inflight.cancel(key)
 	s.log.DebugContext(x.r.Context(), "MCP notifications/cancelled", "request_id", string(m.Params.RequestID), "reason", m.Params.Reason, "ended", ended)
 	x.w.WriteHeader(http.StatusAccepted)
@@ -195,7 +196,7 @@ func (s *Server) serveSDK(x *exchange) bool {
 	ids, _ := idMembers(x.body)
 	x.req.id, x.req.progressToken = lastID(ids), progressToken(x.body)
 	ew := &rpcErrors{ResponseWriter: x.w, id: x.req.id, drop: &x.req.cancelled}
-	s.handler.ServeHTTP(withSurrogates(ew, x.r, x.body, ids), x.r.WithContext(context.WithValue(x.r.Context(), requestKey{}, x.req)))
+	s.handler.ServeHTTP(withSurrogates(ew, x.r, x.body, ids), x.r.WithContext(context.WithValue(x.r.Context(), requestKey{}, &x.req)))
 	ew.finish()
 	return true
 }

@@ -123,7 +123,7 @@ func missingTasksError(msg string) error {
 // serveTask answers the request when it is one of the tasks surface this
 // endpoint answers itself, and reports whether it did.
 func (s *Server) serveTask(x *exchange) bool {
-	w, r, body, req := x.w, x.r, x.body, x.req
+	w, r, body, req := x.w, x.r, x.body, &x.req
 	if !s.opts.Tasks || r.Header.Get("Mcp-Protocol-Version") != modernVersion || !fastEligible(r) ||
 		len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes || tooDeep(body) {
 		return false

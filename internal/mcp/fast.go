@@ -25,10 +25,14 @@ import (
 // that streams nothing, without the SDK's per-request session (which
 // decodes the message several times and allocates ~300 KB per call). It
 // takes only what it answers exactly as the SDK path would — the same
-// status, headers and JSON-RPC message; TestFastPathMatchesSDK holds the
-// two to that — and hands everything else to the SDK untouched: other
-// methods, batches, notifications, progress tokens, and anything the SDK
-// would refuse.
+// status, every header, the same event framing and JSON-RPC message;
+// TestFastPathMatchesSDK, FuzzFastPath and FuzzFastPathTransport hold the
+// two to that (parity_test.go) — and hands everything else to the SDK
+// untouched: other methods, batches, notifications, progress tokens, and
+// anything the SDK would refuse. What the SDK checks of the HTTP request
+// before it reads the body (Accept, Content-Type, Last-Event-ID, DNS
+// rebinding) the fast path checks as the SDK does (fastEligible): the
+// SDK exports none of it.
 //
 // Protocol 2026-07-28 requests are taken when everything the SDK checks of
 // them is certain to pass (modernCertain): the MCP-Protocol-Version,

@@ -38,6 +38,11 @@
 //   - notifications/cancelled (a POST of its own, from the same user and
 //     address, naming the call's id: cancel.go), or the client going away,
 //     cancels the call.
+//
+// A request goes through the pipeline of pipeline.go, a list of named
+// steps (the checks, then what the endpoint answers itself, then the
+// SDK); every JSON-RPC answer the endpoint writes itself is written by
+// writeAnswer (answer.go).
 package mcp
 
 import (

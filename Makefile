@@ -9,7 +9,7 @@ export GOTOOLCHAIN := auto
 # the Go files gofmt keeps in shape: tracked, generated code excepted
 GOFILES = $(shell git ls-files '*.go' | grep -v '^gen/')
 
-.PHONY: all help build test run pulsar-up pulsar-down generate checkgenerate breaking bench bench-quick lint fmt clean
+.PHONY: all help build test fuzz run pulsar-up pulsar-down generate checkgenerate breaking bench bench-quick lint fmt clean
 
 all: build
 
@@ -25,6 +25,10 @@ build:
 ## test: every test against a real Pulsar broker (started and stopped when none runs)
 test:
 	scripts/test.sh
+
+## fuzz: every fuzz target, FUZZTIME each (default 30s; make test runs them 2s each); FUZZ=regexp picks targets
+fuzz:
+	FUZZTIME=$${FUZZTIME:-30s} scripts/fuzz.sh
 
 ## run: Pulsar, the example services and the gateway on 127.0.0.1; Ctrl-C stops them
 run:

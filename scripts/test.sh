@@ -72,6 +72,11 @@ mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/cl
 go test -race -count=1 -timeout 15m "${gotest_flags[@]}" "${packages[@]}"
 echo "==> go test -race ./... in bench/ (the benchmark harness, a module of its own)"
 go -C bench test -race -count=1 -timeout 5m "${gotest_flags[@]}" ./...
+# Every fuzz target, briefly (FUZZTIME, 2s each unless set: ~1 minute in
+# all): beyond their seeds, which the run above replays. `make fuzz` runs
+# them longer.
+echo "==> fuzz targets, ${FUZZTIME:-2s} each (scripts/fuzz.sh; longer: make fuzz)"
+FUZZTIME="${FUZZTIME:-2s}" scripts/fuzz.sh
 # test/scale alone: its bursts check that every call is answered in time,
 # which other packages' load tests (1,000 durable operations over three
 # gateways) would contend with on a 2-core machine.

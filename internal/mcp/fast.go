@@ -25,10 +25,14 @@ import (
 // that streams nothing, without the SDK's per-request session (which
 // decodes the message several times and allocates ~300 KB per call). It
 // takes only what it answers exactly as the SDK path would — the same
-// status, headers and JSON-RPC message; TestFastPathMatchesSDK holds the
-// two to that — and hands everything else to the SDK untouched: other
-// methods, batches, notifications, progress tokens, and anything the SDK
-// would refuse.
+// status, every header, the same event framing and JSON-RPC message;
+// TestFastPathMatchesSDK, FuzzFastPath and FuzzFastPathTransport hold the
+// two to that (parity_test.go) — and hands everything else to the SDK
+// untouched: other methods, batches, notifications, progress tokens, and
+// anything the SDK would refuse. What the SDK checks of the HTTP request
+// before it reads the body (Accept, Content-Type, Last-Event-ID, DNS
+// rebinding) the fast path checks as the SDK does (fastEligible): the
+// SDK exports none of it.
 //
 // Protocol 2026-07-28 requests are taken when everything the SDK checks of
 // them is certain to pass (modernCertain): the MCP-Protocol-Version,
@@ -187,18 +191,10 @@ func fastEligible(r *http.Request) bool {
 	}
 	// DNS rebinding: a request to a loopback listener must name a
 	// loopback host (the SDK answers 403 otherwise).
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopbackAddr(local) && !loopback(r.Host) {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopback(local.String()) && !loopback(r.Host) {
 		return false
 	}
 	return true
-}
-
-// loopbackAddr reports whether a listener's address is a loopback one.
-func loopbackAddr(a net.Addr) bool {
-	if t, ok := a.(*net.TCPAddr); ok {
-		return t.IP.IsLoopback()
-	}
-	return loopback(a.String())
 }
 
 // accepts reads Accept as the Streamable HTTP transport does: both JSON
@@ -220,6 +216,8 @@ func accepts(values []string) (jsonOK, streamOK bool) {
 	return jsonOK, streamOK
 }
 
+// loopback reports whether an address (host and port, or host alone)
+// names a loopback host, as the SDK reads a listener's address and a Host.
 func loopback(hostport string) bool {
 	host, _, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -232,10 +230,11 @@ func loopback(hostport string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// serveFast answers r, whose body is body, when the fast path takes it,
-// and reports whether it did.
-func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, req *request) bool {
-	if !fastEligible(r) || len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes || tooDeep(body) {
+// serveFast answers the request when the fast path takes it, and reports
+// whether it did.
+func (s *Server) serveFast(x *exchange) bool {
+	r, body, req := x.r, x.body, &x.req
+	if s.opts.NoFastPath || !fastEligible(r) || len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes || tooDeep(body) {
 		return false
 	}
 	in, ok := readFast(body)
@@ -265,20 +264,13 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 	if req.cancelled.Load() {
 		// The client cancelled the call: its event stream ends without
 		// an answer, as the protocol asks.
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache, no-transform")
-		w.WriteHeader(http.StatusOK)
+		writeAnswer(x.w, http.StatusOK, nil, likeSDK)
 		return true
 	}
-	// The message is written after the event stream's prefix, which a
-	// refusal with a status of its own goes without.
-	const event = "event: message\ndata: "
-	msg := append(append(make([]byte, 0, len(text)*2+192), event+`{"jsonrpc":"2.0","id":`...), in.id...)
-	msg = append(msg, ',')
+	msg := startAnswer(in.id, len(text)*2+192)
 	if err == nil && res == nil {
 		// The commonest answer, written here as the SDK would encode it.
-		msg = s.appendTextResult(append(msg, `"result":`...), text, modern)
-		msg = append(msg, '}')
+		msg = appendResultWith(msg, func(b []byte) []byte { return s.appendTextResult(b, text, modern) })
 	} else if err == nil {
 		if modern {
 			// What the SDK's session adds to a result of protocol 2026-07-28.
@@ -292,39 +284,29 @@ func (s *Server) serveFast(w http.ResponseWriter, r *http.Request, body []byte, 
 		}
 		var out []byte
 		if out, err = json.Marshal(res); err == nil {
-			msg = append(append(append(msg, `"result":`...), out...), '}')
+			msg = appendResult(msg, out)
 		}
 	}
 	httpStatus := http.StatusOK
 	if err != nil {
-		var rpc *jsonrpc.Error
-		if !errors.As(err, &rpc) {
-			rpc = &jsonrpc.Error{Code: codeInternal, Message: err.Error()}
-		}
-		out, err := json.Marshal(rpc)
-		if err != nil {
-			return false // cannot happen: the SDK path answers
-		}
-		msg = append(append(append(msg, `"error":`...), out...), '}')
+		e := asRPCError(err)
+		msg = appendError(msg, e)
 		if modern {
-			httpStatus = modernErrorStatus(rpc.Code)
+			httpStatus = modernErrorStatus(e.Code)
 		}
 	}
-	h := w.Header()
-	h.Set("Cache-Control", "no-cache, no-transform")
-	h.Set("Connection", "keep-alive")
-	if httpStatus != http.StatusOK {
-		// SEP-2575: a refusal of the request is a plain JSON-RPC error
-		// with an HTTP status of its own.
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(httpStatus)
-		_, _ = w.Write(msg[len(event):])
-		return true
-	}
-	h.Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(msg, "\n\n"...))
+	writeAnswer(x.w, httpStatus, msg, likeSDK)
 	return true
+}
+
+// asRPCError is err as the JSON-RPC error the SDK answers it with: itself
+// when it is one, else an internal error with its text.
+func asRPCError(err error) *jsonrpc.Error {
+	var e *jsonrpc.Error
+	if !errors.As(err, &e) {
+		e = &jsonrpc.Error{Code: codeInternal, Message: err.Error()}
+	}
+	return e
 }
 
 // appendTextResult appends the tools/call result of a tool's text output

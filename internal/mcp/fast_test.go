@@ -227,26 +227,33 @@ var fastCases = []struct {
 	{"2026 tools/list", `{"jsonrpc":"2.0","id":135,"method":"tools/list","params":{` + modernMeta("") + `}}`, with(modernHeader(""), "Mcp-Method", "tools/list"), false},
 }
 
-// TestFastPathMatchesSDK sends each request to the endpoint with and
-// without the fast path and wants the same answer: status, content type
-// and JSON-RPC message; and the fast path takes what it should.
+// TestFastPathMatchesSDK sends each request over HTTP to the endpoint with
+// and without the fast path and wants the same answer on the wire — the
+// status, every header (Date and Mcp-Session-Id normalised), the event
+// stream's framing byte for byte and the JSON-RPC message (parity_test.go)
+// — and the fast path to take what it should: the fast path's cases, and
+// the transport's (DNS rebinding, Accept, Content-Type, Last-Event-ID).
 func TestFastPathMatchesSDK(t *testing.T) {
 	t.Parallel()
-	fast := New(fixedHandler, Options{Result: fixedResult})
-	sdkOnly := New(fixedHandler, Options{NoFastPath: true, Result: fixedResult})
+	fast, sdkOnly, fastSrv := parityServers(t)
 	for _, c := range fastCases {
 		t.Run(c.name, func(t *testing.T) {
-			got, want := post(t, fast, c.body, c.header), post(t, sdkOnly, c.body, c.header)
-			if got.code != want.code || got.contentType != want.contentType || !reflect.DeepEqual(got.message, want.message) {
-				t.Errorf("fast path:\n %d %s %s\nSDK:\n %d %s %s", got.code, got.contentType, got.raw, want.code, want.contentType, want.raw)
+			got, want := roundTrip(t, fast, c.body, c.header, "", nil), roundTrip(t, sdkOnly, c.body, c.header, "", nil)
+			if d := answerDiff(got, want); d != "" {
+				t.Errorf("%s\nfast path:\n%s\nSDK:\n%s", d, got, want)
 			}
-			req := httptest.NewRequest(http.MethodPost, "/mcp", strings.NewReader(c.body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			setHeader(req.Header, c.header)
-			w := httptest.NewRecorder()
-			taken := fast.serveFast(w, req, []byte(c.body), &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}})
-			if taken != c.fast {
+			if taken := takenFast(fastSrv, c.body, c.header, "", nil); taken != c.fast {
+				t.Errorf("fast path taken: %v, want %v", taken, c.fast)
+			}
+		})
+	}
+	for _, c := range transportCases {
+		t.Run(c.name, func(t *testing.T) {
+			got, want := roundTrip(t, fast, plainCall, c.header, c.host, c.local), roundTrip(t, sdkOnly, plainCall, c.header, c.host, c.local)
+			if d := answerDiff(got, want); d != "" {
+				t.Errorf("%s\nfast path:\n%s\nSDK:\n%s", d, got, want)
+			}
+			if taken := takenFast(fastSrv, plainCall, c.header, c.host, c.local); taken != c.fast {
 				t.Errorf("fast path taken: %v, want %v", taken, c.fast)
 			}
 		})
@@ -255,7 +262,8 @@ func TestFastPathMatchesSDK(t *testing.T) {
 
 // FuzzFastPath: for any tools/call body and MCP header (protocol version,
 // method, tool name; newlines separate values of a field), the fast path
-// answers as the SDK does, or leaves the request to it.
+// answers as the SDK does — status, every header, framing and message —
+// or leaves the request to it.
 func FuzzFastPath(f *testing.F) {
 	for _, c := range fastCases {
 		f.Add(c.body, c.header["Mcp-Protocol-Version"], c.header["Mcp-Method"], c.header["Mcp-Name"])
@@ -264,9 +272,32 @@ func FuzzFastPath(f *testing.F) {
 	sdkOnly := New(fixedHandler, Options{NoFastPath: true, Result: fixedResult})
 	f.Fuzz(func(t *testing.T, body, version, method, name string) {
 		header := map[string]string{"Mcp-Protocol-Version": version, "Mcp-Method": method, "Mcp-Name": name}
-		got, want := post(t, fast, body, header), post(t, sdkOnly, body, header)
-		if got.code != want.code || got.contentType != want.contentType || !reflect.DeepEqual(got.message, want.message) {
-			t.Fatalf("%q %q\nfast path: %d %s %s\nSDK:       %d %s %s", body, header, got.code, got.contentType, got.raw, want.code, want.contentType, want.raw)
+		got, want := record(fast, body, header, "", nil), record(sdkOnly, body, header, "", nil)
+		if d := answerDiff(got, want); d != "" {
+			t.Fatalf("%q %q: %s\nfast path:\n%s\nSDK:\n%s", body, header, d, got, want)
+		}
+	})
+}
+
+// FuzzFastPathTransport: for any Accept, Content-Type, Host, listener
+// address and Last-Event-ID ("": none), a tools/call is answered by the
+// fast path as the SDK answers it, or left to it.
+func FuzzFastPathTransport(f *testing.F) {
+	for _, c := range transportCases {
+		local := ""
+		if c.local != nil {
+			local = localAddrValue(c.local)
+		}
+		f.Add(c.header["Accept"], c.header["Content-Type"], c.host, local, c.header["Last-Event-Id"])
+	}
+	fast := New(fixedHandler, Options{Result: fixedResult})
+	sdkOnly := New(fixedHandler, Options{NoFastPath: true, Result: fixedResult})
+	f.Fuzz(func(t *testing.T, accept, contentType, host, local, lastEventID string) {
+		header := map[string]string{"Accept": accept, "Content-Type": contentType, "Last-Event-Id": lastEventID}
+		addr := parseLocalAddr(local)
+		got, want := record(fast, plainCall, header, host, addr), record(sdkOnly, plainCall, header, host, addr)
+		if d := answerDiff(got, want); d != "" {
+			t.Fatalf("%q Host %q local %q: %s\nfast path:\n%s\nSDK:\n%s", header, host, local, d, got, want)
 		}
 	})
 }

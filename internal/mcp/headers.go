@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/toolgate/toolgate/internal/registry"
 )
 
@@ -36,7 +37,8 @@ const (
 // it answered. It reads the body only for a tool that has header
 // parameters, named by the Mcp-Name header; a request whose body names
 // another tool is refused for that by the check of Mcp-Name.
-func (s *Server) checkParamHeaders(w http.ResponseWriter, r *http.Request, body []byte) bool {
+func (s *Server) checkParamHeaders(x *exchange) bool {
+	r := x.r
 	if s.opts.HeaderParams == nil || r.Header.Get("Mcp-Protocol-Version") < modernVersion || r.Header.Get("Mcp-Method") != "tools/call" {
 		return false
 	}
@@ -51,12 +53,12 @@ func (s *Server) checkParamHeaders(w http.ResponseWriter, r *http.Request, body 
 			Arguments map[string]json.RawMessage `json:"arguments"`
 		} `json:"params"`
 	}
-	if json.Unmarshal(body, &in) != nil || in.Params.Name != name {
+	if json.Unmarshal(x.body, &in) != nil || in.Params.Name != name {
 		return false // malformed, or another tool: refused further on
 	}
 	if err := paramHeadersMatch(r.Header, params, in.Params.Arguments); err != nil {
 		s.log.DebugContext(r.Context(), "MCP request refused: Mcp-Param header mismatch", "tool", name, "err", err)
-		writeRPCErrorID(w, requestID(body), http.StatusBadRequest, map[string]any{"code": codeHeaderMismatch, "message": err.Error()})
+		writeRefusal(x.w, http.StatusBadRequest, requestID(x.body), &jsonrpc.Error{Code: codeHeaderMismatch, Message: err.Error()})
 		return true
 	}
 	return false

@@ -38,21 +38,23 @@
 //   - notifications/cancelled (a POST of its own, from the same user and
 //     address, naming the call's id: cancel.go), or the client going away,
 //     cancels the call.
+//
+// A request goes through the pipeline of pipeline.go, a list of named
+// steps (the checks, then what the endpoint answers itself, then the
+// SDK); every JSON-RPC answer the endpoint writes itself is written by
+// writeAnswer (answer.go).
 package mcp
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -309,78 +311,6 @@ type request struct {
 	cancelled atomic.Bool
 }
 
-// ServeHTTP serves the MCP endpoint.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if n := toolcall.HTTPHeaderBytes(r); s.opts.MaxHeaderBytes > 0 && n > s.opts.MaxHeaderBytes {
-		s.log.InfoContext(r.Context(), "MCP request refused: headers too large", "bytes", n, "limit", s.opts.MaxHeaderBytes, "peer", r.RemoteAddr)
-		w.Header().Set("Connection", "close")
-		writeStatusError(w, http.StatusRequestHeaderFieldsTooLarge, toolcall.HeadersTooLarge(n, s.opts.MaxHeaderBytes))
-		return
-	}
-	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin, r) {
-		s.log.InfoContext(r.Context(), "MCP request refused: origin not allowed", "origin", origin, "host", r.Host, "peer", r.RemoteAddr)
-		writeRPCError(w, http.StatusForbidden, codeInvalidRequest, "ORIGIN_NOT_ALLOWED",
-			"origin "+strconv.Quote(origin)+" may not call this MCP endpoint (allowed: the endpoint's own origin and --cors-origins)")
-		return
-	}
-	var body []byte
-	if r.Method == http.MethodPost && r.Body != nil {
-		var err error
-		if body, err = toolcall.ReadHTTPBody(r); err != nil {
-			s.log.InfoContext(r.Context(), "MCP request refused: the body could not be read", "err", err, "peer", r.RemoteAddr)
-			st := toolcall.BodyError(err)
-			switch status.Code(st) {
-			case codes.ResourceExhausted:
-				writeStatusError(w, http.StatusRequestEntityTooLarge, st)
-			case codes.DeadlineExceeded:
-				writeStatusError(w, http.StatusRequestTimeout, st)
-			default:
-				writeRPCError(w, http.StatusBadRequest, codeParseError, "INVALID_BODY", "the request body could not be read")
-			}
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
-			writeRPCError(w, http.StatusBadRequest, codeInvalidRequest, "BATCH_NOT_SUPPORTED", "JSON-RPC batches are not supported: send one request per POST")
-			return
-		}
-	}
-	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}, srv: s}
-	if s.opts.Authenticate != nil {
-		c := req.base
-		c.Op, c.Method = toolcall.OpListTools, "mcp"
-		if err := s.opts.Authenticate(r.Context(), &c); err != nil {
-			s.refuse(w, r, requestID(body), err)
-			return
-		}
-		req.base.Caller, req.base.Authenticated = c.Caller, c.Authenticated
-	}
-	if checkVersion(w, r, body) {
-		return
-	}
-	if s.checkParamHeaders(w, r, body) {
-		return
-	}
-	if m, ok := cancellation(body); ok {
-		key, valid := callKey(req, m.Params.RequestID)
-		ended := valid && s.inflight.cancel(key)
-		s.log.DebugContext(r.Context(), "MCP notifications/cancelled", "request_id", string(m.Params.RequestID), "reason", m.Params.Reason, "ended", ended)
-		w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	if s.serveTask(w, r, body, req) {
-		return
-	}
-	if !s.opts.NoFastPath && s.serveFast(w, r, body, req) {
-		return
-	}
-	ids, _ := idMembers(body)
-	req.id, req.progressToken = lastID(ids), progressToken(body)
-	ew := &rpcErrors{ResponseWriter: w, id: req.id, drop: &req.cancelled}
-	s.handler.ServeHTTP(withSurrogates(ew, r, body, ids), r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
-	ew.finish()
-}
-
 // originAllowed reports whether a browser page of origin may call: its
 // own origin (scheme and host as the request reached the gateway) always
 // may, others when Options.AllowedOrigins lists them ("*": any). The
@@ -394,41 +324,6 @@ func (s *Server) originAllowed(origin string, r *http.Request) bool {
 	}
 	u, err := url.Parse(origin)
 	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) && (u.Scheme == "http" || u.Scheme == "https")
-}
-
-// writeRPCError answers an HTTP-level refusal with a JSON-RPC error body
-// whose data names the reason, in the gateway's ErrorInfo domain.
-func writeRPCError(w http.ResponseWriter, httpCode int, code int64, reason, msg string) {
-	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": code, "message": msg,
-		"data": map[string]any{"reason": reason, "domain": toolcall.ErrorDomain}})
-}
-
-// writeStatusError answers a request the endpoint refuses before reading
-// it as JSON-RPC (too large, too slow) with a JSON-RPC error whose data
-// hold the status's code and reason, as requestError's do.
-func writeStatusError(w http.ResponseWriter, httpCode int, err error) {
-	st := status.Convert(err)
-	ei := errorInfo(toolcall.EnsureErrorInfo(st))
-	writeRPCErrorID(w, json.RawMessage("null"), httpCode, map[string]any{"code": codeInvalidRequest, "message": st.Message(),
-		"data": map[string]any{"code": st.Code().String(), "reason": ei.GetReason(), "domain": ei.GetDomain()}})
-}
-
-// refuse answers request id (null if none), which failed authentication.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, id json.RawMessage, err error) {
-	st := status.Convert(err)
-	code := http.StatusInternalServerError
-	switch st.Code() {
-	case codes.Unauthenticated:
-		code = http.StatusUnauthorized
-		w.Header().Set("WWW-Authenticate", s.challenge(r))
-	case codes.PermissionDenied:
-		code = http.StatusForbidden
-	case codes.ResourceExhausted:
-		code = http.StatusTooManyRequests
-	}
-	ei := errorInfo(toolcall.EnsureErrorInfo(st))
-	writeRPCErrorID(w, id, code, map[string]any{"code": codeRefused, "message": st.Message(),
-		"data": map[string]any{"code": st.Code().String(), "reason": ei.GetReason(), "domain": ei.GetDomain()}})
 }
 
 // notServed are the methods of features this endpoint does not serve (a
@@ -547,10 +442,14 @@ const (
 )
 
 // rpcError is a JSON-RPC error with data (the gRPC status it came from).
-func rpcError(code int64, msg string, data map[string]any) error {
+func rpcError(code int64, msg string, data map[string]any) error { return rpcErr(code, msg, data) }
+
+// rpcErr is rpcError as the type the SDK's and writeAnswer's encoding
+// takes.
+func rpcErr(code int64, msg string, data map[string]any) *jsonrpc.Error {
 	var raw json.RawMessage
 	if data != nil {
-		raw, _ = json.Marshal(data)
+		raw, _ = json.Marshal(data) // JSON values only: cannot fail
 	}
 	return &jsonrpc.Error{Code: code, Message: msg, Data: raw}
 }

@@ -44,7 +44,7 @@ func (s *Sets) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("set")
 	srv := s.server(name)
 	if srv == nil {
-		writeRPCError(w, http.StatusNotFound, codeInvalidRequest, "TOOL_SET_NOT_FOUND", "no tool set "+strconv.Quote(name)+" is served here")
+		writeRefusal(w, http.StatusNotFound, nullID, reasonError(codeInvalidRequest, "TOOL_SET_NOT_FOUND", "no tool set "+strconv.Quote(name)+" is served here"))
 		return
 	}
 	srv.ServeHTTP(w, r)

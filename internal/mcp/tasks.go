@@ -3,7 +3,6 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"time"
 
@@ -121,9 +120,10 @@ func missingTasksError(msg string) error {
 		Data: json.RawMessage(`{"requiredCapabilities":{"extensions":{"` + TasksExtension + `":{}}}}`)}
 }
 
-// serveTask answers r, whose body is body, when it is a request of the
-// tasks surface this endpoint answers itself, and reports whether it did.
-func (s *Server) serveTask(w http.ResponseWriter, r *http.Request, body []byte, req *request) bool {
+// serveTask answers the request when it is one of the tasks surface this
+// endpoint answers itself, and reports whether it did.
+func (s *Server) serveTask(x *exchange) bool {
+	w, r, body, req := x.w, x.r, x.body, &x.req
 	if !s.opts.Tasks || r.Header.Get("Mcp-Protocol-Version") != modernVersion || !fastEligible(r) ||
 		len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes || tooDeep(body) {
 		return false
@@ -313,8 +313,7 @@ func (s *Server) detailedTask(ctx context.Context, op *toolcall.Operation) map[s
 // its _meta, as one event of a stream; a refusal as a plain JSON-RPC error
 // with its HTTP status.
 func (s *Server) writeTaskAnswer(w http.ResponseWriter, id json.RawMessage, res any, err error) {
-	msg := append(append([]byte(`{"jsonrpc":"2.0","id":`), id...), ',')
-	var out []byte
+	msg := startAnswer(id, 512)
 	if err == nil {
 		switch v := res.(type) {
 		case map[string]any:
@@ -325,34 +324,19 @@ func (s *Server) writeTaskAnswer(w http.ResponseWriter, id json.RawMessage, res 
 			}
 			v.Meta[sdk.MetaKeyServerInfo] = s.impl
 		}
+		var out []byte
 		if out, err = json.Marshal(res); err == nil {
-			msg = append(append(append(msg, `"result":`...), out...), '}')
+			msg = appendResult(msg, out)
 		}
 	}
 	httpStatus := http.StatusOK
 	if err != nil {
-		var rpc *jsonrpc.Error
-		if !errors.As(err, &rpc) {
-			rpc = &jsonrpc.Error{Code: codeInternal, Message: err.Error()}
-		}
-		out, _ = json.Marshal(rpc)
-		msg = append(append(append(msg, `"error":`...), out...), '}')
-		httpStatus = modernErrorStatus(rpc.Code)
-		if rpc.Code == codeHeaderMismatch {
+		e := asRPCError(err)
+		msg = appendError(msg, e)
+		httpStatus = modernErrorStatus(e.Code)
+		if e.Code == codeHeaderMismatch {
 			httpStatus = http.StatusBadRequest
 		}
 	}
-	h := w.Header()
-	h.Set("Cache-Control", "no-cache, no-transform")
-	if httpStatus != http.StatusOK {
-		h.Set("Content-Type", "application/json")
-		w.WriteHeader(httpStatus)
-		_, _ = w.Write(msg)
-		return
-	}
-	h.Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	b := make([]byte, 0, len(msg)+24)
-	b = append(append(append(b, "event: message\ndata: "...), msg...), "\n\n"...)
-	_, _ = w.Write(b)
+	writeAnswer(w, httpStatus, msg, likeSDK)
 }

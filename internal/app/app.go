@@ -32,6 +32,7 @@ import (
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -104,9 +105,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 
 	// Every reply for this instance arrives on its response subscriptions:
 	// a deep prefetch queue keeps bursts from being dropped by the broker.
-	popts := conn.Options()
+	popts := pulsarbroker.ConnectionOptions(conn)
 	popts.Logger, popts.ReceiverQueueSize, popts.DisableBatching = log, 10000, !cfg.Pulsar.Batching
-	pb, err := transport.NewPulsar(popts)
+	pb, err := pulsarbroker.New(popts)
 	if err != nil {
 		g.sources.stop()
 		return nil, err

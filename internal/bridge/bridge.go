@@ -585,7 +585,7 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 // and false is returned — calls are refused at once with ErrBrokerDown
 // until BrokerUp, and the calls in flight whose request the broker has
 // not taken end with it (CallOptions.Detached ones excepted): their
-// request may never have left. A broker that can (transport.Pulsar's
+// request may never have left. A broker that can (pulsarbroker.Pulsar's
 // SetReachable) stops waiting for receipts meanwhile, so that no caller
 // is held in a publish. Calls whose request was taken wait on: their
 // service may answer once the broker is back.
@@ -623,7 +623,7 @@ func (b *Bridge) BrokerUp() {
 }
 
 // reachability is a broker told whether the broker can be reached
-// (transport.Pulsar).
+// (pulsarbroker.Pulsar).
 type reachability interface {
 	SetReachable(ok bool)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
@@ -46,7 +47,7 @@ func brokers(t *testing.T) []broker {
 	if brokertest.WantPulsar() {
 		bs = append(bs, broker{"pulsar", func(t *testing.T) transport.Broker {
 			brokertest.RequirePulsar(t)
-			p, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), ReceiverQueueSize: 5000})
+			p, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL(), ReceiverQueueSize: 5000})
 			if err != nil {
 				t.Fatal(err)
 			}

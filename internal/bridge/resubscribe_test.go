@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -24,12 +25,12 @@ import (
 // must end whole.
 func TestUnnumberedRepliesAfterTheSubscriptionIsMadeAgain(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	gw, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), ReceiverQueueSize: 10000})
+	gw, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL(), ReceiverQueueSize: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Close)
-	svc, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	svc, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}

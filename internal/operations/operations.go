@@ -70,7 +70,7 @@ const (
 	refusedWarnEvery = time.Minute
 )
 
-// Bus is what the Manager needs of the broker (transport.Pulsar).
+// Bus is what the Manager needs of the broker (pulsarbroker.Pulsar).
 type Bus interface {
 	Publish(ctx context.Context, topic string, msg transport.Message) error
 	ConsumeAsync(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(m transport.Message, done func(ack bool))) (transport.Subscription, error)

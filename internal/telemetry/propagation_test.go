@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
@@ -97,7 +98,7 @@ func propagationBrokers(t *testing.T) map[string]func(t *testing.T) transport.Br
 	if brokertest.WantPulsar() {
 		bs["pulsar"] = func(t *testing.T) transport.Broker {
 			brokertest.RequirePulsar(t)
-			p, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+			p, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 			if err != nil {
 				t.Fatal(err)
 			}

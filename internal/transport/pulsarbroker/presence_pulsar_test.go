@@ -1,4 +1,4 @@
-package transport_test
+package pulsarbroker_test
 
 import (
 	"net/http"
@@ -11,13 +11,14 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // The real broker says when each consumer connected, and a consumer that
 // connects again (here: closed and subscribed anew) gets another identity.
 func TestAdminPresenceConnectionTimes(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func createPartitioned(t *testing.T, topic string, n int) {
 // partition, under one name).
 func TestAdminPresencePartitioned(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package transport_test
+package pulsarbroker_test
 
 import (
 	"strconv"
@@ -9,6 +9,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // Closing a subscription to a non-persistent topic handles what the broker
@@ -16,7 +17,7 @@ import (
 // way to a service replica that stops is served, not lost).
 func TestCloseHandlesWhatArrived(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
@@ -245,7 +246,7 @@ func TestFastPathMatchesSDK(t *testing.T) {
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			setHeader(req.Header, c.header)
 			w := httptest.NewRecorder()
-			taken := fast.serveFast(w, req, []byte(c.body), &request{ctx: req.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}})
+			taken := fast.serveFast(w, req, []byte(c.body), &request{ctx: req.Context(), base: toolcall.Call{Header: httpcall.Header(req.Header)}})
 			if taken != c.fast {
 				t.Errorf("fast path taken: %v, want %v", taken, c.fast)
 			}

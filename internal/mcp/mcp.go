@@ -60,6 +60,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -311,7 +312,7 @@ type request struct {
 
 // ServeHTTP serves the MCP endpoint.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if n := toolcall.HTTPHeaderBytes(r); s.opts.MaxHeaderBytes > 0 && n > s.opts.MaxHeaderBytes {
+	if n := httpcall.HeaderBytes(r); s.opts.MaxHeaderBytes > 0 && n > s.opts.MaxHeaderBytes {
 		s.log.InfoContext(r.Context(), "MCP request refused: headers too large", "bytes", n, "limit", s.opts.MaxHeaderBytes, "peer", r.RemoteAddr)
 		w.Header().Set("Connection", "close")
 		writeStatusError(w, http.StatusRequestHeaderFieldsTooLarge, toolcall.HeadersTooLarge(n, s.opts.MaxHeaderBytes))
@@ -326,9 +327,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body []byte
 	if r.Method == http.MethodPost && r.Body != nil {
 		var err error
-		if body, err = toolcall.ReadHTTPBody(r); err != nil {
+		if body, err = httpcall.ReadBody(r); err != nil {
 			s.log.InfoContext(r.Context(), "MCP request refused: the body could not be read", "err", err, "peer", r.RemoteAddr)
-			st := toolcall.BodyError(err)
+			st := httpcall.BodyError(err)
 			switch status.Code(st) {
 			case codes.ResourceExhausted:
 				writeStatusError(w, http.StatusRequestEntityTooLarge, st)
@@ -345,7 +346,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req := &request{ctx: r.Context(), base: toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}, srv: s}
+	req := &request{ctx: r.Context(), base: toolcall.Call{Header: httpcall.Header(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}, srv: s}
 	if s.opts.Authenticate != nil {
 		c := req.base
 		c.Op, c.Method = toolcall.OpListTools, "mcp"

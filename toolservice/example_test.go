@@ -227,7 +227,7 @@ func call(svc *toolservice.Service, args map[string]any) {
 	defer b.Close()
 	a, _ := json.Marshal(args)
 	c, err := b.Call(ctx, bridge.Target{RequestTopic: svc.RequestTopic(), ResponseTopic: svc.ResponseTopic()},
-		wire.Request{User: "example", Config: "{}", Arguments: string(a)})
+		wire.Request{User: "example", Config: "{}", Arguments: string(a)}, bridge.CallOptions{})
 	if err != nil {
 		fmt.Println("call:", err)
 		return

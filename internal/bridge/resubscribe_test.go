@@ -85,7 +85,7 @@ func TestUnnumberedRepliesAfterTheSubscriptionIsMadeAgain(t *testing.T) {
 		b.Track([]string{target.ResponseTopic})
 		eventually.True(t, 20*time.Second, "the response topic subscribed", func() bool { return ours() == 1 })
 		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-		c, err := b.Call(ctx, target, wire.Request{Arguments: "{}"})
+		c, err := b.Call(ctx, target, wire.Request{Arguments: "{}"}, bridge.CallOptions{})
 		if err != nil {
 			cancel()
 			t.Fatal(err)

@@ -73,7 +73,7 @@ func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw 
 		}
 	}
 	publish := func(ctx context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
-		call, err := b.Call(ctx, target, wire.Request{User: "alice", Config: "{}", Arguments: string(c.Args)})
+		call, err := b.Call(ctx, target, wire.Request{User: "alice", Config: "{}", Arguments: string(c.Args)}, bridge.CallOptions{})
 		if err != nil {
 			return toolcall.Result{}, err
 		}

@@ -19,7 +19,7 @@ import (
 
 // Bridge sends envelopes and returns the call to read replies from.
 type Bridge interface {
-	CallUntil(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time) (*bridge.Call, error)
+	Call(ctx context.Context, t bridge.Target, req wire.Request, o bridge.CallOptions) (*bridge.Call, error)
 }
 
 // Snapshots gives the current registry snapshot.
@@ -169,14 +169,14 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 
 // start resolves the tool, checks the arguments, works out the call's
 // deadline and publishes the envelope. The deadline is the bridge call's
-// own (bridge.CallUntil) unless the caller's is the earlier: no context and
+// own (bridge.CallOptions.Deadline) unless the caller's is the earlier: no context and
 // timer per call for it. It returns the deadline in force.
 func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call, time.Time, error) {
 	tool, env, deadline, err := s.prepare(ctx, c)
 	if err != nil {
 		return tool, nil, deadline, err
 	}
-	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, deadline)
+	call, err := s.bridge.Call(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, bridge.CallOptions{Deadline: deadline})
 	if err != nil {
 		return tool, nil, deadline, err
 	}

@@ -149,7 +149,7 @@ func call(t *testing.T, topic string, args map[string]any) ([]string, error) {
 	defer b.Close()
 	a, _ := json.Marshal(args)
 	c, err := b.Call(ctx, bridge.Target{RequestTopic: wire.RequestTopic(topic), ResponseTopic: wire.ResponseTopic(topic)},
-		wire.Request{User: "outsider", Config: "{}", Arguments: string(a)})
+		wire.Request{User: "outsider", Config: "{}", Arguments: string(a)}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

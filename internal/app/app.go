@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/connectapi"
+	"github.com/toolgate/toolgate/internal/corebackend"
 	"github.com/toolgate/toolgate/internal/docs"
 	"github.com/toolgate/toolgate/internal/gcgoal"
 	"github.com/toolgate/toolgate/internal/grpcapi"
@@ -158,9 +159,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			StateTopic: cfg.OperationsTopics.State, ChunkTopic: cfg.OperationsTopics.Chunks, ReplyTopic: cfg.OperationsTopics.Replies,
 			// a record's service topic passes the announcements' allow-list
 			TopicAllowed: g.sources.merger.CheckRequestTopic})
-		ops = g.ops
+		ops = corebackend.Operations(g.ops)
 	}
-	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
+	core := toolcall.New(g.reg, corebackend.Bridge(g.bridge), toolcall.Options{
 		Operations:        ops,
 		DefaultTimeout:    cfg.Core.DefaultTimeout,
 		MaxTimeout:        cfg.Core.MaxTimeout,

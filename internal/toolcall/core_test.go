@@ -52,7 +52,7 @@ func newCore(t testing.TB, br transport.Broker, opts Options) *Core {
 	}
 	b := bridge.New(br, bridge.Options{})
 	t.Cleanup(b.Close)
-	return New(registry.New(snap), b, opts)
+	return New(registry.New(snap), viaBridge(b), opts)
 }
 
 // The deadline a call gets: the caller's when within --max-timeout, capped

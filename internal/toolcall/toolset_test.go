@@ -29,7 +29,7 @@ tool-set:
 	b := bridge.New(&transporttest.Fake{}, bridge.Options{})
 	t.Cleanup(b.Close)
 	hidden := ""
-	core := New(registry.New(snap), b, Options{Visible: func(_ *Call, tool string) bool { return tool != hidden }})
+	core := New(registry.New(snap), viaBridge(b), Options{Visible: func(_ *Call, tool string) bool { return tool != hidden }})
 	var seen []string
 	peek := func(next Handler) Handler {
 		return func(ctx context.Context, c *Call, emit Emit) (Result, error) {

@@ -128,7 +128,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}
 	if cfg.Pulsar.AdminURL != "" {
-		p := transport.NewAdminPresence(cfg.Pulsar.AdminURL, log)
+		p := pulsarbroker.NewAdminPresence(cfg.Pulsar.AdminURL, log)
 		p.TokenFile = cfg.Pulsar.TokenFile // an authenticating broker's admin API asks for it too
 		bopts.Presence, bopts.Watch = p, p
 	}

@@ -892,7 +892,7 @@ func (e *DroppedError) Unwrap() error { return ErrLostReplies }
 // a non-persistent response topic of services that do not number their
 // replies: how many messages the topic took in, and how many the broker
 // sent to a subscription, in which lifetime of that subscription
-// (transport.AdminPresence.Delivery).
+// (pulsarbroker.AdminPresence.Delivery).
 type DeliveryCounter interface {
 	Delivery(ctx context.Context, topic, subscription string) (transport.Delivery, error)
 }

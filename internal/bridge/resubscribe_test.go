@@ -65,7 +65,7 @@ func TestUnnumberedRepliesAfterTheSubscriptionIsMadeAgain(t *testing.T) {
 	// The admin API's client keeps its connections idle in the default
 	// transport: closed once the bridge's watch has stopped.
 	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
-	admin := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	admin := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	b := bridge.New(gw, bridge.Options{Watch: admin, Logger: testLogger(t)})
 	t.Cleanup(b.Close)
 	ours := func() int {

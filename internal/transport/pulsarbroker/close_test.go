@@ -38,7 +38,7 @@ func TestCloseHandlesWhatArrived(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	p := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	eventually.True(t, 30*time.Second, "every message sent to the consumer", func() bool {
 		d, err := p.Delivery(t.Context(), topic, "s")
 		return err == nil && d.Out == n

@@ -24,7 +24,7 @@ func TestAdminPresenceConnectionTimes(t *testing.T) {
 	}
 	defer b.Close()
 	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("since")
-	p := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	p := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	subscribe := func() (transport.Subscription, time.Time) {
 		before := time.Now()
 		sub, err := b.Subscribe(t.Context(), topic, "s", transport.Shared, func(transport.Message) {})
@@ -88,7 +88,7 @@ func TestAdminPresencePartitioned(t *testing.T) {
 	defer b.Close()
 	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("parts")
 	createPartitioned(t, topic, 8)
-	p := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	p := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	if ok, err := p.Subscribed(t.Context(), topic); err != nil || ok {
 		t.Fatalf("before any consumer: subscribed %v, %v", ok, err)
 	}

@@ -1,9 +1,11 @@
 // Package pulsarbroker is the Apache Pulsar implementation of
 // transport.Broker: producers per topic with adaptive batching, consumers
-// that resubscribe, table readers (Follow, ReadSince, ReadRange), and
-// NewClient, through which every Pulsar client of a program is made. It is
-// the one package of the gateway's data path that links the Pulsar client
-// library; the bridge, the core and the doors see only transport.
+// that resubscribe, table readers (Follow, ReadSince, ReadRange),
+// NewClient, through which every Pulsar client of a program is made, and
+// AdminPresence, which asks Pulsar's admin API for a topic's consumers
+// and deliveries. It is the one package of the gateway's data path that
+// links the Pulsar client library; the bridge, the core and the doors see
+// only transport.
 package pulsarbroker
 
 import (

@@ -238,7 +238,8 @@ func hasDeadline(ctx context.Context) bool {
 	return ok
 }
 
-// errStreamIdle ends a stream whose next chunk is late (Options.StreamIdleTimeout).
+// errStreamIdle ends a stream whose next chunk is late
+// (Options.StreamIdleTimeout).
 var errStreamIdle = fmt.Errorf("%w: stream idle", context.DeadlineExceeded)
 
 // target is where a call of tool goes.

@@ -69,9 +69,10 @@ bench:
 bench-quick:
 	bench/run.sh --quick
 
-## lint: no tracked file over 2 MB, gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), go.mod tidiness, govulncheck; the bench module (bench/go.mod) too
+## lint: no tracked file over 2 MB, gofmt, go vet, golangci-lint (.golangci.yml, import boundaries included), no core/door/middleware linking Pulsar, go.mod tidiness, govulncheck; the bench module (bench/go.mod) too
 lint:
 	scripts/bigfiles.sh
+	GO=$(GO) scripts/linkcheck.sh
 	@out=$$(gofmt -l $(GOFILES)); \
 		if [[ -n "$$out" ]]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

@@ -15,7 +15,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -217,7 +217,7 @@ func serve(svc *toolservice.Service) (stop func()) {
 func call(svc *toolservice.Service, args map[string]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	br, err := transport.NewPulsar(transport.PulsarOptions{URL: pulsarURL})
+	br, err := pulsarbroker.New(pulsarbroker.Options{URL: pulsarURL})
 	if err != nil {
 		fmt.Println("broker:", err)
 		return
@@ -227,7 +227,7 @@ func call(svc *toolservice.Service, args map[string]any) {
 	defer b.Close()
 	a, _ := json.Marshal(args)
 	c, err := b.Call(ctx, bridge.Target{RequestTopic: svc.RequestTopic(), ResponseTopic: svc.ResponseTopic()},
-		wire.Request{User: "example", Config: "{}", Arguments: string(a)})
+		wire.Request{User: "example", Config: "{}", Arguments: string(a)}, bridge.CallOptions{})
 	if err != nil {
 		fmt.Println("call:", err)
 		return

@@ -54,6 +54,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -374,7 +375,7 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	// A deep prefetch queue: a non-persistent topic drops what a
 	// consumer without free queue slots cannot take, and a burst of
 	// requests arrives faster than MaxConcurrency handlers drain it.
-	b, err := transport.NewPulsar(transport.PulsarOptions{
+	b, err := pulsarbroker.New(pulsarbroker.Options{
 		URL: cfg.PulsarURL, Client: o.client, Logger: s.log, ReceiverQueueSize: cfg.RequestQueue,
 		Authentication: o.authentication, TLSTrustCertsFilePath: o.tlsTrustCertsFile,
 	})

@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/connectapi"
+	"github.com/toolgate/toolgate/internal/corebackend"
 	"github.com/toolgate/toolgate/internal/docs"
 	"github.com/toolgate/toolgate/internal/gcgoal"
 	"github.com/toolgate/toolgate/internal/grpcapi"
@@ -32,6 +33,7 @@ import (
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -104,9 +106,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 
 	// Every reply for this instance arrives on its response subscriptions:
 	// a deep prefetch queue keeps bursts from being dropped by the broker.
-	popts := conn.Options()
+	popts := pulsarbroker.ConnectionOptions(conn)
 	popts.Logger, popts.ReceiverQueueSize, popts.DisableBatching = log, 10000, !cfg.Pulsar.Batching
-	pb, err := transport.NewPulsar(popts)
+	pb, err := pulsarbroker.New(popts)
 	if err != nil {
 		g.sources.stop()
 		return nil, err
@@ -126,7 +128,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}
 	if cfg.Pulsar.AdminURL != "" {
-		p := transport.NewAdminPresence(cfg.Pulsar.AdminURL, log)
+		p := pulsarbroker.NewAdminPresence(cfg.Pulsar.AdminURL, log)
 		p.TokenFile = cfg.Pulsar.TokenFile // an authenticating broker's admin API asks for it too
 		bopts.Presence, bopts.Watch = p, p
 	}
@@ -157,9 +159,9 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			StateTopic: cfg.OperationsTopics.State, ChunkTopic: cfg.OperationsTopics.Chunks, ReplyTopic: cfg.OperationsTopics.Replies,
 			// a record's service topic passes the announcements' allow-list
 			TopicAllowed: g.sources.merger.CheckRequestTopic})
-		ops = g.ops
+		ops = corebackend.Operations(g.ops)
 	}
-	core := toolcall.New(g.reg, g.bridge, toolcall.Options{
+	core := toolcall.New(g.reg, corebackend.Bridge(g.bridge), toolcall.Options{
 		Operations:        ops,
 		DefaultTimeout:    cfg.Core.DefaultTimeout,
 		MaxTimeout:        cfg.Core.MaxTimeout,

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/registry/pulsarsrc"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // registrySources is the registry side of the gateway: the merger that
@@ -51,9 +52,9 @@ func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources
 	if !cfg.Announcements && !cfg.TrustGraphConfig {
 		return rs, nil
 	}
-	copts := conn.Options()
+	copts := pulsarbroker.ConnectionOptions(conn)
 	copts.Logger = log.With("for", "registry")
-	c, err := transport.NewPulsarClient(copts)
+	c, err := pulsarbroker.NewClient(copts)
 	if err != nil {
 		return nil, fmt.Errorf("registry sources: %w", err)
 	}

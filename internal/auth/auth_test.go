@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
@@ -131,7 +132,7 @@ func TestAuthentication(t *testing.T) {
 }
 
 // TestAuthenticationHTTPHeader: the HTTP doors hand over their request
-// header as toolcall.HTTPHeader; credentials in it are read the same way,
+// header as httpcall.Header; credentials in it are read the same way,
 // whatever the letter case of the header names.
 func TestAuthenticationHTTPHeader(t *testing.T) {
 	t.Parallel()
@@ -162,7 +163,7 @@ func TestAuthenticationHTTPHeader(t *testing.T) {
 			for k, v := range tc.header {
 				h.Add(k, v) // canonicalizes k, as net/http does
 			}
-			got, err := run(t.Context(), a, &toolcall.Call{Op: toolcall.OpInvoke, Name: "tell-joke", Header: toolcall.HTTPHeader(h)})
+			got, err := run(t.Context(), a, &toolcall.Call{Op: toolcall.OpInvoke, Name: "tell-joke", Header: httpcall.Header(h)})
 			checkStatus(t, err, tc.code, tc.msg)
 			if got != tc.want {
 				t.Fatalf("caller %q, want %q", got, tc.want)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc"
@@ -60,7 +61,7 @@ func Example_wiring() {
 	for _, key := range []string{"alice-test-key-not-secret", "bob-test-key-not-secret"} {
 		h := http.Header{}
 		h.Set("X-Api-Key", key)
-		res, err := calls(context.Background(), &toolcall.Call{Op: toolcall.OpInvoke, Name: "tell-joke", Header: toolcall.HTTPHeader(h)}, nil)
+		res, err := calls(context.Background(), &toolcall.Call{Op: toolcall.OpInvoke, Name: "tell-joke", Header: httpcall.Header(h)}, nil)
 		fmt.Printf("output %q, error: %v\n", res.Output, err)
 	}
 	// Output:

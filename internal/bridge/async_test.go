@@ -21,7 +21,7 @@ func TestAsyncPublishFailureEndsTheCall(t *testing.T) {
 		{transport.ErrQueueFull, bridge.ErrOverloaded},
 	} {
 		b := bridge.New(&transporttest.Fake{Later: true, OnPublish: func(string, transport.Message) error { return c.outcome }}, bridge.Options{})
-		call, err := b.Call(t.Context(), bridge.Target{RequestTopic: "req", ResponseTopic: "resp"}, wire.Request{})
+		call, err := b.Call(t.Context(), bridge.Target{RequestTopic: "req", ResponseTopic: "resp"}, wire.Request{}, bridge.CallOptions{})
 		if err != nil {
 			t.Fatalf("Call: %v", err)
 		}

@@ -438,27 +438,15 @@ func (b *Bridge) listen(ctx context.Context, responseTopic string, detach bool) 
 	}
 }
 
-// Call publishes req to t.RequestTopic and returns the call, whose replies
-// are read with Recv. The caller must Close the call when done with it. The
-// context bounds the publish; ctx's deadline, if any, is written into the
-// message so the service can drop stale work. Call returns once the request
-// is queued; a publish that fails later ends the call with the error Call
-// would have returned.
-func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request) (*Call, error) {
-	return b.CallUntil(ctx, t, req, time.Time{})
-}
-
-// CallUntil is Call with a deadline of the call's own, besides ctx's: the
-// message carries the earlier of the two, and Recv abandons the call when
-// it passes. A caller that has no deadline in ctx saves a context and its
-// timer this way: the publish is bounded by the deadline the message
-// carries (transport.Message.Deadline). A zero deadline is none.
-func (b *Bridge) CallUntil(ctx context.Context, t Target, req wire.Request, deadline time.Time) (*Call, error) {
-	return b.CallWith(ctx, t, req, deadline, CallOptions{})
-}
-
-// CallOptions change what CallWith sends.
+// CallOptions change what Call sends; the zero value is a plain call.
 type CallOptions struct {
+	// Deadline is a deadline of the call's own, besides ctx's: the
+	// message carries the earlier of the two, and Recv abandons the call
+	// when it passes. A caller that has no deadline in ctx saves a
+	// context and its timer this way: the publish is bounded by the
+	// deadline the message carries (transport.Message.Deadline). Zero is
+	// none.
+	Deadline time.Time
 	// ID is the request's correlation id (default: a fresh random one).
 	// The caller makes sure no other call has it.
 	ID string
@@ -477,8 +465,14 @@ type CallOptions struct {
 	Detached bool
 }
 
-// CallWith is CallUntil with options.
-func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadline time.Time, o CallOptions) (*Call, error) {
+// Call publishes req to t.RequestTopic and returns the call, whose replies
+// are read with Recv. The caller must Close the call when done with it. The
+// context bounds the publish; the earlier of ctx's deadline and
+// o.Deadline, if any, is written into the message so the service can drop
+// stale work. Call returns once the request is queued; a publish that
+// fails later ends the call with the error Call would have returned.
+func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOptions) (*Call, error) {
+	deadline := o.Deadline
 	if err := b.down.Load(); err != nil {
 		return nil, *err
 	}
@@ -585,7 +579,7 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 // and false is returned — calls are refused at once with ErrBrokerDown
 // until BrokerUp, and the calls in flight whose request the broker has
 // not taken end with it (CallOptions.Detached ones excepted): their
-// request may never have left. A broker that can (transport.Pulsar's
+// request may never have left. A broker that can (pulsarbroker.Pulsar's
 // SetReachable) stops waiting for receipts meanwhile, so that no caller
 // is held in a publish. Calls whose request was taken wait on: their
 // service may answer once the broker is back.
@@ -623,7 +617,7 @@ func (b *Bridge) BrokerUp() {
 }
 
 // reachability is a broker told whether the broker can be reached
-// (transport.Pulsar).
+// (pulsarbroker.Pulsar).
 type reachability interface {
 	SetReachable(ok bool)
 }
@@ -898,7 +892,7 @@ func (e *DroppedError) Unwrap() error { return ErrLostReplies }
 // a non-persistent response topic of services that do not number their
 // replies: how many messages the topic took in, and how many the broker
 // sent to a subscription, in which lifetime of that subscription
-// (transport.AdminPresence.Delivery).
+// (pulsarbroker.AdminPresence.Delivery).
 type DeliveryCounter interface {
 	Delivery(ctx context.Context, topic, subscription string) (transport.Delivery, error)
 }

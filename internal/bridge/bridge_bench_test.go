@@ -45,7 +45,7 @@ func BenchmarkCallUnary(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := br.Call(ctx, benchTarget, benchReq)
+		c, err := br.Call(ctx, benchTarget, benchReq, bridge.CallOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -64,7 +64,7 @@ func BenchmarkCallUnaryParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			c, err := br.Call(ctx, benchTarget, benchReq)
+			c, err := br.Call(ctx, benchTarget, benchReq, bridge.CallOptions{})
 			if err != nil {
 				b.Error(err)
 				return
@@ -94,7 +94,7 @@ func BenchmarkRouteChunk(b *testing.B) {
 			ctx := context.Background()
 			var calls []*bridge.Call
 			for range pending {
-				c, err := br.Call(ctx, benchTarget, benchReq)
+				c, err := br.Call(ctx, benchTarget, benchReq, bridge.CallOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}

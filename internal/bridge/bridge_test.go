@@ -14,6 +14,7 @@ import (
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
@@ -46,7 +47,7 @@ func brokers(t *testing.T) []broker {
 	if brokertest.WantPulsar() {
 		bs = append(bs, broker{"pulsar", func(t *testing.T) transport.Broker {
 			brokertest.RequirePulsar(t)
-			p, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), ReceiverQueueSize: 5000})
+			p, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL(), ReceiverQueueSize: 5000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +96,7 @@ func start(t *testing.T, br transport.Broker, h toolservice.Handler) fixture {
 
 func call(t *testing.T, f fixture, ctx context.Context, args string) (*bridge.Call, error) {
 	t.Helper()
-	return f.b.Call(ctx, f.target, wire.Request{User: "alice", Config: `{"k":"v"}`, Arguments: args})
+	return f.b.Call(ctx, f.target, wire.Request{User: "alice", Config: `{"k":"v"}`, Arguments: args}, bridge.CallOptions{})
 }
 
 func TestContract(t *testing.T) {
@@ -235,7 +236,7 @@ func TestContract(t *testing.T) {
 				silent := bridge.Target{RequestTopic: wire.RequestTopic(brokertest.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
 				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 				defer cancel()
-				c, err := f.b.Call(ctx, silent, wire.Request{})
+				c, err := f.b.Call(ctx, silent, wire.Request{}, bridge.CallOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -248,7 +249,7 @@ func TestContract(t *testing.T) {
 				silent := bridge.Target{RequestTopic: wire.RequestTopic(brokertest.UniqueTopic("silent")), ResponseTopic: f.target.ResponseTopic}
 				inFlight := f.b.Stats().InFlight
 				start := time.Now()
-				c, err := f.b.CallUntil(t.Context(), silent, wire.Request{}, start.Add(300*time.Millisecond))
+				c, err := f.b.Call(t.Context(), silent, wire.Request{}, bridge.CallOptions{Deadline: start.Add(300 * time.Millisecond)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -263,7 +264,7 @@ func TestContract(t *testing.T) {
 					t.Fatalf("%d calls in flight after the deadline, want %d", got, inFlight)
 				}
 				// A past deadline ends the call at once.
-				c2, err := f.b.CallUntil(t.Context(), silent, wire.Request{}, time.Now().Add(-time.Second))
+				c2, err := f.b.Call(t.Context(), silent, wire.Request{}, bridge.CallOptions{Deadline: time.Now().Add(-time.Second)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -305,7 +306,7 @@ func TestMalformedReplies(t *testing.T) {
 					mu.Lock()
 					next = payload
 					mu.Unlock()
-					c, err := f.b.Call(t.Context(), f.target, wire.Request{})
+					c, err := f.b.Call(t.Context(), f.target, wire.Request{}, bridge.CallOptions{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -327,7 +328,7 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 	f := start(t, m, echo.Handle)
 	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10, StreamWindow: -1})
 	defer b.Close()
-	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`})
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestSlowReaderWithFlowControl(t *testing.T) {
 	f := start(t, m, echo.Handle)
 	b := bridge.New(m, bridge.Options{MaxBufferedChunks: 10})
 	defer b.Close()
-	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`})
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":100}`}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,14 +396,14 @@ func TestServiceBusy(t *testing.T) {
 	slow := wire.Request{Arguments: `{"mode":"sleep","ms":1500,"msg":"slow"}`}
 	var calls []*bridge.Call
 	for range 2 {
-		c, err := b.Call(t.Context(), f.target, slow)
+		c, err := b.Call(t.Context(), f.target, slow, bridge.CallOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		calls = append(calls, c)
 	}
 	start := time.Now()
-	_, err := b.Call(t.Context(), f.target, slow)
+	_, err := b.Call(t.Context(), f.target, slow, bridge.CallOptions{})
 	if !errors.Is(err, bridge.ErrServiceBusy) || !errors.Is(err, bridge.ErrOverloaded) {
 		t.Fatalf("third call: %v, want ErrServiceBusy", err)
 	}
@@ -418,14 +419,14 @@ func TestServiceBusy(t *testing.T) {
 		}
 		calls[0].Close()
 	}()
-	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"next"}`})
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"next"}`}, bridge.CallOptions{})
 	if err == nil {
 		// Waited up to 200 ms while the first call still had ~1 s to go.
 		c.Close()
 		t.Fatal("fourth call got a slot while both were taken")
 	}
 	<-first
-	c, err = b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"next"}`})
+	c, err = b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"next"}`}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatalf("after the first call ended: %v", err)
 	}
@@ -447,19 +448,19 @@ func TestOverload(t *testing.T) {
 	defer b.Close()
 	var calls []*bridge.Call
 	for range 2 {
-		c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"sleep","ms":200}`})
+		c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"sleep","ms":200}`}, bridge.CallOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		calls = append(calls, c)
 	}
-	if _, err := b.Call(t.Context(), f.target, wire.Request{}); !errors.Is(err, bridge.ErrOverloaded) {
+	if _, err := b.Call(t.Context(), f.target, wire.Request{}, bridge.CallOptions{}); !errors.Is(err, bridge.ErrOverloaded) {
 		t.Fatalf("third call: %v, want ErrOverloaded", err)
 	}
 	for _, c := range calls {
 		c.Close()
 	}
-	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"ok"}`})
+	c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"msg":"ok"}`}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatalf("after the others closed: %v", err)
 	}

@@ -71,7 +71,9 @@ func TestBrokerDownFailsCallsFast(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	call := func() (*bridge.Call, error) { return b.Call(ctx, target, wire.Request{Arguments: "{}"}) }
+	call := func() (*bridge.Call, error) {
+		return b.Call(ctx, target, wire.Request{Arguments: "{}"}, bridge.CallOptions{})
+	}
 
 	probeSent := time.Now()
 	taken, err := call() // the broker takes this one

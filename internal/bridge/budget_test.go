@@ -78,7 +78,7 @@ func TestCallsShareTheCreditBudget(t *testing.T) {
 	// Every call made before any is read from: the burst.
 	cs := make([]*bridge.Call, calls)
 	for i := range cs {
-		c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":` + strconv.Itoa(chunks) + `}`})
+		c, err := b.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":` + strconv.Itoa(chunks) + `}`}, bridge.CallOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ type Call struct {
 	made      time.Time     // when it was made (the watch compares it with consumers' connection times)
 	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
 	notify    chan struct{} // signalled when chunks or the end arrive
-	deadline  time.Time     // the call's own limit (CallUntil); zero: ctx's only
+	deadline  time.Time     // the call's own limit (CallOptions.Deadline); zero: ctx's only
 	// taken: the broker took the request (its receipt came).
 	taken atomic.Bool
 	// sentDeadline is the deadline the request carries (zero: none): past
@@ -255,7 +255,7 @@ func (c *Call) remove() {
 // Recv returns the next chunk. After the last chunk it returns io.EOF. A
 // tool-service failure is returned as *wire.Error. When ctx ends first, the
 // call is abandoned and ctx's error returned; when the call's deadline
-// (CallUntil) passes first, it is abandoned with context.DeadlineExceeded.
+// (CallOptions.Deadline) passes first, it is abandoned with context.DeadlineExceeded.
 func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 	return c.RecvIdle(ctx, 0, nil)
 }

@@ -150,7 +150,7 @@ func TestGivenUpCallsEndAtTheService(t *testing.T) {
 			}
 
 			// Calls that end normally, or by their deadline, tell nobody.
-			c, err := b.Call(t.Context(), target, wire.Request{Arguments: `{"tag":"ok","msg":"hi"}`})
+			c, err := b.Call(t.Context(), target, wire.Request{Arguments: `{"tag":"ok","msg":"hi"}`}, bridge.CallOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestGivenUpCallsEndAtTheService(t *testing.T) {
 			}
 			c.Close()
 			dctx, dcancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-			c, err = b.Call(dctx, target, wire.Request{Arguments: `{"tag":"deadline","mode":"sleep","ms":6000}`})
+			c, err = b.Call(dctx, target, wire.Request{Arguments: `{"tag":"deadline","mode":"sleep","ms":6000}`}, bridge.CallOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +184,7 @@ func TestGivenUpCallsEndAtTheService(t *testing.T) {
 				for i := range 3 { // several calls, spread over both instances
 					tag := fmt.Sprintf("%s %d", tc.name, i)
 					cctx, ccancel := context.WithCancel(t.Context())
-					c, err := b.Call(cctx, target, wire.Request{Arguments: `{"tag":"` + tag + `",` + tc.args + `}`})
+					c, err := b.Call(cctx, target, wire.Request{Arguments: `{"tag":"` + tag + `",` + tc.args + `}`}, bridge.CallOptions{})
 					if err != nil {
 						t.Fatal(err)
 					}

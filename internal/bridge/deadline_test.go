@@ -28,9 +28,9 @@ func (s stalled) PublishInline(ctx context.Context, _ string, msg transport.Mess
 	return nil
 }
 
-// A call's own deadline (CallUntil) ends a publish that waits for the
-// broker, also when the caller's context lasts longer.
-func TestCallUntilDeadlineEndsAStalledPublish(t *testing.T) {
+// A call's own deadline (CallOptions.Deadline) ends a publish that waits
+// for the broker, also when the caller's context lasts longer.
+func TestCallDeadlineEndsAStalledPublish(t *testing.T) {
 	m := transport.NewMem()
 	t.Cleanup(m.Close)
 	b := bridge.New(stalled{m}, bridge.Options{})
@@ -39,7 +39,7 @@ func TestCallUntilDeadlineEndsAStalledPublish(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // the caller's, far later than the call's own
 	defer cancel()
 	start := time.Now()
-	c, err := b.CallUntil(ctx, target, wire.Request{}, start.Add(200*time.Millisecond))
+	c, err := b.Call(ctx, target, wire.Request{}, bridge.CallOptions{Deadline: start.Add(200 * time.Millisecond)})
 	if err == nil {
 		defer c.Close()
 		_, err = c.Wait(ctx)

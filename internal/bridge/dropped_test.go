@@ -107,7 +107,7 @@ func TestDroppedLastReplyIsAskedForAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cancels.Close() })
-	c, err := b.Call(t.Context(), target, wire.Request{Arguments: "{}"})
+	c, err := b.Call(t.Context(), target, wire.Request{Arguments: "{}"}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func TestReplyGuardRails(t *testing.T) {
 					script = tc.script
 					mu.Unlock()
 					before := f.b.Stats().RefusedReplies
-					c, err := f.b.Call(t.Context(), f.target, wire.Request{})
+					c, err := f.b.Call(t.Context(), f.target, wire.Request{}, bridge.CallOptions{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -156,7 +156,7 @@ func TestReplyToServiceAnswersOnlyThere(t *testing.T) {
 	defer sub.Close()
 	// The first call teaches the bridge that the service answers on the
 	// reply topic.
-	c, err := b.Call(t.Context(), target, wire.Request{})
+	c, err := b.Call(t.Context(), target, wire.Request{}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestReplyToServiceAnswersOnlyThere(t *testing.T) {
 	c.Close()
 	forge.Store(true)
 	before := b.Stats().RefusedReplies
-	c, err = b.Call(t.Context(), target, wire.Request{})
+	c, err = b.Call(t.Context(), target, wire.Request{}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

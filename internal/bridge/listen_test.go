@@ -153,7 +153,7 @@ func TestTrackReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unsub.Close()
-	c, err := b.Call(t.Context(), bridge.Target{RequestTopic: "req/0", ResponseTopic: "resp/0"}, wire.Request{})
+	c, err := b.Call(t.Context(), bridge.Target{RequestTopic: "req/0", ResponseTopic: "resp/0"}, wire.Request{}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func callMany(t *testing.T, b *bridge.Bridge, target bridge.Target, n int, prefi
 			msg := fmt.Sprintf("%s-%d", prefix, i)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			c, err := b.Call(ctx, target, wire.Request{User: "alice", Arguments: `{"msg":"` + msg + `"}`})
+			c, err := b.Call(ctx, target, wire.Request{User: "alice", Arguments: `{"msg":"` + msg + `"}`}, bridge.CallOptions{})
 			if err != nil {
 				errs <- err
 				return
@@ -153,7 +153,7 @@ func TestReplyToContract(t *testing.T) {
 			})
 			t.Run("a stream of 1000 chunks comes in order on the reply topic", func(t *testing.T) {
 				before := a.Stats().RepliesViaReplyTo
-				c, err := a.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":1000}`})
+				c, err := a.Call(t.Context(), f.target, wire.Request{Arguments: `{"mode":"stream","n":1000}`}, bridge.CallOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

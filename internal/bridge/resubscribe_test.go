@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -24,12 +25,12 @@ import (
 // must end whole.
 func TestUnnumberedRepliesAfterTheSubscriptionIsMadeAgain(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	gw, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), ReceiverQueueSize: 10000})
+	gw, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL(), ReceiverQueueSize: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Close)
-	svc, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	svc, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestUnnumberedRepliesAfterTheSubscriptionIsMadeAgain(t *testing.T) {
 	// The admin API's client keeps its connections idle in the default
 	// transport: closed once the bridge's watch has stopped.
 	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
-	admin := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	admin := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	b := bridge.New(gw, bridge.Options{Watch: admin, Logger: testLogger(t)})
 	t.Cleanup(b.Close)
 	ours := func() int {
@@ -84,7 +85,7 @@ func TestUnnumberedRepliesAfterTheSubscriptionIsMadeAgain(t *testing.T) {
 		b.Track([]string{target.ResponseTopic})
 		eventually.True(t, 20*time.Second, "the response topic subscribed", func() bool { return ours() == 1 })
 		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-		c, err := b.Call(ctx, target, wire.Request{Arguments: "{}"})
+		c, err := b.Call(ctx, target, wire.Request{Arguments: "{}"}, bridge.CallOptions{})
 		if err != nil {
 			cancel()
 			t.Fatal(err)

@@ -30,7 +30,7 @@ func BenchmarkStreamChunk(b *testing.B) {
 			br := bridge.New(fb, bridge.Options{})
 			defer br.Close()
 			ctx := context.Background()
-			c, err := br.Call(ctx, benchTarget, benchReq)
+			c, err := br.Call(ctx, benchTarget, benchReq, bridge.CallOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}

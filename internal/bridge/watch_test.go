@@ -217,7 +217,7 @@ func TestWatchAsksForRepliesLostWhileTheReplyTopicMoved(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	before, err := b.Call(ctx, target, wire.Request{})
+	before, err := b.Call(ctx, target, wire.Request{}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestWatchAsksForRepliesLostWhileTheReplyTopicMoved(t *testing.T) {
 	if err != nil || out != "kept "+before.ID() {
 		t.Fatalf("the call made before the move: %q, %v; want its reply sent again (%+v)", out, err, b.Stats())
 	}
-	after, err := b.Call(ctx, target, wire.Request{})
+	after, err := b.Call(ctx, target, wire.Request{}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func watchedCall(t *testing.T, b *bridge.Bridge, target bridge.Target) (*bridge.
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	t.Cleanup(cancel)
-	c, err := b.Call(ctx, target, wire.Request{})
+	c, err := b.Call(ctx, target, wire.Request{}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func TestWatchHoldsUnnumberedStreamEnds(t *testing.T) {
 		time.Sleep(60 * time.Millisecond) // a baseline from before the call
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		c, err := b.Call(ctx, target, wire.Request{})
+		c, err := b.Call(ctx, target, wire.Request{}, bridge.CallOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
 	"github.com/toolgate/toolgate/internal/apiproto"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -59,7 +60,7 @@ func New(h toolcall.Handler, opts Options) (string, http.Handler) {
 	// connect-go hands methods no *http.Request: the connection's TLS
 	// state (for client certificates) rides in the context.
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n := toolcall.HTTPHeaderBytes(r); opts.MaxHeaderBytes > 0 && n > opts.MaxHeaderBytes {
+		if n := httpcall.HeaderBytes(r); opts.MaxHeaderBytes > 0 && n > opts.MaxHeaderBytes {
 			w.Header().Set("Connection", "close")
 			_ = errs.Write(w, r, connectError(toolcall.HeadersTooLarge(n, opts.MaxHeaderBytes)))
 			return
@@ -129,7 +130,7 @@ type request interface {
 }
 
 func newCall(ctx context.Context, op toolcall.Op, r request) *toolcall.Call {
-	c := &toolcall.Call{Op: op, Header: toolcall.HTTPHeader(r.Header()), Peer: r.Peer().Addr}
+	c := &toolcall.Call{Op: op, Header: httpcall.Header(r.Header()), Peer: r.Peer().Addr}
 	c.TLS, _ = ctx.Value(tlsKey{}).(*tls.ConnectionState)
 	return c
 }

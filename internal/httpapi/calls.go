@@ -13,6 +13,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/apiproto"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc/codes"
@@ -42,7 +43,7 @@ func splitVerb(s string) (name, verb string) {
 
 // newCall is the call of an HTTP request: its header and connection.
 func newCall(r *http.Request, op toolcall.Op) *toolcall.Call {
-	return &toolcall.Call{Op: op, Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}
+	return &toolcall.Call{Op: op, Header: httpcall.Header(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}
 }
 
 // toolVerb serves POST /v1/tools/{name}:invoke and :stream.
@@ -227,9 +228,9 @@ func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // readCall reads the body of an invoke or stream request into c; when it
 // cannot, it answers the error and returns false.
 func (a *api) readCall(w http.ResponseWriter, r *http.Request, c *toolcall.Call) bool {
-	data, err := toolcall.ReadHTTPBody(r)
+	data, err := httpcall.ReadBody(r)
 	if err != nil {
-		a.httpError(r.Context(), w, r, toolcall.BodyError(err))
+		a.httpError(r.Context(), w, r, httpcall.BodyError(err))
 		return false
 	}
 	if !checkBodyType(w, r, data) {

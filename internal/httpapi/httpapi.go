@@ -25,6 +25,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/rs/cors"
 	specs "github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/openapi31"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -202,7 +203,7 @@ func specHandler(b []byte) http.Handler {
 
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.opts.MaxHeaderBytes > 0 && !a.checksOwnHeaders(r.URL.Path) {
-		if n := toolcall.HTTPHeaderBytes(r); n > a.opts.MaxHeaderBytes {
+		if n := httpcall.HeaderBytes(r); n > a.opts.MaxHeaderBytes {
 			a.opts.Logger.InfoContext(r.Context(), "request refused: headers too large", "method", r.Method, "path", r.URL.Path,
 				"peer", r.RemoteAddr, "bytes", n, "limit", a.opts.MaxHeaderBytes)
 			w.Header().Set("Connection", "close")

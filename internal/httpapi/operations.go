@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc/codes"
@@ -144,7 +145,7 @@ func (a *api) operationVerb(w http.ResponseWriter, r *http.Request) {
 	c.Name = id
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
-		a.httpError(r.Context(), w, r, toolcall.BodyError(err))
+		a.httpError(r.Context(), w, r, httpcall.BodyError(err))
 		return
 	}
 	if !checkBodyType(w, r, data) {

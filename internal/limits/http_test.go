@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -37,7 +38,7 @@ func restDoor(t *testing.T, l *Limiter, maxBody int64) string {
 			http.NotFound(w, r)
 			return
 		}
-		c := &toolcall.Call{Op: toolcall.OpInvoke, Name: name, Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}
+		c := &toolcall.Call{Op: toolcall.OpInvoke, Name: name, Header: httpcall.Header(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}
 		if err := decodeBody(r.Body, c); err != nil {
 			runtime.HTTPError(r.Context(), gw, m, w, r, err)
 			return

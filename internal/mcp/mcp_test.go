@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/corebackend"
 	"github.com/toolgate/toolgate/internal/echo"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/mcp"
@@ -122,7 +123,7 @@ func newServiceFixture(t *testing.T, opts mcp.Options, reg string, handle toolse
 		t.Fatal(err)
 	}
 	eventually.True(t, 5*time.Second, "the echo service subscribed", func() bool { return mem.Subscribers("non-persistent://tg/request/echo") > 0 })
-	core := toolcall.New(registry.New(snap), b, toolcall.Options{
+	core := toolcall.New(registry.New(snap), corebackend.Bridge(b), toolcall.Options{
 		DefaultTimeout: 5 * time.Second, MaxTimeout: time.Minute,
 		Visible: func(_ *toolcall.Call, tool string) bool { return tool != "hidden" },
 	})

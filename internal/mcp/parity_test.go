@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
@@ -321,7 +322,7 @@ func parityRequest(body string, header map[string]string, host string, local net
 func takenFast(s *Server, body string, header map[string]string, host string, local net.Addr) bool {
 	req := parityRequest(body, header, host, local)
 	x := &exchange{w: httptest.NewRecorder(), r: req, body: []byte(body)}
-	x.req.ctx, x.req.base = req.Context(), toolcall.Call{Header: toolcall.HTTPHeader(req.Header)}
+	x.req.ctx, x.req.base = req.Context(), toolcall.Call{Header: httpcall.Header(req.Header)}
 	return s.serveFast(x)
 }
 

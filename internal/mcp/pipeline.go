@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -56,7 +57,7 @@ var pipeline = []step{
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{w: w, r: r}
 	x.req.ctx, x.req.srv = r.Context(), s
-	x.req.base = toolcall.Call{Header: toolcall.HTTPHeader(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}
+	x.req.base = toolcall.Call{Header: httpcall.Header(r.Header), TLS: r.TLS, Peer: r.RemoteAddr, Set: s.opts.Set}
 	for _, st := range pipeline {
 		if st.run(s, x) {
 			return
@@ -67,7 +68,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // limitHeader refuses a request whose header lines are larger than
 // Options.MaxHeaderBytes, before anything else is done.
 func (s *Server) limitHeader(x *exchange) bool {
-	n := toolcall.HTTPHeaderBytes(x.r)
+	n := httpcall.HeaderBytes(x.r)
 	if s.opts.MaxHeaderBytes <= 0 || n <= s.opts.MaxHeaderBytes {
 		return false
 	}
@@ -97,10 +98,10 @@ func (s *Server) readBody(x *exchange) bool {
 	if x.r.Method != http.MethodPost || x.r.Body == nil {
 		return false
 	}
-	body, err := toolcall.ReadHTTPBody(x.r)
+	body, err := httpcall.ReadBody(x.r)
 	if err != nil {
 		s.log.InfoContext(x.r.Context(), "MCP request refused: the body could not be read", "err", err, "peer", x.r.RemoteAddr)
-		st := toolcall.BodyError(err)
+		st := httpcall.BodyError(err)
 		switch status.Code(st) {
 		case codes.ResourceExhausted:
 			writeRefusal(x.w, http.StatusRequestEntityTooLarge, nullID, statusError(st))

@@ -70,7 +70,7 @@ const (
 	refusedWarnEvery = time.Minute
 )
 
-// Bus is what the Manager needs of the broker (transport.Pulsar).
+// Bus is what the Manager needs of the broker (pulsarbroker.Pulsar).
 type Bus interface {
 	Publish(ctx context.Context, topic string, msg transport.Message) error
 	ConsumeAsync(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(m transport.Message, done func(ack bool))) (transport.Subscription, error)
@@ -81,7 +81,7 @@ type Bus interface {
 
 // Caller publishes a request (the bridge).
 type Caller interface {
-	CallWith(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time, o bridge.CallOptions) (*bridge.Call, error)
+	Call(ctx context.Context, t bridge.Target, req wire.Request, o bridge.CallOptions) (*bridge.Call, error)
 }
 
 // Options tune a Manager.
@@ -440,8 +440,8 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 		return Record{}, fmt.Errorf("%w: %w", bridge.ErrUnavailable, err)
 	}
 	// The request outlives the caller's request: it is the operation's.
-	call, err := m.calls.CallWith(context.WithoutCancel(ctx), s.Target, s.Request, s.Deadline,
-		bridge.CallOptions{ID: r.ID, ReplyTo: m.opts.ReplyTopic, NoCredit: true, Detached: true})
+	call, err := m.calls.Call(context.WithoutCancel(ctx), s.Target, s.Request,
+		bridge.CallOptions{Deadline: s.Deadline, ID: r.ID, ReplyTo: m.opts.ReplyTopic, NoCredit: true, Detached: true})
 	if err != nil {
 		if rerr := m.remove(context.WithoutCancel(ctx), r.ID); rerr != nil {
 			m.log.Warn("an operation that could not start stays in the table until its deadline", "id", r.ID, "err", rerr)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 )
@@ -43,7 +44,7 @@ func Example() {
 	h := toolcall.Chain(core, trace, calls.Middleware(), metrics.Middleware(), authn)
 
 	// One call, as a door builds it, then a scrape.
-	c := &toolcall.Call{Op: toolcall.OpInvoke, Name: "echo", Args: []byte(`{}`), Header: toolcall.HTTPHeader(http.Header{"X-Request-Id": {"req-1"}})}
+	c := &toolcall.Call{Op: toolcall.OpInvoke, Name: "echo", Args: []byte(`{}`), Header: httpcall.Header(http.Header{"X-Request-Id": {"req-1"}})}
 	if _, err := h(ctx, c, nil); err != nil {
 		panic(err)
 	}

@@ -11,13 +11,14 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 )
 
 // testDoor is a minimal HTTP door, as internal/httpapi is one: it builds
-// a call from the request (its header through toolcall.HTTPHeader, the
+// a call from the request (its header through httpcall.Header, the
 // arguments as JSON text), runs h, and answers the call's request id as
 // X-Request-Id, the output as JSON, a stream's chunks as JSON lines.
 //
@@ -27,7 +28,7 @@ func testDoor(h toolcall.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/tools/{call}", func(w http.ResponseWriter, r *http.Request) {
 		name, verb, _ := strings.Cut(r.PathValue("call"), ":")
-		c := &toolcall.Call{Op: toolcall.OpInvoke, Name: name, Header: toolcall.HTTPHeader(r.Header), Peer: r.RemoteAddr}
+		c := &toolcall.Call{Op: toolcall.OpInvoke, Name: name, Header: httpcall.Header(r.Header), Peer: r.RemoteAddr}
 		if verb == "stream" {
 			c.Op = toolcall.OpStream
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -126,7 +127,7 @@ func header(pairs ...string) toolcall.Header {
 	for i := 0; i < len(pairs); i += 2 {
 		h.Add(pairs[i], pairs[i+1])
 	}
-	return toolcall.HTTPHeader(h)
+	return httpcall.Header(h)
 }
 
 // mdHeader is a call's Header as gRPC metadata holds it: lower-case

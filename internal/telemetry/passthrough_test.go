@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.opentelemetry.io/otel/trace"
@@ -22,7 +23,7 @@ func TestTraceContextMiddleware(t *testing.T) {
 	httpHeader := func(k, v string) toolcall.Header {
 		h := http.Header{}
 		h.Set(k, v)
-		return toolcall.HTTPHeader(h)
+		return httpcall.Header(h)
 	}
 	for _, c := range []struct {
 		name  string

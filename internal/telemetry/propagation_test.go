@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
@@ -72,7 +73,7 @@ func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw 
 		}
 	}
 	publish := func(ctx context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
-		call, err := b.Call(ctx, target, wire.Request{User: "alice", Config: "{}", Arguments: string(c.Args)})
+		call, err := b.Call(ctx, target, wire.Request{User: "alice", Config: "{}", Arguments: string(c.Args)}, bridge.CallOptions{})
 		if err != nil {
 			return toolcall.Result{}, err
 		}
@@ -97,7 +98,7 @@ func propagationBrokers(t *testing.T) map[string]func(t *testing.T) transport.Br
 	if brokertest.WantPulsar() {
 		bs["pulsar"] = func(t *testing.T) transport.Broker {
 			brokertest.RequirePulsar(t)
-			p, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+			p, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,9 +16,7 @@ package toolcall
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
-	"net/http"
 	"slices"
 	"time"
 
@@ -106,7 +104,8 @@ func (op Op) Method() string {
 // Header is a call's request metadata, read by lower-case name: the
 // credentials (authorization, x-api-key), the request id (x-request-id)
 // and the W3C trace context (traceparent, tracestate). http.Header
-// satisfies it; the gRPC door wraps the incoming metadata.
+// satisfies it (package httpcall reads it faster); the gRPC door wraps
+// the incoming metadata.
 type Header interface {
 	Values(key string) []string
 }
@@ -275,59 +274,4 @@ func Chain(h Handler, mws ...Middleware) Handler {
 		}
 	}
 	return h
-}
-
-// HTTPHeader is an HTTP request's header as a call's Header, the one rule
-// every HTTP door (REST, MCP, Connect) reads credentials, request id and
-// trace context by. The names the middleware asks for are looked up in
-// their canonical form without building it per call.
-func HTTPHeader(h http.Header) Header { return httpHeader(h) }
-
-type httpHeader http.Header
-
-func (h httpHeader) Values(key string) []string {
-	switch key {
-	case "authorization":
-		return h["Authorization"]
-	case "x-api-key":
-		return h["X-Api-Key"]
-	case "x-request-id":
-		return h["X-Request-Id"]
-	case "traceparent":
-		return h["Traceparent"]
-	case "tracestate":
-		return h["Tracestate"]
-	}
-	return http.Header(h).Values(key)
-}
-
-// maxPresized bounds the buffer ReadHTTPBody makes from Content-Length
-// before reading: a larger body grows as it arrives (and meets the body
-// limit).
-const maxPresized = 64 << 10
-
-// ReadHTTPBody reads an HTTP door's request body whole, in one buffer of
-// its declared length when it declares one (io.ReadAll starts small and
-// grows).
-func ReadHTTPBody(r *http.Request) ([]byte, error) {
-	n := r.ContentLength
-	if n <= 0 || n > maxPresized {
-		return io.ReadAll(r.Body)
-	}
-	buf := make([]byte, n+1) // one more: the read that finds the end
-	read := 0
-	for {
-		m, err := r.Body.Read(buf[read:])
-		read += m
-		if err == io.EOF {
-			return buf[:read], nil
-		}
-		if err != nil {
-			return buf[:read], err
-		}
-		if read == len(buf) {
-			rest, err := io.ReadAll(r.Body) // longer than declared: net/http refuses it
-			return append(buf, rest...), err
-		}
-	}
 }

@@ -10,17 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// Bridge sends envelopes and returns the call to read replies from.
-type Bridge interface {
-	CallUntil(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time) (*bridge.Call, error)
-}
 
 // Snapshots gives the current registry snapshot.
 type Snapshots interface {
@@ -154,14 +148,14 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 	}
 	defer call.Close()
 	for i := int64(0); ; i++ {
-		ch, err := s.recv(ctx, call)
+		text, last, err := call.Recv(ctx, s.opts.StreamIdleTimeout, errStreamIdle)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return s.status(ctx, err, c.Name, tool, deadline)
 		}
-		if err := emit(Chunk{Text: ch.Text, Index: i, Last: ch.Last}); err != nil {
+		if err := emit(Chunk{Text: text, Index: i, Last: last}); err != nil {
 			return err
 		}
 	}
@@ -169,14 +163,14 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 
 // start resolves the tool, checks the arguments, works out the call's
 // deadline and publishes the envelope. The deadline is the bridge call's
-// own (bridge.CallUntil) unless the caller's is the earlier: no context and
-// timer per call for it. It returns the deadline in force.
-func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call, time.Time, error) {
+// own (Bridge.Call's deadline) unless the caller's is the earlier: no
+// context and timer per call for it. It returns the deadline in force.
+func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, Reply, time.Time, error) {
 	tool, env, deadline, err := s.prepare(ctx, c)
 	if err != nil {
 		return tool, nil, deadline, err
 	}
-	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, deadline)
+	call, err := s.bridge.Call(ctx, target(tool), env, deadline)
 	if err != nil {
 		return tool, nil, deadline, err
 	}
@@ -244,15 +238,13 @@ func hasDeadline(ctx context.Context) bool {
 	return ok
 }
 
-// errStreamIdle ends a stream whose next chunk is late.
+// errStreamIdle ends a stream whose next chunk is late
+// (Options.StreamIdleTimeout).
 var errStreamIdle = fmt.Errorf("%w: stream idle", context.DeadlineExceeded)
 
-// recv reads the next chunk, bounded by the stream idle timeout.
-func (s *Core) recv(ctx context.Context, call *bridge.Call) (bridge.Chunk, error) {
-	if s.opts.StreamIdleTimeout <= 0 {
-		return call.Recv(ctx)
-	}
-	return call.RecvIdle(ctx, s.opts.StreamIdleTimeout, errStreamIdle)
+// target is where a call of tool goes.
+func target(tool *registry.Tool) Target {
+	return Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}
 }
 
 func (s *Core) listTools(c *Call) (Result, error) {

@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
@@ -55,7 +52,7 @@ func newCore(t testing.TB, br transport.Broker, opts Options) *Core {
 	}
 	b := bridge.New(br, bridge.Options{})
 	t.Cleanup(b.Close)
-	return New(registry.New(snap), b, opts)
+	return New(registry.New(snap), viaBridge(b), opts)
 }
 
 // The deadline a call gets: the caller's when within --max-timeout, capped
@@ -272,21 +269,6 @@ func TestMethodNames(t *testing.T) {
 	}
 }
 
-func TestHTTPHeader(t *testing.T) {
-	t.Parallel()
-	h := HTTPHeader(map[string][]string{"Authorization": {"Bearer k"}, "X-Api-Key": {"a"}, "X-Request-Id": {"r"},
-		"Traceparent": {"tp"}, "Tracestate": {"ts"}, "X-Other": {"o"}})
-	for key, want := range map[string]string{"authorization": "Bearer k", "x-api-key": "a", "x-request-id": "r",
-		"traceparent": "tp", "tracestate": "ts", "x-other": "o"} {
-		if v := h.Values(key); len(v) != 1 || v[0] != want {
-			t.Errorf("%s: %v, want %q", key, v, want)
-		}
-	}
-	if NoHeader.Values("authorization") != nil {
-		t.Error("NoHeader has values")
-	}
-}
-
 func reasonOf(err error) string {
 	for _, d := range status.Convert(err).Details() {
 		if ei, ok := d.(interface{ GetReason() string }); ok {
@@ -294,22 +276,4 @@ func reasonOf(err error) string {
 		}
 	}
 	return ""
-}
-
-// ReadHTTPBody reads a body whole, whether its length is declared,
-// declared wrong, or not declared.
-func TestReadHTTPBody(t *testing.T) {
-	t.Parallel()
-	body := strings.Repeat("x", 1000)
-	for _, c := range []struct {
-		name   string
-		length int64
-	}{{"declared", 1000}, {"undeclared", -1}, {"declared short", 10}, {"declared long", 5000}, {"larger than presized", maxPresized + 1}} {
-		r := httptest.NewRequest(http.MethodPost, "/", iotest.OneByteReader(strings.NewReader(body)))
-		r.ContentLength = c.length
-		got, err := ReadHTTPBody(r)
-		if err != nil || string(got) != body {
-			t.Errorf("%s: read %d bytes (%v), want %d", c.name, len(got), err, len(body))
-		}
-	}
 }

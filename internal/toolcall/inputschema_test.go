@@ -51,7 +51,7 @@ func TestInputSchemaThroughTheCore(t *testing.T) {
 	}
 	b := bridge.New(br, bridge.Options{})
 	t.Cleanup(b.Close)
-	core := New(registry.New(snap), b, Options{})
+	core := New(registry.New(snap), viaBridge(b), Options{})
 
 	cases := []struct {
 		name, args, want string

@@ -13,15 +13,17 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Operations keeps durable operations (operations.Manager).
+// Operations keeps durable operations (operations.Manager, adapted by
+// internal/corebackend). Every method but Start answers only for the
+// operations of owner; its errors are the operations package's.
 type Operations interface {
-	Start(ctx context.Context, s operations.StartSpec) (operations.Record, error)
-	Get(owner, id string) (operations.Record, error)
-	List(owner string, done *bool) []operations.Record
-	Cancel(ctx context.Context, owner, id string) (operations.Record, error)
+	Start(ctx context.Context, s OperationStart) (OperationRecord, error)
+	Get(owner, id string) (OperationRecord, error)
+	List(owner string, done *bool) []OperationRecord
+	Cancel(ctx context.Context, owner, id string) (OperationRecord, error)
 	Delete(ctx context.Context, owner, id string) error
-	Wait(ctx context.Context, owner, id string, timeout time.Duration) (operations.Record, error)
-	Stream(ctx context.Context, owner, id string, from int, emit func(i int, text string, last bool) error) (operations.Record, error)
+	Wait(ctx context.Context, owner, id string, timeout time.Duration) (OperationRecord, error)
+	Stream(ctx context.Context, owner, id string, from int, emit func(i int, text string, last bool) error) (OperationRecord, error)
 }
 
 // Bounds of OpWaitOperation's timeout.
@@ -41,7 +43,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 	}
 	owner := s.owner(c)
 	var (
-		rec operations.Record
+		rec OperationRecord
 		err error
 	)
 	switch c.Op {
@@ -50,8 +52,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		if perr != nil {
 			return Result{}, s.status(ctx, perr, c.Name, tool, deadline)
 		}
-		rec, err = ops.Start(ctx, operations.StartSpec{Owner: owner, Tool: tool.Name, Request: env, Deadline: deadline,
-			Target: bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}})
+		rec, err = ops.Start(ctx, OperationStart{Owner: owner, Tool: tool.Name, Request: env, Deadline: deadline, Target: target(tool)})
 		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) && !errors.Is(err, operations.ErrTooLong) {
 			return Result{}, s.status(ctx, err, c.Name, tool, deadline)
 		}
@@ -108,7 +109,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		switch {
 		case err != nil && ((emitErr != nil && errors.Is(err, emitErr)) || ctx.Err() != nil):
 			return Result{}, err // the door's client went away
-		case err == nil && rec.Finished() && rec.State != operations.Done:
+		case err == nil && rec.Done && rec.State != string(operations.Done):
 			return Result{}, s.present(ctx, rec).Err
 		case err == nil:
 			return Result{}, nil
@@ -146,13 +147,10 @@ func opError(err error, id string) error {
 
 // present is r as a door shows it; its failure goes through the one
 // mapping of failures onto statuses.
-func (s *Core) present(_ context.Context, r operations.Record) *Operation {
-	op := &Operation{ID: r.ID, Tool: r.Tool, State: string(r.State), Done: r.Finished(),
-		Created: time.UnixMilli(r.CreateMS), Deadline: time.UnixMilli(r.DeadlineMS), Output: r.Output}
-	if r.EndMS > 0 {
-		op.Ended = time.UnixMilli(r.EndMS)
-	}
-	if f := r.Failure; f != nil && r.State != operations.Done {
+func (s *Core) present(_ context.Context, r OperationRecord) *Operation {
+	op := &Operation{ID: r.ID, Tool: r.Tool, State: r.State, Done: r.Done,
+		Created: r.Created, Deadline: r.Deadline, Ended: r.Ended, Output: r.Output}
+	if f := r.Failure; f != nil && r.State != string(operations.Done) {
 		var cause error
 		switch f.Reason {
 		case "":

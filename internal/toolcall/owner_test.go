@@ -19,37 +19,37 @@ type ownedOps struct {
 	users  map[string]string // the envelope's user of each operation
 }
 
-func (o *ownedOps) Start(_ context.Context, s operations.StartSpec) (operations.Record, error) {
+func (o *ownedOps) Start(_ context.Context, s OperationStart) (OperationRecord, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	id := "op-" + s.Owner
 	o.owners[id] = s.Owner
 	o.users[id] = s.Request.User
-	return operations.Record{ID: id, Owner: s.Owner, Tool: s.Tool, State: operations.Running}, nil
+	return OperationRecord{ID: id, Tool: s.Tool, State: string(operations.Running)}, nil
 }
 
-func (o *ownedOps) Get(owner, id string) (operations.Record, error) {
+func (o *ownedOps) Get(owner, id string) (OperationRecord, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.owners[id] != owner || owner == "" {
-		return operations.Record{}, operations.ErrNotFound
+		return OperationRecord{}, operations.ErrNotFound
 	}
-	return operations.Record{ID: id, Owner: owner, State: operations.Running}, nil
+	return OperationRecord{ID: id, State: string(operations.Running)}, nil
 }
 
-func (o *ownedOps) List(owner string, _ *bool) []operations.Record {
+func (o *ownedOps) List(owner string, _ *bool) []OperationRecord {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var out []operations.Record
+	var out []OperationRecord
 	for id, own := range o.owners {
 		if own == owner {
-			out = append(out, operations.Record{ID: id, Owner: own, State: operations.Running})
+			out = append(out, OperationRecord{ID: id, State: string(operations.Running)})
 		}
 	}
 	return out
 }
 
-func (o *ownedOps) Cancel(_ context.Context, owner, id string) (operations.Record, error) {
+func (o *ownedOps) Cancel(_ context.Context, owner, id string) (OperationRecord, error) {
 	return o.Get(owner, id)
 }
 
@@ -58,11 +58,11 @@ func (o *ownedOps) Delete(_ context.Context, owner, id string) error {
 	return err
 }
 
-func (o *ownedOps) Wait(_ context.Context, owner, id string, _ time.Duration) (operations.Record, error) {
+func (o *ownedOps) Wait(_ context.Context, owner, id string, _ time.Duration) (OperationRecord, error) {
 	return o.Get(owner, id)
 }
 
-func (o *ownedOps) Stream(_ context.Context, owner, id string, _ int, _ func(int, string, bool) error) (operations.Record, error) {
+func (o *ownedOps) Stream(_ context.Context, owner, id string, _ int, _ func(int, string, bool) error) (OperationRecord, error) {
 	return o.Get(owner, id)
 }
 

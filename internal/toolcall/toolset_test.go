@@ -2,6 +2,7 @@ package toolcall
 
 import (
 	"context"
+	"net/http"
 	"testing"
 
 	"github.com/toolgate/toolgate/internal/bridge"
@@ -28,7 +29,7 @@ tool-set:
 	b := bridge.New(&transporttest.Fake{}, bridge.Options{})
 	t.Cleanup(b.Close)
 	hidden := ""
-	core := New(registry.New(snap), b, Options{Visible: func(_ *Call, tool string) bool { return tool != hidden }})
+	core := New(registry.New(snap), viaBridge(b), Options{Visible: func(_ *Call, tool string) bool { return tool != hidden }})
 	var seen []string
 	peek := func(next Handler) Handler {
 		return func(ctx context.Context, c *Call, emit Emit) (Result, error) {
@@ -42,7 +43,7 @@ tool-set:
 	if err != nil || res.Tool.Name != "shown-typed" || res.Tool.Description != "as the desk sees it" || seen[0] != "typed" {
 		t.Fatalf("get shown-typed in desk: %+v, %v; the policy saw %q", res.Tool, err, seen)
 	}
-	res, err = h(t.Context(), &Call{Op: OpListTools, Header: HTTPHeader(map[string][]string{"Tool-Set": {"desk"}})}, nil)
+	res, err = h(t.Context(), &Call{Op: OpListTools, Header: http.Header{"Tool-Set": {"desk"}}}, nil)
 	if err != nil || len(res.Tools) != 2 || res.Tools[0].Name != "plain" || res.Tools[1].Name != "shown-typed" {
 		t.Fatalf("list in desk by the tool-set header: %v, %v", res.Tools, err)
 	}

@@ -1,8 +1,9 @@
 // Package transport moves raw messages between topics: publish a payload
 // with properties, subscribe a handler. It hides the message broker behind a
 // small interface so that the bridge and the tool-service SDK carry no broker
-// details. Two implementations exist: Apache Pulsar (the product) and an
-// in-memory broker with the same non-persistent semantics (for unit tests).
+// details. Two implementations exist: Apache Pulsar (package pulsarbroker,
+// the product) and an in-memory broker with the same non-persistent
+// semantics (Mem, for unit tests). This package links no broker client.
 package transport
 
 import (
@@ -10,6 +11,23 @@ import (
 	"errors"
 	"time"
 )
+
+// DefaultPulsarURL is the broker a program connects to unless told
+// otherwise: a standalone Pulsar on this host.
+const DefaultPulsarURL = "pulsar://127.0.0.1:6650"
+
+// Connection is where the broker is and how a client proves who it is:
+// the settings every Pulsar client of one process shares, whatever it is
+// for.
+type Connection struct {
+	// URL of the broker, e.g. pulsar://127.0.0.1:6650 or pulsar+ssl://….
+	URL string
+	// TokenFile holds an authentication token (a JWT the broker's token
+	// authentication accepts), read again on every connection; "" = none.
+	TokenFile string
+	// TLSTrustCertsFile is a PEM CA bundle trusted for pulsar+ssl:// URLs.
+	TLSTrustCertsFile string
+}
 
 // Message is one message on a topic.
 type Message struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // TestPythonServiceAnnouncedAgain: a Python service that streams without
@@ -35,7 +36,7 @@ func TestPythonServiceAnnouncedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	startPythonStreams(t, topic)
-	p, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	p, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -140,7 +140,7 @@ func call(t *testing.T, topic string, args map[string]any) ([]string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	br, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	br, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func call(t *testing.T, topic string, args map[string]any) ([]string, error) {
 	defer b.Close()
 	a, _ := json.Marshal(args)
 	c, err := b.Call(ctx, bridge.Target{RequestTopic: wire.RequestTopic(topic), ResponseTopic: wire.ResponseTopic(topic)},
-		wire.Request{User: "outsider", Config: "{}", Arguments: string(a)})
+		wire.Request{User: "outsider", Config: "{}", Arguments: string(a)}, bridge.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

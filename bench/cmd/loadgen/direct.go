@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -19,7 +20,7 @@ import (
 // channel per call in a sync.Map). What the gateway adds on top of this is
 // its overhead.
 type direct struct {
-	br       *transport.Pulsar
+	br       *pulsarbroker.Pulsar
 	sub      transport.Subscription
 	reqTopic string
 	payload  []byte
@@ -32,7 +33,7 @@ type direct struct {
 }
 
 func newDirect(ctx context.Context, o Options, msg string, stream bool) (*direct, error) {
-	br, err := transport.NewPulsar(transport.PulsarOptions{URL: o.PulsarURL})
+	br, err := pulsarbroker.New(pulsarbroker.Options{URL: o.PulsarURL})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/internal/transport/transporttest"
 )
 
@@ -15,7 +16,7 @@ func TestPulsarClient(t *testing.T) {
 	t.Parallel()
 	mem := transport.NewMem()
 	t.Cleanup(mem.Close)
-	p, err := transport.NewPulsar(transport.PulsarOptions{Client: transporttest.PulsarClient(mem)})
+	p, err := pulsarbroker.New(pulsarbroker.Options{Client: transporttest.PulsarClient(mem)})
 	if err != nil {
 		t.Fatal(err)
 	}

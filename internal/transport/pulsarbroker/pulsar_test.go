@@ -1,4 +1,4 @@
-package transport_test
+package pulsarbroker_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // TestIdleProducersCloseAndReopen runs against the real broker: a producer
@@ -22,7 +23,7 @@ import (
 // one that delivers.
 func TestIdleProducersCloseAndReopen(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), ProducerIdleTimeout: 200 * time.Millisecond})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL(), ProducerIdleTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestIdleProducersCloseAndReopen(t *testing.T) {
 // reported once.
 func TestPublishInline(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestPublishInline(t *testing.T) {
 // topic never sees it; one with time left is sent.
 func TestPublishDeadline(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,15 +210,15 @@ func TestPublishDeadline(t *testing.T) {
 // the gateway's broker and the registry's readers.
 func TestConnection(t *testing.T) {
 	t.Parallel()
-	if o := (transport.Connection{URL: "pulsar://h:6650"}).Options(); o.URL != "pulsar://h:6650" || o.Authentication != nil || o.TLSTrustCertsFilePath != "" {
+	if o := pulsarbroker.ConnectionOptions(transport.Connection{URL: "pulsar://h:6650"}); o.URL != "pulsar://h:6650" || o.Authentication != nil || o.TLSTrustCertsFilePath != "" {
 		t.Errorf("without a token or CA: %+v", o)
 	}
-	o := transport.Connection{URL: "pulsar+ssl://h:6651", TokenFile: "/run/token", TLSTrustCertsFile: "/run/ca.pem"}.Options()
+	o := pulsarbroker.ConnectionOptions(transport.Connection{URL: "pulsar+ssl://h:6651", TokenFile: "/run/token", TLSTrustCertsFile: "/run/ca.pem"})
 	if o.URL != "pulsar+ssl://h:6651" || o.Authentication == nil || o.TLSTrustCertsFilePath != "/run/ca.pem" {
 		t.Errorf("with a token and CA: %+v", o)
 	}
-	if _, err := transport.NewPulsarClient(transport.PulsarOptions{}); err == nil {
-		t.Error("NewPulsarClient without a URL succeeded")
+	if _, err := pulsarbroker.NewClient(pulsarbroker.Options{}); err == nil {
+		t.Error("NewClient without a URL succeeded")
 	}
 }
 
@@ -226,7 +227,7 @@ func TestConnection(t *testing.T) {
 // subscription, hence no backlog, is left behind.
 func TestTransientSubscriptionLeavesNothing(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package transport_test
+package pulsarbroker_test
 
 import (
 	"net/http"
@@ -11,19 +11,20 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // The real broker says when each consumer connected, and a consumer that
 // connects again (here: closed and subscribed anew) gets another identity.
 func TestAdminPresenceConnectionTimes(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("since")
-	p := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	p := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	subscribe := func() (transport.Subscription, time.Time) {
 		before := time.Now()
 		sub, err := b.Subscribe(t.Context(), topic, "s", transport.Shared, func(transport.Message) {})
@@ -80,14 +81,14 @@ func createPartitioned(t *testing.T, topic string, n int) {
 // partition, under one name).
 func TestAdminPresencePartitioned(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	topic := "non-persistent://tg/request/" + brokertest.UniqueTopic("parts")
 	createPartitioned(t, topic, 8)
-	p := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	p := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	if ok, err := p.Subscribed(t.Context(), topic); err != nil || ok {
 		t.Fatalf("before any consumer: subscribed %v, %v", ok, err)
 	}

@@ -1,4 +1,12 @@
-package transport
+// Package pulsarbroker is the Apache Pulsar implementation of
+// transport.Broker: producers per topic with adaptive batching, consumers
+// that resubscribe, table readers (Follow, ReadSince, ReadRange),
+// NewClient, through which every Pulsar client of a program is made, and
+// AdminPresence, which asks Pulsar's admin API for a topic's consumers
+// and deliveries. It is the one package of the gateway's data path that
+// links the Pulsar client library; the bridge, the core and the doors see
+// only transport.
+package pulsarbroker
 
 import (
 	"context"
@@ -14,14 +22,11 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/backoff"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/toolgate/toolgate/internal/transport"
 )
 
-// DefaultPulsarURL is the broker a program connects to unless told
-// otherwise: a standalone Pulsar on this host.
-const DefaultPulsarURL = "pulsar://127.0.0.1:6650"
-
-// PulsarOptions configures the Pulsar broker client.
-type PulsarOptions struct {
+// Options configures the Pulsar broker client.
+type Options struct {
 	// URL of the broker, e.g. pulsar://127.0.0.1:6650.
 	URL string
 	// Client, when set, is used instead of creating one from URL and the
@@ -33,7 +38,7 @@ type PulsarOptions struct {
 	OperationTimeout time.Duration
 	// MaxPendingPerProducer bounds the messages a producer holds while
 	// waiting for the broker's receipt (default 10000). Beyond it Publish
-	// fails with ErrQueueFull instead of blocking.
+	// fails with transport.ErrQueueFull instead of blocking.
 	MaxPendingPerProducer int
 	// ReceiverQueueSize is each consumer's prefetch queue (default 1000).
 	ReceiverQueueSize int
@@ -71,7 +76,7 @@ const maxBatch = 500
 type Pulsar struct {
 	client pulsar.Client
 	shared bool // client is the caller's: Close leaves it open
-	opts   PulsarOptions
+	opts   Options
 	log    *slog.Logger
 
 	// reach's context ends while the broker is known to be away
@@ -140,7 +145,7 @@ func (b *Pulsar) SetReachable(ok bool) {
 // outgoing is one queued message and what to tell of its outcome.
 type outgoing struct {
 	ctx      context.Context
-	deadline time.Time // Message.Deadline
+	deadline time.Time // transport.Message.Deadline
 	topic    string
 	msg      pulsar.ProducerMessage
 	done     func(error) // called once, from the sender or the client's callback
@@ -153,45 +158,32 @@ func (m *outgoing) report(err error) { m.done(classify(m.topic, err)) }
 // it dropped (a non-persistent one arriving on a connection with more
 // than maxConcurrentNonPersistentMessagePerConnection sends in hand) with
 // message id -1:-1, where a message it took on such a topic has 0:0:
-// that one is reported as ErrDropped.
+// that one is reported as transport.ErrDropped.
 func (m *outgoing) sent(id pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
 	if err == nil && id != nil && id.LedgerID() == -1 && id.EntryID() == -1 {
-		err = ErrDropped
+		err = transport.ErrDropped
 	}
 	m.report(err)
 }
 
-// Connection is where the broker is and how a client proves who it is:
-// the settings every Pulsar client of one process shares, whatever it is
-// for.
-type Connection struct {
-	// URL of the broker, e.g. pulsar://127.0.0.1:6650 or pulsar+ssl://….
-	URL string
-	// TokenFile holds an authentication token (a JWT the broker's token
-	// authentication accepts), read again on every connection; "" = none.
-	TokenFile string
-	// TLSTrustCertsFile is a PEM CA bundle trusted for pulsar+ssl:// URLs.
-	TLSTrustCertsFile string
-}
-
-// Options are PulsarOptions that connect as c says; the caller adds what
-// its use needs (queue sizes, batching, a logger).
-func (c Connection) Options() PulsarOptions {
-	o := PulsarOptions{URL: c.URL, TLSTrustCertsFilePath: c.TLSTrustCertsFile}
+// ConnectionOptions are Options that connect as c says; the caller adds
+// what its use needs (queue sizes, batching, a logger).
+func ConnectionOptions(c transport.Connection) Options {
+	o := Options{URL: c.URL, TLSTrustCertsFilePath: c.TLSTrustCertsFile}
 	if c.TokenFile != "" {
 		o.Authentication = pulsar.NewAuthenticationTokenFromFile(c.TokenFile)
 	}
 	return o
 }
 
-// NewPulsar creates the client. It does not dial yet: the first Publish or
+// New creates the broker client. It does not dial yet: the first Publish or
 // Subscribe does.
-func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
+func New(opts Options) (*Pulsar, error) {
 	opts = opts.withDefaults()
 	c := opts.Client
 	if c == nil {
 		var err error
-		if c, err = NewPulsarClient(opts); err != nil {
+		if c, err = NewClient(opts); err != nil {
 			return nil, err
 		}
 	}
@@ -202,11 +194,11 @@ func NewPulsar(opts PulsarOptions) (*Pulsar, error) {
 	return b, nil
 }
 
-// NewPulsarClient creates a Pulsar client from opts' URL and connection
+// NewClient creates a Pulsar client from opts' URL and connection
 // settings (URL, timeouts, authentication, TLS, logger), for a program
 // that uses the client itself, such as the registry's readers. Every
 // client of the gateway is made here, so they all connect alike.
-func NewPulsarClient(opts PulsarOptions) (pulsar.Client, error) {
+func NewClient(opts Options) (pulsar.Client, error) {
 	opts = opts.withDefaults()
 	if opts.URL == "" {
 		return nil, errors.New("pulsar: empty broker URL")
@@ -221,13 +213,13 @@ func NewPulsarClient(opts PulsarOptions) (pulsar.Client, error) {
 		Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{opts.Logger.Handler()}).With("component", "pulsar-client")),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pulsar: %w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("pulsar: %w: %w", transport.ErrUnavailable, err)
 	}
 	return c, nil
 }
 
 // withDefaults fills in what opts leaves zero.
-func (opts PulsarOptions) withDefaults() PulsarOptions {
+func (opts Options) withDefaults() Options {
 	if opts.ConnectionTimeout <= 0 {
 		opts.ConnectionTimeout = 5 * time.Second
 	}
@@ -302,7 +294,7 @@ func (b *Pulsar) entry(ctx context.Context, topic string, deadline time.Time) (*
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, ErrClosed
+		return nil, transport.ErrClosed
 	}
 	e := b.producers[topic]
 	if e == nil {
@@ -323,7 +315,7 @@ func (b *Pulsar) entry(ctx context.Context, topic string, deadline time.Time) (*
 			BackOffPolicyFunc:       b.backoff,
 		})
 		if e.err != nil {
-			e.err = fmt.Errorf("%w: create producer for %s: %w", ErrUnavailable, topic, e.err)
+			e.err = fmt.Errorf("%w: create producer for %s: %w", transport.ErrUnavailable, topic, e.err)
 			b.mu.Lock()
 			delete(b.producers, topic) // let the next call try again
 			b.mu.Unlock()
@@ -466,7 +458,7 @@ func (b *Pulsar) Producers() int {
 }
 
 // Publish implements Broker.
-func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
+func (b *Pulsar) Publish(ctx context.Context, topic string, msg transport.Message) error {
 	done := make(chan error, 1)
 	if err := b.PublishAsync(ctx, topic, msg, func(err error) { done <- err }); err != nil {
 		return err
@@ -481,7 +473,7 @@ func (b *Pulsar) Publish(ctx context.Context, topic string, msg Message) error {
 
 // PublishAsync implements Broker: done is called from the client's
 // goroutines.
-func (b *Pulsar) PublishAsync(ctx context.Context, topic string, msg Message, done func(error)) error {
+func (b *Pulsar) PublishAsync(ctx context.Context, topic string, msg transport.Message, done func(error)) error {
 	return b.publishRetry(ctx, topic, msg, done, false)
 }
 
@@ -490,11 +482,11 @@ func (b *Pulsar) PublishAsync(ctx context.Context, topic string, msg Message, do
 // on the calling goroutine, which waits for the broker's receipt (so done
 // has normally been called when it returns; the wait ends with ctx);
 // otherwise it is queued as by PublishAsync.
-func (b *Pulsar) PublishInline(ctx context.Context, topic string, msg Message, done func(error)) error {
+func (b *Pulsar) PublishInline(ctx context.Context, topic string, msg transport.Message, done func(error)) error {
 	return b.publishRetry(ctx, topic, msg, done, true)
 }
 
-func (b *Pulsar) publishRetry(ctx context.Context, topic string, msg Message, done func(error), inline bool) error {
+func (b *Pulsar) publishRetry(ctx context.Context, topic string, msg transport.Message, done func(error), inline bool) error {
 	err := b.publishAsync(ctx, topic, msg, done, inline)
 	if errors.Is(err, pulsar.ErrProducerClosed) {
 		// The idle janitor closed it between lookup and send: once more
@@ -504,7 +496,7 @@ func (b *Pulsar) publishRetry(ctx context.Context, topic string, msg Message, do
 	return classify(topic, err)
 }
 
-func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg Message, done func(error), inline bool) error {
+func (b *Pulsar) publishAsync(ctx context.Context, topic string, msg transport.Message, done func(error), inline bool) error {
 	e, err := b.entry(ctx, topic, msg.Deadline)
 	if err != nil {
 		return err
@@ -540,34 +532,34 @@ func classify(topic string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, pulsar.ErrSendQueueIsFull), errors.Is(err, pulsar.ErrMemoryBufferIsFull):
-		return fmt.Errorf("%w: %s: %w", ErrQueueFull, topic, err)
+		return fmt.Errorf("%w: %s: %w", transport.ErrQueueFull, topic, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	default:
-		return fmt.Errorf("%w: publish to %s: %w", ErrUnavailable, topic, err)
+		return fmt.Errorf("%w: publish to %s: %w", transport.ErrUnavailable, topic, err)
 	}
 }
 
 // Subscribe implements Broker. Messages on non-persistent topics are never
 // acknowledged: acknowledgements do nothing there, and pulsar-client-go's
 // grouped acks drop messages on such topics (all their ids are equal).
-func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h Handler) (Subscription, error) {
-	return b.subscribe(ctx, topic, subscription, typ, func(m Message) bool { h(m); return true })
+func (b *Pulsar) Subscribe(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h transport.Handler) (transport.Subscription, error) {
+	return b.subscribe(ctx, topic, subscription, typ, func(m transport.Message) bool { h(m); return true })
 }
 
 // Consume is Subscribe for a persistent topic whose messages must not be
 // lost: h acknowledges a message by returning true, once it has done what
 // the message asks; false (or a crash before it returns) has the broker
 // deliver it again, after NackDelay, to this or another consumer of the
-// subscription. Message.Redeliveries counts the earlier deliveries.
-func (b *Pulsar) Consume(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message) bool) (Subscription, error) {
-	return b.ConsumeAsync(ctx, topic, subscription, typ, func(m Message, done func(bool)) { done(h(m)) })
+// subscription. transport.Message.Redeliveries counts the earlier deliveries.
+func (b *Pulsar) Consume(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(transport.Message) bool) (transport.Subscription, error) {
+	return b.ConsumeAsync(ctx, topic, subscription, typ, func(m transport.Message, done func(bool)) { done(h(m)) })
 }
 
 // ConsumeAsync is Consume for a handler that may finish with a message
 // later, on another goroutine: it calls done once, with what Consume's
 // handler would return, and the next message is handed over meanwhile.
-func (b *Pulsar) ConsumeAsync(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(m Message, done func(ack bool))) (Subscription, error) {
+func (b *Pulsar) ConsumeAsync(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(m transport.Message, done func(ack bool))) (transport.Subscription, error) {
 	if strings.HasPrefix(topic, "non-persistent://") {
 		return nil, fmt.Errorf("consume %s: not a persistent topic", topic)
 	}
@@ -578,21 +570,21 @@ func (b *Pulsar) ConsumeAsync(ctx context.Context, topic, subscription string, t
 // the broker delivers it again.
 const NackDelay = time.Second
 
-func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message) bool) (Subscription, error) {
-	return b.subscribeWith(ctx, topic, subscription, typ, func(m Message, done func(bool)) { done(h(m)) })
+func (b *Pulsar) subscribe(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(transport.Message) bool) (transport.Subscription, error) {
+	return b.subscribeWith(ctx, topic, subscription, typ, func(m transport.Message, done func(bool)) { done(h(m)) })
 }
 
-func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, typ SubscriptionType, h func(Message, func(bool))) (Subscription, error) {
+func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, typ transport.SubscriptionType, h func(transport.Message, func(bool))) (transport.Subscription, error) {
 	st := pulsar.Exclusive
 	switch typ {
-	case Shared:
+	case transport.Shared:
 		st = pulsar.Shared
-	case KeyShared:
+	case transport.KeyShared:
 		st = pulsar.KeyShared
 	}
 	persistent := !strings.HasPrefix(topic, "non-persistent://")
 	mode := pulsar.Durable
-	if typ == Transient && persistent {
+	if typ == transport.Transient && persistent {
 		mode = pulsar.NonDurable
 	}
 	opts := pulsar.ConsumerOptions{
@@ -649,12 +641,12 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 		return nil, ctx.Err()
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("%w: subscribe %s to %s: %w", ErrUnavailable, subscription, topic, r.err)
+		return nil, fmt.Errorf("%w: subscribe %s to %s: %w", transport.ErrUnavailable, subscription, topic, r.err)
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s := &pulsarSub{c: r.c, cancel: cancel, done: make(chan struct{}), drain: !persistent}
 	deliver := func(m pulsar.Message, c pulsar.Consumer) {
-		msg := Message{Payload: m.Payload(), Properties: m.Properties()}
+		msg := transport.Message{Payload: m.Payload(), Properties: m.Properties()}
 		if persistent {
 			msg.Key, msg.Redeliveries = m.Key(), m.RedeliveryCount()
 		}
@@ -774,7 +766,7 @@ func (s *pulsarSub) setConsumer(c pulsar.Consumer) {
 	s.mu.Unlock()
 }
 
-// Close implements Subscription. On a non-persistent topic it closes the
+// Close implements transport.Subscription. On a non-persistent topic it closes the
 // consumer first, so that the broker sends it nothing more, and returns
 // once the messages it had received are handled: a request on its way to
 // a replica that stops is served, not dropped (nothing would send it
@@ -850,7 +842,7 @@ func (b *Pulsar) Close() {
 // Payload); caughtUp is called once the reader has reached the end of
 // what was there when it started. Follow returns when ctx ends (nil) or
 // the reader fails; the caller reads again from the start.
-func (b *Pulsar) Follow(ctx context.Context, topic, name string, apply func(Message), caughtUp func()) error {
+func (b *Pulsar) Follow(ctx context.Context, topic, name string, apply func(transport.Message), caughtUp func()) error {
 	r, err := b.client.CreateReader(pulsar.ReaderOptions{
 		Topic:             topic,
 		StartMessageID:    pulsar.EarliestMessageID(),
@@ -859,7 +851,7 @@ func (b *Pulsar) Follow(ctx context.Context, topic, name string, apply func(Mess
 		ReceiverQueueSize: 64,
 	})
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+		return fmt.Errorf("%w: read %s: %w", transport.ErrUnavailable, topic, err)
 	}
 	defer r.Close()
 	for r.HasNext() {
@@ -885,8 +877,8 @@ func (b *Pulsar) Follow(ctx context.Context, topic, name string, apply func(Mess
 	}
 }
 
-func tableMessage(m pulsar.Message) Message {
-	msg := Message{Payload: m.Payload(), Properties: m.Properties(), Key: m.Key(), PublishTime: m.PublishTime()}
+func tableMessage(m pulsar.Message) transport.Message {
+	msg := transport.Message{Payload: m.Payload(), Properties: m.Properties(), Key: m.Key(), PublishTime: m.PublishTime()}
 	if m.IsNullValue() || len(msg.Payload) == 0 {
 		msg.Payload = nil
 	}
@@ -897,7 +889,7 @@ func tableMessage(m pulsar.Message) Message {
 // message published at since or later, and then every message as it
 // comes, handing each to apply until apply returns false (ReadSince then
 // returns nil), ctx ends (nil) or the reader fails.
-func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.Time, apply func(Message) bool) error {
+func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message) bool) error {
 	r, err := b.readerSince(topic, name, since)
 	if err != nil {
 		return err
@@ -920,7 +912,7 @@ func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.T
 // ReadRange reads topic in full (not its compacted view) from the first
 // message published at since or later to the last one there when it
 // started, handing each to apply.
-func (b *Pulsar) ReadRange(ctx context.Context, topic, name string, since time.Time, apply func(Message)) error {
+func (b *Pulsar) ReadRange(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message)) error {
 	r, err := b.readerSince(topic, name, since)
 	if err != nil {
 		return err
@@ -946,11 +938,11 @@ func (b *Pulsar) readerSince(topic, name string, since time.Time) (pulsar.Reader
 		ReceiverQueueSize: 256,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: read %s: %w", ErrUnavailable, topic, err)
+		return nil, fmt.Errorf("%w: read %s: %w", transport.ErrUnavailable, topic, err)
 	}
 	if err := r.SeekByTime(since); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("%w: read %s from %s: %w", ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
+		return nil, fmt.Errorf("%w: read %s from %s: %w", transport.ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
 	}
 	return r, nil
 }

@@ -1,4 +1,4 @@
-package transport_test
+package pulsarbroker_test
 
 import (
 	"strconv"
@@ -9,6 +9,7 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // Closing a subscription to a non-persistent topic handles what the broker
@@ -16,7 +17,7 @@ import (
 // way to a service replica that stops is served, not lost).
 func TestCloseHandlesWhatArrived(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL()})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestCloseHandlesWhatArrived(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p := transport.NewAdminPresence(brokertest.AdminURL(), nil)
+	p := pulsarbroker.NewAdminPresence(brokertest.AdminURL(), nil)
 	eventually.True(t, 30*time.Second, "every message sent to the consumer", func() bool {
 		d, err := p.Delivery(t.Context(), topic, "s")
 		return err == nil && d.Out == n

@@ -1,4 +1,4 @@
-package transport_test
+package pulsarbroker_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 )
 
 // TestSubscriptionSurvivesConsumerClosedByClient runs against the real
@@ -21,7 +22,7 @@ import (
 // subscribed again and receive.
 func TestSubscriptionSurvivesConsumerClosedByClient(t *testing.T) {
 	brokertest.RequirePulsar(t)
-	b, err := transport.NewPulsar(transport.PulsarOptions{URL: brokertest.PulsarURL(), MaxReconnectBackoff: 500 * time.Millisecond})
+	b, err := pulsarbroker.New(pulsarbroker.Options{URL: brokertest.PulsarURL(), MaxReconnectBackoff: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

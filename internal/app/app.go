@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/rootmux"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
@@ -311,14 +312,21 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		MaxMessageBytes: cfg.Limits.Body(), MaxHeaderBytes: cfg.Limits.Header()})
 	// The public listener tells readiness without details and serves no
 	// metrics: those are the admin listener's.
-	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.publicReady,
-		Handler: calls,
-		Connect: connectHandler, ConnectPath: connectPath,
+	rest, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.publicReady,
+		Handler:      calls,
 		ErrorHandler: limits.ErrorHandler,
-		Docs:         docs.New(docs.Options{Logger: log}),
-		MCP:          mcpHandler, MCPSets: mcpSets, MCPResourceMetadata: mcpMetadata,
-		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: cfg.Limits.Header(),
-		Operations: cfg.Operations})
+		SSEHeartbeat: cfg.HTTP.SSEHeartbeat,
+		Operations:   cfg.Operations})
+	if err != nil {
+		g.closeEarly()
+		return nil, err
+	}
+	routes := rest.Routes()
+	routes = append(routes, rootmux.Docs(docs.New(docs.Options{Logger: log}))...)
+	routes = append(routes, rootmux.MCP(mcpHandler, mcpSets, mcpMetadata)...)
+	routes = append(routes, rootmux.Connect(connectPath, connectHandler)...)
+	h, err := rootmux.New(rootmux.Options{Logger: log, Routes: routes,
+		CORSOrigins: cfg.HTTP.CORSOrigins, MaxHeaderBytes: cfg.Limits.Header()})
 	if err != nil {
 		g.closeEarly()
 		return nil, err

@@ -4,7 +4,6 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,7 +116,7 @@ func (g *Gateway) readSecurity() (*operations.Keys, error) {
 	}
 	g.sec = sec
 	var opsKeys *operations.Keys // the records' keys: files read, as security's
-	if g.cfg.Operations {
+	if g.cfg.Operations.Enabled {
 		if opsKeys, err = operationsKeys(g.cfg); err != nil {
 			return nil, fmt.Errorf("operations: %w", err)
 		}
@@ -135,9 +134,9 @@ func (g *Gateway) openRegistry() error {
 		return err
 	}
 	g.sources, g.reg = rs, rs.merger.Registry()
-	if cfg.Registry != "" {
+	if cfg.Registry.File != "" {
 		snap := g.reg.Snapshot()
-		log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+		log.Info("registry loaded", "file", cfg.Registry.File, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
 	}
 	return nil
 }
@@ -158,7 +157,7 @@ func (g *Gateway) connectBroker() (operations.Bus, error) {
 	}
 	g.broker = pb
 	g.stopTracing, err = telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
-		OTLPEndpoint: cfg.OTLPEndpoint, OTLPInsecure: cfg.OTLPInsecure, Logger: log})
+		OTLPEndpoint: cfg.Tracing.OTLPEndpoint, OTLPInsecure: cfg.Tracing.OTLPInsecure, Logger: log})
 	if err != nil {
 		g.broker.Close()
 		g.sources.stop()
@@ -171,10 +170,9 @@ func (g *Gateway) connectBroker() (operations.Bus, error) {
 // whether the broker takes messages.
 func (g *Gateway) newBridge() {
 	cfg, log := g.cfg, g.log
-	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: telemetry.TracePublish,
-		MaxInFlightPerService: cmp.Or(cfg.MaxInFlightPerService, -1), ServiceQueueWait: cfg.ServiceQueueWait,
-		StreamWindow: cmp.Or(cfg.StreamWindow, -1)}
-	if cfg.ReplyTo {
+	bopts := cfg.Bridge.Options()
+	bopts.Logger, bopts.OnPublish = log, telemetry.TracePublish
+	if cfg.Bridge.ReplyTo {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}
 	if cfg.Pulsar.AdminURL != "" {
@@ -213,11 +211,11 @@ func (g *Gateway) probed(st transport.ProbeState) {
 func (g *Gateway) newCore(bus operations.Bus, opsKeys *operations.Keys) *toolcall.Core {
 	cfg, log := g.cfg, g.log
 	var ops toolcall.Operations // an untyped nil without --operations
-	if cfg.Operations {
+	if cfg.Operations.Enabled {
 		// New fails only without keys, which were read above.
-		g.ops, _ = operations.New(bus, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.OperationTTL,
-			MaxPerOwner: cfg.MaxOperationsPerCaller, Logger: log, Keys: opsKeys,
-			StateTopic: cfg.OperationsTopics.State, ChunkTopic: cfg.OperationsTopics.Chunks, ReplyTopic: cfg.OperationsTopics.Replies,
+		g.ops, _ = operations.New(bus, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.Operations.TTL,
+			MaxPerOwner: cfg.Operations.MaxPerCaller, Logger: log, Keys: opsKeys,
+			StateTopic: cfg.Operations.Topics.State, ChunkTopic: cfg.Operations.Topics.Chunks, ReplyTopic: cfg.Operations.Topics.Replies,
 			// a record's service topic passes the announcements' allow-list
 			TopicAllowed: g.sources.merger.CheckRequestTopic})
 		ops = g.ops
@@ -251,7 +249,7 @@ func (g *Gateway) callChain(core *toolcall.Core) toolcall.Handler {
 	// metrics, which see every call, refused ones too; then
 	// authentication and authorization, the rate limit, and the quotas.
 	trace, logOpts := telemetry.TraceContextMiddleware(), []telemetry.LogOption{telemetry.WithoutSpans()}
-	if cfg.OTLPEndpoint != "" {
+	if cfg.Tracing.OTLPEndpoint != "" {
 		trace, logOpts = telemetry.SpanMiddleware(nil), nil
 	}
 	var limit, quotas toolcall.Middleware
@@ -296,8 +294,8 @@ func (g *Gateway) newGRPCServer(calls toolcall.Handler) {
 	// The request limits first: they refuse before authentication.
 	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, log, sec.authn.TapHandle())))
 	gopts = append(gopts, grpcapi.ServerOptions()...)
-	if cfg.GRPCWorkers > 0 {
-		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
+	if cfg.GRPC.Workers > 0 {
+		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPC.Workers)))
 	}
 	if c := sec.creds(); c != nil {
 		gopts = append(gopts, grpc.Creds(c))
@@ -318,7 +316,7 @@ func (g *Gateway) newGRPCServer(calls toolcall.Handler) {
 func (g *Gateway) openListeners() error {
 	cfg := g.cfg
 	var err error
-	if g.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+	if g.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
 	if g.httpLis, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
@@ -337,7 +335,7 @@ func (g *Gateway) openListeners() error {
 func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 	cfg, log, sec := g.cfg, g.log, g.sec
 	var mcpHandler, mcpSets, mcpMetadata http.Handler
-	if cfg.MCP {
+	if cfg.MCP.Enabled {
 		g.mcp = mcp.New(calls, g.mcpOptions(""))
 		g.mcpSets = mcp.NewSets(calls, g.mcpOptions, g.toolSetInfo)
 		mcpHandler, mcpSets, mcpMetadata = g.mcp, g.mcpSets, g.mcp.ResourceMetadata()
@@ -350,7 +348,7 @@ func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 		Handler:      calls,
 		ErrorHandler: limits.ErrorHandler,
 		SSEHeartbeat: cfg.HTTP.SSEHeartbeat,
-		Operations:   cfg.Operations})
+		Operations:   cfg.Operations.Enabled})
 	if err != nil {
 		return err
 	}
@@ -394,12 +392,12 @@ func (g *Gateway) mcpOptions(set string) mcp.Options {
 		// Who may list which tools is the caller's credentials' and the
 		// policy's to say: with either, a tool list is the caller's own.
 		CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
-		MaxCacheTTL:     cfg.MCPCacheTTL,
+		MaxCacheTTL:     cfg.MCP.CacheTTL,
 		// MCP tasks are durable operations: served with --operations.
-		Tasks: cfg.Operations, TaskTTL: cfg.OperationTTL,
+		Tasks: cfg.Operations.Enabled, TaskTTL: cfg.Operations.TTL,
 		TaskSupport: tools.taskSupport, Result: tools.result, HeaderParams: tools.headerParams,
 		MaxHeaderBytes: cfg.Limits.Header(),
-		Resource:       cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes}
+		Resource:       cfg.MCP.OAuth.Resource, AuthorizationServers: cfg.MCP.OAuth.AuthorizationServers, Scopes: cfg.MCP.OAuth.Scopes}
 }
 
 // toolSetInfo is what the MCP endpoint of tool set set tells of it.
@@ -749,13 +747,13 @@ func (g *Gateway) watchOperationsReady(ctx context.Context) {
 // --operations-key-file holds, and the verify-only one of
 // --operations-previous-key-file.
 func operationsKeys(cfg config.Config) (*operations.Keys, error) {
-	key, err := operations.ReadKeyFile(cfg.OperationsKeyFile)
+	key, err := operations.ReadKeyFile(cfg.Operations.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("--operations-key-file: %w", err)
 	}
 	var verify [][]byte
-	if cfg.OperationsPreviousKeyFile != "" {
-		prev, err := operations.ReadKeyFile(cfg.OperationsPreviousKeyFile)
+	if cfg.Operations.PreviousKeyFile != "" {
+		prev, err := operations.ReadKeyFile(cfg.Operations.PreviousKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--operations-previous-key-file: %w", err)
 		}

@@ -36,20 +36,20 @@ type security struct {
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 	s := &security{requests: cfg.Limits, log: log}
-	if cfg.TLSCert != "" {
-		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if cfg.TLS.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 		s.tls = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-		if cfg.ClientCA != "" {
-			pem, err := os.ReadFile(cfg.ClientCA)
+		if cfg.TLS.ClientCA != "" {
+			pem, err := os.ReadFile(cfg.TLS.ClientCA)
 			if err != nil {
 				return nil, fmt.Errorf("--client-ca: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--client-ca %s: no PEM certificates in it", cfg.ClientCA)
+				return nil, fmt.Errorf("--client-ca %s: no PEM certificates in it", cfg.TLS.ClientCA)
 			}
 			s.tls.ClientCAs = pool
 			// Certificates are one way to authenticate among others.
@@ -61,8 +61,8 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.RateLimit > 0 {
-		if s.lim, err = limits.New(cfg.RateLimit, cfg.RateBurst, limits.WithLogger(log)); err != nil {
+	if cfg.Rate.Limit > 0 {
+		if s.lim, err = limits.New(cfg.Rate.Limit, cfg.Rate.Burst, limits.WithLogger(log)); err != nil {
 			return nil, err
 		}
 	}

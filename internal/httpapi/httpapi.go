@@ -22,6 +22,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	specs "github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/internal/doorconf"
 	"github.com/toolgate/toolgate/internal/httpstatus"
 	"github.com/toolgate/toolgate/internal/openapi31"
 	"github.com/toolgate/toolgate/internal/rootmux"
@@ -37,7 +38,7 @@ type ReadyFunc func(ctx context.Context) (ready bool, details map[string]any)
 const ErrorDomain = httpstatus.ErrorDomain
 
 // DefaultSSEHeartbeat is the default of Options.SSEHeartbeat.
-const DefaultSSEHeartbeat = 15 * time.Second
+const DefaultSSEHeartbeat = doorconf.SSEHeartbeat
 
 // Options configure the REST door.
 type Options struct {

@@ -17,6 +17,10 @@ packages=(
 	./internal/grpcapi
 	./internal/connectapi
 	./internal/httpapi
+	./internal/httpcall
+	./internal/httpstatus
+	./internal/rootmux
+	./internal/doorconf
 	./internal/mcp
 	./internal/docs
 	./internal/apiproto

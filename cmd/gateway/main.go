@@ -34,7 +34,7 @@ func run(ctx context.Context) int {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		return 2
 	}
-	log := app.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log := app.NewLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
 	g, err := app.New(cfg, log)
 	if err != nil {
 		log.Error("cannot start", "err", err)

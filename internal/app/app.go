@@ -4,7 +4,6 @@
 package app
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/rootmux"
 	"github.com/toolgate/toolgate/internal/telemetry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
@@ -76,34 +76,78 @@ type Gateway struct {
 
 // New builds the gateway and opens its listeners, so that its addresses are
 // known before Run. A registry with problems stops it here, with the list.
+// Each step builds on those before it; one that fails stops what they
+// started.
 func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
-	log = log.With("instance", cfg.InstanceID)
-	g := &Gateway{cfg: cfg, log: log}
+	g := &Gateway{cfg: cfg, log: log.With("instance", cfg.InstanceID)}
 	// Security first: it only reads files, so a bad one stops the gateway
 	// before anything is started that would need stopping.
-	sec, err := newSecurity(cfg, log)
+	opsKeys, err := g.readSecurity()
+	if err != nil {
+		return nil, err
+	}
+	if err := g.openRegistry(); err != nil {
+		return nil, err
+	}
+	bus, err := g.connectBroker()
+	if err != nil {
+		return nil, err
+	}
+	g.newBridge()
+	calls := g.callChain(g.newCore(bus, opsKeys))
+	g.newGRPCServer(calls)
+	if err := g.openListeners(); err != nil {
+		g.closeEarly()
+		return nil, err
+	}
+	if err := g.newHTTPServers(calls); err != nil {
+		g.closeEarly()
+		return nil, err
+	}
+	// Last: the broker sources may swap snapshots from now on.
+	g.sources.start(g.log)
+	return g, nil
+}
+
+// readSecurity reads what security needs (credentials, policy, TLS,
+// quotas' settings) and, with --operations, the records' keys.
+func (g *Gateway) readSecurity() (*operations.Keys, error) {
+	sec, err := newSecurity(g.cfg, g.log)
 	if err != nil {
 		return nil, err
 	}
 	g.sec = sec
 	var opsKeys *operations.Keys // the records' keys: files read, as security's
-	if cfg.Operations {
-		if opsKeys, err = operationsKeys(cfg); err != nil {
+	if g.cfg.Operations.Enabled {
+		if opsKeys, err = operationsKeys(g.cfg); err != nil {
 			return nil, fmt.Errorf("operations: %w", err)
 		}
 	}
+	return opsKeys, nil
+}
+
+// openRegistry builds the registry's sources (not started yet: New
+// starts them last) and the registry they fill.
+func (g *Gateway) openRegistry() error {
+	cfg, log := g.cfg, g.log
 	// Every Pulsar client of the gateway connects alike.
-	conn := cfg.Pulsar.Connection()
-	rs, err := newRegistrySources(g, conn)
+	rs, err := newRegistrySources(g, cfg.Pulsar.Connection())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	g.sources, g.reg = rs, rs.merger.Registry()
-	if cfg.Registry != "" {
+	if cfg.Registry.File != "" {
 		snap := g.reg.Snapshot()
-		log.Info("registry loaded", "file", cfg.Registry, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
+		log.Info("registry loaded", "file", cfg.Registry.File, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
 	}
+	return nil
+}
 
+// connectBroker makes the broker client the calls' messages go through
+// (and the operations' bus), and sets tracing up.
+func (g *Gateway) connectBroker() (operations.Bus, error) {
+	cfg, log := g.cfg, g.log
+	conn := cfg.Pulsar.Connection()
 	// Every reply for this instance arrives on its response subscriptions:
 	// a deep prefetch queue keeps bursts from being dropped by the broker.
 	popts := pulsarbroker.ConnectionOptions(conn)
@@ -115,16 +159,22 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	}
 	g.broker = pb
 	g.stopTracing, err = telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
-		OTLPEndpoint: cfg.OTLPEndpoint, OTLPInsecure: cfg.OTLPInsecure, Logger: log})
+		OTLPEndpoint: cfg.Tracing.OTLPEndpoint, OTLPInsecure: cfg.Tracing.OTLPInsecure, Logger: log})
 	if err != nil {
 		g.broker.Close()
 		g.sources.stop()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	bopts := bridge.Options{Logger: log, MaxInFlight: cfg.MaxInFlight, OnPublish: telemetry.TracePublish,
-		MaxInFlightPerService: cmp.Or(cfg.MaxInFlightPerService, -1), ServiceQueueWait: cfg.ServiceQueueWait,
-		StreamWindow: cmp.Or(cfg.StreamWindow, -1)}
-	if cfg.ReplyTo {
+	return pb, nil
+}
+
+// newBridge makes the bridge over the broker, and the probe that tells
+// whether the broker takes messages.
+func (g *Gateway) newBridge() {
+	cfg, log := g.cfg, g.log
+	bopts := cfg.Bridge.Options()
+	bopts.Logger, bopts.OnPublish = log, telemetry.TracePublish
+	if cfg.Bridge.ReplyTo {
 		bopts.ReplyTopic = wire.ReplyTopic(cfg.InstanceID)
 	}
 	if cfg.Pulsar.AdminURL != "" {
@@ -133,60 +183,67 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		bopts.Presence, bopts.Watch = p, p
 	}
 	g.bridge = bridge.New(g.broker, bopts)
-	g.probe = transport.NewProbe(g.broker, wire.RequestTopic("toolgate.probe."+cfg.InstanceID), 0, 0, func(ok bool) {
-		if ok {
-			g.log.Info("broker probe: the broker takes messages again")
-		} else {
-			g.log.Warn("broker probe: the broker does not take messages; not ready", "err", g.probe.State().Error)
-		}
-		g.updateHealth()
-	})
+	g.probe = transport.NewProbe(g.broker, wire.RequestTopic("toolgate.probe."+cfg.InstanceID), 0, 0, g.probeChanged)
 	// Calls fail fast while the broker does not take messages, and are
 	// served again as soon as it does.
-	g.probe.Each = func(st transport.ProbeState) {
-		if st.OK {
-			g.bridge.BrokerUp()
-		} else {
-			g.bridge.BrokerDown(errors.New(st.Error), st.Sent)
-		}
-	}
+	g.probe.Each = g.probed
+}
 
+// probeChanged logs the broker probe's change and updates health.
+func (g *Gateway) probeChanged(ok bool) {
+	if ok {
+		g.log.Info("broker probe: the broker takes messages again")
+	} else {
+		g.log.Warn("broker probe: the broker does not take messages; not ready", "err", g.probe.State().Error)
+	}
+	g.updateHealth()
+}
+
+// probed tells the bridge each broker probe's outcome.
+func (g *Gateway) probed(st transport.ProbeState) {
+	if st.OK {
+		g.bridge.BrokerUp()
+	} else {
+		g.bridge.BrokerDown(errors.New(st.Error), st.Sent)
+	}
+}
+
+// newCore makes the core, over the registry, the bridge and, with
+// --operations, the operations' manager.
+func (g *Gateway) newCore(bus operations.Bus, opsKeys *operations.Keys) *toolcall.Core {
+	cfg, log := g.cfg, g.log
 	var ops toolcall.Operations // an untyped nil without --operations
-	if cfg.Operations {
+	if cfg.Operations.Enabled {
 		// New fails only without keys, which were read above.
-		g.ops, _ = operations.New(pb, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.OperationTTL,
-			MaxPerOwner: cfg.MaxOperationsPerCaller, Logger: log, Keys: opsKeys,
-			StateTopic: cfg.OperationsTopics.State, ChunkTopic: cfg.OperationsTopics.Chunks, ReplyTopic: cfg.OperationsTopics.Replies,
+		g.ops, _ = operations.New(bus, g.bridge, operations.Options{Instance: cfg.InstanceID, TTL: cfg.Operations.TTL,
+			MaxPerOwner: cfg.Operations.MaxPerCaller, Logger: log, Keys: opsKeys,
+			StateTopic: cfg.Operations.Topics.State, ChunkTopic: cfg.Operations.Topics.Chunks, ReplyTopic: cfg.Operations.Topics.Replies,
 			// a record's service topic passes the announcements' allow-list
 			TopicAllowed: g.sources.merger.CheckRequestTopic})
 		ops = corebackend.Operations(g.ops)
 	}
-	core := toolcall.New(g.reg, corebackend.Bridge(g.bridge), toolcall.Options{
+	return toolcall.New(g.reg, corebackend.Bridge(g.bridge), toolcall.Options{
 		Operations:        ops,
 		DefaultTimeout:    cfg.Core.DefaultTimeout,
 		MaxTimeout:        cfg.Core.MaxTimeout,
 		DefaultUser:       cfg.Core.DefaultUser,
 		StreamIdleTimeout: cfg.Core.StreamIdle,
 		Logger:            log,
-		Visible:           sec.authn.Visible,
+		Visible:           g.sec.authn.Visible,
 	})
+}
+
+// callChain makes the metrics and the one middleware chain every door
+// runs around the core.
+func (g *Gateway) callChain(core *toolcall.Core) toolcall.Handler {
+	cfg, log, sec := g.cfg, g.log, g.sec
 	var opsStats []telemetry.MetricsOption
 	if g.ops != nil {
-		opsStats = append(opsStats, telemetry.WithOperationsStats(func() telemetry.OperationsStats {
-			s := g.ops.Stats()
-			return telemetry.OperationsStats{Started: s.Started, Done: s.Done, Failed: s.Failed, Cancelled: s.Cancelled,
-				Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table, TableLag: s.TableLag,
-				RecordsRefused: s.Refused}
-		}))
+		opsStats = append(opsStats, telemetry.WithOperationsStats(g.operationsStats))
 	}
 	g.metrics = telemetry.NewMetrics(append([]telemetry.MetricsOption{telemetry.WithInstance(cfg.InstanceID),
-		telemetry.WithKnownTools(func(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }),
-		telemetry.WithBridgeStats(func() telemetry.BridgeStats {
-			s := g.bridge.Stats()
-			return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
-				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies,
-				Resends: s.Resends}
-		}),
+		telemetry.WithKnownTools(g.knownTool),
+		telemetry.WithBridgeStats(g.bridgeStats),
 		telemetry.WithRegistryStats(g.sources.stats),
 		telemetry.WithBrokerConnected(func() bool { return g.listened.Load() && g.probe.State().OK })}, opsStats...)...)
 	// Every door runs the same chain. Spans when they are exported, else
@@ -194,7 +251,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// metrics, which see every call, refused ones too; then
 	// authentication and authorization, the rate limit, and the quotas.
 	trace, logOpts := telemetry.TraceContextMiddleware(), []telemetry.LogOption{telemetry.WithoutSpans()}
-	if cfg.OTLPEndpoint != "" {
+	if cfg.Tracing.OTLPEndpoint != "" {
 		trace, logOpts = telemetry.SpanMiddleware(nil), nil
 	}
 	var limit, quotas toolcall.Middleware
@@ -208,22 +265,39 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	// A call in a tool set names the set's tool, which the policy knows
 	// by the registry's name: the caller is authenticated first, then the
 	// set resolves the name, then the policy decides.
-	authenticate := func(next toolcall.Handler) toolcall.Handler {
-		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
-			if err := sec.authn.Authenticate(ctx, c); err != nil {
-				return toolcall.Result{}, err
-			}
-			return next(ctx, c, emit)
-		}
-	}
-	calls := toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
-		g.drain.middleware(), authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas)
+	return toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
+		g.drain.middleware(), sec.authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas)
+}
 
+// operationsStats are the operations' counters for the metrics.
+func (g *Gateway) operationsStats() telemetry.OperationsStats {
+	s := g.ops.Stats()
+	return telemetry.OperationsStats{Started: s.Started, Done: s.Done, Failed: s.Failed, Cancelled: s.Cancelled,
+		Expired: s.Expired, CancelsSent: s.Told, Running: s.Running, Table: s.Table, TableLag: s.TableLag,
+		RecordsRefused: s.Refused}
+}
+
+// bridgeStats are the bridge's counters for the metrics.
+func (g *Gateway) bridgeStats() telemetry.BridgeStats {
+	s := g.bridge.Stats()
+	return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
+		Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies,
+		Resends: s.Resends}
+}
+
+// knownTool reports whether the registry has tool t (the metrics label
+// tools by name only then).
+func (g *Gateway) knownTool(t string) bool { _, ok := g.reg.Snapshot().Tool(t); return ok }
+
+// newGRPCServer makes the gRPC server: the gRPC door, operations, health
+// and reflection, behind the request limits.
+func (g *Gateway) newGRPCServer(calls toolcall.Handler) {
+	cfg, log, sec := g.cfg, g.log, g.sec
 	// The request limits first: they refuse before authentication.
 	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, log, sec.authn.TapHandle())))
 	gopts = append(gopts, grpcapi.ServerOptions()...)
-	if cfg.GRPCWorkers > 0 {
-		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPCWorkers)))
+	if cfg.GRPC.Workers > 0 {
+		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPC.Workers)))
 	}
 	if c := sec.creds(); c != nil {
 		gopts = append(gopts, grpc.Creds(c))
@@ -238,92 +312,56 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(g.grpcSrv, g.health)
 	reflection.Register(g.grpcSrv)
+}
 
-	if g.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		g.closeEarly()
-		return nil, fmt.Errorf("gRPC listener: %w", err)
+// openListeners opens the gRPC, HTTP and admin listeners.
+func (g *Gateway) openListeners() error {
+	cfg := g.cfg
+	var err error
+	if g.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
+		return fmt.Errorf("gRPC listener: %w", err)
 	}
 	if g.httpLis, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
-		g.closeEarly()
-		return nil, fmt.Errorf("HTTP listener: %w", err)
+		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	if cfg.AdminAddr != "" {
 		if g.adminLis, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
-			g.closeEarly()
-			return nil, fmt.Errorf("admin listener: %w", err)
+			return fmt.Errorf("admin listener: %w", err)
 		}
 	}
+	return nil
+}
+
+// newHTTPServers makes the public HTTP server — the root mux over the
+// REST door, MCP, Connect and the docs — and the admin one.
+func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
+	cfg, log, sec := g.cfg, g.log, g.sec
 	var mcpHandler, mcpSets, mcpMetadata http.Handler
-	if cfg.MCP {
-		a := cfg.Auth
-		mcpOpts := func(set string) mcp.Options {
-			// The set's tools by the name the set shows (the registry's
-			// outside a set).
-			tool := func(name string) (*registry.Tool, bool) {
-				snap := g.reg.Snapshot()
-				if set == "" {
-					return snap.Tool(name)
-				}
-				ts, ok := snap.Set(set)
-				if !ok {
-					return nil, false
-				}
-				shown, _, ok := ts.Lookup(name)
-				return shown, ok
-			}
-			return mcp.Options{Logger: log, Authenticate: sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
-				// Who may list which tools is the caller's credentials' and the
-				// policy's to say: with either, a tool list is the caller's own.
-				CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
-				MaxCacheTTL:     cfg.MCPCacheTTL,
-				// MCP tasks are durable operations: served with --operations.
-				Tasks: cfg.Operations, TaskTTL: cfg.OperationTTL,
-				TaskSupport: func(name string) string {
-					if t, ok := tool(name); ok {
-						return t.TaskSupport
-					}
-					return ""
-				},
-				Result: func(name string) string {
-					if t, ok := tool(name); ok {
-						return t.Result
-					}
-					return registry.ResultText
-				},
-				HeaderParams: func(name string) []registry.HeaderParam {
-					if t, ok := tool(name); ok {
-						return t.HeaderParams
-					}
-					return nil
-				},
-				MaxHeaderBytes: cfg.Limits.Header(),
-				Resource:       cfg.MCPOAuth.Resource, AuthorizationServers: cfg.MCPOAuth.AuthorizationServers, Scopes: cfg.MCPOAuth.Scopes}
-		}
-		g.mcp = mcp.New(calls, mcpOpts(""))
-		g.mcpSets = mcp.NewSets(calls, mcpOpts, func(set string) (mcp.SetInfo, bool) {
-			ts, ok := g.reg.Snapshot().Set(set)
-			if !ok {
-				return mcp.SetInfo{}, false
-			}
-			return mcp.SetInfo{Title: ts.Title, Instructions: ts.Instructions}, true
-		})
+	if cfg.MCP.Enabled {
+		g.mcp = mcp.New(calls, g.mcpOptions(""))
+		g.mcpSets = mcp.NewSets(calls, g.mcpOptions, g.toolSetInfo)
 		mcpHandler, mcpSets, mcpMetadata = g.mcp, g.mcpSets, g.mcp.ResourceMetadata()
 	}
 	connectPath, connectHandler := connectapi.New(calls, connectapi.Options{
 		MaxMessageBytes: cfg.Limits.Body(), MaxHeaderBytes: cfg.Limits.Header()})
 	// The public listener tells readiness without details and serves no
 	// metrics: those are the admin listener's.
-	h, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.publicReady,
-		Handler: calls,
-		Connect: connectHandler, ConnectPath: connectPath,
+	rest, err := httpapi.New(httpapi.Options{Logger: log, Ready: g.publicReady,
+		Handler:      calls,
 		ErrorHandler: limits.ErrorHandler,
-		Docs:         docs.New(docs.Options{Logger: log}),
-		MCP:          mcpHandler, MCPSets: mcpSets, MCPResourceMetadata: mcpMetadata,
-		CORSOrigins: cfg.HTTP.CORSOrigins, SSEHeartbeat: cfg.HTTP.SSEHeartbeat, MaxHeaderBytes: cfg.Limits.Header(),
-		Operations: cfg.Operations})
+		SSEHeartbeat: cfg.HTTP.SSEHeartbeat,
+		Operations:   cfg.Operations.Enabled})
 	if err != nil {
-		g.closeEarly()
-		return nil, err
+		return err
+	}
+	routes := rest.Routes()
+	routes = append(routes, rootmux.Docs(docs.New(docs.Options{Logger: log}))...)
+	routes = append(routes, rootmux.MCP(mcpHandler, mcpSets, mcpMetadata)...)
+	routes = append(routes, rootmux.Connect(connectPath, connectHandler)...)
+	h, err := rootmux.New(rootmux.Options{Logger: log, Routes: routes,
+		CORSOrigins: cfg.HTTP.CORSOrigins, MaxHeaderBytes: cfg.Limits.Header()})
+	if err != nil {
+		return err
 	}
 	g.httpBase, g.stopHTTPBase = context.WithCancel(context.Background())
 	g.httpSrv = &http.Server{
@@ -345,9 +383,74 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			ErrorLog:          slog.NewLogLogger(log.With("listener", "admin").Handler(), slog.LevelWarn),
 		}
 	}
-	// Last: the broker sources may swap snapshots from now on.
-	g.sources.start(log)
-	return g, nil
+	return nil
+}
+
+// mcpOptions are the options of the MCP endpoint of tool set set (""
+// for the one of every tool).
+func (g *Gateway) mcpOptions(set string) mcp.Options {
+	cfg, a, tools := g.cfg, g.cfg.Auth, setTools{g: g, set: set}
+	return mcp.Options{Logger: g.log, Authenticate: g.sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
+		// Who may list which tools is the caller's credentials' and the
+		// policy's to say: with either, a tool list is the caller's own.
+		CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
+		MaxCacheTTL:     cfg.MCP.CacheTTL,
+		// MCP tasks are durable operations: served with --operations.
+		Tasks: cfg.Operations.Enabled, TaskTTL: cfg.Operations.TTL,
+		TaskSupport: tools.taskSupport, Result: tools.result, HeaderParams: tools.headerParams,
+		MaxHeaderBytes: cfg.Limits.Header(),
+		Resource:       cfg.MCP.OAuth.Resource, AuthorizationServers: cfg.MCP.OAuth.AuthorizationServers, Scopes: cfg.MCP.OAuth.Scopes}
+}
+
+// toolSetInfo is what the MCP endpoint of tool set set tells of it.
+func (g *Gateway) toolSetInfo(set string) (mcp.SetInfo, bool) {
+	ts, ok := g.reg.Snapshot().Set(set)
+	if !ok {
+		return mcp.SetInfo{}, false
+	}
+	return mcp.SetInfo{Title: ts.Title, Instructions: ts.Instructions}, true
+}
+
+// setTools are the tools of one MCP endpoint, by the name the set shows
+// (the registry's outside a set), read from the registry's snapshot of
+// the moment.
+type setTools struct {
+	g   *Gateway
+	set string // "": every tool
+}
+
+func (s setTools) tool(name string) (*registry.Tool, bool) {
+	snap := s.g.reg.Snapshot()
+	if s.set == "" {
+		return snap.Tool(name)
+	}
+	ts, ok := snap.Set(s.set)
+	if !ok {
+		return nil, false
+	}
+	shown, _, ok := ts.Lookup(name)
+	return shown, ok
+}
+
+func (s setTools) taskSupport(name string) string {
+	if t, ok := s.tool(name); ok {
+		return t.TaskSupport
+	}
+	return ""
+}
+
+func (s setTools) result(name string) string {
+	if t, ok := s.tool(name); ok {
+		return t.Result
+	}
+	return registry.ResultText
+}
+
+func (s setTools) headerParams(name string) []registry.HeaderParam {
+	if t, ok := s.tool(name); ok {
+		return t.HeaderParams
+	}
+	return nil
 }
 
 // httpProtocols are what the HTTP listener speaks: HTTP/1.1, and HTTP/2
@@ -646,13 +749,13 @@ func (g *Gateway) watchOperationsReady(ctx context.Context) {
 // --operations-key-file holds, and the verify-only one of
 // --operations-previous-key-file.
 func operationsKeys(cfg config.Config) (*operations.Keys, error) {
-	key, err := operations.ReadKeyFile(cfg.OperationsKeyFile)
+	key, err := operations.ReadKeyFile(cfg.Operations.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("--operations-key-file: %w", err)
 	}
 	var verify [][]byte
-	if cfg.OperationsPreviousKeyFile != "" {
-		prev, err := operations.ReadKeyFile(cfg.OperationsPreviousKeyFile)
+	if cfg.Operations.PreviousKeyFile != "" {
+		prev, err := operations.ReadKeyFile(cfg.Operations.PreviousKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("--operations-previous-key-file: %w", err)
 		}

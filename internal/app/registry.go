@@ -37,19 +37,19 @@ const syncWait = 5 * time.Second
 func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources, error) {
 	cfg, log := g.cfg, g.log
 	rs := &registrySources{merger: registry.NewMerger(log, g.onRegistrySwap,
-		registry.WithAnnouncedNamespaces(cfg.Announce.RequestNamespaces, cfg.Announce.ResponseNamespaces),
-		registry.WithAnnounceTakeover(cfg.Announce.Takeover),
-		registry.WithClaimGrace(cfg.Announce.ClaimGrace),
-		registry.WithReleasedClaims(cfg.Announce.Release...))}
-	if cfg.Registry != "" {
+		registry.WithAnnouncedNamespaces(cfg.Registry.Announce.RequestNamespaces, cfg.Registry.Announce.ResponseNamespaces),
+		registry.WithAnnounceTakeover(cfg.Registry.Announce.Takeover),
+		registry.WithClaimGrace(cfg.Registry.Announce.ClaimGrace),
+		registry.WithReleasedClaims(cfg.Registry.Announce.Release...))}
+	if cfg.Registry.File != "" {
 		rs.merger.Enable(registry.OriginFile)
-		f, err := registry.NewFileSource(cfg.Registry, log, rs.merger)
+		f, err := registry.NewFileSource(cfg.Registry.File, log, rs.merger)
 		if err != nil {
 			return nil, err
 		}
 		rs.file = f
 	}
-	if !cfg.Announcements && !cfg.TrustGraphConfig {
+	if !cfg.Registry.Announcements && !cfg.Registry.TrustGraph {
 		return rs, nil
 	}
 	copts := pulsarbroker.ConnectionOptions(conn)
@@ -59,13 +59,13 @@ func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources
 		return nil, fmt.Errorf("registry sources: %w", err)
 	}
 	rs.client = c
-	if cfg.TrustGraphConfig {
+	if cfg.Registry.TrustGraph {
 		rs.merger.Enable(registry.OriginConfigService)
-		rs.others = append(rs.others, pulsarsrc.NewConfigService(c, pulsarsrc.ConfigOptions{Workspace: cfg.TrustGraphWorkspace, Logger: log}))
+		rs.others = append(rs.others, pulsarsrc.NewConfigService(c, pulsarsrc.ConfigOptions{Workspace: cfg.Registry.TrustGraphWorkspace, Logger: log}))
 	}
-	if cfg.Announcements {
+	if cfg.Registry.Announcements {
 		rs.merger.Enable(registry.OriginAnnouncement)
-		rs.others = append(rs.others, pulsarsrc.NewAnnouncements(c, cfg.AnnounceTopic, log))
+		rs.others = append(rs.others, pulsarsrc.NewAnnouncements(c, cfg.Registry.AnnounceTopic, log))
 	}
 	return rs, nil
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -35,20 +36,20 @@ type security struct {
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 	s := &security{requests: cfg.Limits, log: log}
-	if cfg.TLSCert != "" {
-		pair, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if cfg.TLS.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 		s.tls = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-		if cfg.ClientCA != "" {
-			pem, err := os.ReadFile(cfg.ClientCA)
+		if cfg.TLS.ClientCA != "" {
+			pem, err := os.ReadFile(cfg.TLS.ClientCA)
 			if err != nil {
 				return nil, fmt.Errorf("--client-ca: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--client-ca %s: no PEM certificates in it", cfg.ClientCA)
+				return nil, fmt.Errorf("--client-ca %s: no PEM certificates in it", cfg.TLS.ClientCA)
 			}
 			s.tls.ClientCAs = pool
 			// Certificates are one way to authenticate among others.
@@ -60,8 +61,8 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.RateLimit > 0 {
-		if s.lim, err = limits.New(cfg.RateLimit, cfg.RateBurst, limits.WithLogger(log)); err != nil {
+	if cfg.Rate.Limit > 0 {
+		if s.lim, err = limits.New(cfg.Rate.Limit, cfg.Rate.Burst, limits.WithLogger(log)); err != nil {
 			return nil, err
 		}
 	}
@@ -116,4 +117,17 @@ func (s *security) creds() credentials.TransportCredentials {
 // arrive.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
 	return limits.HTTP(s.requests, s.log, h)
+}
+
+// authenticate is the middleware that authenticates the caller, before
+// a tool set resolves the call's name and the policy decides
+// (authn.Middleware): the policy knows a set's tool by the registry's
+// name.
+func (s *security) authenticate(next toolcall.Handler) toolcall.Handler {
+	return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+		if err := s.authn.Authenticate(ctx, c); err != nil {
+			return toolcall.Result{}, err
+		}
+		return next(ctx, c, emit)
+	}
 }

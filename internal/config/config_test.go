@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/transport"
 )
@@ -24,11 +25,11 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.GRPCAddr != "127.0.0.1:1" || c.HTTP.Addr != "127.0.0.1:8081" || c.Core.DefaultTimeout != 5*time.Second || !c.Auth.AllowAnonymous || c.RateLimit != 2.5 || c.Registry != reg {
+	if c.GRPC.Addr != "127.0.0.1:1" || c.HTTP.Addr != "127.0.0.1:8081" || c.Core.DefaultTimeout != 5*time.Second || !c.Auth.AllowAnonymous || c.Rate.Limit != 2.5 || c.Registry.File != reg {
 		t.Fatalf("parsed %+v", c)
 	}
-	if !c.Pulsar.Batching || c.GRPCWorkers != DefaultGRPCWorkers || !c.MCP || c.GCHeapMiB != 64 {
-		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, %d, true, 64", c.Pulsar.Batching, c.GRPCWorkers, c.MCP, c.GCHeapMiB, DefaultGRPCWorkers)
+	if !c.Pulsar.Batching || c.GRPC.Workers != DefaultGRPCWorkers || !c.MCP.Enabled || c.GCHeapMiB != 64 {
+		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, %d, true, 64", c.Pulsar.Batching, c.GRPC.Workers, c.MCP.Enabled, c.GCHeapMiB, DefaultGRPCWorkers)
 	}
 	if want := (limits.Requests{MaxBodyBytes: limits.DefaultMaxBody, MaxHeaderBytes: limits.DefaultMaxHeaderBytes, BodyTimeout: limits.DefaultBodyTimeout}); c.Limits != want {
 		t.Fatalf("request limits %+v by default, want %+v", c.Limits, want)
@@ -45,19 +46,19 @@ func TestParse(t *testing.T) {
 			t.Fatalf("%s: admin listener %q, %v; want it off", off, c.AdminAddr, err)
 		}
 	}
-	if strings.Join(c.Announce.RequestNamespaces, ",") != "tg/request" || strings.Join(c.Announce.ResponseNamespaces, ",") != "tg/response" || c.Announce.Takeover {
-		t.Fatalf("announce defaults: %+v; want tg/request, tg/response, no takeover", c.Announce)
+	if strings.Join(c.Registry.Announce.RequestNamespaces, ",") != "tg/request" || strings.Join(c.Registry.Announce.ResponseNamespaces, ",") != "tg/response" || c.Registry.Announce.Takeover {
+		t.Fatalf("announce defaults: %+v; want tg/request, tg/response, no takeover", c.Registry.Announce)
 	}
-	if c, err := Parse([]string{"--announce-request-namespaces", "tg/request, acme/in"}, getenv, io.Discard); err != nil || strings.Join(c.Announce.RequestNamespaces, "|") != "tg/request|acme/in" {
-		t.Fatalf("--announce-request-namespaces: %v, %v", c.Announce.RequestNamespaces, err)
+	if c, err := Parse([]string{"--announce-request-namespaces", "tg/request, acme/in"}, getenv, io.Discard); err != nil || strings.Join(c.Registry.Announce.RequestNamespaces, "|") != "tg/request|acme/in" {
+		t.Fatalf("--announce-request-namespaces: %v, %v", c.Registry.Announce.RequestNamespaces, err)
 	}
-	if c.Announce.ClaimGrace != 15*time.Minute || len(c.Announce.Release) != 0 {
-		t.Fatalf("claim defaults: %+v; want a grace of 15m, no service released", c.Announce)
+	if c.Registry.Announce.ClaimGrace != 15*time.Minute || len(c.Registry.Announce.Release) != 0 {
+		t.Fatalf("claim defaults: %+v; want a grace of 15m, no service released", c.Registry.Announce)
 	}
-	if c, err := Parse([]string{"--announce-claim-grace", "0", "--announce-release", "a, b"}, getenv, io.Discard); err != nil || c.Announce.ClaimGrace != 0 || strings.Join(c.Announce.Release, "|") != "a|b" {
-		t.Fatalf("--announce-claim-grace 0 --announce-release: %+v, %v", c.Announce, err)
+	if c, err := Parse([]string{"--announce-claim-grace", "0", "--announce-release", "a, b"}, getenv, io.Discard); err != nil || c.Registry.Announce.ClaimGrace != 0 || strings.Join(c.Registry.Announce.Release, "|") != "a|b" {
+		t.Fatalf("--announce-claim-grace 0 --announce-release: %+v, %v", c.Registry.Announce, err)
 	}
-	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP {
+	if c, _ := Parse([]string{"--mcp=false"}, getenv, io.Discard); c.MCP.Enabled {
 		t.Fatal("--mcp=false left MCP on")
 	}
 	// Flags win over the environment.
@@ -69,8 +70,8 @@ func TestParse(t *testing.T) {
 	if c, _ := Parse(nil, getenv, io.Discard); c.GCHeapMiB != 0 {
 		t.Fatalf("TOOLGATE_GC_HEAP_MIB=0 gave %d MiB", c.GCHeapMiB)
 	}
-	if c, _ := Parse([]string{"--grpc-workers", "64"}, getenv, io.Discard); c.Pulsar.Batching || c.GRPCWorkers != 64 {
-		t.Fatalf("batching %v, gRPC workers %d; want false, 64", c.Pulsar.Batching, c.GRPCWorkers)
+	if c, _ := Parse([]string{"--grpc-workers", "64"}, getenv, io.Discard); c.Pulsar.Batching || c.GRPC.Workers != 64 {
+		t.Fatalf("batching %v, gRPC workers %d; want false, 64", c.Pulsar.Batching, c.GRPC.Workers)
 	}
 }
 
@@ -133,16 +134,16 @@ func TestMCPResource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Auth.JWTAudience != "https://gw.test/mcp" || strings.Join(c.MCPOAuth.AuthorizationServers, ",") != "https://auth.test" || c.MCPOAuth.Scopes != nil {
-		t.Fatalf("audience %q, authorization servers %v, scopes %v", c.Auth.JWTAudience, c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes)
+	if c.Auth.JWTAudience != "https://gw.test/mcp" || strings.Join(c.MCP.OAuth.AuthorizationServers, ",") != "https://auth.test" || c.MCP.OAuth.Scopes != nil {
+		t.Fatalf("audience %q, authorization servers %v, scopes %v", c.Auth.JWTAudience, c.MCP.OAuth.AuthorizationServers, c.MCP.OAuth.Scopes)
 	}
 	c, err = Parse(append(base, "--jwt-audience", "toolgate", "--mcp-authorization-servers", "https://a.test, https://b.test", "--mcp-scopes", "tools,admin"),
 		func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Auth.JWTAudience != "toolgate" || strings.Join(c.MCPOAuth.AuthorizationServers, " ") != "https://a.test https://b.test" || strings.Join(c.MCPOAuth.Scopes, " ") != "tools admin" {
-		t.Fatalf("audience %q, authorization servers %v, scopes %v", c.Auth.JWTAudience, c.MCPOAuth.AuthorizationServers, c.MCPOAuth.Scopes)
+	if c.Auth.JWTAudience != "toolgate" || strings.Join(c.MCP.OAuth.AuthorizationServers, " ") != "https://a.test https://b.test" || strings.Join(c.MCP.OAuth.Scopes, " ") != "tools admin" {
+		t.Fatalf("audience %q, authorization servers %v, scopes %v", c.Auth.JWTAudience, c.MCP.OAuth.AuthorizationServers, c.MCP.OAuth.Scopes)
 	}
 }
 
@@ -158,11 +159,11 @@ func TestConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Registry != reg || !c.Auth.AllowAnonymous || c.Core.DefaultTimeout != 9*time.Second {
+	if c.Registry.File != reg || !c.Auth.AllowAnonymous || c.Core.DefaultTimeout != 9*time.Second {
 		t.Fatalf("file values not applied: %+v", c)
 	}
-	if c.RateBurst != 8 || c.HTTP.Addr != "127.0.0.1:2" {
-		t.Fatalf("flags and env must win over the file: burst %d, http %s", c.RateBurst, c.HTTP.Addr)
+	if c.Rate.Burst != 8 || c.HTTP.Addr != "127.0.0.1:2" {
+		t.Fatalf("flags and env must win over the file: burst %d, http %s", c.Rate.Burst, c.HTTP.Addr)
 	}
 	_ = os.WriteFile(file, []byte("registry: [a, b]\n"), 0o644)
 	if _, err := Parse([]string{"--config=" + file}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), `"registry" must be a single value`) {
@@ -177,5 +178,33 @@ func TestPulsarConnection(t *testing.T) {
 	p := Pulsar{URL: "pulsar+ssl://b:6651", AdminURL: "http://b:8080", TokenFile: "/run/token", TLSCA: "/run/ca.pem", Batching: true}
 	if got, want := p.Connection(), (transport.Connection{URL: "pulsar+ssl://b:6651", TokenFile: "/run/token", TLSTrustCertsFile: "/run/ca.pem"}); got != want {
 		t.Fatalf("Connection() = %+v, want %+v", got, want)
+	}
+}
+
+// TestZeroIsOff: a setting that can be off is off at 0 in the Config, as
+// on the command line, and the bridge is handed it in its own terms (a
+// negative value); the defaults pass through as they are.
+func TestZeroIsOff(t *testing.T) {
+	t.Parallel()
+	getenv := func(k string) string {
+		return map[string]string{"TOOLGATE_ALLOW_ANONYMOUS": "true", "TOOLGATE_ANNOUNCEMENTS": "true"}[k]
+	}
+	c, err := Parse(nil, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := c.Bridge.Options(); o.MaxInFlightPerService != bridge.DefaultMaxInFlightPerService || o.StreamWindow != bridge.DefaultStreamWindow ||
+		o.MaxInFlight != bridge.DefaultMaxInFlight || o.ServiceQueueWait != bridge.DefaultServiceQueueWait {
+		t.Fatalf("the bridge's options by default: %+v", o)
+	}
+	c, err = Parse([]string{"--max-in-flight-per-service", "0", "--stream-window", "0"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Bridge.MaxInFlightPerService != 0 || c.Bridge.StreamWindow != 0 {
+		t.Fatalf("off on the command line: %+v, want 0 (off) in the Config", c.Bridge)
+	}
+	if o := c.Bridge.Options(); o.MaxInFlightPerService >= 0 || o.StreamWindow >= 0 {
+		t.Fatalf("off: the bridge is handed %d and %d, want negative (off)", o.MaxInFlightPerService, o.StreamWindow)
 	}
 }

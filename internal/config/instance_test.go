@@ -26,7 +26,7 @@ func TestInstanceIDAndReplyTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !a.ReplyTo {
+	if !a.Bridge.ReplyTo {
 		t.Fatal("--reply-to defaults to false, want true")
 	}
 	if !regexp.MustCompile(`^[A-Za-z0-9_\-]+-[0-9a-f]{6}$`).MatchString(a.InstanceID) || a.InstanceID == b.InstanceID {
@@ -36,11 +36,11 @@ func TestInstanceIDAndReplyTo(t *testing.T) {
 	env["TOOLGATE_INSTANCE_ID"] = "gw-from-env"
 	env["TOOLGATE_REPLY_TO"] = "false"
 	c, err := Parse(nil, getenv, io.Discard)
-	if err != nil || c.InstanceID != "gw-from-env" || c.ReplyTo {
-		t.Fatalf("from env: %q, reply-to %v, %v; want gw-from-env, false", c.InstanceID, c.ReplyTo, err)
+	if err != nil || c.InstanceID != "gw-from-env" || c.Bridge.ReplyTo {
+		t.Fatalf("from env: %q, reply-to %v, %v; want gw-from-env, false", c.InstanceID, c.Bridge.ReplyTo, err)
 	}
-	if c, err := Parse([]string{"--instance-id", "gw-1", "--reply-to=true"}, getenv, io.Discard); err != nil || c.InstanceID != "gw-1" || !c.ReplyTo {
-		t.Fatalf("flags: %q, reply-to %v, %v; want gw-1, true", c.InstanceID, c.ReplyTo, err)
+	if c, err := Parse([]string{"--instance-id", "gw-1", "--reply-to=true"}, getenv, io.Discard); err != nil || c.InstanceID != "gw-1" || !c.Bridge.ReplyTo {
+		t.Fatalf("flags: %q, reply-to %v, %v; want gw-1, true", c.InstanceID, c.Bridge.ReplyTo, err)
 	}
 	for _, bad := range []string{"gw/1", "gw 1", "gw:1", strings.Repeat("x", 201)} {
 		_, err := Parse([]string{"--instance-id", bad}, getenv, io.Discard)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"github.com/toolgate/toolgate/internal/rootmux"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,7 +25,11 @@ func BenchmarkInvoke(b *testing.B) {
 		{"json-answer", `{"arguments": {"msg": "x", "a": [1, 2, 3], "b": {"c": "d"}}}`},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			h, err := New(Options{Handler: echoArgs})
+			a, err := New(Options{Handler: echoArgs})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, err := rootmux.New(rootmux.Options{Routes: a.Routes()})
 			if err != nil {
 				b.Fatal(err)
 			}

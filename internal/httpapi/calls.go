@@ -47,7 +47,7 @@ func newCall(r *http.Request, op toolcall.Op) *toolcall.Call {
 }
 
 // toolVerb serves POST /v1/tools/{name}:invoke and :stream.
-func (a *api) toolVerb(w http.ResponseWriter, r *http.Request) {
+func (a *API) toolVerb(w http.ResponseWriter, r *http.Request) {
 	call := r.PathValue("call")
 	name, verb := splitVerb(call)
 	switch {
@@ -67,7 +67,7 @@ func (a *api) toolVerb(w http.ResponseWriter, r *http.Request) {
 
 // serveInvoke serves InvokeTool: the output answered as
 // {"output": "...", "output_json": ...}.
-func (a *api) serveInvoke(w http.ResponseWriter, r *http.Request, name string) {
+func (a *API) serveInvoke(w http.ResponseWriter, r *http.Request, name string) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -109,7 +109,7 @@ func appendInvokeResponse(b []byte, output string) []byte {
 	return append(b, '}')
 }
 
-func (a *api) listTools(w http.ResponseWriter, r *http.Request) {
+func (a *API) listTools(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -127,7 +127,7 @@ func (a *api) listTools(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *api) getTool(w http.ResponseWriter, r *http.Request) {
+func (a *API) getTool(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -144,7 +144,7 @@ func (a *api) getTool(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *api) listServices(w http.ResponseWriter, r *http.Request) {
+func (a *API) listServices(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -159,7 +159,7 @@ func (a *api) listServices(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *api) getService(w http.ResponseWriter, r *http.Request) {
+func (a *API) getService(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -172,7 +172,7 @@ func (a *api) getService(w http.ResponseWriter, r *http.Request) {
 }
 
 // run serves a unary call, answering its error itself.
-func (a *api) run(w http.ResponseWriter, r *http.Request, c *toolcall.Call) (toolcall.Result, error) {
+func (a *API) run(w http.ResponseWriter, r *http.Request, c *toolcall.Call) (toolcall.Result, error) {
 	res, err := a.opts.Handler(r.Context(), c, nil)
 	setRequestID(w, c)
 	if err != nil {
@@ -181,7 +181,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, c *toolcall.Call) (too
 	return res, err
 }
 
-func (a *api) writeMessage(w http.ResponseWriter, r *http.Request, m proto.Message) {
+func (a *API) writeMessage(w http.ResponseWriter, r *http.Request, m proto.Message) {
 	body, err := a.m.Marshal(m)
 	if err != nil {
 		a.httpError(r.Context(), w, r, status.Error(codes.Internal, "the answer could not be written"))
@@ -221,13 +221,13 @@ func pageParams(r *http.Request, c *toolcall.Call) error {
 	return err
 }
 
-func (a *api) httpError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
+func (a *API) httpError(ctx context.Context, w http.ResponseWriter, r *http.Request, err error) {
 	runtime.HTTPError(ctx, a.gw, a.m, w, r, toolcall.WithErrorInfo(err))
 }
 
 // readCall reads the body of an invoke or stream request into c; when it
 // cannot, it answers the error and returns false.
-func (a *api) readCall(w http.ResponseWriter, r *http.Request, c *toolcall.Call) bool {
+func (a *API) readCall(w http.ResponseWriter, r *http.Request, c *toolcall.Call) bool {
 	data, err := httpcall.ReadBody(r)
 	if err != nil {
 		a.httpError(r.Context(), w, r, httpcall.BodyError(err))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/toolgate/toolgate/internal/rootmux"
 	"io"
 	"math"
 	"net/http"
@@ -80,13 +81,21 @@ func (f *fakeService) handle(ctx context.Context, c *toolcall.Call, emit toolcal
 	return toolcall.Result{}, status.Error(codes.Unimplemented, "not in this fake")
 }
 
-func newServer(t *testing.T, f *fakeService, mod func(*Options)) *httptest.Server {
+func newServer(t *testing.T, f *fakeService, mod func(*Options), root ...func(*rootmux.Options)) *httptest.Server {
 	t.Helper()
 	opts := Options{Handler: f.handle, SSEHeartbeat: -1}
 	if mod != nil {
 		mod(&opts)
 	}
-	h, err := New(opts)
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ropts := rootmux.Options{Routes: a.Routes()}
+	for _, mod := range root {
+		mod(&ropts)
+	}
+	h, err := rootmux.New(ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,8 +276,8 @@ func TestRequestBodies(t *testing.T) {
 
 func TestRoutes(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, &fakeService{}, func(o *Options) {
-		o.Docs = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "docs") })
+	srv := newServer(t, &fakeService{}, nil, func(o *rootmux.Options) {
+		o.Routes = append(o.Routes, rootmux.Docs(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "docs") }))...)
 		o.MaxHeaderBytes = 1024
 	})
 	tests := []struct {

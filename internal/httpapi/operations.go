@@ -38,7 +38,7 @@ func splitOpVerb(s string) (id, verb string) {
 
 // serveStart serves POST /v1/tools/{name}:start (the body of :invoke):
 // the Operation, at once.
-func (a *api) serveStart(w http.ResponseWriter, r *http.Request, name string) {
+func (a *API) serveStart(w http.ResponseWriter, r *http.Request, name string) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -52,7 +52,7 @@ func (a *api) serveStart(w http.ResponseWriter, r *http.Request, name string) {
 	}
 }
 
-func (a *api) getOperation(w http.ResponseWriter, r *http.Request) {
+func (a *API) getOperation(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if id, ok := strings.CutSuffix(id, ":"+verbStream); ok {
 		a.serveOperationStream(w, r, id)
@@ -72,7 +72,7 @@ func (a *api) getOperation(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *api) deleteOperation(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteOperation(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -83,7 +83,7 @@ func (a *api) deleteOperation(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *api) listOperations(w http.ResponseWriter, r *http.Request) {
+func (a *API) listOperations(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
 		return
 	}
@@ -118,7 +118,7 @@ func (a *api) listOperations(w http.ResponseWriter, r *http.Request) {
 }
 
 // operationVerb serves POST /v1/operations/{id}:cancel and :wait.
-func (a *api) operationVerb(w http.ResponseWriter, r *http.Request) {
+func (a *API) operationVerb(w http.ResponseWriter, r *http.Request) {
 	call := r.PathValue("call")
 	id, verb := splitOpVerb(call)
 	if verb == "" {
@@ -193,7 +193,7 @@ func decodeOpBody(data []byte, c *toolcall.Call) error {
 	return nil
 }
 
-func (a *api) writeOperation(w http.ResponseWriter, r *http.Request, op *toolcall.Operation) {
+func (a *API) writeOperation(w http.ResponseWriter, r *http.Request, op *toolcall.Operation) {
 	if op == nil {
 		a.httpError(r.Context(), w, r, status.Error(codes.Internal, "no operation to answer"))
 		return
@@ -204,7 +204,7 @@ func (a *api) writeOperation(w http.ResponseWriter, r *http.Request, op *toolcal
 // appendOperation writes op as a google.longrunning.Operation in JSON:
 // name, done, metadata, and response ({"output", "output_json"}) or error
 // (a google.rpc.Status) once done.
-func (a *api) appendOperation(b []byte, op *toolcall.Operation) []byte {
+func (a *API) appendOperation(b []byte, op *toolcall.Operation) []byte {
 	b = append(b, `{"name":`...)
 	b = wire.AppendJSONString(b, "operations/"+op.ID)
 	b = append(b, `,"done":`...)
@@ -255,7 +255,7 @@ func writeJSONBytes(w http.ResponseWriter, b []byte) {
 // after an SSE client's Last-Event-ID; SSE events carry the chunk's index
 // as their id, so a client that lost its connection resumes where it was,
 // on any gateway.
-func (a *api) serveOperationStream(w http.ResponseWriter, r *http.Request, id string) {
+func (a *API) serveOperationStream(w http.ResponseWriter, r *http.Request, id string) {
 	ctx := r.Context()
 	sse, ok := streamFormat(r.Header.Get("Accept"))
 	if !ok {

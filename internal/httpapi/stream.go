@@ -32,7 +32,7 @@ func streamFormat(accept string) (sse bool, ok bool) {
 
 // serveStream serves StreamTool: each chunk is written and flushed as it
 // arrives, as NDJSON or Server-Sent Events.
-func (a *api) serveStream(w http.ResponseWriter, r *http.Request, name string) {
+func (a *API) serveStream(w http.ResponseWriter, r *http.Request, name string) {
 	ctx := r.Context()
 	sse, ok := streamFormat(r.Header.Get("Accept"))
 	if !ok {

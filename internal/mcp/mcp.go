@@ -62,6 +62,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/internal/doorconf"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -73,7 +74,7 @@ import (
 const DefaultPageSize = 100
 
 // DefaultMaxCacheTTL is the gateway's default of Options.MaxCacheTTL.
-const DefaultMaxCacheTTL = 30 * time.Second
+const DefaultMaxCacheTTL = doorconf.MCPMaxCacheTTL
 
 // modernVersion is the first protocol revision of stateless requests
 // (per-request _meta, server/discover, resultType on every result).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"github.com/toolgate/toolgate/internal/doorconf"
 )
 
 // The endpoint as an OAuth 2.0 protected resource (MCP authorization,
@@ -27,22 +28,7 @@ const RootMetadataPath = "/.well-known/oauth-protected-resource"
 // CheckResource tells why resource cannot be the endpoint's resource
 // identifier (RFC 9728 §1.2, RFC 8707 §2: an absolute http(s) URI with
 // no fragment), or nil.
-func CheckResource(resource string) error {
-	u, err := url.Parse(resource)
-	switch {
-	case err != nil:
-		return err
-	case u.Scheme != "https" && u.Scheme != "http", u.Host == "":
-		return errString("want an absolute https:// URI such as https://gateway.example.com/mcp")
-	case u.Fragment != "" || strings.Contains(resource, "#"):
-		return errString("a resource identifier has no fragment")
-	}
-	return nil
-}
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
+func CheckResource(resource string) error { return doorconf.CheckMCPResource(resource) }
 
 // metadataURL is where the metadata of resource is: its origin, the
 // well-known prefix, then its path (RFC 9728 §3.1).

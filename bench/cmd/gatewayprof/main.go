@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string) int {
 	if mutexFraction > 0 {
 		runtime.SetMutexProfileFraction(mutexFraction)
 	}
-	log := app.NewLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	log := app.NewLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
 	lis, err := net.Listen("tcp", pprofAddr)
 	if err != nil {
 		log.Error("pprof listener", "err", err)

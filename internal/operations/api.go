@@ -1,0 +1,127 @@
+package operations
+
+// What the doors ask of an operation once started: Get, List, Cancel,
+// Delete, Wait.
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// Get returns owner's operation id as it stands now.
+func (m *Manager) Get(owner, id string) (Record, error) {
+	r, ok, _ := m.lookup(id)
+	now := time.Now()
+	if !ok || r.Owner != owner || r.expired(now, m.opts.TTL) {
+		return Record{}, ErrNotFound
+	}
+	return r.Now(now), nil
+}
+
+// List returns owner's operations sorted by id; done, when set, keeps
+// only the finished (true) or running (false) ones.
+func (m *Manager) List(owner string, done *bool) []Record {
+	now := time.Now()
+	var out []Record
+	m.mu.RLock()
+	for _, r := range m.table {
+		if r.Owner != owner || r.expired(now, m.opts.TTL) {
+			continue
+		}
+		r = r.Now(now)
+		if done != nil && r.Finished() != *done {
+			continue
+		}
+		out = append(out, r)
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Cancel records owner's operation id as cancelled, unless it has ended,
+// and tells its tool service (tell).
+func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) {
+	r, err := m.Get(owner, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if err := m.finish(ctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}, 0); err != nil {
+		return Record{}, err
+	}
+	got, err := m.Get(owner, id)
+	if err == nil && !r.Finished() && got.State == Cancelled {
+		m.tell(ctx, r)
+	}
+	return got, err
+}
+
+// Delete removes owner's operation id from the table; a running one's
+// tool service is told (tell).
+func (m *Manager) Delete(ctx context.Context, owner, id string) error {
+	r, err := m.Get(owner, id)
+	if err != nil {
+		return err
+	}
+	if err := m.remove(ctx, id); err != nil {
+		return err
+	}
+	if !r.Finished() {
+		m.tell(ctx, r)
+	}
+	return nil
+}
+
+// tell asks r's tool service to stop it, on the service's cancel topic
+// (wire.CancelTopic) as the bridge does for a call given up: every
+// instance of a Go SDK service reads it, and the one running the request
+// of id r.ID ends its context. Services that do not read it run the
+// request to its end; its reply is then dropped, the operation having
+// ended. A record without a topic (written by an older gateway) is not
+// told.
+func (m *Manager) tell(ctx context.Context, r Record) {
+	if r.Topic == "" {
+		return
+	}
+	topic := wire.CancelTopic(r.Topic)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := m.bus.Publish(ctx, topic, transport.Message{Payload: []byte(wire.CreditCancel),
+		Properties: map[string]string{wire.PropID: r.ID, wire.PropCredit: wire.CreditCancel}}); err != nil {
+		m.log.Warn("cannot tell a tool service that an operation was cancelled", "cancel_topic", topic, "id", r.ID, "err", err)
+		return
+	}
+	m.told.Add(1)
+}
+
+// Wait returns owner's operation id once it has ended, or as it stands
+// when timeout passes or ctx ends.
+func (m *Manager) Wait(ctx context.Context, owner, id string, timeout time.Duration) (Record, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		_, _, changed := m.lookup(id) // before the read: no change is missed
+		r, err := m.Get(owner, id)
+		if err != nil || r.Finished() {
+			return r, err
+		}
+		// The deadline passing changes the record without a message.
+		dl := time.NewTimer(time.Until(time.UnixMilli(r.DeadlineMS+deadlineSlackMS+1)) + time.Millisecond)
+		select {
+		case <-changed:
+		case <-dl.C:
+		case <-t.C:
+			dl.Stop()
+			return m.Get(owner, id)
+		case <-ctx.Done():
+			dl.Stop()
+			return r, nil
+		}
+		dl.Stop()
+	}
+}

@@ -1,0 +1,219 @@
+package operations
+
+// The state table: the follower that reads it to its end and then
+// follows it, what it admits from the bus, and the writes of records and
+// tombstones.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/transport"
+)
+
+func (m *Manager) follow(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		// A fresh read builds a fresh table, swapped in once caught up:
+		// deletions missed meanwhile are not kept.
+		building, counts := map[string]Record{}, map[string]int{}
+		live := false
+		apply := func(msg transport.Message) {
+			if live {
+				if !msg.PublishTime.IsZero() {
+					m.lag.Store(int64(time.Since(msg.PublishTime)))
+				}
+				m.apply(msg)
+				return
+			}
+			if r, ok := m.admit(msg); ok {
+				applyTo(building, counts, msg.Key, r)
+			}
+		}
+		err := m.bus.Follow(ctx, m.opts.StateTopic, "toolgate-operations-table", apply, func() {
+			m.mu.Lock()
+			m.table, m.runningBy = building, counts
+			n := len(building) // the table is the calls' from here on
+			m.notifyLocked()
+			m.mu.Unlock()
+			live = true
+			if !m.caughtUp.Swap(true) {
+				m.log.Info("operations table read", "topic", m.opts.StateTopic, "operations", n)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("reading the operations table failed; reading it again", "topic", m.opts.StateTopic, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// admit checks a message read from the state table, as anything from the
+// bus: signed with one of the deployment's keys (and decrypted with it), a
+// valid record (or a
+// tombstone: a nil record), naming only an allowed topic. A message
+// refused is counted and logged (refuse); ok is false then.
+func (m *Manager) admit(msg transport.Message) (r *Record, ok bool) {
+	plain, err := m.opts.Keys.unprotect(kindRecord, msg)
+	if err != nil {
+		m.refuse(refusedReason(err), m.opts.StateTopic, msg.Key, err)
+		return nil, false
+	}
+	if len(msg.Payload) == 0 {
+		return nil, true
+	}
+	rec, err := decodeRecord(msg.Key, plain)
+	if err != nil {
+		m.refuse(RefusedMalformed, m.opts.StateTopic, msg.Key, err)
+		return nil, false
+	}
+	if rec.Topic != "" && m.opts.TopicAllowed != nil {
+		if err := m.opts.TopicAllowed(rec.Topic); err != nil {
+			m.refuse(RefusedTopic, m.opts.StateTopic, msg.Key, err)
+			return nil, false
+		}
+	}
+	return &rec, true
+}
+
+// refuse counts a message refused on topic for reason, and logs its
+// cause: at debug level, and at warning level at most once every
+// refusedWarnEvery.
+func (m *Manager) refuse(reason, topic, key string, err error) {
+	for i, r := range refusedReasons {
+		if r == reason {
+			m.refused[i].Add(1)
+		}
+	}
+	if len(key) > 100 {
+		key = key[:100] + "…"
+	}
+	m.log.Debug("operations: message refused", "topic", topic, "key", key, "reason", reason, "err", err)
+	now, last := time.Now().UnixNano(), m.refusedWarn.Load()
+	if now-last >= int64(refusedWarnEvery) && m.refusedWarn.CompareAndSwap(last, now) {
+		m.log.Warn("operations: messages refused on the operations topics (counted in toolgate_operations_records_refused_total; each logged at debug level)",
+			"topic", topic, "key", key, "reason", reason, "err", err)
+	}
+}
+
+// applyTo applies one state table entry to t: the record r under key, or
+// key's tombstone (r nil). A running record never
+// replaces a finished one: running is written first, so it is the older.
+// Nor does a done or failed record replace a cancelled one: the cancel
+// tells the tool service, whose answer (often the error of its ended
+// context) may reach a gateway whose table has not shown the cancel yet;
+// the caller's cancel stands, on every gateway reading the table.
+// running counts the records of t stored as running, per owner.
+func applyTo(t map[string]Record, running map[string]int, key string, rec *Record) (Record, bool) {
+	old, had := t[key]
+	if rec == nil {
+		delete(t, key)
+		if had {
+			countRunning(running, old, -1)
+		}
+		return Record{}, false
+	}
+	r := *rec
+	if had && (old.Finished() && !r.Finished() || old.State == Cancelled && r.State != Cancelled) {
+		return old, true
+	}
+	if had {
+		countRunning(running, old, -1)
+	}
+	t[r.ID] = r
+	countRunning(running, r, 1)
+	return r, true
+}
+
+// countRunning adds d to the count of r's owner when r is stored running.
+func countRunning(running map[string]int, r Record, d int) {
+	if r.State != Running {
+		return
+	}
+	if n := running[r.Owner] + d; n > 0 {
+		running[r.Owner] = n
+	} else {
+		delete(running, r.Owner)
+	}
+}
+
+// apply applies a message read live from the state table, once admitted.
+func (m *Manager) apply(msg transport.Message) {
+	if r, ok := m.admit(msg); ok {
+		m.applyEntry(msg.Key, r)
+	}
+}
+
+// applyEntry applies the record r under key, or key's tombstone (r nil),
+// to the table.
+func (m *Manager) applyEntry(key string, rec *Record) {
+	m.mu.Lock()
+	r, ok := applyTo(m.table, m.runningBy, key, rec)
+	m.notifyLocked()
+	m.mu.Unlock()
+	if !ok || r.Finished() {
+		// Finished (or gone) elsewhere: the wait for its reply here is
+		// over. The service is not told from here: a reply ended it, or
+		// the gateway that cancelled or deleted it told the service.
+		m.lmu.Lock()
+		c := m.local[key]
+		delete(m.local, key)
+		m.lmu.Unlock()
+		if c != nil {
+			c.Drop()
+		}
+	}
+}
+
+func (m *Manager) notifyLocked() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// lookup returns the record of id and the channel closed on the next change.
+func (m *Manager) lookup(id string) (Record, bool, <-chan struct{}) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	r, ok := m.table[id]
+	return r, ok, m.changed
+}
+
+// put writes r to the state table, encrypted and signed, waiting for the
+// broker's receipt, and applies it here at once.
+func (m *Manager) put(ctx context.Context, r Record) error {
+	r.Gateway = m.opts.Instance
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	msg := transport.Message{Key: r.ID, Payload: b}
+	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
+		return err
+	}
+	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
+		return fmt.Errorf("recording operation %s: %w", r.ID, err)
+	}
+	m.applyEntry(r.ID, &r)
+	return nil
+}
+
+// remove writes id's tombstone, signed.
+func (m *Manager) remove(ctx context.Context, id string) error {
+	msg := transport.Message{Key: id}
+	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
+		return err
+	}
+	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
+		return fmt.Errorf("deleting operation %s: %w", id, err)
+	}
+	m.applyEntry(id, nil)
+	return nil
+}

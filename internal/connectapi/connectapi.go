@@ -43,7 +43,10 @@ type Options struct {
 // New returns the path prefix the ToolService is served under
 // ("/toolgate.v1.ToolService/") and its handler.
 func New(h toolcall.Handler, opts Options) (string, http.Handler) {
-	var hopts []connect.HandlerOption
+	// A small answer goes out as it is: gzip costs more CPU than the few
+	// bytes it saves (connect-go compresses every answer for a client that
+	// accepts gzip by default).
+	hopts := []connect.HandlerOption{connect.WithCompressMinBytes(compressMinBytes)}
 	if opts.MaxMessageBytes > 0 {
 		hopts = append(hopts, connect.WithReadMaxBytes(int(opts.MaxMessageBytes)),
 			connect.WithCompression("gzip", func() connect.Decompressor { return &boundedGzip{limit: opts.MaxMessageBytes} },
@@ -78,6 +81,10 @@ func New(h toolcall.Handler, opts Options) (string, http.Handler) {
 		handler.ServeHTTP(w, r)
 	})
 }
+
+// compressMinBytes is the smallest answer a Connect or gRPC-Web client
+// that accepts gzip gets compressed.
+const compressMinBytes = 1024
 
 // errInflated ends the inflating of a message that passed the limit.
 var errInflated = errors.New("the message inflates past it and was not inflated further")

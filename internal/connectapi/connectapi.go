@@ -43,6 +43,11 @@ type Options struct {
 // New returns the path prefix the ToolService is served under
 // ("/toolgate.v1.ToolService/") and its handler.
 func New(h toolcall.Handler, opts Options) (string, http.Handler) {
+	return newDoor(h, opts, true)
+}
+
+// newDoor is New; fast false leaves every call to connect-go.
+func newDoor(h toolcall.Handler, opts Options, fast bool) (string, http.Handler) {
 	// A small answer goes out as it is: gzip costs more CPU than the few
 	// bytes it saves (connect-go compresses every answer for a client that
 	// accepts gzip by default).
@@ -52,13 +57,14 @@ func New(h toolcall.Handler, opts Options) (string, http.Handler) {
 			connect.WithCompression("gzip", func() connect.Decompressor { return &boundedGzip{limit: opts.MaxMessageBytes} },
 				func() connect.Compressor { return gzip.NewWriter(io.Discard) }))
 	}
-	path, handler := toolgatev1connect.NewToolServiceHandler(&service{h: h}, hopts...)
+	svc := &service{h: h, errs: connect.NewErrorWriter(hopts...), maxMessage: opts.MaxMessageBytes, fast: fast}
+	path, handler := toolgatev1connect.NewToolServiceHandler(svc, hopts...)
 	known := map[string]bool{}
 	methods := toolgatev1.File_toolgate_v1_toolgate_proto.Services().ByName("ToolService").Methods()
 	for i := range methods.Len() {
 		known[path+string(methods.Get(i).Name())] = true
 	}
-	errs := connect.NewErrorWriter(hopts...)
+	errs := svc.errs
 	// connect-go hands methods no *http.Request: the connection's TLS
 	// state (for client certificates) rides in the context.
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +79,9 @@ func New(h toolcall.Handler, opts Options) (string, http.Handler) {
 			ce := connectError(toolcall.GatewayError(codes.Unimplemented, ReasonMethodNotFound, "unknown method "+r.URL.Path,
 				map[string]string{"method": r.URL.Path}))
 			_ = errs.Write(w, r, ce)
+			return
+		}
+		if r.URL.Path == invokePath && svc.fast && svc.serveInvokeJSON(w, r) {
 			return
 		}
 		if r.TLS != nil {
@@ -126,7 +135,12 @@ const ReasonMethodNotFound = "METHOD_NOT_FOUND"
 
 type service struct {
 	toolgatev1connect.UnimplementedToolServiceHandler
-	h toolcall.Handler
+	h          toolcall.Handler
+	errs       *connect.ErrorWriter
+	maxMessage int64 // Options.MaxMessageBytes
+	// fast: unary InvokeTool calls with JSON bodies take serveInvokeJSON
+	// (fast.go); off, connect-go serves every call (the tests compare).
+	fast bool
 }
 
 // request is what every Connect request tells a call.

@@ -5,6 +5,8 @@
 // runs the call handler — the middleware every door shares, then the core
 // — and answers the result, the chunks or the status as a Connect error
 // with its details. The request id goes back as the X-Request-Id header.
+// The commonest call, a unary InvokeTool with a JSON body, is read and
+// answered here without connect-go, with the same result (fast.go).
 package connectapi
 
 import (

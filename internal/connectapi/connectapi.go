@@ -5,8 +5,9 @@
 // runs the call handler — the middleware every door shares, then the core
 // — and answers the result, the chunks or the status as a Connect error
 // with its details. The request id goes back as the X-Request-Id header.
-// The commonest call, a unary InvokeTool with a JSON body, is read and
-// answered here without connect-go, with the same result (fast.go).
+// The commonest call, a unary InvokeTool with a JSON or binary body, is
+// read and answered here without connect-go, with the same result
+// (fast.go).
 package connectapi
 
 import (
@@ -83,7 +84,7 @@ func newDoor(h toolcall.Handler, opts Options, fast bool) (string, http.Handler)
 			_ = errs.Write(w, r, ce)
 			return
 		}
-		if r.URL.Path == invokePath && svc.fast && svc.serveInvokeJSON(w, r) {
+		if r.URL.Path == invokePath && svc.fast && svc.serveInvoke(w, r) {
 			return
 		}
 		if r.TLS != nil {
@@ -140,7 +141,7 @@ type service struct {
 	h          toolcall.Handler
 	errs       *connect.ErrorWriter
 	maxMessage int64 // Options.MaxMessageBytes
-	// fast: unary InvokeTool calls with JSON bodies take serveInvokeJSON
+	// fast: unary InvokeTool calls with JSON or binary bodies take serveInvoke
 	// (fast.go); off, connect-go serves every call (the tests compare).
 	fast bool
 }

@@ -25,13 +25,16 @@ import (
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // The door's commonest call — InvokeTool in the Connect protocol's unary
-// form with a JSON body, as browsers and Connect clients make it — is
-// served here without connect-go: the body is read once and the request's
-// fields taken from its text, the answer written straight from the result.
+// form with a JSON body, as browsers and Connect clients make it, or a
+// binary one, connect-go's default — is served here without connect-go:
+// the body is read once and the request's fields taken from its text (or
+// from the message protobuf decodes), the answer written straight from
+// the result.
 // What it answers is what connect-go answers for the same request: the
 // same headers (Content-Type, Accept-Encoding, gzip for an answer past
 // compressMinBytes when the client accepts it, X-Request-Id), the same
@@ -49,16 +52,26 @@ const fastBodyMax = 64 << 10
 
 // Shared header values: net/http only reads a header's values.
 var (
-	jsonContentType = []string{"application/json"}
-	gzipEncoding    = []string{"gzip"}
+	jsonContentType  = []string{"application/json"}
+	protoContentType = []string{"application/proto"}
+	gzipEncoding     = []string{"gzip"}
 )
 
-// serveInvokeJSON serves r when it is a unary Connect InvokeTool call with
-// a JSON body the fast path reads, and reports whether it did. When it
-// does not, r is as it came (its body rewound) for connect-go to serve.
-func (s *service) serveInvokeJSON(w http.ResponseWriter, r *http.Request) bool {
+// serveInvoke serves r when it is a unary Connect InvokeTool call with a
+// JSON body the fast path reads, or a binary (protobuf) one, and reports
+// whether it did. When it does not, r is as it came (its body rewound)
+// for connect-go to serve.
+func (s *service) serveInvoke(w http.ResponseWriter, r *http.Request) bool {
 	h := r.Header
-	if r.Method != http.MethodPost || !oneValue(h["Content-Type"], "application/json") {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	var binary bool
+	switch ct := h["Content-Type"]; {
+	case oneValue(ct, "application/json"):
+	case oneValue(ct, "application/proto"):
+		binary = true
+	default:
 		return false
 	}
 	if v := first(h["Connect-Protocol-Version"]); v != "" && v != "1" {
@@ -90,7 +103,16 @@ func (s *service) serveInvokeJSON(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	c := &toolcall.Call{Op: toolcall.OpInvoke, Header: toolcall.HTTPHeader(h), Peer: r.RemoteAddr, TLS: r.TLS}
-	if !decodeInvoke(data, c) {
+	var msg *toolgatev1.InvokeToolRequest
+	switch {
+	case binary:
+		// connect-go's codec for application/proto: proto.Unmarshal.
+		msg = &toolgatev1.InvokeToolRequest{}
+		if proto.Unmarshal(data, msg) != nil {
+			rewind(r, data, nil)
+			return false
+		}
+	case !decodeInvoke(data, c):
 		rewind(r, data, nil)
 		return false
 	}
@@ -99,7 +121,18 @@ func (s *service) serveInvokeJSON(w http.ResponseWriter, r *http.Request) bool {
 	gz := acceptsGzip(first(h["Accept-Encoding"]))
 	out := w.Header()
 	out["Content-Type"] = jsonContentType
+	if binary {
+		out["Content-Type"] = protoContentType
+	}
 	out["Accept-Encoding"] = gzipEncoding // the compressions the door takes
+	if binary {
+		// What the door's InvokeTool does with the message.
+		c.Name = msg.GetName()
+		if err := apiproto.Request(c, msg.GetArguments(), msg.GetArgumentsJson(), msg.GetTimeout()); err != nil {
+			s.writeError(w, r, c, connectError(err))
+			return true
+		}
+	}
 	ctx := r.Context()
 	if hasTimeout {
 		var cancel context.CancelFunc
@@ -116,7 +149,13 @@ func (s *service) serveInvokeJSON(w http.ResponseWriter, r *http.Request) bool {
 	}
 	buf := bufPool.Get().(*[]byte)
 	defer bufPool.Put(buf)
-	body, err := appendInvokeResponse((*buf)[:0], res.Output)
+	var body []byte
+	if binary {
+		body, err = proto.MarshalOptions{}.MarshalAppend((*buf)[:0],
+			&toolgatev1.InvokeToolResponse{Output: res.Output, OutputJson: apiproto.JSONValue(res.Output)})
+	} else {
+		body, err = appendInvokeResponse((*buf)[:0], res.Output)
+	}
 	if err != nil {
 		s.writeError(w, r, c, connect.NewError(connect.CodeInternal, fmt.Errorf("marshal message: %w", err)))
 		return true

@@ -17,11 +17,15 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // seen is what the call handler was given.
@@ -71,7 +75,13 @@ func serveBoth(t *testing.T, body string, header map[string]string, res toolcall
 		if rec.Header().Get("Content-Encoding") == "gzip" {
 			raw = gunzip(t, raw)
 		}
-		if err := json.Unmarshal(raw, &a.Body); err != nil {
+		if rec.Header().Get("Content-Type") == "application/proto" {
+			var m toolgatev1.InvokeToolResponse
+			if err := proto.Unmarshal(raw, &m); err != nil {
+				t.Fatalf("the answer does not decode: %v", err)
+			}
+			a.Body = protojson.Format(&m) // Struct fields in order
+		} else if err := json.Unmarshal(raw, &a.Body); err != nil {
 			a.Body = string(raw)
 		}
 		if i == 0 {
@@ -168,6 +178,61 @@ func TestFastInvokeMatchesConnect(t *testing.T) {
 				if !reflect.DeepEqual(fa.Code, sa.Code) || !reflect.DeepEqual(fa.Header, sa.Header) || !reflect.DeepEqual(fa.Body, sa.Body) {
 					t.Errorf("%s: answered\n%d %v %.300s on the fast path,\n%d %v %.300s by connect-go", name,
 						fa.Code, fa.Header, fa.Raw, sa.Code, sa.Header, sa.Raw)
+				}
+			}
+		}
+	}
+}
+
+// The same for binary bodies (application/proto, connect-go's default).
+func TestFastInvokeProtoMatchesConnect(t *testing.T) {
+	args, err := structpb.NewStruct(map[string]any{"b": 1.5, "a": []any{"x", true, nil, 12345678901234567890.0}, "c": map[string]any{"z": "é\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []*toolgatev1.InvokeToolRequest{
+		{Name: "echo", Arguments: args},
+		{Name: "echo", Arguments: args, Timeout: durationpb.New(1500 * time.Millisecond)},
+		{Name: "echo", ArgumentsJson: `{"n": 12345678901234567890}`},
+		{Name: "echo", ArgumentsJson: `{"n": 1}`, Arguments: args},
+		{Name: "echo", ArgumentsJson: `{"n": 1}`, Arguments: &structpb.Struct{}},
+		{Name: "echo", Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}},
+		{Name: "echo", Timeout: &durationpb.Duration{Seconds: -5}},
+		{},
+	}
+	bodies := []string{"", "\xff\xff\xff", "\x0a\x04ec"} // empty (an empty message), garbage, cut short
+	for _, m := range msgs {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, string(b))
+	}
+	results := []struct {
+		name string
+		res  toolcall.Result
+		err  error
+	}{
+		{"text", toolcall.Result{Output: "hello"}, nil},
+		{"json", toolcall.Result{Output: ` {"b": [1, 2.50], "a": "x"} `}, nil},
+		{"long", toolcall.Result{Output: strings.Repeat("answer ", 300)}, nil},
+		{"bad utf-8", toolcall.Result{Output: "a\xffb"}, nil},
+		{"error", toolcall.Result{}, mustDetails(t)},
+	}
+	for i, body := range bodies {
+		for _, r := range results {
+			for _, hd := range []map[string]string{
+				{"Content-Type": "application/proto"},
+				{"Content-Type": "application/proto", "Connect-Protocol-Version": "1", "Accept-Encoding": "gzip", "Connect-Timeout-Ms": "30000"},
+			} {
+				fast, slow, fa, sa := serveBoth(t, body, hd, r.res, r.err)
+				name := fmt.Sprintf("body %d, answer %s, headers %v", i, r.name, hd)
+				if fast != slow {
+					t.Errorf("%s: the handler saw\n%+v on the fast path,\n%+v through connect-go", name, fast, slow)
+				}
+				if !reflect.DeepEqual(fa.Code, sa.Code) || !reflect.DeepEqual(fa.Header, sa.Header) || !reflect.DeepEqual(fa.Body, sa.Body) {
+					t.Errorf("%s: answered\n%d %v %.300v on the fast path,\n%d %v %.300v by connect-go", name,
+						fa.Code, fa.Header, fa.Body, sa.Code, sa.Header, sa.Body)
 				}
 			}
 		}
@@ -293,14 +358,16 @@ func TestFastPathTaken(t *testing.T) {
 		{`{"name":"echo","arguments":{"msg":"hi"}}`, map[string]string{"Connect-Protocol-Version": "1", "Accept-Encoding": "gzip", "Connect-Timeout-Ms": "100"}, true},
 		{`{"name":"echo","argumentsJson":"{\"a\":1}","timeout":"2.5s"}`, nil, true},
 		{`{"name":"echo","timeout":"200ms"}`, nil, false},
-		{`{"name":"echo"}`, map[string]string{"Content-Type": "application/proto"}, false},
+		{"\x0a\x04echo", map[string]string{"Content-Type": "application/proto"}, true},
+		{"\xff\xff", map[string]string{"Content-Type": "application/proto"}, false},
+		{`{"name":"echo"}`, map[string]string{"Content-Type": "application/connect+json"}, false},
 	} {
 		req := httptest.NewRequest(http.MethodPost, invokePath, strings.NewReader(tc.body))
 		req.Header.Set("Content-Type", "application/json")
 		for k, v := range tc.header {
 			req.Header.Set(k, v)
 		}
-		if got := s.serveInvokeJSON(httptest.NewRecorder(), req); got != tc.want {
+		if got := s.serveInvoke(httptest.NewRecorder(), req); got != tc.want {
 			t.Errorf("%s %v: fast path %v, want %v", tc.body, tc.header, got, tc.want)
 		}
 		if !tc.want {

@@ -5,6 +5,9 @@
 // runs the call handler — the middleware every door shares, then the core
 // — and answers the result, the chunks or the status as a Connect error
 // with its details. The request id goes back as the X-Request-Id header.
+// The commonest call, a unary InvokeTool with a JSON or binary body, is
+// read and answered here without connect-go, with the same result
+// (fast.go).
 package connectapi
 
 import (
@@ -44,19 +47,28 @@ type Options struct {
 // New returns the path prefix the ToolService is served under
 // ("/toolgate.v1.ToolService/") and its handler.
 func New(h toolcall.Handler, opts Options) (string, http.Handler) {
-	var hopts []connect.HandlerOption
+	return newDoor(h, opts, true)
+}
+
+// newDoor is New; fast false leaves every call to connect-go.
+func newDoor(h toolcall.Handler, opts Options, fast bool) (string, http.Handler) {
+	// A small answer goes out as it is: gzip costs more CPU than the few
+	// bytes it saves (connect-go compresses every answer for a client that
+	// accepts gzip by default).
+	hopts := []connect.HandlerOption{connect.WithCompressMinBytes(compressMinBytes)}
 	if opts.MaxMessageBytes > 0 {
 		hopts = append(hopts, connect.WithReadMaxBytes(int(opts.MaxMessageBytes)),
 			connect.WithCompression("gzip", func() connect.Decompressor { return &boundedGzip{limit: opts.MaxMessageBytes} },
 				func() connect.Compressor { return gzip.NewWriter(io.Discard) }))
 	}
-	path, handler := toolgatev1connect.NewToolServiceHandler(&service{h: h}, hopts...)
+	svc := &service{h: h, errs: connect.NewErrorWriter(hopts...), maxMessage: opts.MaxMessageBytes, fast: fast}
+	path, handler := toolgatev1connect.NewToolServiceHandler(svc, hopts...)
 	known := map[string]bool{}
 	methods := toolgatev1.File_toolgate_v1_toolgate_proto.Services().ByName("ToolService").Methods()
 	for i := range methods.Len() {
 		known[path+string(methods.Get(i).Name())] = true
 	}
-	errs := connect.NewErrorWriter(hopts...)
+	errs := svc.errs
 	// connect-go hands methods no *http.Request: the connection's TLS
 	// state (for client certificates) rides in the context.
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -73,12 +85,19 @@ func New(h toolcall.Handler, opts Options) (string, http.Handler) {
 			_ = errs.Write(w, r, ce)
 			return
 		}
+		if r.URL.Path == invokePath && svc.fast && svc.serveInvoke(w, r) {
+			return
+		}
 		if r.TLS != nil {
 			r = r.WithContext(context.WithValue(r.Context(), tlsKey{}, r.TLS))
 		}
 		handler.ServeHTTP(w, r)
 	})
 }
+
+// compressMinBytes is the smallest answer a Connect or gRPC-Web client
+// that accepts gzip gets compressed.
+const compressMinBytes = 1024
 
 // errInflated ends the inflating of a message that passed the limit.
 var errInflated = errors.New("the message inflates past it and was not inflated further")
@@ -120,7 +139,12 @@ const ReasonMethodNotFound = "METHOD_NOT_FOUND"
 
 type service struct {
 	toolgatev1connect.UnimplementedToolServiceHandler
-	h toolcall.Handler
+	h          toolcall.Handler
+	errs       *connect.ErrorWriter
+	maxMessage int64 // Options.MaxMessageBytes
+	// fast: unary InvokeTool calls with JSON or binary bodies take serveInvoke
+	// (fast.go); off, connect-go serves every call (the tests compare).
+	fast bool
 }
 
 // request is what every Connect request tells a call.

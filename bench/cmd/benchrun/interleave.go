@@ -142,7 +142,7 @@ func (e *env) startPair(ctx context.Context, gwTopic, flTopic string) (*pair, er
 	if p.gw, err = e.startGatewayWith(ctx, e.gwBin, false, reg); err != nil {
 		return fail("gateway", err)
 	}
-	if p.fl, err = e.startFloorOn(ctx, flTopic); err != nil {
+	if p.fl, err = e.startFloorOn(ctx, flTopic, false); err != nil {
 		return fail("floor", err)
 	}
 	return p, nil

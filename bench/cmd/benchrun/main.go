@@ -461,7 +461,10 @@ func (e *env) memoryAndProfiles(ctx context.Context, rep *Report) {
 			mib(in.Inflight.IdleRSSBytes), mib(in.Inflight.ParkedRSSBytes), in.Inflight.BytesPerCall, in.Errors)
 	}
 	if e.floorWanted() {
-		in, err := e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startFloor(ctx) }, nil)
+		// With net/http/pprof: its stacks and live heap (after a forced
+		// GC), which GC timing does not move as it moves RSS.
+		in, err := e.inflightOn(ctx, func(ctx context.Context) (*child, error) { return e.startFloorOn(ctx, e.topicGW, true) },
+			func(g *child) []string { return []string{"-pprof-url", "http://" + g.pprofAddr} })
 		if err != nil {
 			e.failures++
 			logf("inflight on the floor: %v", err)
@@ -628,18 +631,22 @@ func (e *env) startGatewayWith(ctx context.Context, bin string, pprof bool, regi
 // startFloor starts floorgw on free ports, forwarding to the gateway's
 // echo service.
 func (e *env) startFloor(ctx context.Context) (*child, error) {
-	return e.startFloorOn(ctx, e.topicGW)
+	return e.startFloorOn(ctx, e.topicGW, false)
 }
 
-// startFloorOn starts floorgw forwarding to the echo service on topic.
-func (e *env) startFloorOn(ctx context.Context, topic string) (*child, error) {
+// startFloorOn starts floorgw forwarding to the echo service on topic,
+// with net/http/pprof on an address of its own when pprof is set.
+func (e *env) startFloorOn(ctx context.Context, topic string, pprof bool) (*child, error) {
 	e.gwSeq++
-	ga, ha, _, err := freeAddrs(false)
+	ga, ha, pa, err := freeAddrs(pprof)
 	if err != nil {
 		return nil, err
 	}
 	args := []string{"--grpc-addr", ga, "--http-addr", ha, "--pulsar-url", e.pulsarURL, "--topic", topic}
-	c, err := e.startServer(ctx, fmt.Sprintf("floorgw-%03d", e.gwSeq), e.floorBin, ga, ha, "", args)
+	if pprof {
+		args = append(args, "--pprof-addr", pa)
+	}
+	c, err := e.startServer(ctx, fmt.Sprintf("floorgw-%03d", e.gwSeq), e.floorBin, ga, ha, pa, args)
 	if c != nil {
 		c.metricsAddr = ha
 	}

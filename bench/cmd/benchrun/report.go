@@ -539,6 +539,30 @@ func (r *Report) summarizeFloor() {
 		if r.InflightBytesPerCall > 0 && r.FloorInflightBytesPerCall > 0 {
 			r.Ratios["mem_per_parked_call_vs_floor"] = round(float64(r.InflightBytesPerCall)/float64(r.FloorInflightBytesPerCall), 3)
 		}
+		// Stacks and live heap after a forced GC: RSS moves with where
+		// the collections fell, these do not.
+		if fl, bd := floorGoMem(r.FloorInflight), r.InflightBreakdown; fl != nil && bd != nil {
+			if gw, floor := bd.StackBytesPerCall+bd.HeapLiveBytesPerCall, fl.StackBytesPerCall+fl.HeapLiveBytesPerCall; gw > 0 && floor > 0 {
+				r.Ratios["mem_live_per_parked_call_vs_floor"] = round(float64(gw)/float64(floor), 3)
+			}
+		}
+	}
+}
+
+// floorGoMem is the floor's parked memory split by its Go runtime (its
+// stacks and live heap per call), nil when it was not read.
+func floorGoMem(s *Sample) *InflightBreakdown {
+	if s == nil || s.Inflight == nil || s.Inflight.Idle == nil || s.Inflight.Parked == nil || s.Inflight.Calls == 0 {
+		return nil
+	}
+	in, n := s.Inflight, int64(s.Inflight.Calls)
+	return &InflightBreakdown{
+		Calls:                 in.Calls,
+		RSSBytesPerCall:       in.BytesPerCall,
+		GoroutinesPerCall:     round(float64(in.Parked.Goroutines-in.Idle.Goroutines)/float64(n), 2),
+		StackBytesPerCall:     (in.Parked.StackBytes - in.Idle.StackBytes) / n,
+		HeapLiveBytesPerCall:  (in.Parked.HeapLive - in.Idle.HeapLive) / n,
+		HeapAllocBytesPerCall: (in.Parked.HeapAlloc - in.Idle.HeapAlloc) / n,
 	}
 }
 
@@ -660,10 +684,22 @@ func (r *Report) markdown() string {
 	}
 	if bd := r.InflightBreakdown; bd != nil {
 		w("Where it goes, from the Go runtime of `bench/cmd/gatewayprof` in a second run of the same test (%d calls; RSS growth there %d bytes per call):\n\n", bd.Calls, bd.RSSBytesPerCall)
-		w("| per parked call | bytes |\n|---|---:|\n")
-		w("| goroutine stacks (%.2f goroutines per call) | %d |\n", bd.GoroutinesPerCall, bd.StackBytesPerCall)
-		w("| live heap (after a forced GC) | %d |\n", bd.HeapLiveBytesPerCall)
-		w("| heap incl. garbage not yet collected (GOGC headroom) | %d |\n\n", bd.HeapAllocBytesPerCall)
+		fl := floorGoMem(r.FloorInflight)
+		if fl == nil {
+			w("| per parked call | bytes |\n|---|---:|\n")
+			w("| goroutine stacks (%.2f goroutines per call) | %d |\n", bd.GoroutinesPerCall, bd.StackBytesPerCall)
+			w("| live heap (after a forced GC) | %d |\n", bd.HeapLiveBytesPerCall)
+			w("| heap incl. garbage not yet collected (GOGC headroom) | %d |\n\n", bd.HeapAllocBytesPerCall)
+		} else {
+			w("| per parked call | gateway bytes | floor bytes |\n|---|---:|---:|\n")
+			w("| goroutine stacks (goroutines per call: gateway %.2f, floor %.2f) | %d | %d |\n", bd.GoroutinesPerCall, fl.GoroutinesPerCall, bd.StackBytesPerCall, fl.StackBytesPerCall)
+			w("| live heap (after a forced GC) | %d | %d |\n", bd.HeapLiveBytesPerCall, fl.HeapLiveBytesPerCall)
+			w("| stacks + live heap | %d | %d |\n", bd.StackBytesPerCall+bd.HeapLiveBytesPerCall, fl.StackBytesPerCall+fl.HeapLiveBytesPerCall)
+			w("| heap incl. garbage not yet collected (GOGC headroom) | %d | %d |\n\n", bd.HeapAllocBytesPerCall, fl.HeapAllocBytesPerCall)
+			if v, ok := r.Ratios["mem_live_per_parked_call_vs_floor"]; ok {
+				w("Stacks and live heap, which do not move with GC timing as RSS does: the gateway holds **%v×** the floor's per parked call (`mem_live_per_parked_call_vs_floor`).\n\n", v)
+			}
+		}
 		if len(bd.TopLive) > 0 {
 			w("<details><summary>Live heap with the calls parked, by allocation site</summary>\n\n| function | live | %% | cum |\n|---|---:|---:|---:|\n")
 			for _, f := range bd.TopLive {

@@ -77,6 +77,27 @@ func TestSummarizeFloor(t *testing.T) {
 	}
 }
 
+// The parked memory read by the Go runtimes after a forced GC: stacks and
+// live heap of the gateway (gatewayprof's run) over the floor's.
+func TestParkedLiveMemory(t *testing.T) {
+	r := &Report{Config: Config{Concurrencies: []int{64}}}
+	r.Inflight = &Sample{Result: loadresult.Result{Inflight: &loadresult.Inflight{BytesPerCall: 24000}}}
+	r.InflightBreakdown = &InflightBreakdown{Calls: 1000, StackBytesPerCall: 16384, HeapLiveBytesPerCall: 5000, GoroutinesPerCall: 1}
+	r.FloorInflight = &Sample{Result: loadresult.Result{Inflight: &loadresult.Inflight{Calls: 1000, BytesPerCall: 14000,
+		Idle:   &loadresult.GoMem{Goroutines: 10, StackBytes: 100_000, HeapLive: 1_000_000, HeapAlloc: 2_000_000},
+		Parked: &loadresult.GoMem{Goroutines: 1010, StackBytes: 8_292_000, HeapLive: 5_000_000, HeapAlloc: 8_000_000}}}}
+	r.summarize()
+	if got := r.Ratios["mem_live_per_parked_call_vs_floor"]; got != 1.754 { // (16384+5000) / (8192+4000)
+		t.Errorf("mem_live_per_parked_call_vs_floor = %v, want 1.754", got)
+	}
+	md := r.markdown()
+	for _, s := range []string{"| goroutine stacks (goroutines per call: gateway 1.00, floor 1.00) | 16384 | 8192 |", "| stacks + live heap | 21384 | 12192 |", "**1.754×**"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("latest.md lacks %q", s)
+		}
+	}
+}
+
 // The paired ratio divides within each repetition, so a machine that got
 // faster between repetitions does not skew it as the ratio of medians can.
 func TestPairedCPURatio(t *testing.T) {

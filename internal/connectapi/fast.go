@@ -21,6 +21,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/gen/toolgate/v1/toolgatev1connect"
 	"github.com/toolgate/toolgate/internal/apiproto"
+	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
@@ -94,7 +95,7 @@ func (s *service) serveInvoke(w http.ResponseWriter, r *http.Request) bool {
 	var data []byte
 	var err error
 	if r.ContentLength >= 0 {
-		data, err = toolcall.ReadHTTPBody(r) // net/http stops at the declared length
+		data, err = httpcall.ReadBody(r) // net/http stops at the declared length
 	} else {
 		data, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
 	}
@@ -102,7 +103,7 @@ func (s *service) serveInvoke(w http.ResponseWriter, r *http.Request) bool {
 		rewind(r, data, err)
 		return false
 	}
-	c := &toolcall.Call{Op: toolcall.OpInvoke, Header: toolcall.HTTPHeader(h), Peer: r.RemoteAddr, TLS: r.TLS}
+	c := &toolcall.Call{Op: toolcall.OpInvoke, Header: httpcall.Header(h), Peer: r.RemoteAddr, TLS: r.TLS}
 	var msg *toolgatev1.InvokeToolRequest
 	switch {
 	case binary:

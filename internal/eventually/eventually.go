@@ -4,9 +4,10 @@
 // a test never asserts on how long the wait took.
 //
 // It is the one place test code may call time.Sleep (the forbidigo rule in
-// .golangci.yml bans it in every other _test.go file): True, Succeeds and
-// Within are the wait loops, each reporting what it waited for and, for
-// the error-returning forms, the last error seen.
+// .golangci.yml bans it in every other _test.go file). True and Succeeds
+// fail the test with what they waited for (Succeeds with the last error
+// too); Within and Holds only report, for TestMain and for goroutines
+// other than the test's.
 package eventually
 
 import (
@@ -52,6 +53,18 @@ func Succeeds(t testing.TB, d time.Duration, what string, f func() error) time.D
 func Within(d time.Duration, f func() error) error {
 	_, err := poll(d, f)
 	return err
+}
+
+// Holds polls cond as True does and reports whether it held within d,
+// without failing anything: for a goroutine other than the test's (a
+// service's handler) or a wait whose end is not a failure.
+func Holds(d time.Duration, cond func() bool) bool {
+	return Within(d, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	}) == nil
 }
 
 var errNotYet = errors.New("not yet")

@@ -84,6 +84,17 @@ func TestSucceedsWaits(t *testing.T) {
 	}
 }
 
+func TestHolds(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	if !Holds(10*time.Second, func() bool { return n.Add(1) >= 3 }) || n.Load() != 3 {
+		t.Fatalf("Holds: cond called %d times, want true on the third", n.Load())
+	}
+	if Holds(10*time.Millisecond, func() bool { return false }) {
+		t.Fatal("Holds reported a condition that never held")
+	}
+}
+
 func TestWithin(t *testing.T) {
 	t.Parallel()
 	if err := Within(10*time.Second, func() error { return nil }); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -65,25 +66,23 @@ func gatewayProcess(t *testing.T, regPath string, extra ...string) (grpcAddr, ht
 			<-done
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return grpcAddr, httpAddr
-			}
-		}
+	eventually.Succeeds(t, 60*time.Second, "gateway ready", func() error {
 		select {
 		case <-done:
 			t.Fatal("gateway exited before it was ready")
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not ready after 60s (%v)", err)
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	return grpcAddr, httpAddr
 }
 
 func freeLoopback(t *testing.T) string {

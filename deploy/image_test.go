@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 // testVersion is stamped into the image the test builds.
@@ -227,24 +228,15 @@ func startInImage(t *testing.T, root string, cfg imageConfig, argv []string, env
 // test if the process ends first.
 func (p *process) await(t *testing.T, what string, check func() error) {
 	t.Helper()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 60 s for %s (last: %v)", what, err)
-		}
+	eventually.Succeeds(t, 60*time.Second, what, func() error {
 		select {
 		case err := <-p.exited:
 			p.running = false
 			t.Fatalf("%s exited while the test waited for %s: %v", p.name, what, err)
-		case <-tick.C:
+		default:
 		}
-	}
+		return check()
+	})
 }
 
 // stop sends SIGTERM and wants status 0 within 30 s.

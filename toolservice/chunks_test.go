@@ -117,7 +117,7 @@ func TestChunkSenderQueueFull(t *testing.T) {
 	h.mu.Lock()
 	h.full, h.refusals = 1, 0
 	h.onRefuse = func() { // the queue drains a little later: "a" confirmed
-		go func() { time.Sleep(10 * time.Millisecond); h.confirm(1, nil) }()
+		go h.confirm(1, nil)
 	}
 	h.mu.Unlock()
 	if err := c.send(t.Context(), "b"); err != nil {

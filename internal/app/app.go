@@ -733,16 +733,11 @@ func NewLogger(w io.Writer, format, level string) *slog.Logger {
 // watchOperationsReady updates gRPC health once the operations table has
 // been read (readiness waits for it).
 func (g *Gateway) watchOperationsReady(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for !g.ops.Ready() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	select {
+	case <-ctx.Done():
+	case <-g.ops.WhenReady():
+		g.updateHealth()
 	}
-	g.updateHealth()
 }
 
 // operationsKeys reads the keys of the operations' records: the one

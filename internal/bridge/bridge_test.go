@@ -257,8 +257,8 @@ func TestContract(t *testing.T) {
 				if _, err := c.Wait(t.Context()); !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("got %v, want deadline exceeded", err)
 				}
-				if waited := time.Since(start); waited < 300*time.Millisecond {
-					t.Fatalf("the call ended after %v, before its deadline", waited)
+				if time.Now().Before(start.Add(300 * time.Millisecond)) {
+					t.Fatal("the call ended before its deadline")
 				}
 				if got := f.b.Stats().InFlight; got != inFlight {
 					t.Fatalf("%d calls in flight after the deadline, want %d", got, inFlight)
@@ -407,8 +407,8 @@ func TestServiceBusy(t *testing.T) {
 	if !errors.Is(err, bridge.ErrServiceBusy) || !errors.Is(err, bridge.ErrOverloaded) {
 		t.Fatalf("third call: %v, want ErrServiceBusy", err)
 	}
-	if waited := time.Since(start); waited < 150*time.Millisecond {
-		t.Fatalf("third call failed after %v, want it to wait for a slot first", waited)
+	if time.Now().Before(start.Add(200 * time.Millisecond)) {
+		t.Fatal("third call failed before its queue wait was over, want it to wait for a slot first")
 	}
 	// A call that waits while a slot frees up gets it.
 	first := make(chan struct{})

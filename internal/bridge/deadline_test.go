@@ -47,7 +47,7 @@ func TestCallDeadlineEndsAStalledPublish(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want deadline exceeded", err)
 	}
-	if waited := time.Since(start); waited > 5*time.Second {
-		t.Fatalf("the call ended %v after it started; its own deadline was 200ms", waited)
+	if ctx.Err() != nil {
+		t.Fatal("the call ended with the caller's context, not at its own deadline")
 	}
 }

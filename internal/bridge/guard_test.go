@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -86,9 +87,7 @@ func TestReplyGuardRails(t *testing.T) {
 					if topic != f.target.ResponseTopic {
 						// Topics are not ordered with each other: let the
 						// forgery arrive before the real reply.
-						for end := time.Now().Add(5 * time.Second); f.b.Stats().RefusedReplies == before && time.Now().Before(end); {
-							time.Sleep(5 * time.Millisecond)
-						}
+						eventually.Holds(5*time.Second, func() bool { return f.b.Stats().RefusedReplies != before })
 					}
 				}
 			})
@@ -143,9 +142,7 @@ func TestReplyToServiceAnswersOnlyThere(t *testing.T) {
 				Payload: wire.EncodeResponse(wire.Response{Response: "FORGED", EndOfStream: true}), Properties: map[string]string{wire.PropID: id, wire.PropSeq: "0"}})
 			// Topics are not ordered with each other: let the forgery
 			// arrive before the real reply.
-			for end := time.Now().Add(5 * time.Second); b.Stats().RefusedReplies == before && time.Now().Before(end); {
-				time.Sleep(5 * time.Millisecond)
-			}
+			eventually.Holds(5*time.Second, func() bool { return b.Stats().RefusedReplies != before })
 		}
 		_ = br.Publish(context.Background(), m.Properties[wire.PropReplyTo], transport.Message{
 			Payload: wire.EncodeResponse(wire.Response{Response: "REAL", EndOfStream: true}), Properties: map[string]string{wire.PropID: id, wire.PropSeq: "0"}})

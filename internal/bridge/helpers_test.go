@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
 )
 
@@ -20,17 +21,12 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 // waitSubscribed waits until topic has a subscriber, or the service failed.
 func waitSubscribed(t *testing.T, br transport.Broker, topic string, failed <-chan error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.True(t, 20*time.Second, "a subscriber on "+topic, func() bool {
 		select {
 		case err := <-failed:
 			t.Fatalf("tool service stopped: %v", err)
 		default:
 		}
-		if brokertest.Subscribed(br, topic) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("nobody subscribed to %s in time", topic)
+		return brokertest.Subscribed(br, topic)
+	})
 }

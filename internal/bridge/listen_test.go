@@ -55,13 +55,9 @@ func TestListenAll(t *testing.T) {
 	if rounds < 2 || br.subs.Load() < 1 {
 		t.Fatalf("%d rounds, %d subscriptions; want retries until the broker took one", rounds, br.subs.Load())
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for br.subs.Load() != 2 || len(b.Failing()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d subscriptions, failing %v; want both topics subscribed in the background", br.subs.Load(), b.Failing())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.True(t, 10*time.Second, "both topics subscribed in the background", func() bool {
+		return br.subs.Load() == 2 && len(b.Failing()) == 0
+	})
 
 	down := &flakyBroker{Mem: m}
 	down.fails.Store(1 << 30)
@@ -114,13 +110,7 @@ func TestListenAllOneBadTopic(t *testing.T) {
 		t.Fatalf("failing %v, want the bad topic", f)
 	}
 	b.Track(topics)
-	deadline := time.Now().Add(10 * time.Second)
-	for br.tries.Load() < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("tried the bad topic %d times; want retries in the background", br.tries.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.True(t, 10*time.Second, "the bad topic retried in the background (3 tries)", func() bool { return br.tries.Load() >= 3 })
 	b.Track([]string{"resp/a", "resp/b"}) // its service withdrew
 	if f := b.Failing(); len(f) != 0 {
 		t.Fatalf("failing %v after the topic is no longer wanted", f)

@@ -99,7 +99,11 @@ func TestWatchEndsCallsOfAServiceThatIsGone(t *testing.T) {
 	// A call made after the restart reached the new consumer: it waits on,
 	// as does the one to the service that still has an instance.
 	_, restartedNew := call("restarted")
-	time.Sleep(10 * every)
+	// Two more questions about each: the watch has looked and spared them.
+	for _, name := range []string{"shared", "restarted"} {
+		n := stub.questions(target(name).RequestTopic)
+		waitFor(t, 5*time.Second, func() bool { return stub.questions(target(name).RequestTopic) >= n+2 })
+	}
 	for name, ended := range map[string]<-chan error{"shared": shared, "restarted after": restartedNew} {
 		select {
 		case err := <-ended:
@@ -354,7 +358,6 @@ func TestWatchHoldsUnnumberedStreamEnds(t *testing.T) {
 	stream := func(rise, settle int64) (string, error) {
 		t.Helper()
 		stub.setExcess(0)
-		time.Sleep(60 * time.Millisecond) // a baseline from before the call
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		c, err := b.Call(ctx, target, wire.Request{}, bridge.CallOptions{})

@@ -1,6 +1,7 @@
 package gcgoal
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/bytedance/gopkg/util/gctuner"
+
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 func TestTarget(t *testing.T) {
@@ -36,14 +39,10 @@ func TestSetRaisesPercentWhileHeapIsSmall(t *testing.T) {
 	t.Setenv("GOGC", "")
 	Set(4096, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { gctuner.Tuning(0); debug.SetGCPercent(100) })
-	deadline := time.Now().Add(10 * time.Second)
-	for gctuner.GetGCPercent() != MaxPercent {
-		if time.Now().After(deadline) {
-			t.Fatalf("GC percent %d after cycles, want %d", gctuner.GetGCPercent(), MaxPercent)
-		}
+	eventually.True(t, 10*time.Second, fmt.Sprintf("GC percent %d after cycles", MaxPercent), func() bool {
 		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
+		return gctuner.GetGCPercent() == MaxPercent
+	})
 }
 
 // Gateways started one after another in one process (as tests do) tune

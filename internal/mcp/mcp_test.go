@@ -280,7 +280,6 @@ func TestCallToolErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			start := time.Now()
 			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: c.tool, Arguments: c.args, Meta: c.meta})
 			if err != nil {
 				t.Fatal(err)
@@ -296,9 +295,7 @@ func TestCallToolErrors(t *testing.T) {
 			if c.want == "" && e["code"] != "DeadlineExceeded" {
 				t.Fatalf("code = %v, want DeadlineExceeded", e["code"])
 			}
-			if c.meta != nil && time.Since(start) > 2*time.Second {
-				t.Fatalf("took %v: _meta.timeout not applied", time.Since(start))
-			}
+
 		})
 	}
 }
@@ -330,25 +327,24 @@ func TestCallToolRefusals(t *testing.T) {
 func TestTimeoutAsSeconds(t *testing.T) {
 	f := newFixture(t, mcp.Options{})
 	cs := f.connect(t, nil, nil)
-	start := time.Now()
+	// Without a timeout applied the echo would sleep and answer: no error.
 	res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "echo",
 		Arguments: map[string]any{"mode": "sleep", "ms": 3000}, Meta: sdk.Meta{"timeout": 0.2}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.IsError || time.Since(start) > 2*time.Second {
-		t.Fatalf("isError=%v after %v", res.IsError, time.Since(start))
+	if !res.IsError {
+		t.Fatalf("isError=%v: _meta.timeout of 0.2 s not applied", res.IsError)
 	}
 	// The default timeout applies without _meta.timeout.
 	f = newFixture(t, mcp.Options{DefaultTimeout: 200 * time.Millisecond})
 	cs = f.connect(t, nil, nil)
-	start = time.Now()
 	res, err = cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"mode": "sleep", "ms": 3000}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.IsError || time.Since(start) > 2*time.Second {
-		t.Fatalf("default timeout: isError=%v after %v", res.IsError, time.Since(start))
+	if !res.IsError {
+		t.Fatalf("default timeout: isError=%v, not applied", res.IsError)
 	}
 }
 
@@ -477,16 +473,14 @@ func TestClientCancelEndsCall(t *testing.T) {
 	cs := f.connect(t, nil, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
-	_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"mode": "sleep", "ms": 1500}})
+	// The echo would sleep a minute, the fixture's default timeout ends
+	// it after 5 s: only the client's going away ends it within 3 s.
+	_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "echo", Arguments: map[string]any{"mode": "sleep", "ms": 60000}})
 	if err == nil {
 		t.Fatal("call outlived its context")
 	}
 	select {
 	case <-f.rec.cancelled:
-		if d := time.Since(start); d > time.Second {
-			t.Fatalf("the call's context ended only after %v", d)
-		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the server kept the call running after the client gave up")
 	}

@@ -127,6 +127,8 @@ type Manager struct {
 	changed   chan struct{}  // closed and replaced on every change
 	caughtUp  atomic.Bool
 	consumed  atomic.Bool
+	ready     chan struct{} // closed once Ready first holds (readyOnce)
+	readyOnce sync.Once
 	lag       atomic.Int64 // of the last record read live: now − its publish time, ns
 
 	lmu   sync.Mutex
@@ -174,12 +176,22 @@ func New(bus Bus, calls Caller, opts Options) (*Manager, error) {
 	}
 	return &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger,
 		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}),
-		local: map[string]*bridge.Call{}}, nil
+		ready: make(chan struct{}), local: map[string]*bridge.Call{}}, nil
 }
 
 // Ready reports whether the table has been read to its end and the reply
 // subscription is attached.
 func (m *Manager) Ready() bool { return m.caughtUp.Load() && m.consumed.Load() }
+
+// WhenReady returns a channel closed once Ready first holds.
+func (m *Manager) WhenReady() <-chan struct{} { return m.ready }
+
+// noteReady closes the WhenReady channel if Ready holds.
+func (m *Manager) noteReady() {
+	if m.Ready() {
+		m.readyOnce.Do(func() { close(m.ready) })
+	}
+}
 
 // Run reads the state table, consumes replies and sweeps expired
 // operations until ctx ends.

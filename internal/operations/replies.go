@@ -66,6 +66,7 @@ func (m *Manager) consume(ctx context.Context) {
 		sub, err := m.bus.ConsumeAsync(ctx, m.opts.ReplyTopic, m.opts.Subscription, transport.KeyShared, dispatch)
 		if err == nil {
 			m.consumed.Store(true)
+			m.noteReady()
 			m.log.Info("consuming operation replies", "topic", m.opts.ReplyTopic, "subscription", m.opts.Subscription)
 			<-ctx.Done()
 			m.consumed.Store(false)

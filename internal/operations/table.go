@@ -42,6 +42,7 @@ func (m *Manager) follow(ctx context.Context) {
 			if !m.caughtUp.Swap(true) {
 				m.log.Info("operations table read", "topic", m.opts.StateTopic, "operations", n)
 			}
+			m.noteReady()
 		})
 		if ctx.Err() != nil {
 			return

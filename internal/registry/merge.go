@@ -143,6 +143,9 @@ type Merger struct {
 	parts     map[Origin]map[string]*part
 	states    map[Origin]*originState
 	conflicts []Conflict
+	// stateChanged is closed (and replaced) when an origin is enabled or
+	// syncs: WaitSynced waits on it rather than polling.
+	stateChanged chan struct{}
 }
 
 // Bounds on announcements, which come from the bus: one announcement's
@@ -262,7 +265,7 @@ func NewMerger(log *slog.Logger, onSwap func(*Snapshot), opts ...MergerOption) *
 		maxAnnounceBytes: DefaultMaxAnnouncementBytes, maxAnnounced: DefaultMaxAnnouncedServices,
 		requestNS: DefaultAnnounceRequestNamespaces, responseNS: DefaultAnnounceResponseNamespaces,
 		claimGrace: DefaultClaimGrace, released: map[string]bool{}, maxLease: DefaultMaxLease,
-		maxInstances: DefaultMaxInstances, now: time.Now}
+		maxInstances: DefaultMaxInstances, now: time.Now, stateChanged: make(chan struct{})}
 	for _, o := range opts {
 		o(m)
 	}
@@ -282,9 +285,16 @@ func (m *Merger) Registry() *Registry { return m.reg }
 func (m *Merger) Enable(o Origin) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if st, ok := m.states[o]; ok {
+	if st, ok := m.states[o]; ok && !st.enabled {
 		st.enabled = true
+		m.signalStateLocked()
 	}
+}
+
+// signalStateLocked wakes WaitSynced's waiters; m.mu is held.
+func (m *Merger) signalStateLocked() {
+	close(m.stateChanged)
+	m.stateChanged = make(chan struct{})
 }
 
 // State implements Sink.
@@ -295,9 +305,10 @@ func (m *Merger) State(o Origin, synced bool, err error) {
 	if !ok {
 		return
 	}
-	st.enabled = true
-	if synced {
-		st.synced = true
+	if !st.enabled || (synced && !st.synced) {
+		st.enabled = true
+		st.synced = st.synced || synced
+		m.signalStateLocked()
 	}
 	msg := ""
 	if err != nil {
@@ -316,7 +327,8 @@ func (m *Merger) State(o Origin, synced bool, err error) {
 // WaitSynced waits until every enabled origin has synced once, or d
 // passes. It returns the origins that had not synced.
 func (m *Merger) WaitSynced(d time.Duration) []Origin {
-	deadline := time.Now().Add(d)
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
 	for {
 		var missing []Origin
 		m.mu.Lock()
@@ -325,11 +337,16 @@ func (m *Merger) WaitSynced(d time.Duration) []Origin {
 				missing = append(missing, o)
 			}
 		}
+		changed := m.stateChanged
 		m.mu.Unlock()
-		if len(missing) == 0 || time.Now().After(deadline) {
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timeout.C:
 			return missing
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

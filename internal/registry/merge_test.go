@@ -3,6 +3,8 @@ package registry
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -164,7 +166,7 @@ func TestOnSwapInVersionOrder(t *testing.T) {
 		inSwap = true
 		versions = append(versions, s.Version)
 		mu.Unlock()
-		time.Sleep(100 * time.Microsecond)
+		runtime.Gosched() // let the other appliers try to enter while this call runs
 		mu.Lock()
 		inSwap = false
 		mu.Unlock()
@@ -343,5 +345,33 @@ func TestAnnouncementTakeoverAllowed(t *testing.T) {
 	}
 	if tl, _ := m.Registry().Snapshot().Tool("echo"); tl == nil || tl.Service.ID != "zzz-first" {
 		t.Fatalf("echo = %+v; want zzz-first's, announced last", tl)
+	}
+}
+
+// WaitSynced returns once every enabled origin has synced — woken by the
+// sources' word, not by polling — and, when one never does, names it once
+// the bound passes.
+func TestWaitSynced(t *testing.T) {
+	t.Parallel()
+	m := NewMerger(nil, nil)
+	if missing := m.WaitSynced(0); missing != nil {
+		t.Fatalf("nothing enabled: missing %v, want none", missing)
+	}
+	m.Enable(OriginFile)
+	m.Enable(OriginAnnouncement)
+	done := make(chan []Origin)
+	go func() { done <- m.WaitSynced(time.Minute) }()
+	m.State(OriginFile, true, nil)
+	m.State(OriginAnnouncement, false, errors.New("no broker"))
+	m.State(OriginAnnouncement, true, nil)
+	if missing := <-done; missing != nil {
+		t.Fatalf("every enabled origin synced: missing %v", missing)
+	}
+
+	m = NewMerger(nil, nil)
+	m.Enable(OriginConfigService)
+	m.State(OriginFile, true, nil)
+	if missing := m.WaitSynced(10 * time.Millisecond); !slices.Equal(missing, []Origin{OriginConfigService}) {
+		t.Fatalf("missing %v, want [%s]", missing, OriginConfigService)
 	}
 }

@@ -2,13 +2,16 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
@@ -62,16 +65,14 @@ func bridgeChain(t *testing.T, br transport.Broker, tp trace.TracerProvider, mw 
 	if err := b.Listen(t.Context(), target.ResponseTopic); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); !brokertest.Subscribed(br, target.RequestTopic); time.Sleep(20 * time.Millisecond) {
+	eventually.True(t, 20*time.Second, "the tool service subscribed to "+target.RequestTopic, func() bool {
 		select {
 		case err := <-stopped:
 			t.Fatalf("tool service stopped: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tool service never subscribed to %s", target.RequestTopic)
-		}
-	}
+		return brokertest.Subscribed(br, target.RequestTopic)
+	})
 	publish := func(ctx context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
 		call, err := b.Call(ctx, target, wire.Request{User: "alice", Config: "{}", Arguments: string(c.Args)}, bridge.CallOptions{})
 		if err != nil {
@@ -182,23 +183,15 @@ func TestCallersTraceReachesTheToolServiceWithTracingOff(t *testing.T) {
 // the reply came) and returns them all.
 func endedSpans(t *testing.T, exp *tracetest.InMemoryExporter, kinds ...trace.SpanKind) tracetest.SpanStubs {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		spans := exp.GetSpans()
-		missing := false
+	var spans tracetest.SpanStubs
+	eventually.Succeeds(t, 10*time.Second, fmt.Sprintf("spans of kinds %v ended", kinds), func() error {
+		spans = exp.GetSpans()
 		for _, k := range kinds {
-			found := false
-			for _, s := range spans {
-				found = found || s.SpanKind == k
+			if !slices.ContainsFunc(spans, func(s tracetest.SpanStub) bool { return s.SpanKind == k }) {
+				return fmt.Errorf("none of kind %v among the %d ended", k, len(spans))
 			}
-			missing = missing || !found
 		}
-		if !missing {
-			return spans
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("spans of kinds %v did not all end; have %d", kinds, len(spans))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return spans
 }

@@ -5,16 +5,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 // deaf is a broker that can stop acknowledging: its publishes then wait
 // until their context ends, as a client's do while it reconnects.
 type deaf struct {
 	*Mem
-	gone atomic.Bool
+	gone  atomic.Bool
+	asked atomic.Int64 // publishes (probes)
 }
 
 func (d *deaf) Publish(ctx context.Context, topic string, msg Message) error {
+	d.asked.Add(1)
 	if d.gone.Load() {
 		<-ctx.Done()
 		return ctx.Err()
@@ -60,7 +64,8 @@ func TestProbe(t *testing.T) {
 	}
 	b.gone.Store(false)
 	want(true)
-	time.Sleep(100 * time.Millisecond)
+	n := b.asked.Load()
+	eventually.True(t, 5*time.Second, "five more probes", func() bool { return b.asked.Load() >= n+5 })
 	select {
 	case ok := <-changes:
 		t.Fatalf("a change to %v without a change of the broker", ok)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -78,16 +79,14 @@ func startPythonJokes(t *testing.T, c *pulsarCluster, url, topic string) {
 		}
 	})
 	requestTopic := wire.RequestTopic(topic)
-	deadline := time.Now().Add(90 * time.Second)
-	for c.Consumers(requestTopic) == 0 {
+	if !eventually.Holds(90*time.Second, func() bool {
 		select {
 		case <-done:
 			t.Fatalf("joke-service exited before subscribing to %s; output:\n%s", requestTopic, logTail())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("joke-service did not subscribe to %s within 90s; output:\n%s", requestTopic, logTail())
-		}
-		time.Sleep(200 * time.Millisecond)
+		return c.Consumers(requestTopic) > 0
+	}) {
+		t.Fatalf("joke-service did not subscribe to %s within 90s; output:\n%s", requestTopic, logTail())
 	}
 }

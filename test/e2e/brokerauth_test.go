@@ -26,6 +26,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
@@ -363,7 +364,7 @@ func TestBrokerTokenAuth(t *testing.T) {
 	defer conn.Close()
 	client := toolgatev1.NewToolServiceClient(conn)
 	args, _ := structpb.NewStruct(map[string]any{"msg": "through the authenticated bus"})
-	_, err = within(20*time.Second, func() error {
+	err = eventually.Within(20*time.Second, func() error {
 		r, err := client.InvokeTool(t.Context(), &toolgatev1.InvokeToolRequest{Name: "auth-echo", Arguments: args})
 		if err == nil && r.GetOutput() != "through the authenticated bus" {
 			err = fmt.Errorf("answered %q", r.GetOutput())

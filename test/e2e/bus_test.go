@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
 )
 
@@ -43,7 +44,7 @@ func TestAnnouncementsCannotHijack(t *testing.T) {
 	g := startSourceGateway(t, "--announce-topic", topic)
 	// The service announces once subscribed (after Ready): the gateway may
 	// start before the announcement is on the topic.
-	if _, err := within(10*time.Second, func() error {
+	if err := eventually.Within(10*time.Second, func() error {
 		out, err := g.invoke(t.Context(), tool, map[string]any{"msg": "secret1"})
 		if err == nil && out != "secret1" {
 			err = fmt.Errorf("answered %q", out)
@@ -82,7 +83,7 @@ func TestAnnouncementsCannotHijack(t *testing.T) {
 	}
 
 	var d map[string]any
-	_, err := within(10*time.Second, func() error {
+	err := eventually.Within(10*time.Second, func() error {
 		d = g.readyDetails(t)
 		st := sourceStatus(t, d, "announcement")
 		if st["rejected"] != 3.0 || d["registry_conflicts"] != 3.0 {
@@ -122,7 +123,7 @@ func TestAnnouncementsCannotHijack(t *testing.T) {
 	// The real service restarts and announces again: it keeps the tool.
 	runHandler(t, toolservice.Config{ID: realID, Topic: realTopic,
 		Announce: &toolservice.Announcement{Topic: topic, Tools: []toolservice.Tool{{Name: tool, Description: "the real one, again"}}}}, echo.Handle)
-	_, err = within(5*time.Second, func() error {
+	err = eventually.Within(5*time.Second, func() error {
 		out, err := g.invoke(t.Context(), tool, map[string]any{"msg": "secret3"})
 		if err == nil && out != "secret3" {
 			err = fmt.Errorf("answered %q", out)

@@ -231,6 +231,7 @@ tool:
 					args = stream
 				}
 				args += `,"tag":"` + tag + `"`
+				replies0 := metric(t, "http://"+gw.AdminAddr(), "toolgate_bridge_replies_total")
 				var giveUp func()
 				var answer <-chan string
 				switch door {
@@ -244,7 +245,11 @@ tool:
 					giveUp = grpcCall(t, args, streamed)
 				}
 				eventually.True(t, 10*time.Second, "the call reaches the service", w.has(func() bool { _, ok := w.started[tag]; return ok }))
-				time.Sleep(500 * time.Millisecond) // a stream has sent chunks by then
+				if streamed { // give up once its first chunks came
+					eventually.True(t, 10*time.Second, "the stream's first chunks delivered", func() bool {
+						return metric(t, "http://"+gw.AdminAddr(), "toolgate_bridge_replies_total")-replies0 >= 2
+					})
+				}
 				gaveUp := time.Now()
 				giveUp()
 				eventually.True(t, 15*time.Second, "the service's context ends after the caller gave up", w.has(func() bool { _, ok := w.ended[tag]; return ok }))

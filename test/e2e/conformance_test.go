@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
 )
 
@@ -172,17 +173,13 @@ func conformanceSuite(t *testing.T, root string) []string {
 // waitTool waits until the gateway at base lists tool.
 func waitTool(t *testing.T, base, tool string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		resp, err := httpGet(base + "/v1/tools/" + tool)
-		if err == nil && resp == 200 {
-			return
+	eventually.Succeeds(t, d, "tool "+tool+" served", func() error {
+		code, err := httpGet(base + "/v1/tools/" + tool)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("HTTP %d", code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tool %s not served after %s (last: %d, %v)", tool, d, resp, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 func httpGet(url string) (int, error) {

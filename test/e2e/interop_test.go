@@ -32,6 +32,7 @@ import (
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -203,17 +204,15 @@ func interopStartPython(t *testing.T, name, requestTopic string, argv ...string)
 		}
 	})
 
-	deadline := time.Now().Add(interopStartTimeout)
-	for brokertest.Subscriptions(requestTopic) == 0 {
+	if !eventually.Holds(interopStartTimeout, func() bool {
 		if p.exited() {
 			p.shown = true
 			t.Fatalf("%s exited before subscribing to %s (%v); output:\n%s", name, requestTopic, p.waitErr, p.logTail(60))
 		}
-		if time.Now().After(deadline) {
-			p.shown = true
-			t.Fatalf("%s did not subscribe to %s within %s; output:\n%s", name, requestTopic, interopStartTimeout, p.logTail(60))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return brokertest.Subscriptions(requestTopic) > 0
+	}) {
+		p.shown = true
+		t.Fatalf("%s did not subscribe to %s within %s; output:\n%s", name, requestTopic, interopStartTimeout, p.logTail(60))
 	}
 	t.Logf("%s (pid %d) subscribed to %s after %s", name, cmd.Process.Pid, requestTopic, time.Since(start).Round(time.Millisecond))
 	return p

@@ -17,6 +17,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -127,12 +128,10 @@ func TestThousandChunkStream(t *testing.T) {
 }
 
 func waitConsumers(topic string, n int, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for brokertest.Subscriptions(topic) < n {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fewer than %d consumers on %s after %s", n, topic, d)
+	return eventually.Within(d, func() error {
+		if got := brokertest.Subscriptions(topic); got < n {
+			return fmt.Errorf("%d of %d consumers on %s", got, n, topic)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
+		return nil
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/internal/app/apptest"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/echo"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/jokes"
 	"github.com/toolgate/toolgate/toolservice"
 	"google.golang.org/grpc"
@@ -204,30 +205,28 @@ tool:
 `, pyJokeTopic, pyJokeTopic, pyFailTopic, echoTopic, jokeTopic)
 }
 
+// waitReady waits until the gateway at base answers /readyz with 200
+// (TestMain has no t: eventually.Within).
 func waitReady(base string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
+	return eventually.Within(d, func() error {
 		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("/readyz not 200 after %s (last error: %w)", d, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz %d", resp.StatusCode)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
+// waitSubscribed waits until a tool service subscribed to topic.
 func waitSubscribed(topic string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for brokertest.Subscriptions(topic) == 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no tool service subscribed to %s after %s", topic, d)
+	return eventually.Within(d, func() error {
+		if brokertest.Subscriptions(topic) == 0 {
+			return fmt.Errorf("no tool service subscribed to %s", topic)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
+		return nil
+	})
 }

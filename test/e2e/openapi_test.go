@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/api"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/test/e2e/oapiclient"
 )
 
@@ -447,7 +448,7 @@ func TestOpenAPIGoClient(t *testing.T) {
 		id := strings.TrimPrefix(*op.Name, "operations/")
 		// Poll until done, as a generated client's user would.
 		var got *oapiclient.Operation
-		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		eventually.True(t, 20*time.Second, "the operation done", func() bool {
 			g, err := c.GetOperationWithResponse(t.Context(), id)
 			if err != nil {
 				t.Fatal(err)
@@ -455,13 +456,9 @@ func TestOpenAPIGoClient(t *testing.T) {
 			if g.StatusCode() != http.StatusOK || g.JSON200 == nil {
 				t.Fatalf("get: %d %s", g.StatusCode(), g.Body)
 			}
-			if got = g.JSON200; got.Done != nil && *got.Done {
-				break
-			}
-		}
-		if got == nil || got.Done == nil || !*got.Done {
-			t.Fatalf("the operation is not done after 20s: %+v", got)
-		}
+			got = g.JSON200
+			return got.Done != nil && *got.Done
+		})
 		if got.Error != nil || got.Response == nil || got.Response.Output != "op-go" || *got.Metadata.State != oapiclient.DONE || got.Metadata.EndTime == nil {
 			t.Fatalf("done operation: error %+v, response %+v, metadata %+v", got.Error, got.Response, got.Metadata)
 		}

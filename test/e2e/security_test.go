@@ -24,6 +24,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -108,20 +109,17 @@ tool:
 	s.certHTTP = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: s.certTLS}}
 	t.Cleanup(s.http.CloseIdleConnections)
 	t.Cleanup(s.certHTTP.CloseIdleConnections)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.Succeeds(t, 30*time.Second, "secured gateway ready", func() error {
 		resp, err := s.http.Get(s.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("secured gateway not ready: %v", err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz %d", resp.StatusCode)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	return s
 }
 

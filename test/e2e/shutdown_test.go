@@ -87,11 +87,8 @@ func TestSIGTERMDrainsCallsInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatalf("gateway exited with %v", err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("gateway still running 20 s after SIGTERM")
-	}
-	if d := time.Since(sent); d > 15*time.Second {
-		t.Fatalf("shutdown took %v, longer than the grace period", d)
+	case <-time.After(time.Until(sent.Add(15 * time.Second))):
+		t.Fatal("gateway still running 15 s after SIGTERM, longer than the grace period")
 	}
 	if !strings.Contains(logs.String(), "gateway stopped") {
 		t.Fatalf("no clean stop in the log")
@@ -232,7 +229,7 @@ func TestSIGTERMPastTheGrace(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || derr != nil || body.Details["shutting_down"] != true {
 			t.Fatalf("/readyz during the drain: HTTP %d %v (%v), want 503 with shutting_down", resp.StatusCode, body, derr)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) //nolint:forbidigo // /readyz is sampled through the drain, four times a second
 	}
 	refused := []callEnd{
 		restInvokeUntilEnd(t, base, "echo", `{"arguments": {"msg": "late"}}`),
@@ -249,7 +246,7 @@ func TestSIGTERMPastTheGrace(t *testing.T) {
 			took := e.at.Sub(sent)
 			t.Logf("%s: %v %s after %v: %s (RetryInfo %v, Retry-After %q)", e.via, e.code, e.reason, took.Round(time.Millisecond), e.msg, e.retry, e.retryAfter)
 			checkRetryable(t, e)
-			if took < grace-200*time.Millisecond {
+			if e.at.Before(sent.Add(grace - 200*time.Millisecond)) {
 				t.Errorf("%s ended %v after SIGTERM, before the grace (%v) was over", e.via, took, grace)
 			}
 		case <-time.After(grace + 10*time.Second):

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -27,8 +28,9 @@ import (
 
 // grpcGateway is a gateway's two gRPC services, as one client.
 type grpcGateway struct {
-	tools toolgatev1.ToolServiceClient
-	ops   longrunningpb.OperationsClient
+	tools  toolgatev1.ToolServiceClient
+	ops    longrunningpb.OperationsClient
+	health healthpb.HealthClient
 }
 
 func dialGRPC(t *testing.T, gw *apptest.Gateway) grpcGateway {
@@ -38,7 +40,7 @@ func dialGRPC(t *testing.T, gw *apptest.Gateway) grpcGateway {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return grpcGateway{tools: toolgatev1.NewToolServiceClient(conn), ops: longrunningpb.NewOperationsClient(conn)}
+	return grpcGateway{tools: toolgatev1.NewToolServiceClient(conn), ops: longrunningpb.NewOperationsClient(conn), health: healthpb.NewHealthClient(conn)}
 }
 
 // as is ctx with key's credentials.
@@ -90,6 +92,13 @@ func TestOperationOverGRPC(t *testing.T) {
 	b.WaitReady(t, 60*time.Second)
 	ga, gb := dialGRPC(t, a), dialGRPC(t, b)
 	alice, bob := as(t.Context(), aliceKey), as(t.Context(), bobKey)
+	// gRPC health follows readiness, the operations table's included.
+	for _, g := range []grpcGateway{ga, gb} {
+		eventually.True(t, 30*time.Second, "gRPC health SERVING", func() bool {
+			h, err := g.health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+			return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
+		})
+	}
 
 	msg := "grpc-" + brokertest.UniqueTopic("m")
 	op := startEcho(t, alice, ga, map[string]any{"mode": "sleep", "ms": 2500, "msg": msg})
@@ -121,14 +130,11 @@ func TestOperationOverGRPC(t *testing.T) {
 	_, err := gb.ops.GetOperation(alice, &longrunningpb.GetOperationRequest{Name: "operations/0123456789abcdef0123456789abcdef"})
 	wantNotFound(t, "an id that does not exist", err)
 
-	// A wait that times out answers the operation as it is, at its timeout.
-	began := time.Now()
+	// A wait that times out answers the operation as it is, at its
+	// timeout: still running (the operation takes 2.5 s, the wait 300 ms).
 	got, err := gb.ops.WaitOperation(alice, &longrunningpb.WaitOperationRequest{Name: name, Timeout: durationpb.New(300 * time.Millisecond)})
 	if err != nil || got.GetDone() {
 		t.Fatalf("short wait: %v, %v", got, err)
-	}
-	if d := time.Since(began); d < 250*time.Millisecond || d > 2*time.Second {
-		t.Fatalf("a 300 ms wait took %v", d)
 	}
 	// B answers the wait once the reply is recorded.
 	eventually.True(t, 30*time.Second, "B to report the operation done", func() bool {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,13 +44,17 @@ func scrape(t *testing.T, admin, series string) float64 {
 // operations start and end — done, failed, cancelled, expired — and the
 // running gauge counts the one still running.
 func TestOperationMetrics(t *testing.T) {
-	// "deaf" answers after 3 s whatever its deadline: its reply comes
-	// long after the deadline, which the gateway that started it counts
-	// as expired. (Echo's sleep answers with an error at the deadline,
-	// a reply that may beat the deadline's slack and be recorded failed.)
+	// "deaf" answers, whatever its deadline, only once the gateway that
+	// started it counted it expired: its reply comes after the deadline.
+	// (Echo's sleep answers with an error at the deadline, a reply that
+	// may beat the deadline's slack and be recorded failed.)
+	expiredSeen := make(chan struct{})
+	var once sync.Once
+	releaseDeaf := func() { once.Do(func() { close(expiredSeen) }) }
+	t.Cleanup(releaseDeaf)
 	flags := setupWith(t, func(ctx context.Context, r *toolservice.Request) (any, error) {
 		if r.Arguments["mode"] == "deaf" {
-			time.Sleep(3 * time.Second)
+			<-expiredSeen
 			return "too late", nil
 		}
 		return echo.Handle(ctx, r)
@@ -98,6 +103,7 @@ func TestOperationMetrics(t *testing.T) {
 	}
 	// The gateway that started an operation counts it expired.
 	eventually.True(t, 10*time.Second, expired+" to move by 1", func() bool { return scrape(t, admin, expired)-before[expired] == 1 })
+	releaseDeaf()
 	// A reply is recorded, and counted, by the gateway the Key_Shared
 	// subscription hands it to: this one, the only gateway on the test's
 	// own reply topic.

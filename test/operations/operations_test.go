@@ -4,6 +4,7 @@ package operations_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -168,11 +170,20 @@ func do(t *testing.T, method, url, key, body string) (int, map[string]any) {
 }
 
 // TestOperationOutlivesItsGateway: an operation started on gateway A (a
-// 6 s call), A killed with SIGKILL a second later; gateway B reports it
+// 6 s call), A killed with SIGKILL while the service has it; gateway B reports it
 // done with the right output to the same caller, and another caller gets
 // NOT_FOUND from both.
 func TestOperationOutlivesItsGateway(t *testing.T) {
-	flags := setup(t)
+	handling := make(chan struct{}, 1) // the service has the call
+	var answered atomic.Bool           // the service answered it
+	flags := setupWith(t, func(ctx context.Context, r *toolservice.Request) (any, error) {
+		select {
+		case handling <- struct{}{}:
+		default:
+		}
+		defer answered.Store(true)
+		return echo.Handle(ctx, r)
+	})
 	a := startProcess(t, flags...)
 	b := apptest.Start(t, nil, flags...)
 	b.WaitReady(t, 60*time.Second)
@@ -189,7 +200,6 @@ func TestOperationOutlivesItsGateway(t *testing.T) {
 	if !ok || id == "" {
 		t.Fatalf("start answered name %q", name)
 	}
-	started := time.Now()
 	// Not bob's: NOT_FOUND from A, as for an id that does not exist.
 	for _, base := range []string{a.base, bBase} {
 		if code, e := do(t, http.MethodGet, base+"/v1/operations/"+id, bobKey, ""); code != http.StatusNotFound {
@@ -201,7 +211,11 @@ func TestOperationOutlivesItsGateway(t *testing.T) {
 		code, got := do(t, http.MethodGet, bBase+"/v1/operations/"+id, aliceKey, "")
 		return code == http.StatusOK && got["done"] == false
 	})
-	time.Sleep(time.Until(started.Add(time.Second)))
+	select { // A dies while the service has the call
+	case <-handling:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not reach the service")
+	}
 	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +234,8 @@ func TestOperationOutlivesItsGateway(t *testing.T) {
 	if resp == nil || resp["output"] != msg {
 		t.Fatalf("B reports %v, want the output %q", got, msg)
 	}
-	if since := time.Since(started); since < 5*time.Second {
-		t.Fatalf("done after %v, before the 6 s call could have ended", since)
+	if !answered.Load() {
+		t.Fatal("done before the service answered the 6 s call")
 	}
 	if code, e := do(t, http.MethodGet, bBase+"/v1/operations/"+id, bobKey, ""); code != http.StatusNotFound {
 		t.Fatalf("bob's GET on B after the end: %d %v, want 404", code, e)
@@ -240,7 +254,16 @@ func TestOperationOutlivesItsGateway(t *testing.T) {
 // TestOperationCancelAndDelete: a cancelled operation is done with
 // CANCELLED on every gateway, and a deleted one is gone.
 func TestOperationCancelAndDelete(t *testing.T) {
-	flags := setup(t)
+	replied := make(chan struct{}, 1) // the service answered the call
+	flags := setupWith(t, func(ctx context.Context, r *toolservice.Request) (any, error) {
+		defer func() {
+			select {
+			case replied <- struct{}{}:
+			default:
+			}
+		}()
+		return echo.Handle(ctx, r)
+	})
 	a := apptest.Start(t, nil, flags...)
 	b := apptest.Start(t, nil, flags...)
 	a.WaitReady(t, 60*time.Second)
@@ -263,7 +286,12 @@ func TestOperationCancelAndDelete(t *testing.T) {
 		})
 	}
 	// The reply that comes later does not turn it back.
-	time.Sleep(3500 * time.Millisecond)
+	select {
+	case <-replied:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service did not answer the cancelled call")
+	}
+	time.Sleep(500 * time.Millisecond) //nolint:forbidigo // the late reply, sent, is taken in and ignored: nothing marks an ignored reply
 	if _, got := do(t, http.MethodGet, bBase+"/v1/operations/"+id, aliceKey, ""); got["response"] != nil {
 		t.Fatalf("a cancelled operation took the late reply: %v", got)
 	}

@@ -61,17 +61,15 @@ func (g *gateway) ready(t *testing.T) (int, map[string]any) {
 
 func (g *gateway) waitReady(t *testing.T, d time.Duration) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		code, details := g.ready(t)
-		if code == http.StatusOK {
-			return details
+	var details map[string]any
+	eventually.Succeeds(t, d, "/readyz 200", func() error {
+		var code int
+		if code, details = g.ready(t); code != http.StatusOK {
+			return fmt.Errorf("/readyz %d: %v", code, details)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz %d after %v: %v", code, d, details)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return details
 }
 
 func (g *gateway) tools(t *testing.T) int {
@@ -218,10 +216,12 @@ func TestWithdrawReleasesSubscriptions(t *testing.T) {
 func settled(t *testing.T) int {
 	t.Helper()
 	var n int
+	var since time.Time // when the count was last seen to change
 	eventually.True(t, time.Minute, "the goroutines settle", func() bool {
-		n = runtime.NumGoroutine()
-		time.Sleep(200 * time.Millisecond)
-		return runtime.NumGoroutine() == n
+		if m := runtime.NumGoroutine(); m != n || since.IsZero() {
+			n, since = m, time.Now()
+		}
+		return time.Since(since) >= 200*time.Millisecond
 	})
 	return n
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 // venv is the Python venv with TrustGraph's services: TOOLGATE_VENV if
@@ -129,17 +130,15 @@ func startPythonJokesProc(t *testing.T, topic string) *pyProc {
 		}
 	})
 	requestTopic := "non-persistent://tg/request/" + topic
-	deadline := time.Now().Add(45 * time.Second)
-	for brokertest.Subscriptions(requestTopic) == 0 && consumersOf(t, requestTopic) == 0 {
+	if !eventually.Holds(45*time.Second, func() bool {
 		select {
 		case <-done:
 			t.Fatalf("joke-service exited before subscribing to %s; output:\n%s", requestTopic, logTail())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("joke-service did not subscribe to %s within 45s; output:\n%s", requestTopic, logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return brokertest.Subscriptions(requestTopic) > 0 || consumersOf(t, requestTopic) > 0
+	}) {
+		t.Fatalf("joke-service did not subscribe to %s within 45s; output:\n%s", requestTopic, logTail())
 	}
 	return &pyProc{cmd: cmd, done: done}
 }

@@ -55,7 +55,7 @@ type chunkChecker struct {
 
 func (c *chunkChecker) add(text string) {
 	if c.pause > 0 && c.next == c.n/10 {
-		time.Sleep(c.pause) // a slow client
+		time.Sleep(c.pause) //nolint:forbidigo // a slow client: the reader stops for a while, the stream's flow control must hold
 	}
 	want := strconv.Itoa(c.next)
 	if c.next < c.n-1 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/registry"
 )
 
@@ -43,16 +44,11 @@ func runAnnouncements(t *testing.T, c pulsar.Client, topic string, opts ...regis
 
 func waitTool(t *testing.T, m *registry.Merger, name string, present bool) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, ok := m.Registry().Snapshot().Tool(name); ok == present {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tool %s present=%v not reached within 30 s", name, present)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, 30*time.Second, fmt.Sprintf("tool %s present=%v", name, present), func() bool {
+		_, ok := m.Registry().Snapshot().Tool(name)
+		return ok == present
+	})
+	return time.Now()
 }
 
 // A null-value message (Pulsar's tombstone, what other clients send to
@@ -100,10 +96,7 @@ func TestAnnouncementBounds(t *testing.T) {
 		}
 	}
 	waitTool(t, m, "b-tool", true)
-	deadline := time.Now().Add(10 * time.Second)
-	for m.Rejected(registry.OriginAnnouncement) < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Holds(10*time.Second, func() bool { return m.Rejected(registry.OriginAnnouncement) >= 2 })
 	snap := m.Registry().Snapshot()
 	for name, want := range map[string]bool{"huge-tool": false, "a-tool": true, "b-tool": true, "c-tool": false} {
 		if _, ok := snap.Tool(name); ok != want {
@@ -240,16 +233,11 @@ func TestAnnouncementFloodDoesNotHoldUpOthers(t *testing.T) {
 	if ahead > 1 && appliedBig == ahead {
 		t.Errorf("the normal announcement waited for every large one ahead of it")
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		snap := m.Registry().Snapshot()
-		if len(snap.Services()) == floodN+1 && m.Rejected(registry.OriginAnnouncement) == int64(overN) {
-			break
+	eventually.Succeeds(t, 5*time.Minute, "the flood applied", func() error {
+		if n, r := len(m.Registry().Snapshot().Services()), m.Rejected(registry.OriginAnnouncement); n != floodN+1 || r != int64(overN) {
+			return fmt.Errorf("services %d, rejected %d; want %d and %d", n, r, floodN+1, overN)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("services %d, rejected %d; want %d and %d", len(snap.Services()), m.Rejected(registry.OriginAnnouncement), floodN+1, overN)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("flood done %v after the normal announcement was sent", time.Since(normalSent))
 }

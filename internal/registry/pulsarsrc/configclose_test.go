@@ -69,18 +69,15 @@ func TestConfigServiceStartsAgainWhenAConsumerIsClosed(t *testing.T) {
 	unload, _ := http.NewRequestWithContext(t.Context(), http.MethodPut,
 		brokertest.AdminURL()+"/admin/v2/non-persistent/"+strings.TrimPrefix(push, "non-persistent://")+"/unload", nil)
 	var thief pulsar.Consumer
-	deadline := time.Now().Add(20 * time.Second)
-	for thief == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the other consumer never took the subscription")
-		}
+	eventually.Succeeds(t, 20*time.Second, "the other consumer takes the subscription", func() error {
 		res, err := http.DefaultClient.Do(unload.Clone(t.Context()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.Body.Close()
-		thief, _ = other.Subscribe(pulsar.ConsumerOptions{Topic: push, SubscriptionName: subs[0], Type: pulsar.Exclusive})
-	}
+		thief, err = other.Subscribe(pulsar.ConsumerOptions{Topic: push, SubscriptionName: subs[0], Type: pulsar.Exclusive})
+		return err
+	})
 	defer thief.Close()
 	eventually.True(t, 30*time.Second, "the session started again (a new read)", func() bool { return requests() > n0 })
 }

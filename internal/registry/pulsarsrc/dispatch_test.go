@@ -2,6 +2,7 @@ package pulsarsrc
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +55,9 @@ func TestDispatcherLastUpdateOfAUnitWins(t *testing.T) {
 		}
 		running[u.Unit] = true
 		mu.Unlock()
-		time.Sleep(time.Duration(len(u.Doc)%3) * time.Millisecond)
+		for range len(u.Doc) % 3 { // some updates take longer: let others run meanwhile
+			runtime.Gosched()
+		}
 		mu.Lock()
 		last[u.Unit] = string(u.Doc)
 		running[u.Unit] = false

@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/brokertest"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/registry"
 )
 
@@ -90,9 +91,7 @@ func TestAnnouncementFloodRefusedByTheBroker(t *testing.T) {
 	}
 	// The normal announcement, from a producer of its own, once half the
 	// flood was sent.
-	for sent.Load() < int64(*boundedFlood/2) && time.Since(start) < 5*time.Minute {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Holds(5*time.Minute, func() bool { return sent.Load() >= int64(*boundedFlood/2) })
 	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
 	if err != nil {
 		t.Fatal(err)

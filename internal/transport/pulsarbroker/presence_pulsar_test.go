@@ -48,7 +48,8 @@ func TestAdminPresenceConnectionTimes(t *testing.T) {
 	sub, before := subscribe()
 	c1 := first(before)
 	_ = sub.Close()
-	time.Sleep(10 * time.Millisecond)
+	// The broker writes milliseconds: subscribe again in a later one.
+	eventually.True(t, time.Second, "a later millisecond", func() bool { return time.Now().Truncate(time.Millisecond).After(c1.Since) })
 	sub, before = subscribe()
 	defer sub.Close()
 	c2 := first(before)

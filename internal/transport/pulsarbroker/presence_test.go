@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,13 +23,11 @@ type adminStub struct {
 	consumers atomic.Int32
 	broken    atomic.Bool
 	requests  atomic.Int32
-	delay     time.Duration
 	gate      atomic.Pointer[chan struct{}] // when set, answers wait until it is closed
 }
 
 func (s *adminStub) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	s.requests.Add(1)
-	time.Sleep(s.delay)
 	if g := s.gate.Load(); g != nil {
 		<-*g
 	}
@@ -50,8 +49,12 @@ func (s *adminStub) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // first questions share one request; a stale answer is given at once and
 // refreshed by one request in the background.
 func TestAdminPresence(t *testing.T) {
-	stub := &adminStub{delay: 50 * time.Millisecond}
+	stub := &adminStub{}
 	stub.consumers.Store(1)
+	// The admin API is slow: it holds the first answer until all eight
+	// questions are asked.
+	first := make(chan struct{})
+	stub.gate.Store(&first)
 	srv := httptest.NewServer(stub)
 	defer srv.Close()
 	p := NewAdminPresence(srv.URL, nil)
@@ -60,13 +63,21 @@ func TestAdminPresence(t *testing.T) {
 	ctx := context.Background()
 
 	var wg sync.WaitGroup
+	var asking atomic.Int32
 	for range 8 {
 		wg.Go(func() {
+			asking.Add(1)
 			if ok, err := p.Subscribed(ctx, topic); !ok || err != nil {
 				t.Errorf("first answer %v, %v; want true", ok, err)
 			}
 		})
 	}
+	eventually.True(t, 5*time.Second, "eight questions asked, one at the admin API", func() bool {
+		return asking.Load() == 8 && stub.requests.Load() >= 1
+	})
+	runtime.Gosched() // the last to count itself asks now
+	close(first)
+	stub.gate.Store(nil)
 	wg.Wait()
 	if n := stub.requests.Load(); n != 1 {
 		t.Fatalf("%d requests for 8 concurrent first questions, want 1", n)
@@ -78,7 +89,7 @@ func TestAdminPresence(t *testing.T) {
 	// The service goes away; the stale "yes" is answered at once, once
 	// refreshed the answer is "no".
 	stub.consumers.Store(0)
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond) //nolint:forbidigo // the cached answer's PositiveTTL (200 ms) runs out by the clock
 	// The admin API holds its answer until the stale ones are given: had
 	// they waited for it, they would not come.
 	gate := make(chan struct{})

@@ -46,21 +46,9 @@ func TestIdleProducersCloseAndReopen(t *testing.T) {
 	if b.Producers() != 1 {
 		t.Fatalf("%d producers after a publish, want 1", b.Producers())
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Producers() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the idle producer was not closed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 5*time.Second, "the idle producer closed", func() bool { return b.Producers() == 0 })
 	publish()
-	deadline = time.Now().Add(5 * time.Second)
-	for got.Load() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 2 messages delivered", got.Load())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 5*time.Second, "2 messages delivered", func() bool { return got.Load() >= 2 })
 }
 
 // TestPublishInline runs against the real broker: with nothing else being
@@ -130,18 +118,15 @@ func TestPublishInline(t *testing.T) {
 	}
 	wg.Wait()
 	want := workers*each + 1
-	for {
+	eventually.Succeeds(t, 30*time.Second, "every message arrived and every outcome reported", func() error {
 		mu.Lock()
 		n := len(seen)
 		mu.Unlock()
-		if n == want && outcomes.Load() == workers*each {
-			break
+		if n != want || outcomes.Load() != workers*each {
+			return fmt.Errorf("%d of %d messages arrived, %d of %d outcomes reported", n, want, outcomes.Load(), workers*each)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("%d of %d messages arrived, %d of %d outcomes reported", n, want, outcomes.Load(), workers*each)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if failures.Load() != 0 {
 		t.Errorf("%d publishes reported a failure", failures.Load())
 	}

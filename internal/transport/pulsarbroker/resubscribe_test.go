@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/eventually"
+
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/transport"
@@ -45,19 +47,16 @@ func TestSubscriptionSurvivesConsumerClosedByClient(t *testing.T) {
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut,
 		brokertest.AdminURL()+"/admin/v2/persistent/"+strings.TrimPrefix(topic, "persistent://")+"/unload", nil)
 	var thief pulsar.Consumer
-	deadline := time.Now().Add(20 * time.Second)
-	for thief == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the other consumer never took the subscription")
-		}
+	eventually.Succeeds(t, 20*time.Second, "the other consumer takes the subscription", func() error {
 		resp, err := http.DefaultClient.Do(req.Clone(t.Context()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		thief, _ = other.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "resub", Type: pulsar.Exclusive})
-	}
-	time.Sleep(2 * time.Second) // our reconnects meet ConsumerBusy
+		thief, err = other.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "resub", Type: pulsar.Exclusive})
+		return err
+	})
+	time.Sleep(2 * time.Second) //nolint:forbidigo // our consumer's reconnects (the client's own backoff, not observable) meet ConsumerBusy meanwhile
 	thief.Close()
 
 	p, err := other.CreateProducer(pulsar.ProducerOptions{Topic: topic})
@@ -65,17 +64,13 @@ func TestSubscriptionSurvivesConsumerClosedByClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	deadline = time.Now().Add(20 * time.Second)
-	for got.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no message received after the other consumer left: the subscription was not made again")
-		}
+	eventually.True(t, 20*time.Second, "a message received after the other consumer left (the subscription made again)", func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("{}")})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return got.Load() > 0
+	})
 }

@@ -289,7 +289,7 @@ const DefaultAdminAddr = "127.0.0.1:8082"
 // DefaultGRPCWorkers is how many gRPC handler goroutines are kept for
 // reuse by default. grpc-go otherwise starts a goroutine per call, whose
 // stack the call path outgrows and the runtime copies each time
-// (docs/benchmarks/ANALYSIS.md); a kept goroutine's stack stays grown.
+// (CHANGELOG.md, Performance); a kept goroutine's stack stays grown.
 // Calls beyond them get a goroutine of their own, as without workers.
 const DefaultGRPCWorkers = 128
 

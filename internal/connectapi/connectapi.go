@@ -244,7 +244,7 @@ func (s *service) ListTools(ctx context.Context, req *connect.Request[toolgatev1
 	if err != nil {
 		return nil, err
 	}
-	out.Msg = apiproto.Tools(res.Tools, res.RegistryVersion, res.NextPageToken)
+	out.Msg = apiproto.Tools(res.Details().Tools, res.Details().RegistryVersion, res.Details().NextPageToken)
 	return out, nil
 }
 
@@ -256,7 +256,7 @@ func (s *service) GetTool(ctx context.Context, req *connect.Request[toolgatev1.G
 	if err != nil {
 		return nil, err
 	}
-	out.Msg.Tool = apiproto.Tool(res.Tool, res.RegistryVersion)
+	out.Msg.Tool = apiproto.Tool(res.Details().Tool, res.Details().RegistryVersion)
 	return out, nil
 }
 
@@ -268,7 +268,7 @@ func (s *service) ListToolServices(ctx context.Context, req *connect.Request[too
 	if err != nil {
 		return nil, err
 	}
-	out.Msg = apiproto.Services(res.Services, res.NextPageToken)
+	out.Msg = apiproto.Services(res.Details().Services, res.Details().NextPageToken)
 	return out, nil
 }
 
@@ -280,7 +280,7 @@ func (s *service) GetToolService(ctx context.Context, req *connect.Request[toolg
 	if err != nil {
 		return nil, err
 	}
-	out.Msg.ToolService = apiproto.Service(res.Service)
+	out.Msg.ToolService = apiproto.Service(res.Details().Service)
 	return out, nil
 }
 
@@ -295,10 +295,10 @@ func (s *service) StartTool(ctx context.Context, req *connect.Request[toolgatev1
 	if err != nil {
 		return nil, err
 	}
-	if res.Operation == nil {
+	if res.Details().Operation == nil {
 		return nil, connect.NewError(connect.CodeInternal, errors.New("no operation to answer"))
 	}
-	if out.Msg, err = apiproto.Operation(res.Operation); err != nil {
+	if out.Msg, err = apiproto.Operation(res.Details().Operation); err != nil {
 		return nil, connectError(err)
 	}
 	return out, nil

@@ -111,7 +111,7 @@ func (s *Service) ListTools(ctx context.Context, req *toolgatev1.ListToolsReques
 	if err != nil {
 		return nil, err
 	}
-	return apiproto.Tools(res.Tools, res.RegistryVersion, res.NextPageToken), nil
+	return apiproto.Tools(res.Details().Tools, res.Details().RegistryVersion, res.Details().NextPageToken), nil
 }
 
 // GetTool implements toolgatev1.ToolServiceServer.
@@ -122,7 +122,7 @@ func (s *Service) GetTool(ctx context.Context, req *toolgatev1.GetToolRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return &toolgatev1.GetToolResponse{Tool: apiproto.Tool(res.Tool, res.RegistryVersion)}, nil
+	return &toolgatev1.GetToolResponse{Tool: apiproto.Tool(res.Details().Tool, res.Details().RegistryVersion)}, nil
 }
 
 // ListToolServices implements toolgatev1.ToolServiceServer.
@@ -133,7 +133,7 @@ func (s *Service) ListToolServices(ctx context.Context, req *toolgatev1.ListTool
 	if err != nil {
 		return nil, err
 	}
-	return apiproto.Services(res.Services, res.NextPageToken), nil
+	return apiproto.Services(res.Details().Services, res.Details().NextPageToken), nil
 }
 
 // GetToolService implements toolgatev1.ToolServiceServer.
@@ -144,5 +144,5 @@ func (s *Service) GetToolService(ctx context.Context, req *toolgatev1.GetToolSer
 	if err != nil {
 		return nil, err
 	}
-	return &toolgatev1.GetToolServiceResponse{ToolService: apiproto.Service(res.Service)}, nil
+	return &toolgatev1.GetToolServiceResponse{ToolService: apiproto.Service(res.Details().Service)}, nil
 }

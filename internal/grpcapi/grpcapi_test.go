@@ -94,13 +94,13 @@ func (r *recorder) handle(_ context.Context, c *toolcall.Call, emit toolcall.Emi
 		}
 		return toolcall.Result{}, nil
 	case toolcall.OpListTools:
-		return toolcall.Result{Tools: []*registry.Tool{tool}, NextPageToken: "next", RegistryVersion: 7}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Tools: []*registry.Tool{tool}, NextPageToken: "next", RegistryVersion: 7}}, nil
 	case toolcall.OpGetTool:
-		return toolcall.Result{Tool: tool, RegistryVersion: 7}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Tool: tool, RegistryVersion: 7}}, nil
 	case toolcall.OpListServices:
-		return toolcall.Result{Services: []*registry.Service{tool.Service}}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Services: []*registry.Service{tool.Service}}}, nil
 	case toolcall.OpGetService:
-		return toolcall.Result{Service: tool.Service}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Service: tool.Service}}, nil
 	}
 	return toolcall.Result{}, errors.New("unknown op")
 }

@@ -75,9 +75,9 @@ func (o *Operations) ListOperations(ctx context.Context, req *longrunningpb.List
 	if err != nil {
 		return nil, err
 	}
-	out := &longrunningpb.ListOperationsResponse{NextPageToken: res.NextPageToken,
-		Operations: make([]*longrunningpb.Operation, 0, len(res.Operations))}
-	for _, op := range res.Operations {
+	out := &longrunningpb.ListOperationsResponse{NextPageToken: res.Details().NextPageToken,
+		Operations: make([]*longrunningpb.Operation, 0, len(res.Details().Operations))}
+	for _, op := range res.Details().Operations {
 		p, err := apiproto.Operation(op)
 		if err != nil {
 			return nil, err
@@ -124,8 +124,8 @@ func (o *Operations) WaitOperation(ctx context.Context, req *longrunningpb.WaitO
 
 // operation is a result's Operation in protobuf.
 func operation(res toolcall.Result) (*longrunningpb.Operation, error) {
-	if res.Operation == nil {
+	if res.Details().Operation == nil {
 		return nil, status.Error(codes.Internal, "no operation to answer")
 	}
-	return apiproto.Operation(res.Operation)
+	return apiproto.Operation(res.Details().Operation)
 }

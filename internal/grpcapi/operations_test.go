@@ -52,7 +52,7 @@ func (r *opRecorder) handle(_ context.Context, c *toolcall.Call, _ toolcall.Emit
 	}
 	switch c.Op {
 	case toolcall.OpStartTool:
-		return toolcall.Result{Operation: op("new-" + c.Name)}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Operation: op("new-" + c.Name)}}, nil
 	case toolcall.OpGetOperation, toolcall.OpWaitOperation, toolcall.OpCancelOperation, toolcall.OpDeleteOperation:
 		if c.Name == "missing" {
 			return toolcall.Result{}, status.Error(codes.NotFound, `operation "missing" not found`)
@@ -60,9 +60,9 @@ func (r *opRecorder) handle(_ context.Context, c *toolcall.Call, _ toolcall.Emit
 		if c.Op == toolcall.OpDeleteOperation {
 			return toolcall.Result{}, nil
 		}
-		return toolcall.Result{Operation: op(c.Name)}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Operation: op(c.Name)}}, nil
 	case toolcall.OpListOperations:
-		return toolcall.Result{Operations: []*toolcall.Operation{op("done"), op("running")}, NextPageToken: "tok"}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Operations: []*toolcall.Operation{op("done"), op("running")}, NextPageToken: "tok"}}, nil
 	}
 	return toolcall.Result{}, status.Error(codes.Unimplemented, "not here")
 }

@@ -123,7 +123,7 @@ func (a *API) listTools(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := a.run(w, r, c)
 	if err == nil {
-		a.writeMessage(w, r, apiproto.Tools(res.Tools, res.RegistryVersion, res.NextPageToken))
+		a.writeMessage(w, r, apiproto.Tools(res.Details().Tools, res.Details().RegistryVersion, res.Details().NextPageToken))
 	}
 }
 
@@ -140,7 +140,7 @@ func (a *API) getTool(w http.ResponseWriter, r *http.Request) {
 	c.Name = name
 	res, err := a.run(w, r, c)
 	if err == nil {
-		a.writeMessage(w, r, apiproto.Tool(res.Tool, res.RegistryVersion)) // response_body: "tool"
+		a.writeMessage(w, r, apiproto.Tool(res.Details().Tool, res.Details().RegistryVersion)) // response_body: "tool"
 	}
 }
 
@@ -155,7 +155,7 @@ func (a *API) listServices(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := a.run(w, r, c)
 	if err == nil {
-		a.writeMessage(w, r, apiproto.Services(res.Services, res.NextPageToken))
+		a.writeMessage(w, r, apiproto.Services(res.Details().Services, res.Details().NextPageToken))
 	}
 }
 
@@ -167,7 +167,7 @@ func (a *API) getService(w http.ResponseWriter, r *http.Request) {
 	c.Name = r.PathValue("id")
 	res, err := a.run(w, r, c)
 	if err == nil {
-		a.writeMessage(w, r, apiproto.Service(res.Service)) // response_body: "tool_service"
+		a.writeMessage(w, r, apiproto.Service(res.Details().Service)) // response_body: "tool_service"
 	}
 }
 

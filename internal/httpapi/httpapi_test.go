@@ -56,7 +56,7 @@ func (f *fakeService) handle(ctx context.Context, c *toolcall.Call, emit toolcal
 		}
 		return toolcall.Result{Output: "ok"}, nil
 	case toolcall.OpListTools:
-		return toolcall.Result{Tools: []*registry.Tool{{Name: "t", Service: &registry.Service{ID: "s"}}}}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Tools: []*registry.Tool{{Name: "t", Service: &registry.Service{ID: "s"}}}}}, nil
 	case toolcall.OpStream:
 		c.RequestID = "rid-1"
 		defer func() {

@@ -48,7 +48,7 @@ func (a *API) serveStart(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	if res, err := a.run(w, r, c); err == nil {
-		a.writeOperation(w, r, res.Operation)
+		a.writeOperation(w, r, res.Details().Operation)
 	}
 }
 
@@ -68,7 +68,7 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request) {
 	c := newCall(r, toolcall.OpGetOperation)
 	c.Name = id
 	if res, err := a.run(w, r, c); err == nil {
-		a.writeOperation(w, r, res.Operation)
+		a.writeOperation(w, r, res.Details().Operation)
 	}
 }
 
@@ -103,16 +103,16 @@ func (a *API) listOperations(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := []byte(`{"operations":[`)
-	for i, op := range res.Operations {
+	for i, op := range res.Details().Operations {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = a.appendOperation(b, op)
 	}
 	b = append(b, ']')
-	if res.NextPageToken != "" {
+	if res.Details().NextPageToken != "" {
 		b = append(b, `,"next_page_token":`...)
-		b = wire.AppendJSONString(b, res.NextPageToken)
+		b = wire.AppendJSONString(b, res.Details().NextPageToken)
 	}
 	writeJSONBytes(w, append(b, '}'))
 }
@@ -163,7 +163,7 @@ func (a *API) operationVerb(w http.ResponseWriter, r *http.Request) {
 		writeJSONBytes(w, []byte("{}")) // google.longrunning: Empty
 		return
 	}
-	a.writeOperation(w, r, res.Operation)
+	a.writeOperation(w, r, res.Details().Operation)
 }
 
 // decodeOpBody reads {} or {"timeout": "10s"} (wait only).

@@ -44,9 +44,9 @@ func idsHandler(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (tool
 	switch c.Op {
 	case toolcall.OpGetOperation, toolcall.OpCancelOperation:
 		at := time.Date(2026, 7, 28, 12, 0, 0, 0, time.UTC)
-		return toolcall.Result{Operation: &toolcall.Operation{ID: c.Name, State: "done", Done: true, Created: at, Ended: at, Output: "done"}}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Operation: &toolcall.Operation{ID: c.Name, State: "done", Done: true, Created: at, Ended: at, Output: "done"}}}, nil
 	case toolcall.OpListTools:
-		return toolcall.Result{Tools: []*registry.Tool{{Name: "json"}}}, nil
+		return toolcall.Result{Detail: &toolcall.Detail{Tools: []*registry.Tool{{Name: "json"}}}}, nil
 	}
 	return fixedHandler(ctx, c, emit)
 }

@@ -415,8 +415,8 @@ func (s *Server) listTools(ctx context.Context, req *sdk.ListToolsRequest) (*sdk
 	if err != nil {
 		return nil, requestError(err)
 	}
-	out := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, len(res.Tools)), NextCursor: res.NextPageToken, Cacheable: s.cacheable()}
-	for _, t := range res.Tools {
+	out := &sdk.ListToolsResult{Tools: make([]*sdk.Tool, 0, len(res.Details().Tools)), NextCursor: res.Details().NextPageToken, Cacheable: s.cacheable()}
+	for _, t := range res.Details().Tools {
 		out.Tools = append(out.Tools, toolOf(t))
 	}
 	return out, nil

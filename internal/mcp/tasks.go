@@ -200,7 +200,7 @@ func (s *Server) taskMethod(ctx context.Context, r *http.Request, in *taskReques
 		return nil, taskError(err, id)
 	}
 	if in.Method == "tasks/get" {
-		return s.detailedTask(ctx, res.Operation), nil
+		return s.detailedTask(ctx, res.Details().Operation), nil
 	}
 	// tasks/cancel and tasks/update are acknowledged with an empty
 	// result; the task's state is tasks/get's to tell.
@@ -245,7 +245,7 @@ func (s *Server) startTask(ctx context.Context, name string, args json.RawMessag
 		}
 		return complete(r), nil
 	}
-	t := s.task(res.Operation)
+	t := s.task(res.Details().Operation)
 	t["resultType"] = "task"
 	return t, nil
 }

@@ -46,10 +46,10 @@ func fakeOps(t *testing.T) toolcall.Handler {
 	return func(_ context.Context, c *toolcall.Call, _ toolcall.Emit) (toolcall.Result, error) {
 		switch c.Op {
 		case toolcall.OpStartTool:
-			return toolcall.Result{Operation: &toolcall.Operation{ID: "new-" + c.Name, State: "running", Created: created}}, nil
+			return toolcall.Result{Detail: &toolcall.Detail{Operation: &toolcall.Operation{ID: "new-" + c.Name, State: "running", Created: created}}}, nil
 		case toolcall.OpGetOperation, toolcall.OpCancelOperation:
 			if op, ok := ops[c.Name]; ok {
-				return toolcall.Result{Operation: op}, nil
+				return toolcall.Result{Detail: &toolcall.Detail{Operation: op}}, nil
 			}
 			return toolcall.Result{}, status.Error(codes.NotFound, "operation not found")
 		case toolcall.OpGetTool:

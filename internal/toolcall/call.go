@@ -230,8 +230,27 @@ type Emit func(Chunk) error
 // NextPageToken (OpListServices), Service (OpGetService). A stream's
 // output goes to its Emit; its Result is empty. RegistryVersion is the
 // version of the registry snapshot a registry answer comes from.
+//
+// All but Output are in Detail, which every op but OpInvoke and OpStream
+// sets: a Result is three words, returned in registers through every
+// middleware, so that a parked call's chain of frames stays small (a
+// goroutine's stack, not its heap, is most of what a parked call costs).
 type Result struct {
-	Output          string
+	Output string
+	*Detail
+}
+
+// Details is r's Detail, or an empty one when r has none: what a door
+// reads the answer of an op other than OpInvoke and OpStream from.
+func (r Result) Details() *Detail {
+	if r.Detail == nil {
+		return &Detail{}
+	}
+	return r.Detail
+}
+
+// Detail is what the ops other than OpInvoke and OpStream answer (Result).
+type Detail struct {
 	Tools           []*registry.Tool
 	Tool            *registry.Tool
 	Services        []*registry.Service

@@ -107,7 +107,7 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 				return Result{}, toolNotFound(c.Name)
 			}
 		}
-		return Result{Tool: t, RegistryVersion: snap.Version}, nil
+		return Result{Detail: &Detail{Tool: t, RegistryVersion: snap.Version}}, nil
 	case OpListServices:
 		snap := s.reg.Snapshot()
 		svcs := snap.Services()
@@ -115,7 +115,7 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		return Result{Services: svcs[start:end], NextPageToken: next, RegistryVersion: snap.Version}, nil
+		return Result{Detail: &Detail{Services: svcs[start:end], NextPageToken: next, RegistryVersion: snap.Version}}, nil
 	case OpStartTool, OpGetOperation, OpListOperations, OpCancelOperation, OpDeleteOperation, OpWaitOperation, OpStreamOperation:
 		return s.operation(ctx, c, emit)
 	case OpGetService:
@@ -123,7 +123,7 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 		if !ok {
 			return Result{}, gatewayError(codes.NotFound, ReasonToolServiceMissing, fmt.Sprintf("tool service %q not found", c.Name), map[string]string{"service": c.Name})
 		}
-		return Result{Service: sv}, nil
+		return Result{Detail: &Detail{Service: sv}}, nil
 	}
 	return Result{}, status.Errorf(codes.Unimplemented, "unknown operation %d", c.Op)
 }
@@ -275,7 +275,7 @@ func (s *Core) listTools(c *Call) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Tools: tools[start:end], NextPageToken: next, RegistryVersion: snap.Version}, nil
+	return Result{Detail: &Detail{Tools: tools[start:end], NextPageToken: next, RegistryVersion: snap.Version}}, nil
 }
 
 // page picks the slice of a sorted list that a page request asks for. The

@@ -74,7 +74,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		if perr != nil {
 			return Result{}, perr
 		}
-		res := Result{NextPageToken: next, Operations: make([]*Operation, 0, end-start)}
+		res := Result{Detail: &Detail{NextPageToken: next, Operations: make([]*Operation, 0, end-start)}}
 		for _, r := range recs[start:end] {
 			res.Operations = append(res.Operations, s.present(ctx, r))
 		}
@@ -118,7 +118,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 	if err != nil {
 		return Result{}, opError(err, c.Name)
 	}
-	return Result{Operation: s.present(ctx, rec)}, nil
+	return Result{Detail: &Detail{Operation: s.present(ctx, rec)}}, nil
 }
 
 // opError maps the operations package's errors.

@@ -475,6 +475,12 @@ type CallOptions struct {
 	// outlives this gateway, a durable operation, whose cancels are sent
 	// by whoever cancels it.
 	Detached bool
+	// Stream: the caller reads the answer as a stream, likely of many
+	// messages. The request carries a stream's share of the credit
+	// budgets (taken from them, as a grant would be) rather than the few
+	// messages any call starts with: the service need not wait a round
+	// trip through the broker for its first grant.
+	Stream bool
 }
 
 // CallWith is CallUntil with options.
@@ -534,6 +540,9 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 	if b.opts.StreamWindow > 0 && !o.NoCredit {
 		c.est, c.credited = replyBytesGuess, true
 		c.granted = min(firstCredit, b.opts.StreamWindow)
+		if o.Stream {
+			c.granted = max(c.granted, c.firstGrant())
+		}
 		props[wire.PropCredit] = b.creditText(c.granted)
 	}
 	if !deadline.IsZero() {

@@ -19,7 +19,7 @@ import (
 
 // Bridge sends envelopes and returns the call to read replies from.
 type Bridge interface {
-	CallUntil(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time) (*bridge.Call, error)
+	CallWith(ctx context.Context, t bridge.Target, req wire.Request, deadline time.Time, o bridge.CallOptions) (*bridge.Call, error)
 }
 
 // Snapshots gives the current registry snapshot.
@@ -135,7 +135,7 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 }
 
 func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
-	tool, call, deadline, err := s.start(ctx, c)
+	tool, call, deadline, err := s.start(ctx, c, false)
 	if err != nil {
 		return "", s.status(ctx, err, c.Name, tool, deadline)
 	}
@@ -148,7 +148,7 @@ func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
 }
 
 func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
-	tool, call, deadline, err := s.start(ctx, c)
+	tool, call, deadline, err := s.start(ctx, c, true)
 	if err != nil {
 		return s.status(ctx, err, c.Name, tool, deadline)
 	}
@@ -170,13 +170,14 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 // start resolves the tool, checks the arguments, works out the call's
 // deadline and publishes the envelope. The deadline is the bridge call's
 // own (bridge.CallUntil) unless the caller's is the earlier: no context and
-// timer per call for it. It returns the deadline in force.
-func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, *bridge.Call, time.Time, error) {
+// timer per call for it. A stream's call gets a stream's credit from its
+// start (bridge.CallOptions.Stream). It returns the deadline in force.
+func (s *Core) start(ctx context.Context, c *Call, stream bool) (*registry.Tool, *bridge.Call, time.Time, error) {
 	tool, env, deadline, err := s.prepare(ctx, c)
 	if err != nil {
 		return tool, nil, deadline, err
 	}
-	call, err := s.bridge.CallUntil(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, deadline)
+	call, err := s.bridge.CallWith(ctx, bridge.Target{RequestTopic: tool.Service.RequestTopic, ResponseTopic: tool.Service.ResponseTopic}, env, deadline, bridge.CallOptions{Stream: stream})
 	if err != nil {
 		return tool, nil, deadline, err
 	}

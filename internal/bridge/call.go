@@ -375,29 +375,25 @@ func (c *Call) giveBack() {
 	c.reserved, c.reservedMsgs = 0, 0
 }
 
-// grantMore raises the call's credit as far as its window
-// (Bridge.window) and StreamBudgetBytes have room, taking the bytes from
-// the budget, when the service has three quarters of its window or less
-// left to send (granting at half, a stream ran dry whenever the grant's
-// round trip through the broker took longer than half a window of
-// chunks), or always with now. The window and the budgets bound what
-// may be on its way, granted but not yet here (c.msgs: delivered to the
-// call) — all the broker can hold for this gateway; what is here and not
-// yet read is bounded by StreamWindow, below MaxBufferedChunks. It
-// returns the new limit, 0 when it did not rise. A call with nothing on
-// its way is given one message at least. c.mu is held.
+// grantMore raises the call's credit towards its window (Bridge.window)
+// as far as StreamBudgetBytes has room, taking the bytes from the budget:
+// when the service has three quarters of its window or less left to send
+// (granting at half, a stream ran dry whenever the grant's round trip
+// through the broker took longer than half a window of chunks), or always
+// with now. It returns the new limit, 0 when it did not rise. A call
+// with no credit left is given one message at least. c.mu is held.
 func (c *Call) grantMore(now bool) int {
 	if c.ended || c.removed {
 		return 0 // its credit went back with it
 	}
 	b := c.b
-	out := max(int64(c.granted-c.msgs), 0) // on its way
+	out := max(int64(c.granted-c.consumed), 0)
 	if c.msgs > 0 {
 		c.est = max(c.bytes/int64(c.msgs), replyOverhead)
 	}
 	want := b.window(c.est)
 	if !now && out > want-want/4 {
-		return 0 // less than a quarter of its window arrived since the last grant
+		return 0 // less than a quarter of its window used since the last grant
 	}
 	b.creditMu.Lock()
 	defer b.creditMu.Unlock()
@@ -411,8 +407,6 @@ func (c *Call) grantMore(now bool) int {
 		// most (as by the one unbounded reply of each call).
 		next = max(next, 1)
 	}
-	// Not past what the reader may leave unread.
-	next = min(next, int64(c.consumed+b.opts.StreamWindow-c.msgs))
 	if next <= out {
 		return 0
 	}
@@ -421,7 +415,7 @@ func (c *Call) grantMore(now bool) int {
 	b.reservedMsgs += next - c.reservedMsgs
 	b.reserved.Store(b.reservedBytes)
 	c.reserved, c.reservedMsgs = res, next
-	c.granted = c.msgs + int(next)
+	c.granted = c.consumed + int(next)
 	return c.granted
 }
 

@@ -155,7 +155,8 @@ type Options struct {
 	// bytes, reckoned from the size of each call's reply messages so far
 	// (default DefaultStreamBudgetBytes): every call, unary or stream, may
 	// be answered in chunks, so each starts with a little credit (8
-	// messages), and from its first chunk on gets its share of both;
+	// messages; a stream's call, CallOptions.Stream, its share at once),
+	// and from its first chunk on gets its share of both;
 	// grants never take the total past them, but a stream with no credit
 	// left always gets a message.
 	StreamBudget      int

@@ -349,8 +349,8 @@ func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) 
 }
 
 // credit counts one more reply message taken by the reader and, for a
-// flow-controlled stream whose service has three quarters of its window
-// or less left to send, raises the limit as far as its window and the budgets allow:
+// flow-controlled stream whose service has half its window or less left
+// to send, raises the limit as far as its window and the budgets allow:
 // it returns the flow topic and the new limit to grant (0: none due).
 // c.mu is held.
 func (c *Call) credit() (string, int) {
@@ -377,9 +377,7 @@ func (c *Call) giveBack() {
 
 // grantMore raises the call's credit towards its window (Bridge.window)
 // as far as StreamBudgetBytes has room, taking the bytes from the budget:
-// when the service has three quarters of its window or less left to send
-// (granting at half, a stream ran dry whenever the grant's round trip
-// through the broker took longer than half a window of chunks), or always
+// when the service has half its window or less left to send, or always
 // with now. It returns the new limit, 0 when it did not rise. A call
 // with no credit left is given one message at least. c.mu is held.
 func (c *Call) grantMore(now bool) int {
@@ -392,8 +390,8 @@ func (c *Call) grantMore(now bool) int {
 		c.est = max(c.bytes/int64(c.msgs), replyOverhead)
 	}
 	want := b.window(c.est)
-	if !now && out > want-want/4 {
-		return 0 // less than a quarter of its window used since the last grant
+	if !now && out > want/2 {
+		return 0
 	}
 	b.creditMu.Lock()
 	defer b.creditMu.Unlock()

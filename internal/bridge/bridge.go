@@ -155,7 +155,8 @@ type Options struct {
 	// bytes, reckoned from the size of each call's reply messages so far
 	// (default DefaultStreamBudgetBytes): every call, unary or stream, may
 	// be answered in chunks, so each starts with a little credit (8
-	// messages), and from its first chunk on gets its share of both;
+	// messages; a stream's call, CallOptions.Stream, its share at once),
+	// and from its first chunk on gets its share of both;
 	// grants never take the total past them, but a stream with no credit
 	// left always gets a message.
 	StreamBudget      int
@@ -463,6 +464,12 @@ type CallOptions struct {
 	// outlives this gateway, a durable operation, whose cancels are sent
 	// by whoever cancels it.
 	Detached bool
+	// Stream: the caller reads the answer as a stream, likely of many
+	// messages. The request carries a stream's share of the credit
+	// budgets (taken from them, as a grant would be) rather than the few
+	// messages any call starts with: the service need not wait a round
+	// trip through the broker for its first grant.
+	Stream bool
 }
 
 // Call publishes req to t.RequestTopic and returns the call, whose replies
@@ -528,6 +535,9 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 	if b.opts.StreamWindow > 0 && !o.NoCredit {
 		c.est, c.credited = replyBytesGuess, true
 		c.granted = min(firstCredit, b.opts.StreamWindow)
+		if o.Stream {
+			c.granted = max(c.granted, c.firstGrant())
+		}
 		props[wire.PropCredit] = b.creditText(c.granted)
 	}
 	if !deadline.IsZero() {

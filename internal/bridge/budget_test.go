@@ -132,3 +132,53 @@ func TestCallsShareTheCreditBudget(t *testing.T) {
 		t.Errorf("after the calls: %d bytes of credit held, %d calls in flight; want none", s.CreditBytes, s.InFlight)
 	}
 }
+
+// A stream's call (CallOptions.Stream) carries a stream's share of the
+// budgets with its request, taken from them: its service sends that much
+// before the first chunk is read, without waiting for a grant; a plain
+// call starts with the 8 messages any call has and takes nothing from the
+// budgets. The budgets are whole again once the calls ended.
+func TestStreamStartsWithItsShare(t *testing.T) {
+	m := transport.NewMem()
+	t.Cleanup(m.Close)
+	f := start(t, m, echo.Handle)
+	b := bridge.New(m, bridge.Options{})
+	t.Cleanup(b.Close)
+	const chunks = 2000
+	req := wire.Request{Arguments: `{"mode":"stream","n":` + strconv.Itoa(chunks) + `}`}
+	plain, err := b.Call(t.Context(), f.target, req, bridge.CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Stats(); s.CreditBytes != 0 {
+		t.Errorf("a plain call holds %d bytes of the budget before its first chunk, want none", s.CreditBytes)
+	}
+	if _, err := plain.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	plain.Close()
+	before := b.Stats().Replies
+	c, err := b.Call(t.Context(), f.target, req, bridge.CallOptions{Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if s := b.Stats(); s.CreditBytes <= 8*256 || s.CreditBytes > bridge.DefaultStreamBudgetBytes {
+		t.Errorf("a stream's call holds %d bytes of the budget from its start, want more than 8 messages' and at most the budget", s.CreditBytes)
+	}
+	// Nothing read yet: the service sends its first credit.
+	eventually.True(t, 10*time.Second, "the service has sent a stream's first credit, unread", func() bool {
+		return b.Stats().Replies-before >= 100
+	})
+	out, err := c.Wait(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, ",") + 1; n != chunks {
+		t.Fatalf("%d chunks, want %d", n, chunks)
+	}
+	c.Close()
+	if s := b.Stats(); s.CreditBytes != 0 || s.InFlight != 0 {
+		t.Errorf("after the calls: %d bytes of credit held, %d calls in flight; want none", s.CreditBytes, s.InFlight)
+	}
+}

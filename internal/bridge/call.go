@@ -417,6 +417,26 @@ func (c *Call) grantMore(now bool) int {
 	return c.granted
 }
 
+// firstGrant reserves a stream's first credit: its window as one more
+// stream, as far as the budgets have room (at reply messages of
+// replyBytesGuess bytes until one came). The call is not published yet.
+func (c *Call) firstGrant() int {
+	b := c.b
+	n := b.streams.Load() + 1
+	want := min(int64(b.opts.StreamWindow), int64(b.opts.StreamBudget)/n, int64(b.opts.StreamBudgetBytes)/(n*c.est))
+	b.creditMu.Lock()
+	defer b.creditMu.Unlock()
+	next := min(want, (int64(b.opts.StreamBudgetBytes)-b.reservedBytes)/c.est, int64(b.opts.StreamBudget)-b.reservedMsgs)
+	if next <= firstCredit {
+		return 0 // no more than any call starts with
+	}
+	c.reserved, c.reservedMsgs = next*c.est, next
+	b.reservedBytes += c.reserved
+	b.reservedMsgs += next
+	b.reserved.Store(b.reservedBytes)
+	return int(next)
+}
+
 // Wait reads every chunk and returns them joined in order.
 func (c *Call) Wait(ctx context.Context) (string, error) {
 	var (

@@ -19,8 +19,8 @@ func Bridge(b *bridge.Bridge) toolcall.Bridge { return bridgeCalls{b} }
 
 type bridgeCalls struct{ b *bridge.Bridge }
 
-func (a bridgeCalls) Call(ctx context.Context, t toolcall.Target, req wire.Request, deadline time.Time) (toolcall.Reply, error) {
-	c, err := a.b.Call(ctx, bridge.Target(t), req, bridge.CallOptions{Deadline: deadline})
+func (a bridgeCalls) Call(ctx context.Context, t toolcall.Target, req wire.Request, deadline time.Time, stream bool) (toolcall.Reply, error) {
+	c, err := a.b.Call(ctx, bridge.Target(t), req, bridge.CallOptions{Deadline: deadline, Stream: stream})
 	if err != nil {
 		return nil, err
 	}

@@ -23,9 +23,10 @@ type Target struct {
 
 // Bridge publishes a call's envelope and returns the call in flight. The
 // call has a deadline of its own, deadline (zero: ctx's only), besides
-// ctx's; the earlier of the two applies.
+// ctx's; the earlier of the two applies. stream is true for a stream's
+// call, which gets a stream's share of the reply credit with its request.
 type Bridge interface {
-	Call(ctx context.Context, t Target, req wire.Request, deadline time.Time) (Reply, error)
+	Call(ctx context.Context, t Target, req wire.Request, deadline time.Time, stream bool) (Reply, error)
 }
 
 // Reply is a call in flight: its answer read whole (Wait) or chunk by

@@ -129,7 +129,7 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 }
 
 func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
-	tool, call, deadline, err := s.start(ctx, c)
+	tool, call, deadline, err := s.start(ctx, c, false)
 	if err != nil {
 		return "", s.status(ctx, err, c.Name, tool, deadline)
 	}
@@ -142,7 +142,7 @@ func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
 }
 
 func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
-	tool, call, deadline, err := s.start(ctx, c)
+	tool, call, deadline, err := s.start(ctx, c, true)
 	if err != nil {
 		return s.status(ctx, err, c.Name, tool, deadline)
 	}
@@ -164,13 +164,15 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 // start resolves the tool, checks the arguments, works out the call's
 // deadline and publishes the envelope. The deadline is the bridge call's
 // own (Bridge.Call's deadline) unless the caller's is the earlier: no
-// context and timer per call for it. It returns the deadline in force.
-func (s *Core) start(ctx context.Context, c *Call) (*registry.Tool, Reply, time.Time, error) {
+// context and timer per call for it. A stream's call gets a stream's
+// credit from its start (bridge.CallOptions.Stream). It returns the
+// deadline in force.
+func (s *Core) start(ctx context.Context, c *Call, stream bool) (*registry.Tool, Reply, time.Time, error) {
 	tool, env, deadline, err := s.prepare(ctx, c)
 	if err != nil {
 		return tool, nil, deadline, err
 	}
-	call, err := s.bridge.Call(ctx, target(tool), env, deadline)
+	call, err := s.bridge.Call(ctx, target(tool), env, deadline, stream)
 	if err != nil {
 		return tool, nil, deadline, err
 	}

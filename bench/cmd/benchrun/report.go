@@ -58,6 +58,9 @@ func (s *Sample) line() string {
 		return "FAILED: " + firstLine(s.Failed)
 	}
 	l := fmt.Sprintf("rps %8.1f  p50 %7.2f  p99 %7.2f ms  errors %d", s.RPS, s.P50, s.P99, s.Errors)
+	if s.Errors > 0 && len(s.ErrorSamples) > 0 {
+		l += fmt.Sprintf(" (%.120q)", s.ErrorSamples[0])
+	}
 	if s.ChunksPerS > 0 {
 		l += fmt.Sprintf("  chunks/s %.0f", s.ChunksPerS)
 	}

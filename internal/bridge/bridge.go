@@ -237,8 +237,8 @@ type Bridge struct {
 	badReplies    atomic.Int64
 	refused       atomic.Int64
 	// numbering holds the response topics whose services number their
-	// replies (wire.PropSeq): a reply without a number for a call to one
-	// of them is refused.
+	// replies (wire.PropSeq), as seen; a call is judged by its own first
+	// reply (Call.bind), since one service may have replicas of both kinds.
 	numbering  sync.Map
 	viaReplyTo atomic.Int64
 
@@ -763,10 +763,17 @@ func publishError(err error) error {
 // route hands one reply message to the call waiting for its id. The bus
 // is a trust boundary: a reply is taken only from where the call's
 // replies are expected — this instance's reply topic, or the called
-// service's response topic unless that service is known to answer on the
-// reply topic — and, from a service that numbers its replies, only with
-// the number due next or a later one (a gap is lost replies). Anything
-// else is refused, counted and logged, and the call goes on.
+// service's response topic — and, once a call has had a reply, only from
+// the topic of that first reply, numbered (wire.PropSeq) as that first
+// one was or not, and only with the number due next or a later one (a gap
+// is lost replies). One service may have replicas of both kinds on one
+// request topic: Go SDK replicas answer on the reply topic, numbered;
+// TrustGraph's Python replicas ignore reply-to and answer on the response
+// topic, unnumbered. So each call binds to the kind of its first reply.
+// On the response topic of a service seen answering on the reply topic, a
+// numbered reply to a call that named the reply topic is refused: the Go
+// SDK answers such a call on the reply topic only. Anything else refused
+// is counted and logged, and the call goes on.
 func (b *Bridge) route(topic string, m transport.Message) {
 	id := m.Properties[wire.PropID]
 	viaReplyTo := topic == b.opts.ReplyTopic && topic != ""
@@ -780,19 +787,26 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	}
 	seq := m.Properties[wire.PropSeq]
 	if !viaReplyTo {
-		_, honours := b.honouring.Load(c.respTopic)
-		if topic != c.respTopic || honours {
+		if topic != c.respTopic {
 			b.refuse(topic, id, "the reply came from a topic where this call's replies are not expected", "response_topic", c.respTopic)
 			return
 		}
-	}
-	if seq == "" {
-		if _, numbers := b.numbering.Load(c.respTopic); numbers || viaReplyTo {
-			b.refuse(topic, id, "the reply has no sequence number, though its service numbers its replies")
+		if _, honours := b.honouring.Load(c.respTopic); honours && seq != "" && c.replyTo == b.opts.ReplyTopic && c.replyTo != "" {
+			b.refuse(topic, id, "a numbered reply on the response topic of a service that answers on the reply topic", "response_topic", c.respTopic)
 			return
 		}
-	} else if _, ok := b.numbering.Load(c.respTopic); !ok {
-		b.numbering.Store(c.respTopic, struct{}{})
+	} else if seq == "" {
+		b.refuse(topic, id, "the reply has no sequence number, though it came on the reply topic")
+		return
+	}
+	if why := c.bind(topic, seq != ""); why != "" {
+		b.refuse(topic, id, why, "response_topic", c.respTopic)
+		return
+	}
+	if seq != "" {
+		if _, ok := b.numbering.Load(c.respTopic); !ok {
+			b.numbering.Store(c.respTopic, struct{}{})
+		}
 	}
 	if viaReplyTo {
 		if _, ok := b.honouring.Load(c.respTopic); !ok {

@@ -44,6 +44,11 @@ type Call struct {
 	ended   bool   // no more chunks will arrive
 	removed bool   // taken out of the pending map
 	nextSeq int    // the reply message number expected next (wire.PropSeq)
+	// via is the topic of the call's first reply ("": none yet), and
+	// numbered whether it carried a number: later replies must match
+	// both (Bridge.route).
+	via      string
+	numbered bool
 	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
 	resends int    // the times its service was asked to send its last reply again
 	// dropSeen is the excess of messages in over those sent to this
@@ -99,6 +104,40 @@ func (c *Call) signal() {
 	case c.notify <- struct{}{}:
 	default:
 	}
+}
+
+// bind checks a reply message, from topic and numbered or not, against
+// the call's first reply, which it becomes when there was none: "" when it
+// matches, else why it is refused.
+func (c *Call) bind(topic string, numbered bool) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.via == "":
+		c.via, c.numbered = topic, numbered
+	case c.via != topic:
+		return "the call's replies come on another topic (" + c.via + ")"
+	case c.numbered && !numbered:
+		return "the reply has no sequence number, though the call's replies are numbered"
+	case !c.numbered && numbered:
+		return "the reply has a sequence number, though the call's replies are not numbered"
+	}
+	return ""
+}
+
+// unnumbered reports whether the call's first reply came without a
+// number (a service that does not number its replies answered it).
+func (c *Call) unnumbered() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.via != "" && !c.numbered
+}
+
+// numbers reports whether the service answering on responseTopic has been
+// seen numbering its replies.
+func (b *Bridge) numbers(responseTopic string) bool {
+	_, ok := b.numbering.Load(responseTopic)
+	return ok
 }
 
 // What deliver did with a reply message.

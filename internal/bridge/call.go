@@ -44,13 +44,6 @@ type Call struct {
 	ended   bool   // no more chunks will arrive
 	removed bool   // taken out of the pending map
 	nextSeq int    // the reply message number expected next (wire.PropSeq)
-
-	// via is the topic of the call's first reply ("": none yet), and
-	// numbered whether it carried a number: later replies must match
-	// both (Bridge.route).
-	via      string
-	numbered bool
-
 	heard   uint64 // the watch's epoch when a reply message last came (0: none yet)
 	resends int    // the times its service was asked to send its last reply again
 	// dropSeen is the excess of messages in over those sent to this
@@ -82,6 +75,12 @@ type Call struct {
 	bytes        int64
 	// flowChecked is the flow topic last found to be the service's.
 	flowChecked string
+
+	// via is the topic of the call's first reply ("": none yet), and
+	// numbered whether it carried a number: later replies must match
+	// both (Bridge.route). Guarded by mu.
+	via      string
+	numbered bool
 }
 
 // replyTopic is where a Go SDK service answers the call, when the watch

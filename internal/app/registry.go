@@ -39,7 +39,14 @@ func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources
 		registry.WithAnnouncedNamespaces(cfg.Announce.RequestNamespaces, cfg.Announce.ResponseNamespaces),
 		registry.WithAnnounceTakeover(cfg.Announce.Takeover),
 		registry.WithClaimGrace(cfg.Announce.ClaimGrace),
-		registry.WithReleasedClaims(cfg.Announce.Release...))}
+		registry.WithReleasedClaims(cfg.Announce.Release...),
+		// Calls that heard nothing since an instance of their service
+		// stopped may be published again (bridge.InstanceLeft).
+		registry.WithInstanceLeft(func(requestTopic string) {
+			if b := g.bridge; b != nil {
+				b.InstanceLeft(requestTopic)
+			}
+		}))}
 	if cfg.Registry != "" {
 		rs.merger.Enable(registry.OriginFile)
 		f, err := registry.NewFileSource(cfg.Registry, log, rs.merger)

@@ -174,6 +174,12 @@ type Options struct {
 	Watch Watcher
 	// WatchEvery is the watch's period (default DefaultWatchEvery).
 	WatchEvery time.Duration
+	// RepublishAfter is how long a call that asked its service for a
+	// receipt (wire.PropReceipt) waits for a word of it — a receipt or a
+	// reply — before its request may be published again, should an
+	// instance of the service have left meanwhile (receipt.go; default
+	// DefaultRepublishAfter; negative: no receipts asked for).
+	RepublishAfter time.Duration
 }
 
 // Stats are counters for metrics.
@@ -204,6 +210,10 @@ type Stats struct {
 	// services were asked for their last reply again there
 	// (wire.CreditResend), this bridge's consumer of it having been away.
 	Cancels, Resends int64
+	// Receipts are the receipts taken (wire.PropReceipt); Republished the
+	// requests published a second time, heard nothing of after an
+	// instance of their service left.
+	Receipts, Republished int64
 }
 
 // Bridge correlates requests and replies. It is safe for concurrent use.
@@ -241,6 +251,14 @@ type Bridge struct {
 	// reply (Call.bind), since one service may have replicas of both kinds.
 	numbering  sync.Map
 	viaReplyTo atomic.Int64
+	// receipting holds the response topics whose services name their
+	// instance on replies, and so send receipts (response topic →
+	// struct{}); left, per request topic, when an instance of its service
+	// last left (*atomic.Int64 of Unix nanoseconds); receipt.go.
+	receipting  sync.Map
+	left        sync.Map
+	receipts    atomic.Int64
+	republished atomic.Int64
 
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
@@ -310,6 +328,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if opts.WatchEvery <= 0 {
 		opts.WatchEvery = DefaultWatchEvery
 	}
+	if opts.RepublishAfter == 0 {
+		opts.RepublishAfter = DefaultRepublishAfter
+	}
 	b := &Bridge{
 		broker:  broker,
 		publish: broker.PublishAsync,
@@ -349,6 +370,8 @@ func (b *Bridge) Stats() Stats {
 		Busy:        b.busy.Load(),
 		Cancels:     b.cancels.Load(),
 		Resends:     b.resends.Load(),
+		Receipts:    b.receipts.Load(),
+		Republished: b.republished.Load(),
 	}
 }
 
@@ -540,6 +563,11 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
 		c.sentDeadline = deadline
 	}
+	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
+	if b.wantsReceipts(t.ResponseTopic) {
+		props[wire.PropReceipt] = "1"
+		c.armReceipt(msg)
+	}
 	b.pending.store(c.id, c)
 	if err := b.down.Load(); err != nil {
 		// Found down since the check above, perhaps before BrokerDown
@@ -558,7 +586,6 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 	// The publish ends by the call's own deadline too (ctx's, when that
 	// comes first): while a broker fails over, the broker's receipt can be
 	// longer in coming than the call may last.
-	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
 	err = b.publish(pctx, t.RequestTopic, msg, func(err error) {
 		done(err)
 		if err != nil {
@@ -575,6 +602,9 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		b.publishErrors.Add(1)
 		c.end(context.Canceled, false)
 		return nil, publishError(err)
+	}
+	if c.receipt != nil {
+		c.startReceiptTimer()
 	}
 	return c, nil
 }
@@ -785,6 +815,11 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		b.orphans.Add(1)
 		return
 	}
+	inst := m.Properties[wire.PropInstance]
+	if m.Properties[wire.PropReceipt] != "" {
+		b.routeReceipt(topic, c, viaReplyTo, inst)
+		return
+	}
 	seq := m.Properties[wire.PropSeq]
 	if !viaReplyTo {
 		if topic != c.respTopic {
@@ -802,6 +837,14 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	if why := c.bind(topic, seq != ""); why != "" {
 		b.refuse(topic, id, why, "response_topic", c.respTopic)
 		return
+	}
+	if why := c.bindInstance(inst); why != "" {
+		b.refuse(topic, id, why)
+		return
+	}
+	c.heardWord()
+	if inst != "" {
+		b.learnReceipts(c.respTopic)
 	}
 	if seq != "" {
 		if _, ok := b.numbering.Load(c.respTopic); !ok {

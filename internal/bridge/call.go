@@ -81,6 +81,12 @@ type Call struct {
 	// both (Bridge.route). Guarded by mu.
 	via      string
 	numbered bool
+	// inst is the service instance the call is bound to: the first that
+	// named itself on a reply or receipt (wire.PropInstance); "": none.
+	// Guarded by mu.
+	inst string
+	// receipt: the call asked for a receipt (receipt.go); nil: not.
+	receipt *receiptState
 }
 
 // replyTopic is where a Go SDK service answers the call, when the watch
@@ -279,6 +285,7 @@ func (c *Call) remove() {
 	if !done && credited {
 		c.giveBack()
 	}
+	c.stopReceiptTimer()
 	c.mu.Unlock()
 	if !done {
 		c.b.pending.delete(c.id)

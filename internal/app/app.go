@@ -183,7 +183,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 			s := g.bridge.Stats()
 			return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
 				Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies,
-				Resends: s.Resends}
+				Resends: s.Resends, Receipts: s.Receipts, Republished: s.Republished}
 		}),
 		telemetry.WithRegistryStats(g.sources.stats),
 		telemetry.WithBrokerConnected(func() bool { return g.listened.Load() && g.probe.State().OK })}, opsStats...)...)

@@ -33,8 +33,11 @@ const leftWindow = 10 * time.Second
 // receiptState is a call's part in receipts: only calls that asked for one
 // have it.
 type receiptState struct {
-	msg   transport.Message // the request, to publish again
-	made  time.Time
+	msg  transport.Message // the request, to publish again
+	made time.Time
+	// again is when it was last published again (zero: not yet): once
+	// more only if another instance leaves after that.
+	again time.Time
 	timer *time.Timer
 	word  atomic.Bool // a receipt or a reply came
 }
@@ -107,7 +110,8 @@ func (c *Call) stopReceiptTimer() {
 // checkWord runs RepublishAfter after the call was published, and again
 // every RepublishAfter while it hears nothing: once an instance of its
 // service has left since shortly before the call was made, the request is
-// published once more.
+// published once more — and once more again only when another leaves
+// after that (the second publish may have met a replica stopping too).
 func (c *Call) checkWord() {
 	r := c.receipt
 	if r.word.Load() {
@@ -120,12 +124,20 @@ func (c *Call) checkWord() {
 		return
 	}
 	b := c.b
-	if !c.taken.Load() || !b.leftSince(c.reqTopic, r.made.Add(-leftWindow)) {
-		c.mu.Lock()
-		if !c.removed {
-			r.timer.Reset(b.opts.RepublishAfter)
-		}
-		c.mu.Unlock()
+	since := r.made.Add(-leftWindow)
+	if !r.again.IsZero() {
+		since = r.again
+	}
+	republish := c.taken.Load() && b.leftSince(c.reqTopic, since)
+	if republish {
+		r.again = time.Now() // before the timer runs this again
+	}
+	c.mu.Lock()
+	if !c.removed {
+		r.timer.Reset(b.opts.RepublishAfter)
+	}
+	c.mu.Unlock()
+	if !republish {
 		return
 	}
 	msg := r.msg

@@ -1,6 +1,10 @@
 package registry
 
 import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -40,8 +44,35 @@ func TestRollingUpdate(t *testing.T) {
 		t.Logf("round %d: %s", round+1, l.report())
 	}
 	l.stop()
-	t.Logf("rolling update: %s", l.report())
+	t.Logf("rolling update: %s; gateways: receipts %v, requests published again %v", l.report(),
+		[]float64{counter(t, gws[0], "toolgate_bridge_receipts_total"), counter(t, gws[1], "toolgate_bridge_receipts_total")},
+		[]float64{counter(t, gws[0], "toolgate_bridge_republished_total"), counter(t, gws[1], "toolgate_bridge_republished_total")})
 	if l.failed.Load() != 0 || l.unlisted.Load() != 0 {
 		t.Fatalf("during the rolling update: %s", l.report())
 	}
+}
+
+// counter reads one unlabelled sample from a gateway's /metrics.
+func counter(t *testing.T, g *grpcGateway, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(g.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", name, line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s has no %s", g.base, name)
+	return 0
 }

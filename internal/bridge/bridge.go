@@ -564,7 +564,9 @@ func (b *Bridge) CallWith(ctx context.Context, t Target, req wire.Request, deadl
 		c.sentDeadline = deadline
 	}
 	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
-	if b.wantsReceipts(t.ResponseTopic) {
+	if o.ReplyTo == "" && !o.Detached && b.wantsReceipts(t.ResponseTopic) {
+		// Not for calls whose replies go to another reader's topic
+		// (durable operations): receipts are for this bridge's calls.
 		props[wire.PropReceipt] = "1"
 		c.armReceipt(msg)
 	}

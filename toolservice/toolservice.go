@@ -34,7 +34,13 @@
 // flight. An instance that crashes stops renewing, and gateways let it go
 // when its lease runs out; when no instance is left, calls fail at once.
 // A rolling update — start a new replica, wait for it to announce, stop an
-// old one — never leaves the tools unlisted.
+// old one — never leaves the tools unlisted. Replies name the instance
+// (wire.PropInstance); a request that asks for a receipt
+// (wire.PropReceipt) and is not answered within wire.ReceiptAfter gets
+// one, and a request whose id this instance runs, or answered within the
+// last minute, is not run again (a gateway publishes a request again when
+// it heard nothing of it after an instance stopped: a closing consumer may
+// have dropped it).
 package toolservice
 
 import (

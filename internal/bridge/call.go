@@ -76,15 +76,17 @@ type Call struct {
 	// flowChecked is the flow topic last found to be the service's.
 	flowChecked string
 
-	// via is the topic of the call's first reply ("": none yet), and
-	// numbered whether it carried a number: later replies must match
-	// both (Bridge.route). Guarded by mu.
+	// via is the topic of the call's first reply, and numbered whether
+	// it carried a number: later replies must match both (Bridge.route).
+	// Set once under mu, then bound is set: read without mu after that.
 	via      string
 	numbered bool
+	bound    atomic.Bool
 	// inst is the service instance the call is bound to: the first that
-	// named itself on a reply or receipt (wire.PropInstance); "": none.
-	// Guarded by mu.
-	inst string
+	// named itself on a reply or receipt (wire.PropInstance). Set once
+	// under mu, then instBound is set.
+	inst      string
+	instBound atomic.Bool
 	// receipt: the call asked for a receipt (receipt.go); nil: not.
 	receipt *receiptState
 }
@@ -117,11 +119,15 @@ func (c *Call) signal() {
 // the call's first reply, which it becomes when there was none: "" when it
 // matches, else why it is refused.
 func (c *Call) bind(topic string, numbered bool) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if !c.bound.Load() { // the first reply; no lock on the others'
+		c.mu.Lock()
+		if !c.bound.Load() {
+			c.via, c.numbered = topic, numbered
+			c.bound.Store(true)
+		}
+		c.mu.Unlock()
+	}
 	switch {
-	case c.via == "":
-		c.via, c.numbered = topic, numbered
 	case c.via != topic:
 		return "the call's replies come on another topic (" + c.via + ")"
 	case c.numbered && !numbered:
@@ -135,9 +141,7 @@ func (c *Call) bind(topic string, numbered bool) string {
 // unnumbered reports whether the call's first reply came without a
 // number (a service that does not number its replies answered it).
 func (c *Call) unnumbered() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.via != "" && !c.numbered
+	return c.bound.Load() && !c.numbered
 }
 
 // numbers reports whether the service answering on responseTopic has been

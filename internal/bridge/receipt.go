@@ -178,12 +178,15 @@ func (c *Call) bindInstance(inst string) string {
 	if inst == "" {
 		return ""
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.inst == "":
-		c.inst = inst
-	case c.inst != inst:
+	if !c.instBound.Load() { // the first to name one; no lock after that
+		c.mu.Lock()
+		if !c.instBound.Load() {
+			c.inst = inst
+			c.instBound.Store(true)
+		}
+		c.mu.Unlock()
+	}
+	if c.inst != inst {
 		return "another instance of the service answers this call (" + c.inst + ")"
 	}
 	return ""

@@ -454,11 +454,10 @@ func (b *Bridge) checkHeld() {
 		if len(samples) == 0 {
 			return
 		}
-		c.mu.Lock()
-		if c.numbered {
-			c.mu.Unlock()
+		if c.bound.Load() && c.numbered {
 			return // a hole shows by itself (checkReplyDrops for the end)
 		}
+		c.mu.Lock()
 		held, heldAt, ended := c.held != nil, c.heldAt, c.ended
 		c.mu.Unlock()
 		if ended {

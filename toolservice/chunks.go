@@ -34,6 +34,8 @@ type chunkSender struct {
 	id    string
 	slots chan struct{} // one token per unconfirmed chunk
 	flow  string        // the flow topic named on each chunk; "" without flow control
+	// instance, when set, is named on each chunk (wire.PropInstance).
+	instance string
 
 	seq int // of the next reply message (send is not called concurrently)
 
@@ -129,6 +131,9 @@ func (c *chunkSender) send(ctx context.Context, text string) error {
 	props := map[string]string{wire.PropID: c.id, wire.PropSeq: strconv.Itoa(c.seq)}
 	if c.flow != "" {
 		props[wire.PropFlow] = c.flow
+	}
+	if c.instance != "" {
+		props[wire.PropInstance] = c.instance
 	}
 	msg := transport.Message{Key: c.id, Payload: b, Properties: props}
 	c.mu.Lock()

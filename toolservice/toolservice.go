@@ -34,7 +34,13 @@
 // flight. An instance that crashes stops renewing, and gateways let it go
 // when its lease runs out; when no instance is left, calls fail at once.
 // A rolling update — start a new replica, wait for it to announce, stop an
-// old one — never leaves the tools unlisted.
+// old one — never leaves the tools unlisted. Replies name the instance
+// (wire.PropInstance); a request that asks for a receipt
+// (wire.PropReceipt) and is not answered within wire.ReceiptAfter gets
+// one, and a request whose id this instance runs, or answered within the
+// last minute, is not run again (a gateway publishes a request again when
+// it heard nothing of it after an instance stopped: a closing consumer may
+// have dropped it).
 package toolservice
 
 import (
@@ -303,6 +309,9 @@ type Service struct {
 	instance    string
 	calls       calls         // the calls running here, and early cancels
 	recent      recentReplies // the last reply of recent calls, for a resend
+	// receipts holds the calls taken here that asked for a receipt
+	// (wire.PropReceipt), until they end: call id → *receiptWait.
+	receipts sync.Map
 
 	ready     chan struct{} // closed once Run has subscribed
 	sem       chan struct{}
@@ -312,6 +321,7 @@ type Service struct {
 	dropped   atomic.Int64
 	cancelled atomic.Int64
 	resent    atomic.Int64
+	repeated  atomic.Int64
 	callCtx   context.Context
 	cancelFn  context.CancelFunc
 
@@ -484,11 +494,17 @@ type Stats struct {
 	// Resent counts the replies published again at a caller's request
 	// (wire.CreditResend): its consumer was away when they were sent.
 	Resent int64
+	// Repeated counts the requests a caller published again (it had
+	// heard nothing for the call, wire.PropReceipt) that this instance had
+	// taken already: not run again; a receipt, or the kept reply, is sent
+	// instead.
+	Repeated int64
 }
 
 // Stats returns the service's counters.
 func (s *Service) Stats() Stats {
-	return Stats{Handled: s.handled.Load(), Dropped: s.dropped.Load(), Cancelled: s.cancelled.Load(), Resent: s.resent.Load()}
+	return Stats{Handled: s.handled.Load(), Dropped: s.dropped.Load(), Cancelled: s.cancelled.Load(), Resent: s.resent.Load(),
+		Repeated: s.repeated.Load()}
 }
 
 // grant takes a caller's grant for one of its streams (wire.PropCredit),
@@ -529,12 +545,12 @@ func (s *Service) grant(m transport.Message) {
 }
 
 // resend publishes once more the last reply of call id, when this instance
-// answered it within the last minute (wire.CreditResend); it does not wait
-// for the broker.
-func (s *Service) resend(id string) {
+// answered it within the last minute (wire.CreditResend), and reports
+// whether it did; it does not wait for the broker.
+func (s *Service) resend(id string) bool {
 	rep, ok := s.recent.take(id, time.Now())
 	if !ok {
-		return
+		return false
 	}
 	s.resent.Add(1)
 	s.resends.Add(1)
@@ -549,20 +565,50 @@ func (s *Service) resend(id string) {
 		}
 		s.log.Debug("reply sent again at the caller's request", "id", id, "topic", rep.topic)
 	}()
+	return true
 }
 
 // accept runs on the subscription's goroutine: it waits for a free slot and
 // hands the message to a goroutine of its own.
 func (s *Service) accept(m transport.Message) {
+	var rw *receiptWait
+	if m.Properties[wire.PropReceipt] != "" {
+		// Before waiting for a slot: the receipt's clock starts when the
+		// request is taken, not when it runs.
+		var repeated bool
+		if rw, repeated = s.takeReceipted(m); repeated {
+			return
+		}
+	}
 	s.sem <- struct{}{}
 	s.wg.Add(1)
 	go func() {
 		defer func() { <-s.sem; s.wg.Done() }()
-		s.serve(m)
+		if rw != nil {
+			defer s.endReceipted(rw)
+		}
+		s.serve(m, rw)
 	}()
 }
 
-func (s *Service) serve(m transport.Message) {
+// replyTopicOf is where the replies to request m go: the topic its
+// wire.PropReplyTo names (the calling gateway's own) when that is in the
+// response namespace, else the service's response topic; warn logs a
+// reply-to refused.
+func (s *Service) replyTopicOf(m transport.Message, warn bool) string {
+	rt := m.Properties[wire.PropReplyTo]
+	switch {
+	case rt == "":
+	case wire.ReplyToAllowed(rt, s.respTopic):
+		return rt
+	case warn:
+		s.log.Warn("ignoring a reply-to outside the response namespace; answering on the response topic",
+			"id", m.Properties[wire.PropID], "reply_to", rt, "response_topic", s.respTopic)
+	}
+	return s.respTopic
+}
+
+func (s *Service) serve(m transport.Message, rw *receiptWait) {
 	id := m.Properties[wire.PropID]
 	if id == "" {
 		id = "unknown" // what the Python base class answers with
@@ -598,17 +644,10 @@ func (s *Service) serve(m transport.Message) {
 	// Replies go where the request asks (wire.PropReplyTo: the calling
 	// gateway's own topic) when that is in the response namespace, and
 	// only there; else to the service's response topic.
-	replyTopic := s.respTopic
-	if rt := m.Properties[wire.PropReplyTo]; rt != "" {
-		if wire.ReplyToAllowed(rt, s.respTopic) {
-			replyTopic = rt
-		} else {
-			s.log.Warn("ignoring a reply-to outside the response namespace; answering on the response topic",
-				"id", id, "reply_to", rt, "response_topic", s.respTopic)
-		}
-	}
+	replyTopic := s.replyTopicOf(m, true)
 	var chunks *chunkSender // created by the first Send
 	reply := func(r wire.Response) error {
+		rw.replied() // no receipt needed now
 		b := wire.EncodeResponse(r)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -619,7 +658,10 @@ func (s *Service) serve(m transport.Message) {
 		// Keyed by the id: on a persistent reply topic read by a
 		// Key_Shared subscription (durable operations) the replies of one
 		// call reach one reader, in order.
-		msg := transport.Message{Key: id, Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq)}}
+		// The instance, on every reply: who answered, by which a caller
+		// also learns that this service sends receipts (wire.PropReceipt).
+		msg := transport.Message{Key: id, Payload: b, Properties: map[string]string{wire.PropID: id, wire.PropSeq: strconv.Itoa(seq),
+			wire.PropInstance: s.instance}}
 		// The last reply is the one the caller waits for: when the
 		// producer's queue is full (a burst of chunks), it waits for room
 		// instead of being dropped, and one the broker dropped is sent
@@ -658,6 +700,7 @@ func (s *Service) serve(m transport.Message) {
 		return
 	}
 	r.send = func(text string) error {
+		rw.replied()
 		if chunks == nil {
 			chunks = s.newChunks(replyTopic, id, m.Properties[wire.PropCredit])
 		}
@@ -710,9 +753,12 @@ func (s *Service) serve(m transport.Message) {
 func (s *Service) newChunks(replyTopic, id, credit string) *chunkSender {
 	n, err := strconv.Atoi(credit)
 	if err != nil || n <= 0 || s.flowTopic == "" || id == "unknown" {
-		return newChunkSender(s.broker, replyTopic, id, "", 0)
+		cs := newChunkSender(s.broker, replyTopic, id, "", 0)
+		cs.instance = s.instance
+		return cs
 	}
 	cs := newChunkSender(s.broker, replyTopic, id, s.flowTopic, n)
+	cs.instance = s.instance
 	s.flows.Store(id, cs)
 	return cs
 }

@@ -24,7 +24,9 @@ const (
 	// PropInstance names the instance (replica) of the service that
 	// announces, or withdraws: a tool service is served while any of its
 	// instances is. An announcement without it announces the service as a
-	// whole, until it is withdrawn (an operator's script does that).
+	// whole, until it is withdrawn (an operator's script does that). The
+	// Go SDK also names its instance on every reply and receipt
+	// (PropReceipt): a caller binds the call to the first that answers.
 	PropInstance = "toolgate-instance"
 	// PropLease is how long the announcement holds unless it is made again
 	// (a Go duration, "10s"): an instance renews it well before it runs

@@ -55,7 +55,24 @@ const (
 	// names the topic where that service instance takes grants
 	// (FlowTopic).
 	PropFlow = "toolgate-flow"
+	// PropReceipt, on a request ("1"), asks the service for a receipt: a
+	// message with PropID, PropInstance and PropReceipt ("1") and no
+	// payload, sent where the replies go, when the instance that took the
+	// call has sent nothing for it ReceiptAfter after taking it. A caller
+	// that hears nothing at all for a call may publish the request once
+	// more with the same PropID (after an instance of the service stopped:
+	// the request may have been dropped on its way to that instance's
+	// closing consumer); an instance that has the call already does not
+	// run it again. The Go SDK honours it, and marks every reply with its
+	// PropInstance, by which a caller learns that it does; TrustGraph's
+	// Python services ignore it.
+	PropReceipt = "toolgate-receipt"
 )
+
+// ReceiptAfter is how long an instance that took a call asking for a
+// receipt (PropReceipt) waits for the call's first reply before it sends
+// the receipt instead: most calls are answered sooner, and cost nothing.
+const ReceiptAfter = 250 * time.Millisecond
 
 // CreditCancel is the PropCredit of a grant that ends the call: on a
 // stream's flow topic (PropFlow), or on the service's cancel topic

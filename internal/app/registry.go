@@ -40,7 +40,14 @@ func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources
 		registry.WithAnnouncedNamespaces(cfg.Registry.Announce.RequestNamespaces, cfg.Registry.Announce.ResponseNamespaces),
 		registry.WithAnnounceTakeover(cfg.Registry.Announce.Takeover),
 		registry.WithClaimGrace(cfg.Registry.Announce.ClaimGrace),
-		registry.WithReleasedClaims(cfg.Registry.Announce.Release...))}
+		registry.WithReleasedClaims(cfg.Registry.Announce.Release...),
+		// Calls that heard nothing since an instance of their service
+		// stopped may be published again (bridge.InstanceLeft).
+		registry.WithInstanceLeft(func(requestTopic string) {
+			if b := g.bridge; b != nil {
+				b.InstanceLeft(requestTopic)
+			}
+		}))}
 	if cfg.Registry.File != "" {
 		rs.merger.Enable(registry.OriginFile)
 		f, err := registry.NewFileSource(cfg.Registry.File, log, rs.merger)

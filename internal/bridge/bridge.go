@@ -175,6 +175,12 @@ type Options struct {
 	Watch Watcher
 	// WatchEvery is the watch's period (default DefaultWatchEvery).
 	WatchEvery time.Duration
+	// RepublishAfter is how long a call that asked its service for a
+	// receipt (wire.PropReceipt) waits for a word of it — a receipt or a
+	// reply — before its request may be published again, should an
+	// instance of the service have left meanwhile (receipt.go; default
+	// DefaultRepublishAfter; negative: no receipts asked for).
+	RepublishAfter time.Duration
 }
 
 // Stats are counters for metrics.
@@ -205,6 +211,10 @@ type Stats struct {
 	// services were asked for their last reply again there
 	// (wire.CreditResend), this bridge's consumer of it having been away.
 	Cancels, Resends int64
+	// Receipts are the receipts taken (wire.PropReceipt); Republished the
+	// requests published a second time, heard nothing of after an
+	// instance of their service left.
+	Receipts, Republished int64
 }
 
 // Bridge correlates requests and replies. It is safe for concurrent use.
@@ -238,10 +248,18 @@ type Bridge struct {
 	badReplies    atomic.Int64
 	refused       atomic.Int64
 	// numbering holds the response topics whose services number their
-	// replies (wire.PropSeq): a reply without a number for a call to one
-	// of them is refused.
+	// replies (wire.PropSeq), as seen; a call is judged by its own first
+	// reply (Call.bind), since one service may have replicas of both kinds.
 	numbering  sync.Map
 	viaReplyTo atomic.Int64
+	// receipting holds the response topics whose services name their
+	// instance on replies, and so send receipts (response topic →
+	// struct{}); left, per request topic, when an instance of its service
+	// last left (*atomic.Int64 of Unix nanoseconds); receipt.go.
+	receipting  sync.Map
+	left        sync.Map
+	receipts    atomic.Int64
+	republished atomic.Int64
 
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
@@ -311,6 +329,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if opts.WatchEvery <= 0 {
 		opts.WatchEvery = DefaultWatchEvery
 	}
+	if opts.RepublishAfter == 0 {
+		opts.RepublishAfter = DefaultRepublishAfter
+	}
 	b := &Bridge{
 		broker:  broker,
 		publish: broker.PublishAsync,
@@ -350,6 +371,8 @@ func (b *Bridge) Stats() Stats {
 		Busy:        b.busy.Load(),
 		Cancels:     b.cancels.Load(),
 		Resends:     b.resends.Load(),
+		Receipts:    b.receipts.Load(),
+		Republished: b.republished.Load(),
 	}
 }
 
@@ -544,6 +567,13 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
 		c.sentDeadline = deadline
 	}
+	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
+	if o.ReplyTo == "" && !o.Detached && b.wantsReceipts(t.ResponseTopic) {
+		// Not for calls whose replies go to another reader's topic
+		// (durable operations): receipts are for this bridge's calls.
+		props[wire.PropReceipt] = "1"
+		c.armReceipt(msg)
+	}
 	b.pending.store(c.id, c)
 	if err := b.down.Load(); err != nil {
 		// Found down since the check above, perhaps before BrokerDown
@@ -562,7 +592,6 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 	// The publish ends by the call's own deadline too (ctx's, when that
 	// comes first): while a broker fails over, the broker's receipt can be
 	// longer in coming than the call may last.
-	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
 	err = b.publish(pctx, t.RequestTopic, msg, func(err error) {
 		done(err)
 		if err != nil {
@@ -579,6 +608,9 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 		b.publishErrors.Add(1)
 		c.end(context.Canceled, false)
 		return nil, publishError(err)
+	}
+	if c.receipt != nil {
+		c.startReceiptTimer()
 	}
 	return c, nil
 }
@@ -767,10 +799,17 @@ func publishError(err error) error {
 // route hands one reply message to the call waiting for its id. The bus
 // is a trust boundary: a reply is taken only from where the call's
 // replies are expected — this instance's reply topic, or the called
-// service's response topic unless that service is known to answer on the
-// reply topic — and, from a service that numbers its replies, only with
-// the number due next or a later one (a gap is lost replies). Anything
-// else is refused, counted and logged, and the call goes on.
+// service's response topic — and, once a call has had a reply, only from
+// the topic of that first reply, numbered (wire.PropSeq) as that first
+// one was or not, and only with the number due next or a later one (a gap
+// is lost replies). One service may have replicas of both kinds on one
+// request topic: Go SDK replicas answer on the reply topic, numbered;
+// TrustGraph's Python replicas ignore reply-to and answer on the response
+// topic, unnumbered. So each call binds to the kind of its first reply.
+// On the response topic of a service seen answering on the reply topic, a
+// numbered reply to a call that named the reply topic is refused: the Go
+// SDK answers such a call on the reply topic only. Anything else refused
+// is counted and logged, and the call goes on.
 func (b *Bridge) route(topic string, m transport.Message) {
 	id := m.Properties[wire.PropID]
 	viaReplyTo := topic == b.opts.ReplyTopic && topic != ""
@@ -782,21 +821,41 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		b.orphans.Add(1)
 		return
 	}
+	inst := m.Properties[wire.PropInstance]
+	if m.Properties[wire.PropReceipt] != "" {
+		b.routeReceipt(topic, c, viaReplyTo, inst)
+		return
+	}
 	seq := m.Properties[wire.PropSeq]
 	if !viaReplyTo {
-		_, honours := b.honouring.Load(c.respTopic)
-		if topic != c.respTopic || honours {
+		if topic != c.respTopic {
 			b.refuse(topic, id, "the reply came from a topic where this call's replies are not expected", "response_topic", c.respTopic)
 			return
 		}
-	}
-	if seq == "" {
-		if _, numbers := b.numbering.Load(c.respTopic); numbers || viaReplyTo {
-			b.refuse(topic, id, "the reply has no sequence number, though its service numbers its replies")
+		if _, honours := b.honouring.Load(c.respTopic); honours && seq != "" && c.replyTo == b.opts.ReplyTopic && c.replyTo != "" {
+			b.refuse(topic, id, "a numbered reply on the response topic of a service that answers on the reply topic", "response_topic", c.respTopic)
 			return
 		}
-	} else if _, ok := b.numbering.Load(c.respTopic); !ok {
-		b.numbering.Store(c.respTopic, struct{}{})
+	} else if seq == "" {
+		b.refuse(topic, id, "the reply has no sequence number, though it came on the reply topic")
+		return
+	}
+	if why := c.bind(topic, seq != ""); why != "" {
+		b.refuse(topic, id, why, "response_topic", c.respTopic)
+		return
+	}
+	if why := c.bindInstance(inst); why != "" {
+		b.refuse(topic, id, why)
+		return
+	}
+	c.heardWord()
+	if inst != "" {
+		b.learnReceipts(c.respTopic)
+	}
+	if seq != "" {
+		if _, ok := b.numbering.Load(c.respTopic); !ok {
+			b.numbering.Store(c.respTopic, struct{}{})
+		}
 	}
 	if viaReplyTo {
 		if _, ok := b.honouring.Load(c.respTopic); !ok {

@@ -75,6 +75,20 @@ type Call struct {
 	bytes        int64
 	// flowChecked is the flow topic last found to be the service's.
 	flowChecked string
+
+	// via is the topic of the call's first reply, and numbered whether
+	// it carried a number: later replies must match both (Bridge.route).
+	// Set once under mu, then bound is set: read without mu after that.
+	via      string
+	numbered bool
+	bound    atomic.Bool
+	// inst is the service instance the call is bound to: the first that
+	// named itself on a reply or receipt (wire.PropInstance). Set once
+	// under mu, then instBound is set.
+	inst      string
+	instBound atomic.Bool
+	// receipt: the call asked for a receipt (receipt.go); nil: not.
+	receipt *receiptState
 }
 
 // replyTopic is where a Go SDK service answers the call, when the watch
@@ -99,6 +113,42 @@ func (c *Call) signal() {
 	case c.notify <- struct{}{}:
 	default:
 	}
+}
+
+// bind checks a reply message, from topic and numbered or not, against
+// the call's first reply, which it becomes when there was none: "" when it
+// matches, else why it is refused.
+func (c *Call) bind(topic string, numbered bool) string {
+	if !c.bound.Load() { // the first reply; no lock on the others'
+		c.mu.Lock()
+		if !c.bound.Load() {
+			c.via, c.numbered = topic, numbered
+			c.bound.Store(true)
+		}
+		c.mu.Unlock()
+	}
+	switch {
+	case c.via != topic:
+		return "the call's replies come on another topic (" + c.via + ")"
+	case c.numbered && !numbered:
+		return "the reply has no sequence number, though the call's replies are numbered"
+	case !c.numbered && numbered:
+		return "the reply has a sequence number, though the call's replies are not numbered"
+	}
+	return ""
+}
+
+// unnumbered reports whether the call's first reply came without a
+// number (a service that does not number its replies answered it).
+func (c *Call) unnumbered() bool {
+	return c.bound.Load() && !c.numbered
+}
+
+// numbers reports whether the service answering on responseTopic has been
+// seen numbering its replies.
+func (b *Bridge) numbers(responseTopic string) bool {
+	_, ok := b.numbering.Load(responseTopic)
+	return ok
 }
 
 // What deliver did with a reply message.
@@ -239,6 +289,7 @@ func (c *Call) remove() {
 	if !done && credited {
 		c.giveBack()
 	}
+	c.stopReceiptTimer()
 	c.mu.Unlock()
 	if !done {
 		c.b.pending.delete(c.id)

@@ -175,3 +175,85 @@ func TestReplyToServiceAnswersOnlyThere(t *testing.T) {
 		t.Fatalf("%d refused, want the forged one", n)
 	}
 }
+
+// TestMixedReplicasBindPerCall: one service, replicas of both kinds on
+// its request topic — one answers on the reply topic, numbered (the Go
+// SDK), one on the response topic, unnumbered (TrustGraph's Python
+// services). Every call takes its first reply's kind, wherever the
+// service was seen answering before; a reply of the other kind for a
+// call already answered is refused.
+func TestMixedReplicasBindPerCall(t *testing.T) {
+	br := transport.NewMem()
+	t.Cleanup(br.Close)
+	replyTopic := wire.ReplyTopic("mixed-" + strconv.FormatInt(time.Now().UnixNano(), 36))
+	b := bridge.New(br, bridge.Options{ReplyTopic: replyTopic})
+	t.Cleanup(b.Close)
+	target := bridge.Target{RequestTopic: wire.RequestTopic("mixed"), ResponseTopic: wire.ResponseTopic("mixed")}
+	if err := b.ListenAll(t.Context(), func() []string { return []string{target.ResponseTopic} }); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(id, text string, last bool, seq string) transport.Message {
+		m := transport.Message{Payload: wire.EncodeResponse(wire.Response{Response: text, EndOfStream: last}),
+			Properties: map[string]string{wire.PropID: id}}
+		if seq != "" {
+			m.Properties[wire.PropSeq] = seq
+		}
+		return m
+	}
+	var n atomic.Int64
+	var spoil atomic.Bool
+	step := make(chan struct{})
+	sub, err := br.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(m transport.Message) {
+		id, rt := m.Properties[wire.PropID], m.Properties[wire.PropReplyTo]
+		switch {
+		case spoil.Load():
+			// A chunk on the response topic binds the call; then a
+			// numbered reply on the reply topic, refused; then the end.
+			_ = br.Publish(context.Background(), target.ResponseTopic, msg(id, "a", false, ""))
+			<-step
+			_ = br.Publish(context.Background(), rt, msg(id, "X", true, "0"))
+			<-step
+			_ = br.Publish(context.Background(), target.ResponseTopic, msg(id, "b", true, ""))
+		case n.Add(1)%2 == 1:
+			_ = br.Publish(context.Background(), rt, msg(id, "GO", true, "0"))
+		default:
+			_ = br.Publish(context.Background(), target.ResponseTopic, msg(id, "PY", true, ""))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	got := map[string]int{}
+	for range 6 {
+		c, err := b.Call(t.Context(), target, wire.Request{}, bridge.CallOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := c.Wait(ctxTimeout(t, 5*time.Second))
+		c.Close()
+		if err != nil {
+			t.Fatalf("call %d: %v", len(got), err)
+		}
+		got[out]++
+	}
+	if got["GO"] != 3 || got["PY"] != 3 || b.Stats().RefusedReplies != 0 {
+		t.Fatalf("answers %v, %d refused; want 3 of each kind, none refused", got, b.Stats().RefusedReplies)
+	}
+	spoil.Store(true)
+	c, err := b.Call(t.Context(), target, wire.Request{}, bridge.CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxTimeout(t, 5*time.Second)
+	if ch, err := c.Recv(ctx); err != nil || ch.Text != "a" {
+		t.Fatalf("first chunk %q, %v", ch.Text, err)
+	}
+	step <- struct{}{}
+	waitFor(t, 5*time.Second, func() bool { return b.Stats().RefusedReplies == 1 })
+	step <- struct{}{}
+	if ch, err := c.Recv(ctx); err != nil || ch.Text != "b" || !ch.Last {
+		t.Fatalf("last chunk %+v, %v; want the response topic's", ch, err)
+	}
+}

@@ -165,7 +165,7 @@ func (b *Bridge) watchOnce() {
 	// non-persistent topics Go SDK services answer on.
 	topics, replyTopics, sampled := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	b.pending.each(func(c *Call) {
-		if _, numbers := b.numbering.Load(c.respTopic); b.counter != nil && !numbers && strings.HasPrefix(c.respTopic, "non-persistent://") {
+		if b.counter != nil && (!b.numbers(c.respTopic) || c.unnumbered()) && strings.HasPrefix(c.respTopic, "non-persistent://") {
 			sampled[c.respTopic] = true
 		}
 		topics[c.reqTopic] = true
@@ -454,7 +454,7 @@ func (b *Bridge) checkHeld() {
 		if len(samples) == 0 {
 			return
 		}
-		if _, numbers := b.numbering.Load(c.respTopic); numbers {
+		if c.bound.Load() && c.numbered {
 			return // a hole shows by itself (checkReplyDrops for the end)
 		}
 		c.mu.Lock()

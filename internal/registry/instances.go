@@ -164,6 +164,21 @@ func (m *Merger) withdrawInstance(u Update, label string) error {
 		m.mu.Unlock()
 		return nil
 	}
+	var left []string // the request topics of the instances that leave
+	for k, in := range p.instances {
+		if u.Instance == "" || k == u.Instance {
+			for _, svc := range in.services {
+				left = append(left, svc.RequestTopic)
+			}
+		}
+	}
+	if m.instanceLeft != nil {
+		defer func() {
+			for _, t := range left {
+				m.instanceLeft(t)
+			}
+		}()
+	}
 	if u.Instance == "" {
 		clear(p.instances)
 		m.log.Info("announced service withdrawn with every instance", "service", u.Unit)

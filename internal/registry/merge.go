@@ -129,6 +129,9 @@ type Merger struct {
 	maxLease     time.Duration
 	maxInstances int
 	now          func() time.Time
+	// instanceLeft is told the request topics of an announced instance
+	// that withdrew (WithInstanceLeft).
+	instanceLeft func(requestTopic string)
 	timer        *time.Timer // the next lease or claim to run out
 	closed       bool
 	// heardAt: when the announcements were last known to be readable (a
@@ -248,6 +251,13 @@ func WithMaxLease(d time.Duration) MergerOption {
 			m.maxLease = d
 		}
 	}
+}
+
+// WithInstanceLeft has f told the request topic of each service of an
+// announced instance that withdraws (a graceful stop), after the snapshot
+// without it is out; f must not block.
+func WithInstanceLeft(f func(requestTopic string)) MergerOption {
+	return func(m *Merger) { m.instanceLeft = f }
 }
 
 // withClock makes the merger read the time from now (tests).

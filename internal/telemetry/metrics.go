@@ -42,6 +42,10 @@ type BridgeStats struct {
 	// Resends: calls whose tool services were asked for their last
 	// reply again, this gateway's consumer of it having been away.
 	Resends int64
+	// Receipts taken from tool services; Republished: requests published
+	// again, nothing heard of them after an instance of their service
+	// left.
+	Receipts, Republished int64
 }
 
 // OperationsStats are the durable operations' counters, as
@@ -364,8 +368,12 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 		"Replies refused for a waiting call: from a topic where its replies are not expected, a replayed sequence number, or none from a service that numbers its replies.", nil, nil)
 	resends := prometheus.NewDesc("toolgate_bridge_resends_total",
 		"Calls whose tool services were asked for their last reply again: this gateway's consumer of the topic it went to had connected again (the topic moved to another broker).", nil, nil)
+	receipts := prometheus.NewDesc("toolgate_bridge_receipts_total",
+		"Receipts taken from tool services for calls not answered within 250 ms (toolgate-receipt).", nil, nil)
+	republished := prometheus.NewDesc("toolgate_bridge_republished_total",
+		"Requests published again: nothing was heard of them after an instance of their service withdrew (a stopping replica may have dropped them).", nil, nil)
 	return &funcCollector{
-		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad, refused, resends},
+		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad, refused, resends, receipts, republished},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := f()
 			ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
@@ -376,6 +384,8 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 			ch <- prometheus.MustNewConstMetric(bad, prometheus.CounterValue, float64(s.BadReplies))
 			ch <- prometheus.MustNewConstMetric(refused, prometheus.CounterValue, float64(s.RefusedReplies))
 			ch <- prometheus.MustNewConstMetric(resends, prometheus.CounterValue, float64(s.Resends))
+			ch <- prometheus.MustNewConstMetric(receipts, prometheus.CounterValue, float64(s.Receipts))
+			ch <- prometheus.MustNewConstMetric(republished, prometheus.CounterValue, float64(s.Republished))
 		},
 	}
 }

@@ -281,13 +281,6 @@ func startLoad(t *testing.T, gws []*grpcGateway, tool string, rate int) *load {
 	return l
 }
 
-// failureCount is how many calls failed with key (code, space, reason).
-func (l *load) failureCount(key string) int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return int64(l.failures[key])
-}
-
 func (l *load) stop() {
 	l.stopped.CompareAndSwap(0, time.Now().UnixNano())
 	l.stopFn()

@@ -94,6 +94,14 @@ type pyProc struct {
 // startPythonJokesProc is startPythonJokes, returning the process.
 func startPythonJokesProc(t *testing.T, topic string) *pyProc {
 	t.Helper()
+	return startPythonJokesAs(t, topic, brokertest.UniqueTopic("toolgate-scale-pyjoke"))
+}
+
+// startPythonJokesAs is startPythonJokesProc with the service id given:
+// its subscription is "<id>-request", which a Go SDK service of the same
+// id shares.
+func startPythonJokesAs(t *testing.T, topic, id string) *pyProc {
+	t.Helper()
 	v := venv(t)
 	ensureNotifyNamespace(t)
 	logPath := filepath.Join(t.TempDir(), "joke-service.log")
@@ -101,7 +109,7 @@ func startPythonJokesProc(t *testing.T, topic string) *pyProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(v, "bin", "joke-service"), "-p", brokertest.PulsarURL(), "--id", brokertest.UniqueTopic("toolgate-scale-pyjoke"),
+	cmd := exec.Command(filepath.Join(v, "bin", "joke-service"), "-p", brokertest.PulsarURL(), "--id", id,
 		"-t", topic, "--no-metrics", "--no-loki-enabled")
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "VIRTUAL_ENV="+v)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

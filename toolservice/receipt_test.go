@@ -1,0 +1,105 @@
+package toolservice
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/eventually"
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/internal/transport/transporttest"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// A request asking for a receipt (wire.PropReceipt) that is not answered
+// within wire.ReceiptAfter gets one, naming the instance; the same request
+// published again while the call runs gets a receipt at once, and after
+// it ended the reply again; the handler runs once. Replies name the
+// instance.
+func TestReceiptsAndRepeatedRequests(t *testing.T) {
+	mem := transport.NewMem()
+	defer mem.Close()
+	const replyTo = "non-persistent://tg/response/caller-r"
+	got := make(chan transport.Message, 10)
+	sub, err := mem.Subscribe(t.Context(), replyTo, "caller", transport.Exclusive, func(m transport.Message) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	release := make(chan struct{})
+	var runs atomic.Int64
+	svc, err := New(Config{ID: "svc", Topic: "receipts", Logger: slog.New(slog.DiscardHandler)},
+		func(ctx context.Context, r *Request) (any, error) {
+			runs.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return "answer " + r.ID, nil
+		}, WithPulsarClient(transporttest.PulsarClient(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-svc.Ready()
+	next := func(what string) transport.Message {
+		t.Helper()
+		select {
+		case m := <-got:
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s", what)
+		}
+		return transport.Message{}
+	}
+	request := func() {
+		if err := mem.Publish(t.Context(), wire.RequestTopic("receipts"), transport.Message{Payload: wire.EncodeRequest(wire.Request{}),
+			Properties: map[string]string{wire.PropID: "c1", wire.PropReplyTo: replyTo, wire.PropReceipt: "1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	isReceipt := func(m transport.Message) bool {
+		return m.Properties[wire.PropReceipt] == "1" && m.Properties[wire.PropID] == "c1" &&
+			m.Properties[wire.PropInstance] == svc.Instance() && len(m.Payload) == 0
+	}
+	request()
+	if m := next("receipt"); !isReceipt(m) {
+		t.Fatalf("first message %q %v, want a receipt", m.Payload, m.Properties)
+	}
+	request() // published again while it runs
+	if m := next("receipt for the repeated request"); !isReceipt(m) {
+		t.Fatalf("answer to the repeated request %q %v, want a receipt", m.Payload, m.Properties)
+	}
+	close(release)
+	reply := next("reply")
+	if reply.Properties[wire.PropReceipt] != "" || reply.Properties[wire.PropInstance] != svc.Instance() {
+		t.Fatalf("reply %q %v, want one naming the instance", reply.Payload, reply.Properties)
+	}
+	// Once the call has ended here, the request again gets its reply
+	// again.
+	eventually.True(t, 5*time.Second, "the call forgotten as running", func() bool {
+		_, running := svc.receipts.Load("c1")
+		return !running
+	})
+	request()
+	again := next("reply sent again")
+	if string(again.Payload) != string(reply.Payload) {
+		t.Fatalf("sent again %q, want %q", again.Payload, reply.Payload)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want once", n)
+	}
+	if n := svc.Stats().Repeated; n != 2 {
+		t.Fatalf("%d repeated requests counted, want 2", n)
+	}
+}

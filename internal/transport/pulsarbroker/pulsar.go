@@ -600,6 +600,13 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 		BackOffPolicyFunc:   b.backoff,
 		NackRedeliveryDelay: NackDelay,
 	}
+	if !persistent {
+		// What the client has received waits in a channel of ours, not in
+		// its dispatcher, whose queue is dropped when the consumer closes:
+		// Close hands what is in the channel to the handler (drain), so
+		// what reached the client before the close is served.
+		opts.MessageChannel = make(chan pulsar.ConsumerMessage, min(b.opts.ReceiverQueueSize, drainChannel))
+	}
 	type result struct {
 		c   pulsar.Consumer
 		err error
@@ -746,6 +753,11 @@ func (b *Pulsar) resubscribe(ctx context.Context, opts pulsar.ConsumerOptions) p
 		}
 	}
 }
+
+// drainChannel bounds the channel a non-persistent subscription's
+// messages wait in (32 bytes each): up to this many are handed over
+// whole when it closes.
+const drainChannel = 1024
 
 type pulsarSub struct {
 	mu     sync.Mutex

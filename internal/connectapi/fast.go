@@ -141,10 +141,10 @@ func (s *service) serveInvoke(w http.ResponseWriter, r *http.Request) bool {
 		defer cancel()
 	}
 	res, err := s.h(ctx, c, nil)
-	if c.RequestID != "" {
-		out["X-Request-Id"] = []string{c.RequestID}
-	}
 	if err != nil {
+		// writeError puts the request id in the error's metadata, which
+		// connect-go writes as a header (once, as connect-go alone does):
+		// the answer's header takes it only once the answer is written.
 		s.writeError(w, r, c, connectError(err))
 		return true
 	}
@@ -160,6 +160,9 @@ func (s *service) serveInvoke(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil {
 		s.writeError(w, r, c, connect.NewError(connect.CodeInternal, fmt.Errorf("marshal message: %w", err)))
 		return true
+	}
+	if c.RequestID != "" {
+		out["X-Request-Id"] = []string{c.RequestID}
 	}
 	if cap(body) <= maxPooled {
 		*buf = body

@@ -69,7 +69,7 @@ func serveBoth(t *testing.T, body string, header map[string]string, res toolcall
 		h.ServeHTTP(rec, req)
 		a := answered{Code: rec.Code, Header: map[string]string{}, Raw: rec.Body.String()}
 		for _, k := range []string{"Content-Type", "Content-Encoding", "Accept-Encoding", "X-Request-Id"} {
-			a.Header[k] = rec.Header().Get(k)
+			a.Header[k] = strings.Join(rec.Header().Values(k), ", ")
 		}
 		raw := rec.Body.Bytes()
 		if rec.Header().Get("Content-Encoding") == "gzip" {

@@ -601,11 +601,15 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 		NackRedeliveryDelay: NackDelay,
 	}
 	if !persistent {
-		// What the client has received waits in a channel of ours, not in
-		// its dispatcher, whose queue is dropped when the consumer closes:
-		// Close hands what is in the channel to the handler (drain), so
-		// what reached the client before the close is served.
-		opts.MessageChannel = make(chan pulsar.ConsumerMessage, min(b.opts.ReceiverQueueSize, drainChannel))
+		// Part of what the client has received waits in a channel of ours,
+		// not in its dispatcher, whose queue is dropped when the consumer
+		// closes: Close hands what is in the channel to the handler
+		// (drain). The client grants the broker a permit for each message
+		// moved to the channel, so the channel's room is taken from the
+		// receiver queue: the consumer prefetches what it did before.
+		n := min(b.opts.ReceiverQueueSize/2, drainChannel)
+		opts.ReceiverQueueSize -= n
+		opts.MessageChannel = make(chan pulsar.ConsumerMessage, n)
 	}
 	type result struct {
 		c   pulsar.Consumer
@@ -755,8 +759,9 @@ func (b *Pulsar) resubscribe(ctx context.Context, opts pulsar.ConsumerOptions) p
 }
 
 // drainChannel bounds the channel a non-persistent subscription's
-// messages wait in (32 bytes each): up to this many are handed over
-// whole when it closes.
+// messages wait in (32 bytes each): up to this many waiting in the client
+// are handed over when it closes; what still waits in the client's own
+// queue then is lost (on a non-persistent topic nothing sends it again).
 const drainChannel = 1024
 
 type pulsarSub struct {

@@ -48,7 +48,9 @@ func (s *Service) takeReceipted(m transport.Message) (*receiptWait, bool) {
 	if _, running := s.receipts.LoadOrStore(id, rw); running {
 		s.repeated.Add(1)
 		s.log.Debug("request published again for a call that runs here; sending a receipt", "id", id)
-		s.sendReceipt(context.WithoutCancel(s.callCtx), rw)
+		// Off the subscription's goroutine: a slow publish holds up no
+		// other request.
+		go s.sendReceipt(context.WithoutCancel(s.callCtx), rw)
 		return nil, true
 	}
 	if s.resend(id) { // it ended here already: its reply again

@@ -22,6 +22,9 @@ import (
 // same id: an instance that has it already does not run it again. The
 // call takes its replies from the first instance that answers (Call.bind).
 
+// republishTimeout bounds a second publish of a call without a deadline.
+const republishTimeout = 10 * time.Second
+
 // DefaultRepublishAfter is Options.RepublishAfter's default.
 const DefaultRepublishAfter = 2 * time.Second
 
@@ -140,17 +143,31 @@ func (c *Call) checkWord() {
 	if !republish {
 		return
 	}
+	if b.down.Load() != nil {
+		return // the broker takes nothing now; calls end by the fail-fast path
+	}
 	msg := r.msg
 	msg.Deadline = c.sentDeadline
 	b.republished.Add(1)
 	b.log.Info("no word of a call since an instance of its service left; publishing its request again",
 		"id", c.id, "request_topic", c.reqTopic, "after", time.Since(r.made).Round(time.Millisecond))
-	err := b.publish(context.Background(), c.reqTopic, msg, func(err error) {
+	// Bounded by the call's deadline, else by republishTimeout; the
+	// context ends with the publish, which may finish after this returns.
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if c.sentDeadline.IsZero() {
+		ctx, cancel = context.WithTimeout(context.Background(), republishTimeout)
+	} else {
+		ctx, cancel = context.WithDeadline(context.Background(), c.sentDeadline)
+	}
+	err := b.publish(ctx, c.reqTopic, msg, func(err error) {
+		cancel()
 		if err != nil {
 			b.log.Warn("publishing a request again failed", "id", c.id, "request_topic", c.reqTopic, "err", err)
 		}
 	})
 	if err != nil {
+		cancel()
 		b.log.Warn("publishing a request again failed", "id", c.id, "request_topic", c.reqTopic, "err", err)
 	}
 }

@@ -605,11 +605,9 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 		// not in its dispatcher, whose queue is dropped when the consumer
 		// closes: Close hands what is in the channel to the handler
 		// (drain). The client grants the broker a permit for each message
-		// moved to the channel, so the channel's room is taken from the
-		// receiver queue: the consumer prefetches what it did before.
-		n := min(b.opts.ReceiverQueueSize/2, drainChannel)
-		opts.ReceiverQueueSize -= n
-		opts.MessageChannel = make(chan pulsar.ConsumerMessage, n)
+		// moved to the channel, so the consumer may hold up to the
+		// channel's room more than its receiver queue.
+		opts.MessageChannel = make(chan pulsar.ConsumerMessage, min(b.opts.ReceiverQueueSize, drainChannel))
 	}
 	type result struct {
 		c   pulsar.Consumer

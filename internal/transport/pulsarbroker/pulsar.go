@@ -617,7 +617,8 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 	go func() {
 		// ServiceNotReady is the broker asking for a retry with a fresh
 		// lookup (the topic's bundle is being assigned or moved, as on a
-		// cluster just started or during an unload): retried with the
+		// cluster just started or during an unload), MetadataError a
+		// cluster's broker whose metadata is not there yet: retried with the
 		// reconnect backoff while ctx lasts, not returned as a refusal.
 		bo := b.backoff()
 		for {
@@ -725,9 +726,12 @@ func isConsumerClosed(err error) bool {
 }
 
 // serviceNotReady reports whether err is the broker's ServiceNotReady,
-// which asks the client to look the topic up again and retry.
+// which asks the client to look the topic up again and retry, or its
+// MetadataError, which a broker of a cluster just started answers while
+// its metadata store catches up: both pass with a retry.
 func serviceNotReady(err error) bool {
-	return strings.Contains(err.Error(), "ServiceNotReady")
+	s := err.Error()
+	return strings.Contains(s, "ServiceNotReady") || strings.Contains(s, "MetadataError")
 }
 
 // resubscribe creates the consumer again, with the reconnect backoff,

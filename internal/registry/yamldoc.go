@@ -44,6 +44,11 @@ type yamlConv struct {
 
 var errAliasBudget = errors.New("aliases expand the document too much")
 
+// errKeyNotString: a mapping key that is not a string (JSON objects have
+// only string keys). It is refused in a merged mapping too, where yaml.v3
+// would quietly turn the key into a string.
+var errKeyNotString = errors.New("a mapping key must be a string")
+
 func (c *yamlConv) value(n *yaml.Node) (any, error) {
 	if c.budget--; c.budget < 0 {
 		return nil, errAliasBudget
@@ -118,7 +123,7 @@ func (c *yamlConv) mapping(n *yaml.Node) (map[string]any, error) {
 			continue
 		}
 		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
-			return nil, fmt.Errorf("line %d: a mapping key must be a string", k.Line)
+			return nil, fmt.Errorf("line %d: %w", k.Line, errKeyNotString)
 		}
 		if l, dup := line[k.Value]; dup {
 			return nil, fmt.Errorf("line %d: mapping key %q already defined at line %d", k.Line, k.Value, l)

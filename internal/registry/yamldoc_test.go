@@ -52,7 +52,11 @@ func FuzzDecodeYAML(f *testing.F) {
 		got, err := decodeYAML(data)
 		want, ok := yamlV3JSON(data)
 		if err != nil {
-			if ok && !errors.Is(err, errAliasBudget) {
+			// yaml.v3 turns the keys of a merged mapping into strings
+			// ("<<: {0: x}" gives {"0": "x"}, "0: x" an error); the
+			// registry refuses a non-string key wherever it stands.
+			merged := errors.Is(err, errKeyNotString) && bytes.Contains(data, []byte("<<"))
+			if ok && !errors.Is(err, errAliasBudget) && !merged {
 				t.Fatalf("refused %q (%v), yaml.v3 gives %s", data, err, want)
 			}
 			return
@@ -97,6 +101,7 @@ f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]
 g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f,*f]
 `,
 		"non-string key": "1: x\n",
+		"non-string key in a merged mapping": "<<: {0: x}\n",
 	}
 	for name, doc := range cases {
 		t.Run(name, func(t *testing.T) {

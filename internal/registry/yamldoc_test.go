@@ -100,7 +100,7 @@ e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]
 f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]
 g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f,*f]
 `,
-		"non-string key": "1: x\n",
+		"non-string key":                     "1: x\n",
 		"non-string key in a merged mapping": "<<: {0: x}\n",
 	}
 	for name, doc := range cases {

@@ -26,7 +26,7 @@ build:
 test:
 	scripts/test.sh
 
-## fuzz: every fuzz target, FUZZTIME each (default 30s; make test replays their seeds only); FUZZ=regexp picks targets
+## fuzz: every fuzz target, FUZZTIME each (default 30s; make test runs each 2s); FUZZ=regexp picks targets
 fuzz:
 	FUZZTIME=$${FUZZTIME:-30s} scripts/fuzz.sh
 

@@ -88,14 +88,18 @@ func New(opts Options) (http.Handler, error) {
 		if r.Method == "" || r.Pattern == "" || r.Handler == nil {
 			return nil, fmt.Errorf("rootmux: route %q %q without a method, pattern or handler", r.Method, r.Pattern)
 		}
-		if err := register(m.mux, r.Method+" "+r.Pattern, r.Handler); err != nil {
+		h := r.Handler
+		if !r.OwnHeaders {
+			h = m.boundHeaders(h)
+		}
+		if err := register(m.mux, r.Method+" "+r.Pattern, h); err != nil {
 			return nil, err
 		}
 		p := routePath{route: r, match: http.NewServeMux()}
 		p.match.Handle(r.Pattern, matched)
 		m.paths = append(m.paths, p)
 	}
-	m.mux.HandleFunc("/", m.unrouted)
+	m.mux.Handle("/", http.HandlerFunc(m.unrouted))
 	var h http.Handler = m
 	if len(opts.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
@@ -129,21 +133,44 @@ func (p routePath) matches(path string) bool {
 	return h == matched && (p.route.Serves == nil || p.route.Serves(path))
 }
 
-func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if m.opts.MaxHeaderBytes > 0 && !m.checksOwnHeaders(r.URL.Path) {
-		if n := httpcall.HeaderBytes(r); n > m.opts.MaxHeaderBytes {
-			m.opts.Logger.InfoContext(r.Context(), "request refused: headers too large", "method", r.Method, "path", r.URL.Path,
-				"peer", r.RemoteAddr, "bytes", n, "limit", m.opts.MaxHeaderBytes)
-			w.Header().Set("Connection", "close")
-			httpstatus.WriteOf(w, http.StatusRequestHeaderFieldsTooLarge, status.Convert(toolcall.HeadersTooLarge(n, m.opts.MaxHeaderBytes)))
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.mux.ServeHTTP(w, r) }
+
+// boundHeaders is h behind the bound on a request's header lines: a
+// route's handler that does not check them itself is wrapped in it once,
+// so a request is routed once and its path compared with no other route.
+func (m *Mux) boundHeaders(h http.Handler) http.Handler {
+	if m.opts.MaxHeaderBytes <= 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.headersFit(w, r) {
 			return
 		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// headersFit answers 431 and reports false when r's header lines exceed
+// MaxHeaderBytes.
+func (m *Mux) headersFit(w http.ResponseWriter, r *http.Request) bool {
+	if m.opts.MaxHeaderBytes <= 0 {
+		return true
 	}
-	m.mux.ServeHTTP(w, r)
+	n := httpcall.HeaderBytes(r)
+	if n <= m.opts.MaxHeaderBytes {
+		return true
+	}
+	m.opts.Logger.InfoContext(r.Context(), "request refused: headers too large", "method", r.Method, "path", r.URL.Path,
+		"peer", r.RemoteAddr, "bytes", n, "limit", m.opts.MaxHeaderBytes)
+	w.Header().Set("Connection", "close")
+	httpstatus.WriteOf(w, http.StatusRequestHeaderFieldsTooLarge, status.Convert(toolcall.HeadersTooLarge(n, m.opts.MaxHeaderBytes)))
+	return false
 }
 
 // checksOwnHeaders reports whether path is a route's whose handler
-// checks its requests' headers itself.
+// checks its requests' headers itself. It is asked only for requests no
+// route takes (404 or 405), so that the bound on those is what it is on
+// their path's routes.
 func (m *Mux) checksOwnHeaders(path string) bool {
 	for _, p := range m.paths {
 		if p.route.OwnHeaders && p.matches(path) {
@@ -156,6 +183,9 @@ func (m *Mux) checksOwnHeaders(path string) bool {
 // unrouted answers a request no route takes: 405 with Allow when the path
 // is a route's under another method, else 404.
 func (m *Mux) unrouted(w http.ResponseWriter, r *http.Request) {
+	if !m.checksOwnHeaders(r.URL.Path) && !m.headersFit(w, r) {
+		return
+	}
 	if allow := m.Allowed(r.URL.Path); allow != "" {
 		httpstatus.NotAllowed(w, r, allow)
 		return

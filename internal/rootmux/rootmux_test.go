@@ -108,14 +108,40 @@ func TestHeaderBound(t *testing.T) {
 	t.Parallel()
 	routes := append([]Route{{Method: http.MethodGet, Pattern: "/v1/x", Handler: named("x")}}, MCP(named("mcp"), nil, nil)...)
 	h := newRoot(t, Options{Routes: routes, MaxHeaderBytes: 1024})
-	for path, want := range map[string]int{"/v1/x": http.StatusRequestHeaderFieldsTooLarge, "/elsewhere": http.StatusRequestHeaderFieldsTooLarge, "/mcp": http.StatusOK} {
-		r := httptest.NewRequest(http.MethodGet, path, nil)
+	for req, want := range map[string]int{
+		"GET /v1/x": http.StatusRequestHeaderFieldsTooLarge, "GET /elsewhere": http.StatusRequestHeaderFieldsTooLarge,
+		"PUT /v1/x": http.StatusRequestHeaderFieldsTooLarge, "GET /mcp": http.StatusOK, "PUT /mcp": http.StatusMethodNotAllowed,
+	} {
+		method, path, _ := strings.Cut(req, " ")
+		r := httptest.NewRequest(method, path, nil)
 		r.Header.Set("X-Big", strings.Repeat("b", 2000))
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != want {
-			t.Errorf("GET %s with big headers: HTTP %d, want %d", path, w.Code, want)
+			t.Errorf("%s with big headers: HTTP %d, want %d", req, w.Code, want)
 		}
+	}
+}
+
+// A request is routed once: the other routes of the table (MCP's and
+// Connect's among them, which bound their own headers) cost a routed
+// request no allocation.
+func TestRoutedOnce(t *testing.T) {
+	rest := Route{Method: http.MethodPost, Pattern: "/v1/things/{call}", Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})}
+	all := []Route{rest}
+	all = append(all, Docs(named("docs"))...)
+	all = append(all, Metrics(named("metrics"))...)
+	all = append(all, MCP(named("mcp"), named("set"), named("metadata"))...)
+	all = append(all, Connect("/pkg.Service/", named("connect"))...)
+	allocs := func(routes []Route) float64 {
+		h := newRoot(t, Options{Routes: routes, MaxHeaderBytes: 1024})
+		r := httptest.NewRequest(http.MethodPost, "/v1/things/a:go", nil)
+		w := httptest.NewRecorder()
+		return testing.AllocsPerRun(200, func() { h.ServeHTTP(w, r) })
+	}
+	alone, inTable := allocs([]Route{rest}), allocs(all)
+	if inTable > alone {
+		t.Errorf("a routed request: %.0f allocations with the whole table, %.0f with its route alone", inTable, alone)
 	}
 }
 

@@ -41,7 +41,7 @@ trap 'git worktree prune; rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
 
 "$GO" build -o "$WORK/tools/" ./cmd/echo-service
-"$GO" -C bench build -o "$WORK/tools/" ./cmd/benchrun ./cmd/loadgen # bench/ is a module of its own
+"$GO" -C bench build -o "$WORK/tools/" ./cmd/benchrun ./cmd/loadgen ./cmd/floorgw # bench/ is a module of its own
 names=()
 for v in "$@"; do
 	name=${v%%=*} commit=${v#*=}
@@ -50,7 +50,7 @@ for v in "$@"; do
 	git worktree add -f -q --detach "$WORK/src-$name" "$commit"
 	(cd "$WORK/src-$name" && "$GO" build -o "$WORK/$name/gateway" ./cmd/gateway)
 	git worktree remove --force "$WORK/src-$name"
-	cp "$WORK/tools/echo-service" "$WORK/tools/loadgen" "$WORK/$name/"
+	cp "$WORK/tools/echo-service" "$WORK/tools/loadgen" "$WORK/tools/floorgw" "$WORK/$name/"
 	rm -rf "$OUT/$name"-* # an earlier run's rounds are not this one's
 	names+=("$name")
 done

@@ -99,7 +99,7 @@ func New(opts Options) (http.Handler, error) {
 		p.match.Handle(r.Pattern, matched)
 		m.paths = append(m.paths, p)
 	}
-	m.mux.Handle("/", http.HandlerFunc(m.unrouted))
+	m.mux.HandleFunc("/", m.unrouted)
 	var h http.Handler = m
 	if len(opts.CORSOrigins) > 0 {
 		h = cors.New(cors.Options{
@@ -183,7 +183,7 @@ func (m *Mux) checksOwnHeaders(path string) bool {
 // unrouted answers a request no route takes: 405 with Allow when the path
 // is a route's under another method, else 404.
 func (m *Mux) unrouted(w http.ResponseWriter, r *http.Request) {
-	if !m.checksOwnHeaders(r.URL.Path) && !m.headersFit(w, r) {
+	if m.opts.MaxHeaderBytes > 0 && !m.checksOwnHeaders(r.URL.Path) && !m.headersFit(w, r) {
 		return
 	}
 	if allow := m.Allowed(r.URL.Path); allow != "" {

@@ -623,7 +623,7 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 		bo := b.backoff()
 		for {
 			c, err := b.client.Subscribe(opts)
-			if err == nil || !serviceNotReady(err) || ctx.Err() != nil {
+			if err == nil || !subscribeRetryable(err) || ctx.Err() != nil {
 				res <- result{c, err}
 				return
 			}
@@ -725,11 +725,11 @@ func isConsumerClosed(err error) bool {
 	return errors.As(err, &pe) && pe.Result() == pulsar.ConsumerClosed
 }
 
-// serviceNotReady reports whether err is the broker's ServiceNotReady,
+// subscribeRetryable reports whether err is the broker's ServiceNotReady,
 // which asks the client to look the topic up again and retry, or its
 // MetadataError, which a broker of a cluster just started answers while
 // its metadata store catches up: both pass with a retry.
-func serviceNotReady(err error) bool {
+func subscribeRetryable(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "ServiceNotReady") || strings.Contains(s, "MetadataError")
 }

@@ -260,6 +260,10 @@ type Bridge struct {
 	left        sync.Map
 	receipts    atomic.Int64
 	republished atomic.Int64
+	// lastLeft is when an instance last left (Unix nanoseconds);
+	// sweeping, that a sweep runs (receipt.go).
+	lastLeft atomic.Int64
+	sweeping atomic.Bool
 
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
@@ -572,8 +576,9 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 		// Not for calls whose replies go to another reader's topic
 		// (durable operations): receipts are for this bridge's calls.
 		props[wire.PropReceipt] = "1"
-		c.armReceipt(msg)
+		c.armReceipt(payload, c.granted)
 	}
+	nprops := len(props)
 	b.pending.store(c.id, c)
 	if err := b.down.Load(); err != nil {
 		// Found down since the check above, perhaps before BrokerDown
@@ -584,6 +589,9 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 	pctx, done := ctx, func(error) {}
 	if b.opts.OnPublish != nil {
 		pctx, done = b.opts.OnPublish(ctx, t.RequestTopic, props)
+		if c.receipt != nil && len(props) != nprops {
+			c.receipt.props = props // a trace context: sent again as it was
+		}
 	}
 	// The caller does not wait for the broker's receipt through another
 	// goroutine (one wake-up less per call): a failure that arrives later
@@ -608,9 +616,6 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 		b.publishErrors.Add(1)
 		c.end(context.Canceled, false)
 		return nil, publishError(err)
-	}
-	if c.receipt != nil {
-		c.startReceiptTimer()
 	}
 	return c, nil
 }

@@ -289,7 +289,6 @@ func (c *Call) remove() {
 	if !done && credited {
 		c.giveBack()
 	}
-	c.stopReceiptTimer()
 	c.mu.Unlock()
 	if !done {
 		c.b.pending.delete(c.id)

@@ -67,6 +67,23 @@ func (p *pendingMap) each(f func(*Call)) {
 	}
 }
 
+// collect returns the pending calls keep keeps, gathered under the shard
+// locks (keep must not take the call's lock).
+func (p *pendingMap) collect(keep func(*Call) bool) []*Call {
+	var out []*Call
+	for i := range p.shards {
+		s := &p.shards[i]
+		s.Lock()
+		for _, c := range s.m {
+			if keep(c) {
+				out = append(out, c)
+			}
+		}
+		s.Unlock()
+	}
+	return out
+}
+
 // len counts pending calls.
 func (p *pendingMap) len() int {
 	n := 0

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
 )
 
 // Receipts and the second publish (wire.PropReceipt). A request to a Go
@@ -21,6 +22,14 @@ import (
 // leftWindow before the call was made, is published once more with the
 // same id: an instance that has it already does not run it again. The
 // call takes its replies from the first instance that answers (Call.bind).
+//
+// No call has a timer of its own for this: only a call made up to
+// leftWindow after an instance left, or in flight when it left, can be
+// published again, so an instance's leaving starts a sweep (one
+// goroutine) that looks at the calls waiting for a word every
+// RepublishAfter/4, and stops once no call can be published again because
+// of that leaving. A call costs nothing more than a few words of memory
+// for it in the meantime.
 
 // republishTimeout bounds a second publish of a call without a deadline.
 const republishTimeout = 10 * time.Second
@@ -34,14 +43,18 @@ const DefaultRepublishAfter = 2 * time.Second
 const leftWindow = 10 * time.Second
 
 // receiptState is a call's part in receipts: only calls that asked for one
-// have it.
+// have it. The request is not kept whole: its properties are written
+// again from the call when it is published again (republishProps).
 type receiptState struct {
-	msg  transport.Message // the request, to publish again
-	made time.Time
-	// again is when it was last published again (zero: not yet): once
-	// more only if another instance leaves after that.
-	again time.Time
-	timer *time.Timer
+	payload []byte
+	// props are the request's properties when the publish hook added to
+	// them (a trace context); nil: none added.
+	props  map[string]string
+	credit int   // the credit the request granted (wire.PropCredit)
+	made   int64 // Unix nanoseconds
+	// again is when it was last published again (0: not yet): once more
+	// only if another instance leaves after that. Only the sweep uses it.
+	again int64
 	word  atomic.Bool // a receipt or a reply came
 }
 
@@ -52,13 +65,52 @@ func (b *Bridge) InstanceLeft(requestTopic string) {
 	now := time.Now().UnixNano()
 	v, _ := b.left.LoadOrStore(requestTopic, new(atomic.Int64))
 	v.(*atomic.Int64).Store(now)
+	b.lastLeft.Store(now)
+	if b.opts.RepublishAfter > 0 && b.sweeping.CompareAndSwap(false, true) {
+		go b.sweep()
+	}
 }
 
 // leftSince reports whether an instance of the service on requestTopic
-// left at t or later.
-func (b *Bridge) leftSince(requestTopic string, t time.Time) bool {
+// left at t (Unix nanoseconds) or later.
+func (b *Bridge) leftSince(requestTopic string, t int64) bool {
 	v, ok := b.left.Load(requestTopic)
-	return ok && v.(*atomic.Int64).Load() >= t.UnixNano()
+	return ok && v.(*atomic.Int64).Load() >= t
+}
+
+// sweepTick is how often the sweep looks at the calls.
+func (b *Bridge) sweepTick() time.Duration { return max(b.opts.RepublishAfter/4, time.Millisecond) }
+
+// sweep looks at the calls waiting for a word every sweepTick while an
+// instance's leaving can still have a call published again: until
+// leftWindow + RepublishAfter (and two ticks) after the last one left.
+func (b *Bridge) sweep() {
+	tick := b.sweepTick()
+	span := int64(leftWindow + b.opts.RepublishAfter + 2*tick)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for range t.C {
+		now := time.Now()
+		if b.isClosed() || now.UnixNano()-b.lastLeft.Load() > span {
+			b.sweeping.Store(false)
+			// One that left since the check above starts a sweep of its
+			// own, unless this one is still here to take it on.
+			if b.isClosed() || time.Now().UnixNano()-b.lastLeft.Load() > span || !b.sweeping.CompareAndSwap(false, true) {
+				return
+			}
+			continue
+		}
+		for _, c := range b.pending.collect(func(c *Call) bool { return c.receipt != nil && !c.receipt.word.Load() }) {
+			c.checkWord(now)
+		}
+	}
+}
+
+// isClosed reports whether Close was called.
+func (b *Bridge) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
 }
 
 // wantsReceipts reports whether calls to the service answering on
@@ -80,20 +132,10 @@ func (b *Bridge) learnReceipts(responseTopic string) {
 	}
 }
 
-// armReceipt makes call c, whose request msg asks for a receipt, wait for
-// a word of its service.
-func (c *Call) armReceipt(msg transport.Message) {
-	c.receipt = &receiptState{msg: msg, made: time.Now()}
-}
-
-// startReceiptTimer starts the wait, once the request is out.
-func (c *Call) startReceiptTimer() {
-	r := c.receipt
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.removed {
-		r.timer = time.AfterFunc(c.b.opts.RepublishAfter, c.checkWord)
-	}
+// armReceipt makes call c, whose request carries payload and grants
+// credit, wait for a word of its service.
+func (c *Call) armReceipt(payload []byte, credit int) {
+	c.receipt = &receiptState{payload: payload, credit: credit, made: time.Now().UnixNano()}
 }
 
 // heardWord notes a receipt or reply for the call.
@@ -103,54 +145,58 @@ func (c *Call) heardWord() {
 	}
 }
 
-// stopReceiptTimer ends the wait (the call is over); c.mu is held.
-func (c *Call) stopReceiptTimer() {
-	if r := c.receipt; r != nil && r.timer != nil {
-		r.timer.Stop()
+// republishProps are the properties of the call's request, written again
+// for its second publish: those Call wrote, and what the publish hook
+// added, if it did.
+func (c *Call) republishProps() map[string]string {
+	r := c.receipt
+	if r.props != nil {
+		return r.props
 	}
+	props := map[string]string{wire.PropID: c.id, wire.PropReceipt: "1"}
+	if c.replyTo != "" {
+		props[wire.PropReplyTo] = c.replyTo
+	}
+	if c.credited {
+		props[wire.PropCredit] = c.b.creditText(r.credit)
+	}
+	if !c.sentDeadline.IsZero() {
+		props[wire.PropDeadline] = wire.FormatDeadline(c.sentDeadline)
+	}
+	return props
 }
 
-// checkWord runs RepublishAfter after the call was published, and again
-// every RepublishAfter while it hears nothing: once an instance of its
-// service has left since shortly before the call was made, the request is
-// published once more — and once more again only when another leaves
-// after that (the second publish may have met a replica stopping too).
-func (c *Call) checkWord() {
+// checkWord runs on the sweep: a call that has heard nothing since
+// RepublishAfter after it was made, when an instance of its service has
+// left since shortly before the call was made, is published once more —
+// and once more again, no sooner than RepublishAfter later, only when
+// another leaves after that (the second publish may have met a replica
+// stopping too).
+func (c *Call) checkWord(now time.Time) {
 	r := c.receipt
-	if r.word.Load() {
+	b := c.b
+	n, after := now.UnixNano(), int64(b.opts.RepublishAfter)
+	if r.word.Load() || n-r.made < after || (r.again != 0 && n-r.again < after) {
 		return
+	}
+	since := r.made - int64(leftWindow)
+	if r.again != 0 {
+		since = r.again
 	}
 	c.mu.Lock()
 	over := c.ended || c.removed
 	c.mu.Unlock()
-	if over {
+	if over || !c.taken.Load() || !b.leftSince(c.reqTopic, since) {
 		return
 	}
-	b := c.b
-	since := r.made.Add(-leftWindow)
-	if !r.again.IsZero() {
-		since = r.again
-	}
-	republish := c.taken.Load() && b.leftSince(c.reqTopic, since)
-	if republish {
-		r.again = time.Now() // before the timer runs this again
-	}
-	c.mu.Lock()
-	if !c.removed {
-		r.timer.Reset(b.opts.RepublishAfter)
-	}
-	c.mu.Unlock()
-	if !republish {
-		return
-	}
+	r.again = n
 	if b.down.Load() != nil {
 		return // the broker takes nothing now; calls end by the fail-fast path
 	}
-	msg := r.msg
-	msg.Deadline = c.sentDeadline
+	msg := transport.Message{Payload: r.payload, Properties: c.republishProps(), Deadline: c.sentDeadline}
 	b.republished.Add(1)
 	b.log.Info("no word of a call since an instance of its service left; publishing its request again",
-		"id", c.id, "request_topic", c.reqTopic, "after", time.Since(r.made).Round(time.Millisecond))
+		"id", c.id, "request_topic", c.reqTopic, "after", time.Duration(n-r.made).Round(time.Millisecond))
 	// Bounded by the call's deadline, else by republishTimeout; the
 	// context ends with the publish, which may finish after this returns.
 	var ctx context.Context

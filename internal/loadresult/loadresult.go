@@ -36,6 +36,21 @@ type Result struct {
 	// Procs are all watched processes (-watch-pid as "gateway", -watch).
 	Procs    map[string]*ProcResult `json:"procs,omitempty"`
 	Inflight *Inflight              `json:"inflight,omitempty"`
+	// Turns: with loadgen -turns, each target's calls apart, in the
+	// order given.
+	Turns []Turn `json:"turns,omitempty"`
+}
+
+// Turn is one target's calls in a run where targets take turns.
+type Turn struct {
+	Name   string  `json:"name"`
+	Mode   string  `json:"mode"`
+	Calls  int     `json:"calls"`
+	P50    float64 `json:"p50_ms"`
+	P90    float64 `json:"p90_ms"`
+	P99    float64 `json:"p99_ms"`
+	Mean   float64 `json:"mean_ms"`
+	Errors int     `json:"errors"`
 }
 
 // ProcResult is what was seen of the watched process during the window.

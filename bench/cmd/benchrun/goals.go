@@ -13,8 +13,8 @@ var goals = []struct {
 }{
 	{"gRPC: gateway CPU per call ÷ the floor's, c=64, interleaved", "cpu_vs_floor_grpc_interleaved", 1.15},
 	{"REST: gateway CPU per call ÷ the floor's, c=64, interleaved", "cpu_vs_floor_rest_interleaved", 1.15},
-	{"gRPC: p50 added over direct ÷ the floor's, c=1, interleaved", "p50_added_vs_floor_c1_interleaved", 1.2},
-	{"REST: p50 added over direct ÷ the floor's, c=1, interleaved", "p50_added_vs_floor_c1_rest_interleaved", 1.2},
+	{"gRPC: p50 added over direct ÷ the floor's, c=1, taking turns call by call", "p50_added_vs_floor_c1_turns", 1.2},
+	{"REST: p50 added over direct ÷ the floor's, c=1, taking turns call by call", "p50_added_vs_floor_c1_rest_turns", 1.2},
 	{"memory per parked call ÷ the floor's", "mem_per_parked_call_vs_floor", 1.25},
 	{"MCP 2025-11-25: gateway CPU per call ÷ REST's, c=64, one gateway", "cpu_mcp_vs_rest_interleaved", 1.5},
 	{"MCP 2026-07-28: gateway CPU per call ÷ REST's, c=64, one gateway", "cpu_mcp_2026_vs_rest_interleaved", 1.5},

@@ -102,6 +102,9 @@ func (e *env) interleavedRep(ctx context.Context, rep *Report, r int) error {
 					return ctx.Err()
 				}
 			}
+			if c == 1 && e.cfg.TurnCalls > 0 {
+				e.turnsRun(ctx, rep, r, proto, targets, warmS)
+			}
 		}
 		p.stop()
 	}

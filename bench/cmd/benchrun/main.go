@@ -91,6 +91,11 @@ type Config struct {
 	// InterleaveSlices windows each (interleave.go); empty skips it.
 	Interleave       []int `json:"interleave_concurrencies,omitempty"`
 	InterleaveSlices int   `json:"interleave_windows,omitempty"`
+	// TurnCalls and TurnSkip: with c=1 in Interleave, the pair and direct
+	// also take turns call by call in one load client, TurnCalls calls a
+	// turn, the first TurnSkip of each not counted (turns.go); 0 skips it.
+	TurnCalls int `json:"turn_calls,omitempty"`
+	TurnSkip  int `json:"turn_skip,omitempty"`
 	// Doors are the gateway modes the doors phase interleaves on one
 	// gateway at DoorsConcurrency (doors.go); fewer than two skip it.
 	Doors            []string `json:"doors,omitempty"`
@@ -149,7 +154,7 @@ func main() {
 	var paced float64
 	var concs, modes, profile, interleave, doors string
 	var doorsConc, opsConc int
-	var slices int
+	var slices, turnCalls int
 	fs := flag.NewFlagSet("benchrun", flag.ExitOnError)
 	fs.BoolVar(&quick, "quick", false, "the development run: one repetition, short windows, no profiling (about 2 min)")
 	fs.IntVar(&reps, "reps", 0, "repetitions per point (default 3; quick 1)")
@@ -168,6 +173,7 @@ func main() {
 	fs.IntVar(&msgSize, "msg-size", 32, "bytes of the echoed message")
 	fs.Float64Var(&paced, "paced", 0.6, "after each repetition, gateway and floor at c=64 paced at this fraction of the slower one's closed-loop calls/s (equal load); 0 skips")
 	fs.StringVar(&interleave, "interleave", "1,64", "after each repetition, gateway and floor both up, taking turns at these concurrencies (\"off\" skips)")
+	fs.IntVar(&turnCalls, "turn-calls", 100, "with c=1 interleaved: the pair and direct then also take turns in one load client, this many calls a turn (0 skips it)")
 	fs.StringVar(&doors, "doors", "rest,mcp,mcp-2026,connect,grpc", "after each repetition, these doors take turns on one gateway (\"off\" skips): rest, mcp (protocol 2025-11-25), mcp-2026 (2026-07-28), connect, grpcweb, grpc")
 	fs.IntVar(&doorsConc, "doors-concurrency", 64, "concurrency of the doors phase")
 	fs.IntVar(&opsConc, "operations-concurrency", 16, "after each repetition, plain REST invokes and the same calls as durable operations take turns on one gateway at this concurrency (0 skips)")
@@ -251,6 +257,9 @@ func main() {
 			fatalf("-interleave-windows %d: want at least 1", slices)
 		}
 		c.InterleaveSlices = slices
+	}
+	if len(c.Interleave) > 0 && turnCalls > 0 {
+		c.TurnCalls, c.TurnSkip = turnCalls, turnCalls/10
 	}
 	c.Modes = splitList(modes)
 	for _, m := range c.Modes {

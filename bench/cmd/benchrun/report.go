@@ -140,6 +140,9 @@ type Report struct {
 	// InterleavedSamples are the interleaved phase's windows
 	// (interleave.go); Interleaved summarizes them.
 	InterleavedSamples []*Sample `json:"interleaved_samples,omitempty"`
+	// TurnSamples are the turns at c=1 (turns.go); Turns their summary.
+	TurnSamples []*Sample  `json:"turn_samples,omitempty"`
+	Turns       []TurnsRow `json:"turns,omitempty"`
 	// DoorSamples are the doors phase's windows (doors.go); Doors its
 	// summary.
 	DoorSamples []*Sample `json:"door_samples,omitempty"`
@@ -389,6 +392,7 @@ func (r *Report) summarize() {
 	r.summarizeFloor()
 	r.summarizePaced()
 	r.summarizeInterleaved()
+	r.summarizeTurns()
 	r.summarizeDoors()
 	r.summarizeQuota()
 	r.summarizeOps()
@@ -826,8 +830,9 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 		return trimFloat(v) + "×"
 	}
 	if len(r.Interleaved) > 0 {
-		w("Headline, gateway ÷ floor with both up and taking turns (\"Interleaved\" below): CPU per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1: gRPC %s, REST %s; allocations per call at c=64: gRPC %s, REST %s. Memory per parked call: %s.\n\n",
-			h("cpu_vs_floor_grpc_interleaved"), h("cpu_vs_floor_rest_interleaved"), h("p50_added_vs_floor_c1_interleaved"), h("p50_added_vs_floor_c1_rest_interleaved"),
+		w("Headline, gateway ÷ floor with both up and taking turns (\"Interleaved\" below): CPU per call at c=64: gRPC %s, REST %s; p50 added over direct at c=1, call by call (\"Latency at c=1\" below): gRPC %s, REST %s (in windows: %s, %s); allocations per call at c=64: gRPC %s, REST %s. Memory per parked call: %s.\n\n",
+			h("cpu_vs_floor_grpc_interleaved"), h("cpu_vs_floor_rest_interleaved"), h("p50_added_vs_floor_c1_turns"), h("p50_added_vs_floor_c1_rest_turns"),
+			h("p50_added_vs_floor_c1_interleaved"), h("p50_added_vs_floor_c1_rest_interleaved"),
 			h("mallocs_vs_floor_grpc_interleaved"), h("mallocs_vs_floor_rest_interleaved"), h("mem_per_parked_call_vs_floor"))
 		w("One point after the other (the table): ")
 	} else {
@@ -847,6 +852,7 @@ func (r *Report) floorMarkdown(b *strings.Builder) {
 	w("\n")
 	r.pacedMarkdown(b)
 	r.interleavedMarkdown(b)
+	r.turnsMarkdown(b)
 }
 
 // pacedMarkdown is the equal-load table.
@@ -898,7 +904,12 @@ func (r *Report) logFloor() {
 			row.Protocol, row.Concurrency, row.Toolgate.CPUMSPerCall, row.Floor.CPUMSPerCall, f(row.CPURatio), row.CPURatios,
 			row.Toolgate.P50MS, row.Floor.P50MS, x(row.Toolgate.P50AddedMS), x(row.Floor.P50AddedMS), f(row.P50AddedRatio), row.P50AddedRatios)
 	}
-	for _, k := range []string{"cpu_vs_floor_grpc_interleaved", "cpu_vs_floor_rest_interleaved", "p50_added_vs_floor_c1_interleaved", "p50_added_vs_floor_c1_rest_interleaved",
+	for _, row := range r.Turns {
+		logf("turns %-4s c=1  p50 direct %.3f, gateway %.3f, floor %.3f ms  added %.3f vs %.3f ms (%s, per repetition %v)",
+			row.Protocol, row.DirectP50MS, row.ToolgateP50MS, row.FloorP50MS, row.ToolgateAdded, row.FloorAdded, f(row.P50AddedRatio), row.P50AddedRatios)
+	}
+	for _, k := range []string{"cpu_vs_floor_grpc_interleaved", "cpu_vs_floor_rest_interleaved", "p50_added_vs_floor_c1_turns", "p50_added_vs_floor_c1_rest_turns",
+		"p50_added_vs_floor_c1_interleaved", "p50_added_vs_floor_c1_rest_interleaved",
 		"mallocs_vs_floor_grpc_interleaved", "mallocs_vs_floor_rest_interleaved",
 		"cpu_vs_floor_grpc", "cpu_vs_floor_rest", "cpu_vs_floor_grpc_paired", "cpu_vs_floor_rest_paired",
 		"cpu_vs_floor_grpc_equal_load", "cpu_vs_floor_rest_equal_load", "mallocs_vs_floor_grpc", "mallocs_vs_floor_rest",

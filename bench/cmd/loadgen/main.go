@@ -76,6 +76,11 @@ type Options struct {
 	// Rate paces the workers to this many calls per second in all (0:
 	// each worker calls again as soon as its call returns).
 	Rate float64
+	// Turns, when set, names the targets that take turns (turns.go).
+	Turns string
+	// TurnCalls are the calls of each turn, TurnSkip those of them not
+	// counted.
+	TurnCalls, TurnSkip int
 }
 
 // The result format, shared with the benchmark orchestrator.
@@ -83,6 +88,7 @@ type (
 	Result     = loadresult.Result
 	ProcResult = loadresult.ProcResult
 	Inflight   = loadresult.Inflight
+	Turn       = loadresult.Turn
 	GoMem      = loadresult.GoMem
 )
 
@@ -112,6 +118,9 @@ func main() {
 	fs.StringVar(&o.HeapOut, "heap-out", "", "inflight with -pprof-url: save the gateway's heap profile (live objects) with all calls parked here")
 	fs.StringVar(&o.APIKeyFile, "api-key-file", "", "file holding an API key, sent with every gRPC and REST call as Authorization: Bearer <key>")
 	fs.StringVar(&o.MetricsURL, "metrics-url", "", "the gateway's Prometheus /metrics URL: report its heap allocations (go_memstats_mallocs_total) and garbage collections (go_gc_duration_seconds_count) per call over the window")
+	fs.StringVar(&o.Turns, "turns", "", "targets taking turns, NAME=MODE@ADDRESS comma-separated (ADDRESS: gRPC or HTTP address, or the echo service's short topic for direct): each worker calls them in turn and each one's latency is reported apart (turns in the result); -mode is then ignored")
+	fs.IntVar(&o.TurnCalls, "turn-calls", 1, "with -turns: calls a worker makes to one target before the next one's turn")
+	fs.IntVar(&o.TurnSkip, "turn-skip", 0, "with -turns: the first calls of each turn not counted (the target warming up after its rest)")
 	fs.Float64Var(&o.Rate, "rate", 0, "calls per second over all workers, paced (open loop up to -concurrency calls in flight); 0, the default, is a closed loop")
 	_ = fs.Parse(os.Args[1:])
 	if o.APIKeyFile != "" {
@@ -126,6 +135,9 @@ func main() {
 	if o.Concurrency < 1 || o.Duration <= 0 || o.Warmup < 0 || o.MsgSize < 1 || o.Conns < 1 || o.StreamN < 1 {
 		fatalf("bad flags: concurrency, duration, msg-size, conns and stream-n must be positive")
 	}
+	if o.TurnCalls < 1 || o.TurnSkip < 0 || o.TurnSkip >= o.TurnCalls {
+		fatalf("bad flags: -turn-calls must be positive and -turn-skip below it")
+	}
 	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
 		fatalf("bad flags: -rate must be a non-negative number of calls per second")
 	}
@@ -137,9 +149,12 @@ func main() {
 	defer stop()
 
 	var res *Result
-	if o.Mode == "inflight" {
+	switch {
+	case o.Turns != "":
+		res, err = runTurns(ctx, o)
+	case o.Mode == "inflight":
 		res, err = runInflight(ctx, o)
-	} else {
+	default:
 		var c Caller
 		c, err = newCaller(ctx, o)
 		if err != nil {
@@ -219,6 +234,9 @@ func runLoad(ctx context.Context, o Options, c Caller) (*Result, error) {
 	t0 := time.Now()
 	winStart := t0.Add(o.Warmup)
 	winEnd := winStart.Add(o.Duration)
+	if w, ok := c.(interface{ window(start, end time.Time) }); ok {
+		w.window(winStart, winEnd)
+	}
 	stats := make([]workerStats, o.Concurrency)
 
 	var allocs *allocProbe

@@ -18,6 +18,7 @@ var goals = []struct {
 	{"memory per parked call ÷ the floor's", "mem_per_parked_call_vs_floor", 1.25},
 	{"MCP 2025-11-25: gateway CPU per call ÷ REST's, c=64, one gateway", "cpu_mcp_vs_rest_interleaved", 1.5},
 	{"MCP 2026-07-28: gateway CPU per call ÷ REST's, c=64, one gateway", "cpu_mcp_2026_vs_rest_interleaved", 1.5},
+	{"Connect (unary JSON): gateway CPU per call ÷ REST's, c=64, one gateway", "cpu_connect_vs_rest_interleaved", 1.25},
 }
 
 // Goal is one goal in force and what this run measured of it.

@@ -12,6 +12,7 @@ require (
 	github.com/apache/pulsar-client-go v0.21.0
 	github.com/toolgate/toolgate v0.0.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -19,6 +19,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -90,7 +91,7 @@ func read(name string) (summary, error) {
 	}
 	for {
 		ev, err := r.ReadEvent()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return s, nil
 		}
 		if err != nil {

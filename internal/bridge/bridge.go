@@ -264,6 +264,10 @@ type Bridge struct {
 	// sweeping, that a sweep runs (receipt.go).
 	lastLeft atomic.Int64
 	sweeping atomic.Bool
+	// closing is closed by Close; sweeps, the sweeps running (Close
+	// waits for them).
+	closing chan struct{}
+	sweeps  sync.WaitGroup
 
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
@@ -343,6 +347,7 @@ func New(broker transport.Broker, opts Options) *Bridge {
 		opts:    opts,
 		subID:   opts.SubscriptionPrefix + "-" + newID()[:12],
 		topics:  map[string]*listener{},
+		closing: make(chan struct{}),
 	}
 	if ip, ok := broker.(transport.InlinePublisher); ok {
 		b.publish = ip.PublishInline
@@ -996,7 +1001,9 @@ func (b *Bridge) Close() {
 	b.closed = true
 	ls := b.topics
 	b.topics = nil
+	close(b.closing)
 	b.mu.Unlock()
+	b.sweeps.Wait()
 	b.stopTracker()
 	b.stopWatch()
 	// The calls first: closing the subscriptions takes a broker round

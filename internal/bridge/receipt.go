@@ -67,8 +67,23 @@ func (b *Bridge) InstanceLeft(requestTopic string) {
 	v.(*atomic.Int64).Store(now)
 	b.lastLeft.Store(now)
 	if b.opts.RepublishAfter > 0 && b.sweeping.CompareAndSwap(false, true) {
-		go b.sweep()
+		b.startSweep()
 	}
+}
+
+// startSweep starts a sweep unless the bridge is closed (the caller set
+// sweeping).
+func (b *Bridge) startSweep() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.sweeps.Add(1)
+	go func() {
+		defer b.sweeps.Done()
+		b.sweep()
+	}()
 }
 
 // leftSince reports whether an instance of the service on requestTopic
@@ -89,13 +104,18 @@ func (b *Bridge) sweep() {
 	span := int64(leftWindow + b.opts.RepublishAfter + 2*tick)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	for range t.C {
+	for {
+		select {
+		case <-b.closing:
+			return
+		case <-t.C:
+		}
 		now := time.Now()
-		if b.isClosed() || now.UnixNano()-b.lastLeft.Load() > span {
+		if now.UnixNano()-b.lastLeft.Load() > span {
 			b.sweeping.Store(false)
 			// One that left since the check above starts a sweep of its
 			// own, unless this one is still here to take it on.
-			if b.isClosed() || time.Now().UnixNano()-b.lastLeft.Load() > span || !b.sweeping.CompareAndSwap(false, true) {
+			if time.Now().UnixNano()-b.lastLeft.Load() > span || !b.sweeping.CompareAndSwap(false, true) {
 				return
 			}
 			continue
@@ -104,13 +124,6 @@ func (b *Bridge) sweep() {
 			c.checkWord(now)
 		}
 	}
-}
-
-// isClosed reports whether Close was called.
-func (b *Bridge) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
 }
 
 // wantsReceipts reports whether calls to the service answering on

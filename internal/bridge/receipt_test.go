@@ -3,7 +3,9 @@ package bridge_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,5 +149,34 @@ func TestRepublishAfterInstanceLeft(t *testing.T) {
 	defer mu.Unlock()
 	if seen[sc.ID()] != 1 || b.Stats().Republished != 1 {
 		t.Fatalf("a call with a receipt delivered %d times, %d republished in all; want once, 1", seen[sc.ID()], b.Stats().Republished)
+	}
+}
+
+// TestSweepEndsWithClose: an instance's leaving starts the sweep of calls
+// waiting for a word, and Close ends it before it returns, however long
+// the sweep would otherwise last.
+func TestSweepEndsWithClose(t *testing.T) {
+	br := transport.NewMem()
+	t.Cleanup(br.Close)
+	b := bridge.New(br, bridge.Options{RepublishAfter: time.Hour, Logger: testLogger(t)})
+	sweeps := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "bridge.(*Bridge).startSweep.func1(")
+	}
+	if n := sweeps(); n != 0 {
+		t.Fatalf("%d sweeps before any instance left", n)
+	}
+	b.InstanceLeft("non-persistent://tg/request/gone")
+	b.InstanceLeft("non-persistent://tg/request/gone") // one sweep for both
+	if n := sweeps(); n != 1 {
+		t.Fatalf("%d sweeps after an instance left, want 1", n)
+	}
+	b.Close()
+	if n := sweeps(); n != 0 {
+		t.Fatalf("%d sweeps after Close, want 0", n)
+	}
+	b.InstanceLeft("non-persistent://tg/request/gone") // none starts after Close
+	if n := sweeps(); n != 0 {
+		t.Fatalf("%d sweeps started after Close", n)
 	}
 }

@@ -53,16 +53,7 @@ func (p *pendingMap) delete(id string) {
 
 // each calls f for every pending call, outside the shard locks.
 func (p *pendingMap) each(f func(*Call)) {
-	var all []*Call
-	for i := range p.shards {
-		s := &p.shards[i]
-		s.Lock()
-		for _, c := range s.m {
-			all = append(all, c)
-		}
-		s.Unlock()
-	}
-	for _, c := range all {
+	for _, c := range p.collect(func(*Call) bool { return true }) {
 		f(c)
 	}
 }

@@ -141,13 +141,17 @@ func (c *chunkSender) send(ctx context.Context, text string) error {
 	c.mu.Unlock()
 	var err error
 	for {
+		// Whether chunks of its own were unconfirmed when this one was
+		// offered: read before the publish, since one confirmed while
+		// the queue refused this chunk has drained it too.
+		own := len(c.slots) > 1
 		err = c.pub.PublishAsync(context.WithoutCancel(ctx), c.topic, msg, func(err error) {
 			if err != nil {
 				c.fail(fmt.Errorf("publish reply chunk: %w", err))
 			}
 			<-c.slots
 		})
-		if !errors.Is(err, transport.ErrQueueFull) || len(c.slots) == 1 {
+		if !errors.Is(err, transport.ErrQueueFull) || !own {
 			break
 		}
 		// The producer is saturated by other calls too: let this reply's

@@ -107,28 +107,42 @@ func TestChunkSenderLateFailure(t *testing.T) {
 }
 
 // A full producer queue: the sender lets its own chunks drain and tries
-// again; with nothing of its own outstanding it gives up at once.
+// again — also when its chunk outstanding was confirmed while the queue
+// refused the next one; with nothing of its own outstanding it gives up
+// at once.
 func TestChunkSenderQueueFull(t *testing.T) {
-	h := &heldPublisher{}
-	c := newChunkSender(h, "resp", "id-3", "", 0)
-	if err := c.send(t.Context(), "a"); err != nil {
-		t.Fatal(err)
-	}
-	h.mu.Lock()
-	h.full, h.refusals = 1, 0
-	h.onRefuse = func() { // the queue drains a little later: "a" confirmed
-		go h.confirm(1, nil)
-	}
-	h.mu.Unlock()
-	if err := c.send(t.Context(), "b"); err != nil {
-		t.Fatalf("send after the queue drained: %v", err)
-	}
-	h.confirm(1, nil)
-	if err := c.wait(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if len(h.sent) != 2 || h.sent[1] != "b" {
-		t.Fatalf("sent %v", h.sent)
+	for _, tc := range []struct {
+		name     string
+		onRefuse func(h *heldPublisher) // runs with h.mu held
+	}{
+		{"drained after the refusal", func(h *heldPublisher) { go h.confirm(1, nil) }},
+		{"drained during the refusal", func(h *heldPublisher) {
+			d := h.pending[0]
+			h.pending = h.pending[1:]
+			d(nil)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &heldPublisher{}
+			c := newChunkSender(h, "resp", "id-3", "", 0)
+			if err := c.send(t.Context(), "a"); err != nil {
+				t.Fatal(err)
+			}
+			h.mu.Lock()
+			h.full, h.refusals = 1, 0
+			h.onRefuse = func() { tc.onRefuse(h) } // "a" confirmed
+			h.mu.Unlock()
+			if err := c.send(t.Context(), "b"); err != nil {
+				t.Fatalf("send after the queue drained: %v", err)
+			}
+			h.confirm(1, nil)
+			if err := c.wait(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if len(h.sent) != 2 || h.sent[1] != "b" {
+				t.Fatalf("sent %v", h.sent)
+			}
+		})
 	}
 
 	h2 := &heldPublisher{full: 5}

@@ -571,6 +571,9 @@ func (s *Service) resend(id string) bool {
 // accept runs on the subscription's goroutine: it waits for a free slot and
 // hands the message to a goroutine of its own.
 func (s *Service) accept(m transport.Message) {
+	// toolgate's words in one property (wire.PropCall), as properties of
+	// their own from here on.
+	m.Properties = wire.ExpandCall(m.Properties)
 	var rw *receiptWait
 	if m.Properties[wire.PropReceipt] != "" {
 		// Before waiting for a slot: the receipt's clock starts when the

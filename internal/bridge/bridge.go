@@ -554,14 +554,10 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
 		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
 	}
-	props := make(map[string]string, 5)
-	props[wire.PropID] = c.id
 	switch {
 	case o.ReplyTo != "":
-		props[wire.PropReplyTo] = o.ReplyTo
 		c.replyTo = o.ReplyTo
 	case b.opts.ReplyTopic != "":
-		props[wire.PropReplyTo] = b.opts.ReplyTopic
 		c.replyTo = b.opts.ReplyTopic
 	}
 	if b.opts.StreamWindow > 0 && !o.NoCredit {
@@ -570,17 +566,14 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 		if o.Stream {
 			c.granted = max(c.granted, c.firstGrant())
 		}
-		props[wire.PropCredit] = b.creditText(c.granted)
 	}
-	if !deadline.IsZero() {
-		props[wire.PropDeadline] = wire.FormatDeadline(deadline)
-		c.sentDeadline = deadline
-	}
+	c.sentDeadline = deadline
+	// Not for calls whose replies go to another reader's topic (durable
+	// operations): receipts are for this bridge's calls.
+	receipt := o.ReplyTo == "" && !o.Detached && b.wantsReceipts(t.ResponseTopic)
+	props := c.requestProps(c.granted, receipt)
 	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
-	if o.ReplyTo == "" && !o.Detached && b.wantsReceipts(t.ResponseTopic) {
-		// Not for calls whose replies go to another reader's topic
-		// (durable operations): receipts are for this bridge's calls.
-		props[wire.PropReceipt] = "1"
+	if receipt {
 		c.armReceipt(payload, c.granted)
 	}
 	nprops := len(props)

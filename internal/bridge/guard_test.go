@@ -144,7 +144,7 @@ func TestReplyToServiceAnswersOnlyThere(t *testing.T) {
 			// arrive before the real reply.
 			eventually.Holds(5*time.Second, func() bool { return b.Stats().RefusedReplies != before })
 		}
-		_ = br.Publish(context.Background(), m.Properties[wire.PropReplyTo], transport.Message{
+		_ = br.Publish(context.Background(), wire.ExpandCall(m.Properties)[wire.PropReplyTo], transport.Message{
 			Payload: wire.EncodeResponse(wire.Response{Response: "REAL", EndOfStream: true}), Properties: map[string]string{wire.PropID: id, wire.PropSeq: "0"}})
 	})
 	if err != nil {
@@ -204,7 +204,7 @@ func TestMixedReplicasBindPerCall(t *testing.T) {
 	var spoil atomic.Bool
 	step := make(chan struct{})
 	sub, err := br.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(m transport.Message) {
-		id, rt := m.Properties[wire.PropID], m.Properties[wire.PropReplyTo]
+		id, rt := m.Properties[wire.PropID], wire.ExpandCall(m.Properties)[wire.PropReplyTo]
 		switch {
 		case spoil.Load():
 			// A chunk on the response topic binds the call; then a

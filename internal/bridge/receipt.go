@@ -166,15 +166,23 @@ func (c *Call) republishProps() map[string]string {
 	if r.props != nil {
 		return r.props
 	}
-	props := map[string]string{wire.PropID: c.id, wire.PropReceipt: "1"}
-	if c.replyTo != "" {
-		props[wire.PropReplyTo] = c.replyTo
-	}
+	return c.requestProps(r.credit, true)
+}
+
+// requestProps are the properties of the call's request: its id, and its
+// words (wire.PropCall) — where the replies go, the first credit granted
+// (credit, when the call is flow-controlled), the deadline, and whether
+// it asks for a receipt.
+func (c *Call) requestProps(credit int, receipt bool) map[string]string {
+	props := make(map[string]string, 2)
+	props[wire.PropID] = c.id
+	w := wire.CallWords{ReplyTo: c.replyTo, Deadline: wire.DeadlineMillis(c.sentDeadline), Receipt: receipt}
 	if c.credited {
-		props[wire.PropCredit] = c.b.creditText(r.credit)
+		w.Credit = credit
 	}
-	if !c.sentDeadline.IsZero() {
-		props[wire.PropDeadline] = wire.FormatDeadline(c.sentDeadline)
+	var buf [192]byte
+	if v := wire.AppendCall(buf[:0], w); len(v) > 0 {
+		props[wire.PropCall] = string(v)
 	}
 	return props
 }

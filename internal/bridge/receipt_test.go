@@ -40,6 +40,7 @@ func TestRepublishAfterInstanceLeft(t *testing.T) {
 		slowNext bool
 	)
 	sub, err := br.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(m transport.Message) {
+		m.Properties = wire.ExpandCall(m.Properties)
 		id, rt := m.Properties[wire.PropID], m.Properties[wire.PropReplyTo]
 		answer := func(inst string) {
 			_ = br.Publish(context.Background(), rt, transport.Message{Payload: wire.EncodeResponse(wire.Response{Response: "ok", EndOfStream: true}),

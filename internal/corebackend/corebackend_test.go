@@ -39,7 +39,7 @@ func TestBridgeStream(t *testing.T) {
 	t.Cleanup(b.Close)
 	target := toolcall.Target{RequestTopic: "req", ResponseTopic: "resp"}
 	sub, err := m.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(msg transport.Message) {
-		if msg.Properties[wire.PropDeadline] == "" {
+		if wire.ExpandCall(msg.Properties)[wire.PropDeadline] == "" {
 			t.Error("the request carries no deadline")
 		}
 		for _, last := range []bool{false, true} {

@@ -66,7 +66,7 @@ func TestCallDeadlines(t *testing.T) {
 	br := answering(reply)
 	answer := br.OnPublish
 	br.OnPublish = func(topic string, m transport.Message) error {
-		ms, err := strconv.ParseInt(m.Properties[wire.PropDeadline], 10, 64)
+		ms, err := strconv.ParseInt(wire.ExpandCall(m.Properties)[wire.PropDeadline], 10, 64)
 		mu.Lock()
 		if err == nil {
 			deadlines = append(deadlines, time.UnixMilli(ms))

@@ -88,10 +88,18 @@ func writeAnswer(w http.ResponseWriter, httpStatus int, msg []byte, f framing) {
 		return
 	}
 	h.Set("Content-Type", "text/event-stream")
+	// Chunked, as the SDK's answer is (it flushes each event), but sent
+	// when the handler returns, with the body's end, in one write: a
+	// flush here had made it two.
+	h["Transfer-Encoding"] = chunked
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(msg, "\n\n"...))
-	_ = http.NewResponseController(w).Flush() // as the SDK flushes each event: best effort
 }
+
+// chunked is the Transfer-Encoding of an event stream's answer: net/http
+// frames the body so (over HTTP/1.1; HTTP/2 has no such header) instead of
+// giving it a Content-Length, and only reads the value.
+var chunked = []string{"chunked"}
 
 // writeRefusal refuses request id (null when it cannot be told) with the
 // error e, as a JSON body with HTTP status httpStatus.

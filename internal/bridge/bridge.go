@@ -271,9 +271,8 @@ type Bridge struct {
 
 	// services holds each request topic's slots (chan struct{} of
 	// MaxInFlightPerService).
-	services   sync.Map
-	windowText atomic.Pointer[windowText] // the last first window written in a request
-	streams    atomic.Int64
+	services sync.Map
+	streams  atomic.Int64
 	// creditMu guards the credit the streams hold together, in bytes and
 	// in messages (Call.reserved, Call.reservedMsgs), within
 	// StreamBudgetBytes and StreamBudget; reserved is the bytes, for
@@ -715,23 +714,6 @@ func (b *Bridge) window(est int64) int64 {
 	n := max(b.streams.Load(), 1)
 	w := min(int64(b.opts.StreamWindow), int64(b.opts.StreamBudget)/n, int64(b.opts.StreamBudgetBytes)/(n*est))
 	return max(w, 1)
-}
-
-// windowText is a first window as a request writes it.
-type windowText struct {
-	n int
-	s string
-}
-
-// creditText writes n, without an allocation when it is the same as the
-// last one written (calls made one after another get the same share).
-func (b *Bridge) creditText(n int) string {
-	if t := b.windowText.Load(); t != nil && t.n == n {
-		return t.s
-	}
-	t := &windowText{n, strconv.Itoa(n)}
-	b.windowText.Store(t)
-	return t.s
 }
 
 // sendGrant tells the service on flow that call id may send reply

@@ -26,7 +26,7 @@ func TestRequestWordsInOneProperty(t *testing.T) {
 	sub, err := br.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(m transport.Message) {
 		got <- m.Properties
 		_ = br.Publish(context.Background(), wire.ExpandCall(m.Properties)[wire.PropReplyTo], transport.Message{
-			Payload: wire.EncodeResponse(wire.Response{Response: "ok", EndOfStream: true}),
+			Payload:    wire.EncodeResponse(wire.Response{Response: "ok", EndOfStream: true}),
 			Properties: map[string]string{wire.PropID: m.Properties[wire.PropID], wire.PropSeq: "0"}})
 	})
 	if err != nil {

@@ -651,8 +651,17 @@ tool:
 	}
 
 	for _, g := range append(gws, gC) {
-		if code, body := g.get("/readyz"); code != http.StatusOK || !strings.Contains(body, `"broker_connected":true`) || !strings.Contains(body, `"status":"ready"`) {
-			t.Errorf("gateway %s /readyz after the failover: %d %s", g.name, code, body)
+		// Ready again once every response topic is subscribed: a gateway
+		// started during the outage (C) may still be in its first
+		// subscribe, which waits for the topics' new owner, when the load
+		// ends.
+		if err := eventually.Within(30*time.Second, func() error {
+			if code, body := g.get("/readyz"); code != http.StatusOK || !strings.Contains(body, `"broker_connected":true`) || !strings.Contains(body, `"status":"ready"`) {
+				return fmt.Errorf("%d %s", code, body)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("gateway %s /readyz after the failover, 30 s on: %v", g.name, err)
 		}
 		total := g.metric(t, "toolgate_calls_total")
 		t.Logf("gateway %s metrics: toolgate_calls_total %.0f, toolgate_bridge_orphan_replies_total %.0f, toolgate_bridge_publish_errors_total %.0f",

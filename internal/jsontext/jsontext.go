@@ -31,6 +31,203 @@ var (
 // MaxDepth, or repeats a key within one object (decoders disagree on
 // which of two keys wins).
 func Compact(data []byte) ([]byte, error) {
+	if out, ok := compactChecked(data); ok {
+		return out, nil
+	}
+	// Refused: the passes below say why, in their order of precedence.
+	return compactTrusting(data)
+}
+
+// compactChecked is Compact in one pass: it checks the grammar as it
+// copies. ok is false for anything Compact refuses (and for nothing it
+// accepts: FuzzCompactOnePass), which compactTrusting then explains.
+func compactChecked(data []byte) (out []byte, ok bool) {
+	data = skipSpace(data)
+	if len(data) == 0 || data[0] != '{' || !utf8.Valid(data) {
+		return nil, false
+	}
+	out, rest, ok := checkedContainer(make([]byte, 0, len(data)), data, 0)
+	if !ok || len(skipSpace(rest)) != 0 {
+		return nil, false
+	}
+	return out, true
+}
+
+// checkedContainer appends the compact form of the object or array at the
+// start of data and returns what follows it; ok is false where the text is
+// not JSON, nests deeper than MaxDepth or repeats a key. Like container it
+// keeps its frame small.
+func checkedContainer(out, data []byte, depth int) ([]byte, []byte, bool) {
+	if depth >= MaxDepth {
+		return nil, nil, false
+	}
+	open, end := data[0], byte('}')
+	if open == '[' {
+		end = ']'
+	}
+	out = append(out, open)
+	data = skipSpace(data[1:])
+	if len(data) > 0 && data[0] == end {
+		return append(out, end), data[1:], true
+	}
+	var keys objectKeys
+	var ok bool
+	for {
+		if open == '{' {
+			var key []byte
+			if key, data, ok = checkedStr(data); !ok {
+				return nil, nil, false
+			}
+			out = append(out, key...)
+			if keys.add(out, len(out)-len(key)) != nil {
+				return nil, nil, false
+			}
+			if data = skipSpace(data); len(data) == 0 || data[0] != ':' {
+				return nil, nil, false
+			}
+			data = skipSpace(data[1:])
+			out = append(out, ':')
+		}
+		if len(data) == 0 {
+			return nil, nil, false
+		}
+		switch data[0] {
+		case '{', '[':
+			if out, data, ok = checkedContainer(out, data, depth+1); !ok {
+				return nil, nil, false
+			}
+		case '"':
+			var s []byte
+			if s, data, ok = checkedStr(data); !ok {
+				return nil, nil, false
+			}
+			out = append(out, s...)
+		default:
+			n := literalLen(data)
+			if n == 0 {
+				return nil, nil, false
+			}
+			out, data = append(out, data[:n]...), data[n:]
+		}
+		if data = skipSpace(data); len(data) == 0 {
+			return nil, nil, false
+		}
+		switch data[0] {
+		case ',':
+			out = append(out, ',')
+			data = skipSpace(data[1:])
+		case end:
+			return append(out, end), data[1:], true
+		default:
+			return nil, nil, false
+		}
+	}
+}
+
+// checkedStr returns the JSON string at the start of data, quotes
+// included, and what follows it; ok is false when there is none: no
+// opening or closing quote, a control character, or an escape JSON does
+// not have. (UTF-8 is checked over the whole text before.)
+func checkedStr(data []byte) (s, rest []byte, ok bool) {
+	if len(data) == 0 || data[0] != '"' {
+		return nil, nil, false
+	}
+	for i := 1; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			return data[:i+1], data[i+1:], true
+		case c < 0x20:
+			return nil, nil, false
+		case c == '\\':
+			if i+1 >= len(data) {
+				return nil, nil, false
+			}
+			switch data[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i++
+			case 'u':
+				if i+5 >= len(data) || !isHex(data[i+2]) || !isHex(data[i+3]) || !isHex(data[i+4]) || !isHex(data[i+5]) {
+					return nil, nil, false
+				}
+				i += 5
+			default:
+				return nil, nil, false
+			}
+		}
+	}
+	return nil, nil, false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// literalLen is the length of the true, false, null or number at the start
+// of data, 0 when there is none. (What follows is the caller's to check.)
+func literalLen(data []byte) int {
+	switch data[0] {
+	case 't':
+		if len(data) >= 4 && string(data[:4]) == "true" {
+			return 4
+		}
+		return 0
+	case 'f':
+		if len(data) >= 5 && string(data[:5]) == "false" {
+			return 5
+		}
+		return 0
+	case 'n':
+		if len(data) >= 4 && string(data[:4]) == "null" {
+			return 4
+		}
+		return 0
+	}
+	// -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
+	i := 0
+	if data[0] == '-' {
+		i++
+	}
+	switch {
+	case i < len(data) && data[i] == '0':
+		i++
+	case i < len(data) && data[i] >= '1' && data[i] <= '9':
+		i = digits(data, i+1)
+	default:
+		return 0
+	}
+	if i < len(data) && data[i] == '.' {
+		j := digits(data, i+1)
+		if j == i+1 {
+			return 0
+		}
+		i = j
+	}
+	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
+		i++
+		if i < len(data) && (data[i] == '+' || data[i] == '-') {
+			i++
+		}
+		j := digits(data, i)
+		if j == i {
+			return 0
+		}
+		i = j
+	}
+	return i
+}
+
+// digits is the index of the first byte at or after i that is not a digit.
+func digits(data []byte, i int) int {
+	for i < len(data) && data[i] >= '0' && data[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// compactTrusting is Compact in passes: the grammar checked by
+// encoding/json first, then the copy trusting it. It is what Compact
+// falls back on to explain a refusal.
+func compactTrusting(data []byte) ([]byte, error) {
 	if !json.Valid(data) {
 		return nil, ErrSyntax
 	}

@@ -149,3 +149,54 @@ func decode(t *testing.T, data []byte) any {
 	}
 	return v
 }
+
+// FuzzCompactOnePass: the one pass accepts exactly what the passes it
+// falls back on accept, and writes the same text.
+func FuzzCompactOnePass(f *testing.F) {
+	for _, s := range []string{`{}`, ` {"a" : [1, -2.5e+3, {"b": "c\"\u00e9\/"}], "d": null, "e": true, "f": false} `,
+		`{"a":1,"a":1}`, `{"\u0061":1,"a":2}`, `{"a":01}`, `{"a":1.}`, `{"a":-}`, `{"a":1e}`, `{"a":tru}`, `{"a":[1,]}`, `{"a":1,}`,
+		`{"a":"\x"}`, `{"a":"\u12"}`, "{\"a\":\"\t\"}", "{\"a\":\"\xff\"}", `{"a":1}x`, `{"a":1} `, `[1]`, `{"a" 1}`, `{,}`, `{"a":[[[]]]}`} {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(strings.Repeat(`{"a":`, MaxDepth) + "1" + strings.Repeat("}", MaxDepth)))
+	f.Add([]byte(strings.Repeat(`[`, MaxDepth) + strings.Repeat("]", MaxDepth)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := compactChecked(data)
+		want, err := compactTrusting(data)
+		if ok != (err == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("%q: one pass %q, %v; in passes %q, %v", data, got, ok, want, err)
+		}
+	})
+}
+
+// The one pass takes the common bodies (and Compact does not fall back).
+func TestCompactOnePassTakes(t *testing.T) {
+	for _, s := range []string{`{}`, `{"arguments":{"msg":"hello"}}`, ` {"a" : [1, -0.5E-3, {"b": "c\"\u00e9\/\b\f\n\r\t"}], "d": null, "e": true, "f": false} `,
+		strings.Repeat(`{"a":`, MaxDepth) + "1" + strings.Repeat("}", MaxDepth)} {
+		if _, ok := compactChecked([]byte(s)); !ok {
+			t.Errorf("one pass refused %q", s)
+		}
+	}
+}
+
+// BenchmarkCompact: a REST call's body, in one pass and in the passes
+// Compact falls back on.
+func BenchmarkCompact(b *testing.B) {
+	body := []byte(`{"arguments": {"msg": "` + strings.Repeat("x", 32) + `", "n": 12, "ok": true}}`)
+	b.Run("one-pass", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := compactChecked(body); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("passes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := compactTrusting(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

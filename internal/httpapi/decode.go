@@ -91,7 +91,8 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 			if m.Value[0] != '{' {
 				return false, nil
 			}
-			c.Args, args = m.Value, true
+			// A member of the compacted body: checked and compact already.
+			c.Args, c.ArgsCompact, args = m.Value, true, true
 		case "arguments_json":
 			// The arguments as JSON object text inside a string, as
 			// gRPC clients send them to keep numbers exact.

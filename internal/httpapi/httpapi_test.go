@@ -2,9 +2,9 @@ package httpapi
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/toolgate/toolgate/internal/rootmux"
 	"io"
 	"math"
 	"net/http"
@@ -18,7 +18,9 @@ import (
 	"unicode/utf8"
 
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/internal/rootmux"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -435,6 +437,14 @@ func FuzzCallBody(f *testing.F) {
 		ok, err := callBody(data, &c)
 		if err != nil || !ok {
 			return
+		}
+		if c.ArgsCompact {
+			// The core takes such arguments without reading them again:
+			// they must be exactly what Compact makes of them.
+			again, err := jsontext.Compact(c.Args)
+			if err != nil || !bytes.Equal(again, c.Args) {
+				t.Fatalf("%q: arguments %q marked compact, Compact gives %q, %v", data, c.Args, again, err)
+			}
 		}
 		var req toolgatev1.InvokeToolRequest
 		if err := decodeRequest(data, &req); err != nil {

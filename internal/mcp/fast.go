@@ -259,6 +259,9 @@ func (s *Server) serveFast(x *exchange) bool {
 	}
 	ctx := context.WithValue(r.Context(), requestKey{}, req)
 	req.id, req.within = in.id, true
+	// The arguments are a member of the body readFast compacted: the core
+	// need not read them again.
+	req.base.ArgsCompact = true
 	call := &sdk.CallToolRequest{Params: &sdk.CallToolParamsRaw{Name: in.name, Arguments: in.arguments, Meta: in.meta}}
 	text, res, err := s.callText(ctx, call, "")
 	if req.cancelled.Load() {

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,14 @@ func fixedResult(tool string) string {
 }
 
 func fixedAnswer(_ context.Context, c *toolcall.Call) (toolcall.Result, error) {
+	if c.ArgsCompact {
+		// The core would take these without reading them again: they must
+		// be what jsontext.Compact makes of them, or the fast path's answer
+		// differs from the SDK's (FuzzFastPath).
+		if again, err := jsontext.Compact(c.Args); len(c.Args) > 0 && (err != nil || !bytes.Equal(again, c.Args)) {
+			return toolcall.Result{}, status.Errorf(codes.Internal, "arguments %q marked compact: %q, %v", c.Args, again, err)
+		}
+	}
 	switch c.Name {
 	case "content":
 		return toolcall.Result{Output: `{"log":{"level":"info","data":"x"}}[{"type":"text","text":"t"},{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/png"}]`}, nil

@@ -18,15 +18,22 @@ import (
 // argument, (for strict tools) an undeclared one, or any keyword of the
 // input schema that fails is an INVALID_ARGUMENT naming the argument (and
 // the keyword); so is text that is not a JSON object.
-func checkArguments(t *registry.Tool, raw []byte) (string, error) {
-	if t := bytes.Trim(raw, " \t\r\n"); len(t) == 0 || string(t) == "null" {
-		raw = []byte("{}")
-	}
-	compact, err := jsontext.Compact(raw)
-	if err != nil {
-		// The text of the arguments "is not valid JSON", "must be a JSON
-		// object", …: jsontext's errors read after a singular subject.
-		return "", invalidArguments(t, fmt.Sprintf("tool %q: the text of the arguments %v", t.Name, err))
+//
+// compacted says raw is jsontext.Compact's output already (Call.ArgsCompact),
+// which is then not read a second time.
+func checkArguments(t *registry.Tool, raw []byte, compacted bool) (string, error) {
+	compact := raw
+	if !compacted || len(raw) < 2 || raw[0] != '{' {
+		if t := bytes.Trim(raw, " \t\r\n"); len(t) == 0 || string(t) == "null" {
+			raw = []byte("{}")
+		}
+		var err error
+		if compact, err = jsontext.Compact(raw); err != nil {
+			// The text of the arguments "is not valid JSON", "must be a
+			// JSON object", …: jsontext's errors read after a singular
+			// subject.
+			return "", invalidArguments(t, fmt.Sprintf("tool %q: the text of the arguments %v", t.Name, err))
+		}
 	}
 	if len(t.Arguments) > 0 || t.Strict {
 		if err := checkDeclared(t, compact); err != nil {

@@ -164,6 +164,12 @@ type Call struct {
 	// exactly as the caller wrote it (nil or empty: none). The core checks
 	// it against the tool and passes it on unchanged but for white space.
 	Args []byte
+	// ArgsCompact says Args came out of jsontext.Compact whole (a member
+	// of a body the door compacted): a JSON object already checked for
+	// syntax, UTF-8, depth and repeated keys, and without white space. The
+	// core then checks it against the tool without reading it twice. A
+	// door sets it only for text it compacted itself.
+	ArgsCompact bool
 	// Timeout is the deadline the caller asked for when TimeoutSet (a
 	// context deadline may also bound the call); it must be positive.
 	Timeout    time.Duration

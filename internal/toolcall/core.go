@@ -192,7 +192,7 @@ func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Reque
 		}
 		return nil, wire.Request{}, time.Time{}, toolNotFound(c.Name)
 	}
-	args, err := checkArguments(tool, c.Args)
+	args, err := checkArguments(tool, c.Args, c.ArgsCompact)
 	if err != nil {
 		return tool, wire.Request{}, time.Time{}, err
 	}

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/apiproto"
 	"github.com/toolgate/toolgate/internal/httpcall"
+	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc/codes"
@@ -266,4 +266,4 @@ func decodeCall(data []byte, c *toolcall.Call) error {
 	return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidBody, "the request body could not be read; send {\"arguments\": {...}, \"timeout\": \"5s\"}", nil)
 }
 
-func jsonValid(s string) bool { return json.Valid([]byte(s)) }
+func jsonValid(s string) bool { return jsontext.ValidString(s) }

@@ -102,8 +102,8 @@ func acceptJSON(w http.ResponseWriter, r *http.Request) bool {
 // object, so `curl -d '{"arguments": {...}}'` works, and a form is 415.
 func checkBodyType(w http.ResponseWriter, r *http.Request, body []byte) bool {
 	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return true
+	if ct == "" || ct == mediaJSON {
+		return true // the common cases, without parsing
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	switch {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxDepth bounds the nesting of a value Compact accepts.
@@ -222,6 +223,75 @@ func digits(data []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// Valid reports whether data is one JSON value, exactly as
+// encoding/json.Valid does (which it falls back on for what its one pass
+// does not take: nesting past MaxDepth, and text that is not JSON). Unlike
+// Compact it checks neither UTF-8 nor repeated keys.
+func Valid(data []byte) bool {
+	if rest, ok := checkedValue(skipSpace(data), 0); ok && len(skipSpace(rest)) == 0 {
+		return true
+	}
+	return json.Valid(data)
+}
+
+// ValidString is Valid of the text s, read in place.
+func ValidString(s string) bool {
+	return Valid(unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+// checkedValue returns what follows the JSON value at the start of data;
+// ok is false where there is none, or it nests deeper than MaxDepth.
+func checkedValue(data []byte, depth int) (rest []byte, ok bool) {
+	if len(data) == 0 {
+		return nil, false
+	}
+	switch data[0] {
+	case '"':
+		_, rest, ok = checkedStr(data)
+		return rest, ok
+	case '{', '[':
+	default:
+		n := literalLen(data)
+		return data[n:], n > 0
+	}
+	if depth >= MaxDepth {
+		return nil, false
+	}
+	open, end := data[0], byte('}')
+	if open == '[' {
+		end = ']'
+	}
+	data = skipSpace(data[1:])
+	if len(data) > 0 && data[0] == end {
+		return data[1:], true
+	}
+	for {
+		if open == '{' {
+			if _, data, ok = checkedStr(data); !ok {
+				return nil, false
+			}
+			if data = skipSpace(data); len(data) == 0 || data[0] != ':' {
+				return nil, false
+			}
+			data = skipSpace(data[1:])
+		}
+		if data, ok = checkedValue(data, depth+1); !ok {
+			return nil, false
+		}
+		if data = skipSpace(data); len(data) == 0 {
+			return nil, false
+		}
+		switch data[0] {
+		case ',':
+			data = skipSpace(data[1:])
+		case end:
+			return data[1:], true
+		default:
+			return nil, false
+		}
+	}
 }
 
 // compactTrusting is Compact in passes: the grammar checked by

@@ -200,3 +200,42 @@ func BenchmarkCompact(b *testing.B) {
 		}
 	})
 }
+
+// FuzzValid: Valid says what encoding/json.Valid says, and its one pass
+// takes nothing encoding/json refuses.
+func FuzzValid(f *testing.F) {
+	for _, s := range []string{`{}`, ` [1, -2.5e+3, {"b": "c\"\u00e9\/"}, null, true, false] `, `"x"`, `12`, `-0.0e-0`, `01`, `1.`, `-`, `1e`,
+		`tru`, `[1,]`, `{"a":1,}`, `"\x"`, `"\u12"`, "\"\t\"", "\"\xff\"", `{"a":1}x`, `{"a" 1}`, `{,}`, `[[[]]]`, ``, ` `, `{"a":1,"a":2}`} {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(strings.Repeat(`[`, MaxDepth+1) + strings.Repeat("]", MaxDepth+1)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if got, want := Valid(data), json.Valid(data); got != want {
+			t.Fatalf("Valid(%q) = %v, encoding/json says %v", data, got, want)
+		}
+		if got := ValidString(string(data)); got != json.Valid(data) {
+			t.Fatalf("ValidString(%q) = %v", data, got)
+		}
+		if rest, ok := checkedValue(skipSpace(data), 0); ok && len(skipSpace(rest)) == 0 && !json.Valid(data) {
+			t.Fatalf("the one pass took %q, which is not JSON", data)
+		}
+	})
+}
+
+// BenchmarkValid: a tool's JSON output, in one pass and by encoding/json.
+func BenchmarkValid(b *testing.B) {
+	out := []byte(`{"msg": "` + strings.Repeat("x", 32) + `", "n": [1, 2.5, true, null]}`)
+	for _, v := range []struct {
+		name  string
+		valid func([]byte) bool
+	}{{"one-pass", Valid}, {"encoding-json", json.Valid}} {
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if !v.valid(out) {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}

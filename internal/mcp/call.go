@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/status"
@@ -160,8 +161,7 @@ func structured(t string) bool {
 	if !strings.HasPrefix(t, "{") {
 		return false
 	}
-	b := []byte(t)
-	return json.Valid(b) && !nestsDeeper(b, DefaultMaxContentDepth)
+	return jsontext.ValidString(t) && !nestsDeeper(t, DefaultMaxContentDepth)
 }
 
 // traceMeta makes the W3C trace context a request carries in _meta

@@ -408,10 +408,10 @@ func tooDeep(body []byte) bool { return nestsDeeper(body, fastMaxDepth) }
 
 // nestsDeeper reports whether text nests objects and arrays deeper than
 // limit (strings skipped).
-func nestsDeeper(body []byte, limit int) bool {
+func nestsDeeper[T string | []byte](body T, limit int) bool {
 	depth, inString, escaped := 0, false, false
-	for _, c := range body {
-		switch {
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; {
 		case inString:
 			switch {
 			case escaped:

@@ -110,6 +110,9 @@ type producerEntry struct {
 	// flight at a time either way; the next gathers in the queue.
 	handing sync.Mutex
 	timeout time.Duration // bounds the wait for a receipt
+	// wait is what the holder of handing waits for a receipt under
+	// (flushWait); nil until the first hand, and after one that ended.
+	wait *flushWait
 	// reach is the client's (Pulsar.reach): a wait for a receipt ends
 	// with its context.
 	reach *atomic.Pointer[reachSignal]
@@ -427,14 +430,54 @@ func (e *producerEntry) hand(ctx context.Context, deadline time.Time, batch ...*
 	if limit := time.Now().Add(e.timeout); deadline.IsZero() || limit.Before(deadline) {
 		deadline = limit
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
 	// Each message's outcome reaches its caller through its own callback;
 	// the flush only paces the batches. While the broker is known to be
 	// away, nobody waits for it.
-	stop := context.AfterFunc(e.reach.Load().ctx, cancel)
-	_ = e.p.FlushWithCtx(ctx)
-	stop()
-	cancel()
+	w := e.flushWait()
+	w.timer.Reset(time.Until(deadline))
+	var stopCaller func() bool
+	if ctx.Done() != nil {
+		stopCaller = context.AfterFunc(ctx, w.cancel) // an inline publisher's
+	}
+	_ = e.p.FlushWithCtx(w.ctx)
+	if stopCaller != nil {
+		stopCaller()
+	}
+	if !w.timer.Stop() || w.ctx.Err() != nil {
+		// Ended by its bound, the broker's absence or the caller: the
+		// next batch waits under a new one.
+		w.cancel()
+		e.wait = nil
+	}
+}
+
+// flushWait is one context for the waits for the broker's receipts of
+// many batches, ended by a timer of its own, reset for each batch, when a
+// wait passes its bound, and with the client's reach (SetReachable): a
+// context and a timer made for each batch cost about a microsecond.
+type flushWait struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer // cancels ctx when it fires
+	reach  *reachSignal
+}
+
+// flushWait returns the wait the holder of e.handing waits for a receipt
+// under: the last one while it lasts and the reach it was made under is
+// the client's, else a new one.
+func (e *producerEntry) flushWait() *flushWait {
+	reach := e.reach.Load()
+	if w := e.wait; w != nil && w.reach == reach && w.ctx.Err() == nil {
+		return w
+	}
+	ctx, cancel := context.WithCancel(reach.ctx)
+	w := &flushWait{ctx: ctx, cancel: cancel, reach: reach, timer: time.AfterFunc(time.Hour, cancel)}
+	w.timer.Stop()
+	if e.wait != nil {
+		e.wait.cancel()
+	}
+	e.wait = w
+	return w
 }
 
 // close stops taking messages, lets the sender hand over what was queued
@@ -447,6 +490,13 @@ func (e *producerEntry) close() {
 		e.mu.Unlock()
 		<-e.sent
 	}
+	e.handing.Lock() // after an inline publisher's wait
+	if e.wait != nil {
+		e.wait.timer.Stop()
+		e.wait.cancel()
+		e.wait = nil
+	}
+	e.handing.Unlock()
 	e.p.Close()
 }
 

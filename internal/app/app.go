@@ -241,6 +241,9 @@ func (g *Gateway) callChain(core *toolcall.Core) toolcall.Handler {
 	if g.ops != nil {
 		opsStats = append(opsStats, telemetry.WithOperationsStats(g.operationsStats))
 	}
+	if cfg.Tracing.OTLPEndpoint != "" {
+		opsStats = append(opsStats, telemetry.WithSpans())
+	}
 	g.metrics = telemetry.NewMetrics(append([]telemetry.MetricsOption{telemetry.WithInstance(cfg.InstanceID),
 		telemetry.WithKnownTools(g.knownTool),
 		telemetry.WithBridgeStats(g.bridgeStats),

@@ -99,6 +99,9 @@ type Metrics struct {
 	// as Prometheus names it: MCP requests by method, tool and error.
 	mcpDuration *prometheus.HistogramVec
 	known       func(tool string) bool
+	// spans: calls have spans of their own (they are exported); else a
+	// call has a span context only when it carried a traceparent.
+	spans bool
 	// series caches each (method, tool)'s children of the vectors above,
 	// so a call costs one map lookup instead of three label hashes.
 	series sync.Map // seriesKey → *callSeries
@@ -147,6 +150,7 @@ type metricsConfig struct {
 	runtime  bool
 	instance string
 	broker   func() bool
+	spans    bool
 }
 
 // MetricsOption configures NewMetrics.
@@ -192,6 +196,13 @@ func WithInstance(id string) MetricsOption {
 	return func(c *metricsConfig) { c.instance = id }
 }
 
+// WithSpans says that every call has a span (they are exported), whose
+// trace the call's duration is an exemplar of. Without it only a call that
+// carried a trace context (traceparent) is looked at for one.
+func WithSpans() MetricsOption {
+	return func(c *metricsConfig) { c.spans = true }
+}
+
 // WithoutRuntimeMetrics leaves out the Go runtime and process collectors
 // (for tests that compare whole expositions).
 func WithoutRuntimeMetrics() MetricsOption {
@@ -208,6 +219,7 @@ func NewMetrics(opts ...MetricsOption) *Metrics {
 	m := &Metrics{
 		reg:   prometheus.NewRegistry(),
 		known: c.known,
+		spans: c.spans,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_calls_total",
 			Help: "gRPC calls (REST calls included) finished, by method, tool and gRPC code.",
@@ -285,9 +297,13 @@ func (m *Metrics) toolLabel(name string) string {
 	}
 }
 
-func (m *Metrics) observeSeries(ctx context.Context, s *callSeries, method, tool string, code codes.Code, d time.Duration) {
+func (m *Metrics) observeSeries(ctx context.Context, c *toolcall.Call, s *callSeries, method, tool string, code codes.Code, d time.Duration) {
 	m.counter(s, method, tool, code).Inc()
 	h := s.duration
+	if !m.spans && len(c.Header.Values(traceparentKey)) == 0 {
+		h.Observe(d.Seconds()) // no trace to be an exemplar of
+		return
+	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
 		if eo, ok := h.(prometheus.ExemplarObserver); ok {
 			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
@@ -302,7 +318,8 @@ func (m *Metrics) observeSeries(ctx context.Context, s *callSeries, method, tool
 func (m *Metrics) Middleware() toolcall.Middleware {
 	return func(next toolcall.Handler) toolcall.Handler {
 		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (res toolcall.Result, err error) {
-			method, tool := c.MethodName(), m.toolLabel(c.Name)
+			name := c.Name
+			method, tool := c.MethodName(), m.toolLabel(name)
 			switch c.Op {
 			case toolcall.OpGetService, toolcall.OpGetOperation, toolcall.OpCancelOperation,
 				toolcall.OpDeleteOperation, toolcall.OpWaitOperation, toolcall.OpStreamOperation:
@@ -314,14 +331,14 @@ func (m *Metrics) Middleware() toolcall.Middleware {
 			defer func() {
 				d := time.Since(start)
 				s.inFlight.Dec()
-				if tool != "" && runsTool(c.Op) && c.Name != "" {
+				if tool != "" && runsTool(c.Op) && c.Name != "" && c.Name != name {
 					// In a tool set the call named the tool as the set
 					// shows it; it is counted under the registry's name.
 					if resolved := m.toolLabel(c.Name); resolved != tool {
 						tool, s = resolved, m.seriesFor(method, resolved)
 					}
 				}
-				m.observeSeries(ctx, s, method, tool, codeOf(err), d)
+				m.observeSeries(ctx, c, s, method, tool, codeOf(err), d)
 				if mm, ok := mcpMethod(c); ok {
 					m.observeMCP(c, mm.Value.AsString(), codeOf(err), d)
 				}

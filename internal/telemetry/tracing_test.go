@@ -217,29 +217,50 @@ func TestStartPublishSpan(t *testing.T) {
 }
 
 // A sampled call leaves its trace id as an exemplar on the latency
-// histogram, for OpenMetrics scrapers.
+// histogram, for OpenMetrics scrapers: with spans exported (WithSpans),
+// its own span's; without, the trace context it carried, if any.
 func TestDurationExemplar(t *testing.T) {
 	t.Parallel()
-	tp, exp := inMemoryTracing(t)
-	m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
-	h := toolcall.Chain(newStub().handle, SpanMiddleware(tp), m.Middleware())
-	if _, _, err := serve(t.Context(), h, invokeCall("echo", nil)); err != nil {
-		t.Fatal(err)
+	scrape := func(t *testing.T, m *Metrics) string {
+		hs := httptest.NewServer(m.Handler())
+		defer hs.Close()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL, nil)
+		req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
 	}
-	traceID := spanOfKind(t, exp.GetSpans(), trace.SpanKindServer).SpanContext.TraceID().String()
-	hs := httptest.NewServer(m.Handler())
-	defer hs.Close()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL, nil)
-	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
-	if !strings.Contains(string(body), `trace_id="`+traceID+`"`) {
-		t.Errorf("no exemplar for trace %s in:\n%s", traceID, body)
-	}
+	t.Run("spans", func(t *testing.T) {
+		tp, exp := inMemoryTracing(t)
+		m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics(), WithSpans())
+		h := toolcall.Chain(newStub().handle, SpanMiddleware(tp), m.Middleware())
+		if _, _, err := serve(t.Context(), h, invokeCall("echo", nil)); err != nil {
+			t.Fatal(err)
+		}
+		traceID := spanOfKind(t, exp.GetSpans(), trace.SpanKindServer).SpanContext.TraceID().String()
+		if body := scrape(t, m); !strings.Contains(body, `trace_id="`+traceID+`"`) {
+			t.Errorf("no exemplar for trace %s in:\n%s", traceID, body)
+		}
+	})
+	t.Run("caller's trace context", func(t *testing.T) {
+		m := NewMetrics(WithKnownTools(isKnown), WithoutRuntimeMetrics())
+		h := toolcall.Chain(newStub().handle, TraceContextMiddleware(), m.Middleware())
+		const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+		if _, _, err := serve(t.Context(), h, invokeCall("echo", mdHeader{"traceparent": {"00-" + traceID + "-00f067aa0ba902b7-01"}})); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := serve(t.Context(), h, invokeCall("echo", nil)); err != nil {
+			t.Fatal(err)
+		}
+		body := scrape(t, m)
+		if strings.Count(body, `trace_id="`) != 1 || !strings.Contains(body, `trace_id="`+traceID+`"`) {
+			t.Errorf("want one exemplar, for trace %s, in:\n%s", traceID, body)
+		}
+	})
 }
 
 func TestSetupTracingOff(t *testing.T) {

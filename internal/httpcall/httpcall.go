@@ -36,6 +36,10 @@ func (h header) Values(key string) []string {
 		return h["Traceparent"]
 	case "tracestate":
 		return h["Tracestate"]
+	case "tool-set":
+		return h["Tool-Set"]
+	case "mcp-protocol-version":
+		return h["Mcp-Protocol-Version"]
 	}
 	return http.Header(h).Values(key)
 }

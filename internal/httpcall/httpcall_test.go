@@ -18,9 +18,9 @@ import (
 func TestHeader(t *testing.T) {
 	t.Parallel()
 	h := Header(map[string][]string{"Authorization": {"Bearer k"}, "X-Api-Key": {"a"}, "X-Request-Id": {"r"},
-		"Traceparent": {"tp"}, "Tracestate": {"ts"}, "X-Other": {"o"}})
+		"Traceparent": {"tp"}, "Tracestate": {"ts"}, "Tool-Set": {"s"}, "Mcp-Protocol-Version": {"v"}, "X-Other": {"o"}})
 	for key, want := range map[string]string{"authorization": "Bearer k", "x-api-key": "a", "x-request-id": "r",
-		"traceparent": "tp", "tracestate": "ts", "x-other": "o"} {
+		"traceparent": "tp", "tracestate": "ts", "tool-set": "s", "mcp-protocol-version": "v", "x-other": "o"} {
 		if v := h.Values(key); len(v) != 1 || v[0] != want {
 			t.Errorf("%s: %v, want %q", key, v, want)
 		}

@@ -94,7 +94,11 @@ type producerEntry struct {
 	ready    chan struct{} // closed once p or err is set
 	p        pulsar.Producer
 	err      error
-	lastUsed atomic.Int64 // unix nanoseconds
+	// used is set by each publish and cleared by the idle janitor, which
+	// notes when it last found it set (seen, Unix nanoseconds, under
+	// Pulsar.mu): cheaper than a clock read per publish.
+	used atomic.Bool
+	seen int64
 
 	// Adaptive batching (nil queue: batching disabled): publishers queue
 	// here and one sender goroutine per producer hands the queue to the
@@ -258,7 +262,8 @@ func (b *Pulsar) closeIdleProducers() {
 			return
 		case <-t.C:
 		}
-		cutoff := time.Now().Add(-b.opts.ProducerIdleTimeout).UnixNano()
+		now := time.Now()
+		cutoff := now.Add(-b.opts.ProducerIdleTimeout).UnixNano()
 		var idle []*producerEntry
 		b.mu.Lock()
 		for topic, e := range b.producers {
@@ -267,7 +272,11 @@ func (b *Pulsar) closeIdleProducers() {
 			default:
 				continue // still being created
 			}
-			if e.p != nil && e.lastUsed.Load() < cutoff {
+			if e.used.Swap(false) {
+				e.seen = now.UnixNano()
+				continue
+			}
+			if e.p != nil && e.seen < cutoff {
 				delete(b.producers, topic)
 				idle = append(idle, e)
 			}
@@ -301,7 +310,7 @@ func (b *Pulsar) entry(ctx context.Context, topic string, deadline time.Time) (*
 	}
 	e := b.producers[topic]
 	if e == nil {
-		e = &producerEntry{ready: make(chan struct{}), reach: &b.reach}
+		e = &producerEntry{ready: make(chan struct{}), reach: &b.reach, seen: time.Now().UnixNano()}
 		b.producers[topic] = e
 		b.mu.Unlock()
 		e.p, e.err = b.client.CreateProducer(pulsar.ProducerOptions{
@@ -350,7 +359,9 @@ func (b *Pulsar) entry(ctx context.Context, topic string, deadline time.Time) (*
 	if e.err != nil {
 		return nil, e.err
 	}
-	e.lastUsed.Store(time.Now().UnixNano())
+	if !e.used.Load() {
+		e.used.Store(true)
+	}
 	return e, nil
 }
 

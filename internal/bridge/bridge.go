@@ -235,7 +235,10 @@ type Bridge struct {
 	closed bool
 
 	pending pendingMap
-	track   tracker
+	// deadlines are the calls' own deadlines, kept by one goroutine
+	// (expireCalls, one of sweeps).
+	deadlines deadlines
+	track     tracker
 	// honouring holds the response topics whose services have answered on
 	// ReplyTopic (response topic → struct{}).
 	honouring sync.Map
@@ -264,8 +267,8 @@ type Bridge struct {
 	// sweeping, that a sweep runs (receipt.go).
 	lastLeft atomic.Int64
 	sweeping atomic.Bool
-	// closing is closed by Close; sweeps, the sweeps running (Close
-	// waits for them).
+	// closing is closed by Close; sweeps, the sweeps running and
+	// expireCalls (Close waits for them).
 	closing chan struct{}
 	sweeps  sync.WaitGroup
 
@@ -352,6 +355,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 		b.publish = ip.PublishInline
 	}
 	b.pending.init()
+	b.deadlines.init()
+	b.sweeps.Add(1)
+	go b.expireCalls()
 	if opts.Watch != nil {
 		b.counter, _ = opts.Watch.(DeliveryCounter)
 		b.startWatch()
@@ -551,7 +557,7 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 		c.made = time.Now() // only the watch reads it
 	}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || !dl.After(deadline)) {
-		deadline, c.deadline = dl, time.Time{} // ctx's comes first: no timer of our own
+		deadline, c.deadline = dl, time.Time{} // ctx's comes first: not filed under its own
 	}
 	switch {
 	case o.ReplyTo != "":
@@ -577,6 +583,9 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 	}
 	nprops := len(props)
 	b.pending.store(c.id, c)
+	if !c.deadline.IsZero() {
+		b.deadlines.file(c)
+	}
 	if err := b.down.Load(); err != nil {
 		// Found down since the check above, perhaps before BrokerDown
 		// saw this call: not published.

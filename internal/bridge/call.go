@@ -32,6 +32,10 @@ type Call struct {
 	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallOptions.Deadline); zero: ctx's only
+	// dlTick and dlPos are where the call is filed under its deadline
+	// (deadlines.go; dlTick 0: not filed), guarded by Bridge.deadlines.mu.
+	dlTick int64
+	dlPos  int
 	// taken: the broker took the request (its receipt came).
 	taken atomic.Bool
 	// sentDeadline is the deadline the request carries (zero: none): past
@@ -292,6 +296,7 @@ func (c *Call) remove() {
 	c.mu.Unlock()
 	if !done {
 		c.b.pending.delete(c.id)
+		c.b.deadlines.unfile(c)
 		c.b.inFlight.Add(-1)
 		if c.slot != nil {
 			<-c.slot
@@ -313,11 +318,10 @@ func (c *Call) Recv(ctx context.Context) (Chunk, error) {
 // RecvIdle is Recv that also gives up when no chunk comes within idle
 // (from the call of RecvIdle; 0: no limit): then the call is abandoned and
 // idleErr returned. It costs nothing when a chunk is waiting already, and
-// a pooled timer otherwise — not a context per chunk.
+// a pooled timer for idle otherwise — not a context per chunk. (The
+// call's own deadline is kept by the bridge: deadlines.go.)
 func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) (Chunk, error) {
 	var (
-		timer   *time.Timer
-		expired <-chan time.Time
 		regrant <-chan time.Time // a stream's grant is due again
 		idleC   <-chan time.Time // no chunk within idle
 	)
@@ -352,17 +356,11 @@ func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) 
 			}
 			return Chunk{}, err
 		}
-		if expired == nil && !c.deadline.IsZero() {
-			// One timer per wait, not a context per call: the call's
-			// own deadline costs a context nothing.
-			wait := time.Until(c.deadline)
-			if wait <= 0 {
-				c.finish(context.DeadlineExceeded)
-				return Chunk{}, context.DeadlineExceeded
-			}
-			timer = getTimer(wait)
-			defer putTimer(timer)
-			expired = timer.C
+		if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+			// Past it already: not left to the next tick of the
+			// deadlines, which ends the call once it passes in the wait.
+			c.finish(context.DeadlineExceeded)
+			return Chunk{}, context.DeadlineExceeded
 		}
 		if idle > 0 && idleC == nil {
 			t := getTimer(idle)
@@ -391,9 +389,6 @@ func (c *Call) RecvIdle(ctx context.Context, idle time.Duration, idleErr error) 
 		case <-ctx.Done():
 			c.finish(ctx.Err())
 			return Chunk{}, context.Cause(ctx)
-		case <-expired:
-			c.finish(context.DeadlineExceeded)
-			return Chunk{}, context.DeadlineExceeded
 		}
 	}
 }

@@ -1,0 +1,92 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/toolgate/toolgate/internal/eventually"
+	"github.com/toolgate/toolgate/internal/transport"
+	"github.com/toolgate/toolgate/wire"
+)
+
+// The deadlines file calls by tick, take one out from anywhere in its
+// tick, and hand over those of the ticks that came, each once; a call
+// whose tick was swept already goes under the next one.
+func TestDeadlinesFileAndDue(t *testing.T) {
+	t.Parallel()
+	var d deadlines
+	d.init()
+	base := time.Unix(1_000_000, 0)
+	k := tickOf(base)
+	at := func(ticks int64) *Call { return &Call{deadline: base.Add(time.Duration(ticks) * deadlineTick)} }
+	a, b, c, e := at(0), at(0), at(0), at(2)
+	for _, x := range []*Call{a, b, c, e} {
+		d.file(x)
+	}
+	d.unfile(a) // the first of three: the last takes its place
+	d.unfile(a) // twice: nothing
+	if d.n != 3 || len(d.ticks[k]) != 2 || c.dlPos != 0 {
+		t.Fatalf("after unfiling one: n %d, tick %v, moved call at %d", d.n, d.ticks[k], c.dlPos)
+	}
+	if got := d.due(k-1, nil); len(got) != 0 {
+		t.Fatalf("due before their tick: %d", len(got))
+	}
+	got := d.due(k, nil)
+	if len(got) != 2 || !(got[0] == b && got[1] == c || got[0] == c && got[1] == b) || b.dlTick != 0 || c.dlTick != 0 {
+		t.Fatalf("due at their tick: %v", got)
+	}
+	d.unfile(b) // taken out already: nothing
+	late := &Call{deadline: base.Add(-time.Hour)}
+	d.file(late)
+	if late.dlTick != k+1 {
+		t.Fatalf("a call past its deadline filed under tick %d, want the next to sweep, %d", late.dlTick, k+1)
+	}
+	// After a long wait the filed ticks are looked at, not every tick.
+	if got := d.due(k+1_000_000, nil); len(got) != 2 || d.n != 0 || len(d.ticks) != 0 {
+		t.Fatalf("after a long wait: %d due, %d left in %d ticks", len(got), d.n, len(d.ticks))
+	}
+}
+
+// A call nobody answers ends at its own deadline even while nobody waits
+// for it, and leaves nothing filed; the bridge's goroutine then rests.
+func TestCallEndsAtItsDeadlineUnread(t *testing.T) {
+	t.Parallel()
+	br := transport.NewMem()
+	t.Cleanup(br.Close)
+	b := New(br, Options{})
+	t.Cleanup(b.Close)
+	target := Target{RequestTopic: wire.RequestTopic("unread"), ResponseTopic: wire.ResponseTopic("unread")}
+	start := time.Now()
+	c, err := b.Call(t.Context(), target, wire.Request{}, CallOptions{Deadline: start.Add(30 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	eventually.True(t, 10*time.Second, "the call ended at its deadline", func() bool { return b.Stats().InFlight == 0 })
+	if time.Now().Before(start.Add(30 * time.Millisecond)) {
+		t.Fatal("the call ended before its deadline")
+	}
+	if _, err := c.Recv(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Recv after the deadline: %v", err)
+	}
+	b.deadlines.mu.Lock()
+	n, ticks := b.deadlines.n, len(b.deadlines.ticks)
+	b.deadlines.mu.Unlock()
+	if n != 0 || ticks != 0 {
+		t.Fatalf("%d calls in %d ticks still filed", n, ticks)
+	}
+	// A call that ends first is taken out at once.
+	c2, err := b.Call(t.Context(), target, wire.Request{}, CallOptions{Deadline: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	b.deadlines.mu.Lock()
+	n = b.deadlines.n
+	b.deadlines.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d calls filed after the only one was closed", n)
+	}
+}

@@ -34,7 +34,7 @@ func TestDeadlinesFileAndDue(t *testing.T) {
 		t.Fatalf("due before their tick: %d", len(got))
 	}
 	got := d.due(k, nil)
-	if len(got) != 2 || !(got[0] == b && got[1] == c || got[0] == c && got[1] == b) || b.dlTick != 0 || c.dlTick != 0 {
+	if len(got) != 2 || got[0] == got[1] || (got[0] != b && got[0] != c) || (got[1] != b && got[1] != c) || b.dlTick != 0 || c.dlTick != 0 {
 		t.Fatalf("due at their tick: %v", got)
 	}
 	d.unfile(b) // taken out already: nothing

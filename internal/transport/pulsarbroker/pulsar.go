@@ -91,9 +91,9 @@ type Pulsar struct {
 }
 
 type producerEntry struct {
-	ready    chan struct{} // closed once p or err is set
-	p        pulsar.Producer
-	err      error
+	ready chan struct{} // closed once p or err is set
+	p     pulsar.Producer
+	err   error
 	// used is set by each publish and cleared by the idle janitor, which
 	// notes when it last found it set (seen, Unix nanoseconds, under
 	// Pulsar.mu): cheaper than a clock read per publish.

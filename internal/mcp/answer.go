@@ -72,11 +72,11 @@ func appendError(b []byte, e *jsonrpc.Error) []byte {
 func writeAnswer(w http.ResponseWriter, httpStatus int, msg []byte, f framing) {
 	h := w.Header()
 	if f == likeSDK {
-		h.Set("Cache-Control", "no-cache, no-transform")
-		h.Set("Connection", "keep-alive")
+		h["Cache-Control"] = noCache
+		h["Connection"] = keepAlive
 	}
 	if f == likeSDK && msg == nil {
-		h.Set("Content-Type", "text/event-stream")
+		h["Content-Type"] = eventStream
 		w.WriteHeader(http.StatusOK)
 		return
 	}
@@ -87,7 +87,7 @@ func writeAnswer(w http.ResponseWriter, httpStatus int, msg []byte, f framing) {
 		_, _ = w.Write(msg[len(eventPrefix):])
 		return
 	}
-	h.Set("Content-Type", "text/event-stream")
+	h["Content-Type"] = eventStream
 	// Chunked, as the SDK's answer is (it flushes each event), but sent
 	// when the handler returns, with the body's end, in one write: a
 	// flush here had made it two.
@@ -100,6 +100,15 @@ func writeAnswer(w http.ResponseWriter, httpStatus int, msg []byte, f framing) {
 // frames the body so (over HTTP/1.1; HTTP/2 has no such header) instead of
 // giving it a Content-Length, and only reads the value.
 var chunked = []string{"chunked"}
+
+// The other header values of an answer as the SDK gives it, set by their
+// canonical names: one slice each for every answer (net/http only reads
+// them), and no name to canonicalise per call.
+var (
+	noCache     = []string{"no-cache, no-transform"}
+	keepAlive   = []string{"keep-alive"}
+	eventStream = []string{"text/event-stream"}
+)
 
 // writeRefusal refuses request id (null when it cannot be told) with the
 // error e, as a JSON body with HTTP status httpStatus.

@@ -48,8 +48,8 @@ var fastVersions = map[string]bool{"": true, modernVersion: true, "2025-11-25": 
 
 // fastMaxDepth bounds the nesting of the bodies the fast path reads: the
 // SDK refuses bodies nested deeper than 1000, and deep ones are no
-// common request.
-const fastMaxDepth = 64
+// common request. It is jsontext's bound, which readFast's Compact keeps.
+const fastMaxDepth = jsontext.MaxDepth
 
 // fastRequest is a tools/call request as the fast path reads it: the
 // members of the request and its params, as written (compact), and _meta
@@ -191,10 +191,19 @@ func fastEligible(r *http.Request) bool {
 	}
 	// DNS rebinding: a request to a loopback listener must name a
 	// loopback host (the SDK answers 403 otherwise).
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopback(local.String()) && !loopback(r.Host) {
+	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil && loopbackAddr(local) && !loopback(r.Host) {
 		return false
 	}
 	return true
+}
+
+// loopbackAddr is loopback of the address's text, without writing it for
+// a TCP address.
+func loopbackAddr(a net.Addr) bool {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.IsLoopback()
+	}
+	return loopback(a.String())
 }
 
 // accepts reads Accept as the Streamable HTTP transport does: both JSON
@@ -234,7 +243,8 @@ func loopback(hostport string) bool {
 // whether it did.
 func (s *Server) serveFast(x *exchange) bool {
 	r, body, req := x.r, x.body, &x.req
-	if s.opts.NoFastPath || !fastEligible(r) || len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes || tooDeep(body) {
+	// (A body nested deeper than fastMaxDepth is one readFast refuses.)
+	if s.opts.NoFastPath || !fastEligible(r) || len(body) == 0 || body[0] != '{' || len(body) > sdk.DefaultMaxRequestBodyBytes {
 		return false
 	}
 	in, ok := readFast(body)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,7 +24,15 @@ type exchange struct {
 	r    *http.Request
 	body []byte  // the body of a POST, once read
 	req  request // what the request's calls inherit from it (in the exchange: one allocation for both)
+	// again reads body again, as the request's Body once it was read (for
+	// the SDK); in the exchange, for the same reason.
+	again bodyAgain
 }
+
+// bodyAgain is a request body read again from memory.
+type bodyAgain struct{ bytes.Reader }
+
+func (*bodyAgain) Close() error { return nil }
 
 // step is one step of the pipeline: it answers the request, and reports
 // that it did, or passes it on to the next.
@@ -113,7 +120,8 @@ func (s *Server) readBody(x *exchange) bool {
 		return true
 	}
 	x.body = body
-	x.r.Body = io.NopCloser(bytes.NewReader(body))
+	x.again.Reset(body)
+	x.r.Body = &x.again
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' {
 		writeRefusal(x.w, http.StatusBadRequest, nullID, reasonError(codeInvalidRequest, "BATCH_NOT_SUPPORTED",
 			"JSON-RPC batches are not supported: send one request per POST"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,7 +104,11 @@ func TestContract(t *testing.T) {
 	for _, bk := range brokers(t) {
 		t.Run(bk.name, func(t *testing.T) {
 			br := bk.new(t)
-			f := start(t, br, echo.Handle)
+			var started atomic.Int64 // calls the service began
+			f := start(t, br, func(ctx context.Context, r *toolservice.Request) (any, error) {
+				started.Add(1)
+				return echo.Handle(ctx, r)
+			})
 
 			t.Run("unary", func(t *testing.T) {
 				c, err := call(t, f, t.Context(), `{"msg":"hello"}`)
@@ -209,7 +214,7 @@ func TestContract(t *testing.T) {
 			t.Run("cancelled callers leave nothing pending", func(t *testing.T) {
 				var calls []*bridge.Call
 				ctx, cancel := context.WithCancel(t.Context())
-				published := f.b.Stats().Published
+				published, began := f.b.Stats().Published, started.Load()
 				for range 50 {
 					c, err := call(t, f, ctx, `{"mode":"sleep","ms":2000}`)
 					if err != nil {
@@ -218,8 +223,11 @@ func TestContract(t *testing.T) {
 					calls = append(calls, c)
 				}
 				// Cancel once the broker has them all (a request cancelled
-				// while still queued is not sent at all).
+				// while still queued is not sent at all) and the service
+				// began them (one whose cancel overtakes its request is
+				// never begun, and never answered).
 				waitFor(t, 10*time.Second, func() bool { return f.b.Stats().Published-published >= 50 })
+				waitFor(t, 10*time.Second, func() bool { return started.Load()-began >= 50 })
 				cancel()
 				for _, c := range calls {
 					if _, err := c.Recv(ctx); !errors.Is(err, context.Canceled) {

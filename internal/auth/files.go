@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 
 	"gopkg.in/yaml.v3"
 )
@@ -33,27 +32,4 @@ func readFile(what, name string) ([]byte, error) {
 		return nil, fmt.Errorf("auth: %s: %w", what, err)
 	}
 	return data, nil
-}
-
-// checkPatterns reports the first malformed path.Match pattern.
-func checkPatterns(patterns []string) error {
-	for _, p := range patterns {
-		if p == "" {
-			return errors.New("empty pattern")
-		}
-		if _, err := path.Match(p, ""); err != nil {
-			return fmt.Errorf("pattern %q: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// matchAny reports whether s matches one of the path.Match patterns.
-func matchAny(patterns []string, s string) bool {
-	for _, p := range patterns {
-		if ok, _ := path.Match(p, s); ok {
-			return true
-		}
-	}
-	return false
 }

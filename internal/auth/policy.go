@@ -3,10 +3,10 @@ package auth
 import (
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 
+	"github.com/toolgate/toolgate/internal/auth/glob"
 	"github.com/toolgate/toolgate/internal/toolcall"
 )
 
@@ -29,8 +29,10 @@ type Policy struct {
 }
 
 // Rule grants its actions on its tools to the subjects it names.
-// Patterns are path.Match globs ("query-*", "*"); note that "*" does not
-// match "/".
+// Names may be globs (package glob: "query-*", "*"), whose '*' matches
+// any text, '/' included: "jwt:*" names every token without an issuer,
+// "jwt:https://issuer.example/users/*" every user under that URL, and
+// "mtls:spiffe://example.org/ns/prod/*" every workload of the namespace.
 type Rule struct {
 	// Users and Roles name who the rule applies to: a caller whose
 	// subject matches one of Users, or one of whose roles matches one of
@@ -42,7 +44,7 @@ type Rule struct {
 	// alone is everyone authenticated, from any source, anonymous included.
 	Users []string `yaml:"users"`
 	Roles []string `yaml:"roles"`
-	// Tools are the tool names the rule covers.
+	// Tools are the tool names or globs the rule covers.
 	Tools []string `yaml:"tools"`
 	// Actions are "list", "invoke", or "*" for every action.
 	Actions []string `yaml:"actions"`
@@ -64,28 +66,26 @@ type policyFile struct {
 	Rules      []Rule `yaml:"rules"`
 }
 
-// rule is a Rule with its subjects read.
+// rule is a Rule with its subjects and tools read.
 type rule struct {
 	Rule
-	who Audience
+	who   Audience
+	tools glob.Set
 }
 
 // subjectPattern matches subjects: everyone, or a source and issuer
 // exactly with a name glob.
 type subjectPattern struct {
 	everyone bool
-	of       Subject // Name is a path.Match pattern
+	of       Subject // Name is the glob as written
+	name     glob.Pattern
 }
 
 func (p subjectPattern) match(s Subject) bool {
 	if p.everyone {
 		return true
 	}
-	if p.of.Source != s.Source || p.of.Issuer != s.Issuer {
-		return false
-	}
-	ok, _ := path.Match(p.of.Name, s.Name)
-	return ok
+	return p.of.Source == s.Source && p.of.Issuer == s.Issuer && p.name.Match(s.Name)
 }
 
 // LoadPolicy reads a policy file (YAML or JSON):
@@ -149,7 +149,8 @@ func NewPolicy(rules ...Rule) (*Policy, error) {
 				bad("action %q: want list, invoke or \"*\"", a)
 			}
 		}
-		if err := checkPatterns(r.Tools); err != nil {
+		tools, err := glob.CompileSet(r.Tools)
+		if err != nil {
 			bad("tools: %v", err)
 		}
 		who, unqualified, err := ParseAudience(r.Users, r.Roles)
@@ -161,7 +162,7 @@ func NewPolicy(rules ...Rule) (*Policy, error) {
 		for _, u := range unqualified {
 			p.unqualified = append(p.unqualified, fmt.Sprintf("rules[%d].%s", i, u))
 		}
-		p.rules = append(p.rules, rule{Rule: r, who: who})
+		p.rules = append(p.rules, rule{Rule: r, who: who, tools: tools})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -185,10 +186,11 @@ func readSubjectPattern(text string) (p subjectPattern, qualified bool, err erro
 	default:
 		qualified = true
 	}
-	if err := checkPatterns([]string{s.Name}); err != nil {
+	name, err := glob.Compile(s.Name)
+	if err != nil {
 		return subjectPattern{}, false, err
 	}
-	return subjectPattern{of: s}, qualified, nil
+	return subjectPattern{of: s, name: name}, qualified, nil
 }
 
 // readJoins reads the identities section: each alias's subject, checking
@@ -265,7 +267,7 @@ func (p *Policy) Allowed(id Identity, action, tool string) bool {
 	}
 	for _, r := range p.rules {
 		if r.who.Includes(id) && (slices.Contains(r.Actions, action) || slices.Contains(r.Actions, "*")) &&
-			(tool == "" || matchAny(r.Tools, tool)) {
+			(tool == "" || r.tools.Match(tool)) {
 			return true
 		}
 	}

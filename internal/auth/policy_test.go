@@ -144,3 +144,47 @@ func TestUnqualifiedEntriesAreWarnedOf(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicySubjectsWithSlashes: a user or role glob names every subject
+// it reads as, whatever the name holds — a JWT's sub that is a URL, a
+// client certificate's SPIFFE ID, a role that is a group path: a '*'
+// matches '/' too.
+func TestPolicySubjectsWithSlashes(t *testing.T) {
+	t.Parallel()
+	p, err := ParsePolicy([]byte(`rules:
+  - {users: ["jwt:*"], tools: [every-token], actions: [invoke]}
+  - {users: ["jwt(https://issuer.example):https://issuer.example/users/*"], tools: [issuer-users], actions: [invoke]}
+  - {users: ["mtls:spiffe://example.org/ns/prod/*"], tools: [prod], actions: [invoke]}
+  - {users: ["mtls:spiffe://example.org/ns/*/sa/agent"], tools: [agents], actions: [invoke]}
+  - {roles: ["jwt(https://issuer.example):/org/*"], tools: [org], actions: [invoke]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := Identity{User: "https://issuer.example/users/alice", Method: MethodJWT}
+	bob := Identity{User: "https://issuer.example/users/team/bob", Method: MethodJWT, Issuer: "https://issuer.example", Roles: []string{"/org/admins"}}
+	carol := Identity{User: "https://issuer.example/groups/carol", Method: MethodJWT, Issuer: "https://issuer.example", Roles: []string{"/other/admins"}}
+	prod := Identity{User: "spiffe://example.org/ns/prod/sa/agent", Method: MethodMTLS}
+	staging := Identity{User: "spiffe://example.org/ns/staging/sa/agent", Method: MethodMTLS}
+	for _, tc := range []struct {
+		id   Identity
+		tool string
+		want bool
+	}{
+		{alice, "every-token", true},
+		{bob, "every-token", false}, // jwt:* is tokens without an issuer
+		{bob, "issuer-users", true},
+		{carol, "issuer-users", false},
+		{alice, "issuer-users", false},
+		{prod, "prod", true},
+		{staging, "prod", false},
+		{prod, "agents", true},
+		{staging, "agents", true},
+		{bob, "org", true},
+		{carol, "org", false},
+	} {
+		if got := p.Allowed(tc.id, ActionInvoke, tc.tool); got != tc.want {
+			t.Errorf("%s may invoke %s: %v, want %v", tc.id.Subject(), tc.tool, got, tc.want)
+		}
+	}
+}

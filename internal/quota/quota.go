@@ -15,10 +15,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/auth"
+	"github.com/toolgate/toolgate/internal/auth/glob"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"gopkg.in/yaml.v3"
 )
@@ -41,10 +41,12 @@ type Rule struct {
 	Name string `yaml:"name"`
 	// Users and Roles are who the rule applies to, written as a policy
 	// writes them (auth.Rule): "api-key:alice",
-	// "jwt(https://idp.example):svc-*", "*" for every caller.
+	// "jwt(https://idp.example):svc-*", "*" for every caller. A glob's '*'
+	// matches any text, '/' included (package glob): "jwt:*" is every
+	// token without an issuer, whatever its sub.
 	Users []string `yaml:"users"`
 	Roles []string `yaml:"roles"`
-	// Tools are the tool names or path.Match globs the rule covers.
+	// Tools are the tool names or globs (package glob) the rule covers.
 	Tools []string `yaml:"tools"`
 	// Calls is how many calls a caller may make in a window of Per
 	// (second, minute, hour or day); 0 with Per empty: no such bound. A
@@ -62,6 +64,7 @@ type Rule struct {
 type rule struct {
 	Rule
 	who    auth.Audience
+	tools  glob.Set
 	window time.Duration
 }
 
@@ -141,12 +144,11 @@ func New(rules ...Rule) (*Rules, error) {
 		if len(r.Tools) == 0 {
 			bad("tools is required (tools: [\"*\"] is every tool)")
 		}
-		for _, p := range r.Tools {
-			if _, err := path.Match(p, ""); err != nil || p == "" {
-				bad("tools: pattern %q is not a name or glob", p)
-			}
+		tools, err := glob.CompileSet(r.Tools)
+		if err != nil {
+			bad("tools: %v", err)
 		}
-		c := rule{Rule: r, who: who}
+		c := rule{Rule: r, who: who, tools: tools}
 		switch {
 		case r.Calls < 0 || r.Concurrent < 0:
 			bad("calls and concurrent must not be negative")
@@ -184,18 +186,9 @@ func (r *Rules) matching(caller toolcall.Caller, tool string) []*rule {
 	var out []*rule
 	for i := range r.rules {
 		ru := &r.rules[i]
-		if matchAny(ru.Tools, tool) && ru.who.Includes(caller) {
+		if ru.tools.Match(tool) && ru.who.Includes(caller) {
 			out = append(out, ru)
 		}
 	}
 	return out
-}
-
-func matchAny(patterns []string, s string) bool {
-	for _, p := range patterns {
-		if ok, _ := path.Match(p, s); ok {
-			return true
-		}
-	}
-	return false
 }

@@ -32,7 +32,7 @@ func TestParse(t *testing.T) {
 		{"window without calls", "rules: [{name: a, users: [\"*\"], tools: [\"*\"], per: day, concurrent: 1}]", "calls is required"},
 		{"no bound", "rules: [{name: a, users: [\"*\"], tools: [\"*\"]}]", "give calls"},
 		{"bad subject", "rules: [{name: a, users: [\"ldap:alice\"], tools: [\"*\"], concurrent: 1}]", "unknown source"},
-		{"bad glob", "rules: [{name: a, users: [\"*\"], tools: [\"[\"], concurrent: 1}]", "not a name or glob"},
+		{"bad glob", "rules: [{name: a, users: [\"*\"], tools: [\"[\"], concurrent: 1}]", `tools: pattern "[": a [ class is not closed`},
 		{"unknown field", "rules: [{name: a, users: [\"*\"], tools: [\"*\"], concurrent: 1, burst: 3}]", "burst"},
 		{"empty", "", "empty"},
 	} {
@@ -127,6 +127,54 @@ func TestMiddlewareCalls(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.refused.WithLabelValues("alice-search", "calls")); got != 1 {
 		t.Errorf("refused{alice-search} = %v, want 1", got)
+	}
+}
+
+// TestSubjectsWithSlashes: a rule's glob counts every caller it names,
+// whatever its name holds: a JWT whose sub is a URL, a client certificate
+// named by a SPIFFE ID. "jwt:*" with 3 calls a minute lets 3 of 6 calls
+// by https://issuer.example/users/alice through, and the pattern may name
+// a part of the URL or of the ID.
+func TestSubjectsWithSlashes(t *testing.T) {
+	t.Parallel()
+	rules := mustRules(t, `rules:
+  - {name: every-token, users: ["jwt:*"], tools: ["*"], calls: 3, per: minute}
+  - {name: issuer-users, users: ["jwt(https://issuer.example):https://issuer.example/users/*"], tools: ["*"], calls: 2, per: minute}
+  - {name: prod-agents, users: ["mtls:spiffe://example.org/ns/prod/*"], tools: ["*"], calls: 1, per: minute}
+  - {name: agents-anywhere, users: ["mtls:spiffe://example.org/ns/*/sa/agent"], tools: [search], calls: 1, per: minute}
+`)
+	h := NewEnforcer(rules, NewMemory()).Middleware()(ok)
+	refusedBy := func(c toolcall.Caller, tool string) string {
+		_, err := h(t.Context(), call(c, toolcall.OpInvoke, tool), nil)
+		if err == nil {
+			return ""
+		}
+		for _, d := range status.Convert(err).Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok {
+				return info.GetMetadata()["rule"]
+			}
+		}
+		return err.Error()
+	}
+	alice := toolcall.Caller{User: "https://issuer.example/users/alice", Method: toolcall.SourceJWT}
+	var got []string
+	for range 6 {
+		got = append(got, refusedBy(alice, "search"))
+	}
+	if want := []string{"", "", "", "every-token", "every-token", "every-token"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("6 calls of %s under jwt:* (3 a minute) refused by %q, want %q", alice.User, got, want)
+	}
+	bob := toolcall.Caller{User: "https://issuer.example/users/team/bob", Method: toolcall.SourceJWT, Issuer: "https://issuer.example"}
+	if got := []string{refusedBy(bob, "search"), refusedBy(bob, "search"), refusedBy(bob, "search")}; strings.Join(got, ",") != ",,issuer-users" {
+		t.Errorf("bob under issuer-users (2 a minute): refused by %q", got)
+	}
+	agent := toolcall.Caller{User: "spiffe://example.org/ns/prod/sa/agent", Method: toolcall.SourceMTLS}
+	if got := []string{refusedBy(agent, "other"), refusedBy(agent, "other")}; strings.Join(got, ",") != ",prod-agents" {
+		t.Errorf("the prod agent under prod-agents (1 a minute): refused by %q", got)
+	}
+	staging := toolcall.Caller{User: "spiffe://example.org/ns/staging/sa/agent", Method: toolcall.SourceMTLS}
+	if got := []string{refusedBy(staging, "search"), refusedBy(staging, "search"), refusedBy(staging, "other")}; strings.Join(got, ",") != ",agents-anywhere," {
+		t.Errorf("the staging agent under agents-anywhere (search, 1 a minute) only: refused by %q", got)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/internal/httpcall"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -427,5 +428,32 @@ func TestNew(t *testing.T) {
 				t.Fatalf("err %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestRefusalInASetNamesTheSetsTool: in a tool set that shows the
+// registry's tell-joke as desk-joke, the policy decides on tell-joke, and
+// its refusal names desk-joke — in the message and the ErrorInfo — never
+// the name the set hides.
+func TestRefusalInASetNamesTheSetsTool(t *testing.T) {
+	t.Parallel()
+	a, err := New(WithAPIKeys(mustKeys(t)), WithPolicy(mustPolicy(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []toolcall.Op{toolcall.OpInvoke, toolcall.OpStream, toolcall.OpStartTool} {
+		c := newCall(op, "tell-joke", "x-api-key", bobKey) // svc-bob may invoke query-* only
+		c.Set, c.Shown = "desk", "desk-joke"
+		_, err := run(t.Context(), a, c)
+		checkStatus(t, err, codes.PermissionDenied, `permission denied: user "svc-bob" (api-key) may not invoke tool "desk-joke"`)
+		var info *errdetails.ErrorInfo
+		for _, d := range status.Convert(err).Details() {
+			if ei, ok := d.(*errdetails.ErrorInfo); ok {
+				info = ei
+			}
+		}
+		if strings.Contains(status.Convert(err).Message(), "tell-joke") || info.GetMetadata()["tool"] != "desk-joke" || info.GetMetadata()["tool_set"] != "desk" {
+			t.Errorf("%s in desk: %v, ErrorInfo %v: want desk-joke in desk, never tell-joke", op.Method(), err, info)
+		}
 	}
 }

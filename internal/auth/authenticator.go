@@ -247,16 +247,31 @@ func (a *Authenticator) authorize(ctx context.Context, c *toolcall.Call) error {
 		return nil
 	case a.policy.Allowed(id, action, tool):
 		return nil
-	case tool == "":
-		msg = fmt.Sprintf("permission denied: user %q (%s) may not %s tools", id.User, id.Subject().Origin(), action)
-	default:
-		msg = fmt.Sprintf("permission denied: user %q (%s) may not %s tool %q", id.User, id.Subject().Origin(), action, tool)
+	}
+	// The policy decides on the registry's name of the tool; the caller is
+	// told the name it gave, which in a tool set may be the set's for it.
+	shown := tool
+	if tool != "" {
+		shown = c.ShownName()
+	}
+	if msg == "" {
+		what := "tools"
+		if shown != "" {
+			what = fmt.Sprintf("tool %q", shown)
+		}
+		msg = fmt.Sprintf("permission denied: user %q (%s) may not %s %s", id.User, id.Subject().Origin(), action, what)
 	}
 	attrs := append(callerAttrs(id), "rpc", method, "action", action, "tool", tool)
+	if c.Set != "" {
+		attrs = append(attrs, "tool_set", c.Set, "shown_as", shown)
+	}
 	a.log.InfoContext(ctx, "call refused: not authorized", attrs...)
 	md := map[string]string{"action": action}
-	if tool != "" {
-		md["tool"] = tool
+	if shown != "" {
+		md["tool"] = shown
+	}
+	if c.Set != "" {
+		md["tool_set"] = c.Set
 	}
 	return toolcall.GatewayError(codes.PermissionDenied, ReasonNotAllowed, msg, md)
 }

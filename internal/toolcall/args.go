@@ -20,8 +20,9 @@ import (
 // the keyword); so is text that is not a JSON object.
 //
 // compacted says raw is jsontext.Compact's output already (Call.ArgsCompact),
-// which is then not read a second time.
-func checkArguments(t *registry.Tool, raw []byte, compacted bool) (string, error) {
+// which is then not read a second time. The errors name the tool as name,
+// the caller's name for it (Call.ShownName).
+func checkArguments(t *registry.Tool, name string, raw []byte, compacted bool) (string, error) {
 	compact := raw
 	if !compacted || len(raw) < 2 || raw[0] != '{' {
 		if t := bytes.Trim(raw, " \t\r\n"); len(t) == 0 || string(t) == "null" {
@@ -32,11 +33,11 @@ func checkArguments(t *registry.Tool, raw []byte, compacted bool) (string, error
 			// The text of the arguments "is not valid JSON", "must be a
 			// JSON object", …: jsontext's errors read after a singular
 			// subject.
-			return "", invalidArguments(t, fmt.Sprintf("tool %q: the text of the arguments %v", t.Name, err))
+			return "", invalidArguments(name, fmt.Sprintf("tool %q: the text of the arguments %v", name, err))
 		}
 	}
 	if len(t.Arguments) > 0 || t.Strict {
-		if err := checkDeclared(t, compact); err != nil {
+		if err := checkDeclared(t, name, compact); err != nil {
 			return "", err
 		}
 	}
@@ -44,17 +45,18 @@ func checkArguments(t *registry.Tool, raw []byte, compacted bool) (string, error
 		if err := t.InputSchema.Check(compact); err != nil {
 			var ae *registry.ArgumentError
 			if errors.As(err, &ae) {
-				return "", invalidArguments(t, fmt.Sprintf("tool %q: %v", t.Name, ae))
+				return "", invalidArguments(name, fmt.Sprintf("tool %q: %v", name, ae))
 			}
-			return "", status.Errorf(codes.Internal, "tool %q: the arguments could not be checked against the input schema", t.Name)
+			return "", status.Errorf(codes.Internal, "tool %q: the arguments could not be checked against the input schema", name)
 		}
 	}
 	return string(compact), nil
 }
 
-// invalidArguments is the INVALID_ARGUMENT of arguments tool t refuses.
-func invalidArguments(t *registry.Tool, msg string) error {
-	return gatewayError(codes.InvalidArgument, ReasonInvalidArguments, msg, map[string]string{"tool": t.Name})
+// invalidArguments is the INVALID_ARGUMENT of arguments the tool the
+// caller calls name refuses.
+func invalidArguments(name, msg string) error {
+	return gatewayError(codes.InvalidArgument, ReasonInvalidArguments, msg, map[string]string{"tool": name})
 }
 
 // checkDeclared checks compact arguments against the tool's declared
@@ -62,11 +64,11 @@ func invalidArguments(t *registry.Tool, msg string) error {
 // buffer does not weigh on the stack of every call (see jsontext).
 //
 //go:noinline
-func checkDeclared(t *registry.Tool, compact []byte) error {
+func checkDeclared(t *registry.Tool, name string, compact []byte) error {
 	var buf [8]jsontext.Member
 	members, ok := jsontext.Members(compact, buf[:0])
 	if !ok {
-		return status.Errorf(codes.Internal, "tool %q: the arguments could not be read back", t.Name)
+		return status.Errorf(codes.Internal, "tool %q: the arguments could not be read back", name)
 	}
 	for _, a := range t.Arguments {
 		var v *jsontext.Member
@@ -78,18 +80,18 @@ func checkDeclared(t *registry.Tool, compact []byte) error {
 		}
 		if v == nil {
 			if a.Required {
-				return invalidArguments(t, fmt.Sprintf("tool %q: missing required argument %q", t.Name, a.Name))
+				return invalidArguments(name, fmt.Sprintf("tool %q: missing required argument %q", name, a.Name))
 			}
 			continue
 		}
 		if kind := v.Kind(); kind != a.Type && (a.Type != "integer" || !v.IsInteger()) {
-			return invalidArguments(t, fmt.Sprintf("tool %q: argument %q must be of type %s, got %s", t.Name, a.Name, a.Type, kind))
+			return invalidArguments(name, fmt.Sprintf("tool %q: argument %q must be of type %s, got %s", name, a.Name, a.Type, kind))
 		}
 	}
 	if t.Strict {
 		for _, m := range members {
 			if !declared(t, m.Key) {
-				return invalidArguments(t, fmt.Sprintf("tool %q: unknown argument %q (the tool accepts only its declared arguments)", t.Name, unescape(m.Key)))
+				return invalidArguments(name, fmt.Sprintf("tool %q: unknown argument %q (the tool accepts only its declared arguments)", name, unescape(m.Key)))
 			}
 		}
 	}

@@ -56,10 +56,10 @@ func TestCheckArguments(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := checkArguments(tool(c.strict), []byte(c.args), false)
+			got, err := checkArguments(tool(c.strict), "t", []byte(c.args), false)
 			// A door's compacted text, handed over as such, reads the same.
 			if compact, cerr := jsontext.Compact([]byte(c.args)); cerr == nil {
-				got2, err2 := checkArguments(tool(c.strict), compact, true)
+				got2, err2 := checkArguments(tool(c.strict), "t", compact, true)
 				if got2 != got || status.Code(err2) != status.Code(err) || (err != nil && err2.Error() != err.Error()) {
 					t.Fatalf("compacted: got %q, %v; unchecked form gave %q, %v", got2, err2, got, err)
 				}
@@ -79,7 +79,7 @@ func TestCheckArguments(t *testing.T) {
 		})
 	}
 	for _, empty := range []string{"", " ", "null"} {
-		if got, err := checkArguments(&registry.Tool{Name: "t"}, []byte(empty), false); err != nil || got != "{}" {
+		if got, err := checkArguments(&registry.Tool{Name: "t"}, "t", []byte(empty), false); err != nil || got != "{}" {
 			t.Errorf("%q: %q, %v; want {}", empty, got, err)
 		}
 	}
@@ -93,7 +93,7 @@ func FuzzCheckArguments(f *testing.F) {
 	}
 	t := tool(false)
 	f.Fuzz(func(tt *testing.T, s string) {
-		got, err := checkArguments(t, []byte(s), false)
+		got, err := checkArguments(t, t.Name, []byte(s), false)
 		if err != nil {
 			if c := status.Code(err); c != codes.InvalidArgument {
 				tt.Fatalf("%q: %v, want INVALID_ARGUMENT", s, err)

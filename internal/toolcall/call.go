@@ -160,6 +160,11 @@ type Call struct {
 	// a tool is known by the name the set shows; Core.ToolSets resolves it
 	// to the registry's before the policy sees the call.
 	Set string
+	// Shown is the name the call's tool set shows its tool under, when
+	// Core.ToolSets replaced Name with another, the registry's ("":
+	// Name is the name the caller gave). What the caller is told names
+	// the tool so (ShownName), never by the name the set hides.
+	Shown string
 	// Args are the arguments of OpInvoke and OpStream: JSON object text
 	// exactly as the caller wrote it (nil or empty: none). The core checks
 	// it against the tool and passes it on unchanged but for white space.
@@ -210,6 +215,15 @@ func (c *Call) PeerName() string {
 		return c.PeerAddr.String()
 	}
 	return c.Peer
+}
+
+// ShownName is the tool as the caller named it: the name its tool set
+// shows (Shown), else Name. Refusals and errors name the tool so.
+func (c *Call) ShownName() string {
+	if c.Shown != "" {
+		return c.Shown
+	}
+	return c.Name
 }
 
 // MethodName is c.Method, else the op's method.

@@ -96,7 +96,7 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 		snap := s.reg.Snapshot()
 		t, ok := snap.Tool(c.Name)
 		if !ok {
-			return Result{}, toolNotFound(c.Name)
+			return Result{}, toolNotFound(c.ShownName())
 		}
 		set, err := inSet(snap, c)
 		if err != nil {
@@ -104,7 +104,7 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 		}
 		if set != nil {
 			if t, ok = set.Shown(c.Name); !ok {
-				return Result{}, toolNotFound(c.Name)
+				return Result{}, toolNotFound(c.ShownName())
 			}
 		}
 		return Result{Detail: &Detail{Tool: t, RegistryVersion: snap.Version}}, nil
@@ -131,12 +131,12 @@ func (s *Core) Handle(ctx context.Context, c *Call, emit Emit) (Result, error) {
 func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
 	tool, call, deadline, err := s.start(ctx, c, false)
 	if err != nil {
-		return "", s.status(ctx, err, c.Name, tool, deadline)
+		return "", s.status(ctx, err, c.ShownName(), tool, deadline)
 	}
 	defer call.Close()
 	text, err := call.Wait(ctx)
 	if err != nil {
-		return "", s.status(ctx, err, c.Name, tool, deadline)
+		return "", s.status(ctx, err, c.ShownName(), tool, deadline)
 	}
 	return text, nil
 }
@@ -144,7 +144,7 @@ func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
 func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 	tool, call, deadline, err := s.start(ctx, c, true)
 	if err != nil {
-		return s.status(ctx, err, c.Name, tool, deadline)
+		return s.status(ctx, err, c.ShownName(), tool, deadline)
 	}
 	defer call.Close()
 	for i := int64(0); ; i++ {
@@ -153,7 +153,7 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 			return nil
 		}
 		if err != nil {
-			return s.status(ctx, err, c.Name, tool, deadline)
+			return s.status(ctx, err, c.ShownName(), tool, deadline)
 		}
 		if err := emit(Chunk{Text: text, Index: i, Last: last}); err != nil {
 			return err
@@ -190,9 +190,9 @@ func (s *Core) prepare(ctx context.Context, c *Call) (*registry.Tool, wire.Reque
 			// deadline of a request nobody takes.
 			return gone, wire.Request{}, time.Time{}, errNoInstance
 		}
-		return nil, wire.Request{}, time.Time{}, toolNotFound(c.Name)
+		return nil, wire.Request{}, time.Time{}, toolNotFound(c.ShownName())
 	}
-	args, err := checkArguments(tool, c.Args, c.ArgsCompact)
+	args, err := checkArguments(tool, c.ShownName(), c.Args, c.ArgsCompact)
 	if err != nil {
 		return tool, wire.Request{}, time.Time{}, err
 	}

@@ -43,7 +43,7 @@ func BenchmarkCheckArguments(b *testing.B) {
 				a := args[name]
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := checkArguments(t, a, false); err != nil && !strict {
+					if _, err := checkArguments(t, t.Name, a, false); err != nil && !strict {
 						b.Fatal(err)
 					}
 				}

@@ -50,11 +50,13 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 	case OpStartTool:
 		tool, env, deadline, perr := s.prepare(ctx, c)
 		if perr != nil {
-			return Result{}, s.status(ctx, perr, c.Name, tool, deadline)
+			return Result{}, s.status(ctx, perr, c.ShownName(), tool, deadline)
 		}
-		rec, err = ops.Start(ctx, OperationStart{Owner: owner, Tool: tool.Name, Request: env, Deadline: deadline, Target: target(tool)})
+		// The operation names its tool as the caller did: in a tool set,
+		// the set's name for it.
+		rec, err = ops.Start(ctx, OperationStart{Owner: owner, Tool: c.ShownName(), Request: env, Deadline: deadline, Target: target(tool)})
 		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) && !errors.Is(err, operations.ErrTooLong) {
-			return Result{}, s.status(ctx, err, c.Name, tool, deadline)
+			return Result{}, s.status(ctx, err, c.ShownName(), tool, deadline)
 		}
 	case OpListOperations:
 		var done *bool

@@ -129,10 +129,11 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 // so a service that runs out of time answers up to 1 ms before it.
 const deadlineSlack = 2 * time.Millisecond
 
-// status converts err and logs its cause. Once the call's deadline has
-// passed, that is what the caller hears about, even if the service's
-// reply about running out of time won the race: the answer does not
-// depend on which of the two came first.
+// status converts err and logs its cause. toolName is the tool as the
+// caller named it (Call.ShownName), which the answer names. Once the
+// call's deadline has passed, that is what the caller hears about, even if
+// the service's reply about running out of time won the race: the answer
+// does not depend on which of the two came first.
 func (s *Core) status(ctx context.Context, err error, toolName string, tool *registry.Tool, deadline time.Time) error {
 	passed := !deadline.IsZero() && time.Until(deadline) <= deadlineSlack
 	if cerr := context.Cause(ctx); cerr != nil && errors.Is(cerr, context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
@@ -147,7 +148,11 @@ func (s *Core) status(ctx context.Context, err error, toolName string, tool *reg
 	if st.Code() == codes.Internal || st.Code() == codes.Unavailable {
 		lvl = slog.LevelWarn
 	}
-	s.log.Log(ctx, lvl, "call failed", "tool", toolName, "code", st.Code().String(), "cause", err)
+	logged := toolName
+	if tool != nil {
+		logged = tool.Name // the registry's, as the call's log line names it
+	}
+	s.log.Log(ctx, lvl, "call failed", "tool", logged, "code", st.Code().String(), "cause", err)
 	return st.Err()
 }
 

@@ -18,24 +18,29 @@ import (
 // gzip message is inflated up to the bound and no further, and refused
 // with RESOURCE_EXHAUSTED), the metadata bounded at the protocol level
 // by HardHeaderFactor × MaxHeaderBytes (grpc.MaxHeaderListSize; GRPCTap
-// refuses what is over MaxHeaderBytes, in a status), and the
+// refuses what is over MaxHeaderBytes, in a status), the streams a
+// connection may have at once (HTTP2.MaxConcurrentStreams), and the
 // interceptors that stop GRPCTap's body clock once a call's first message
 // has arrived. Use them with GRPCTap.
 func GRPCServerOptions(q Requests) []grpc.ServerOption {
 	q = q.withDefaults()
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(q.MaxBodyBytes)),
 		grpc.MaxHeaderListSize(uint32(HardHeaderFactor * q.MaxHeaderBytes)),
 		grpc.ChainUnaryInterceptor(stopClockUnary),
 		grpc.ChainStreamInterceptor(stopClockStream),
 	}
+	if n := q.HTTP2.Streams(); n > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(n))
+	}
+	return opts
 }
 
 // stopClockUnary stops a unary call's body clock: its handler runs once
 // its message is read.
 func stopClockUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if c, ok := ctx.Value(bodyClockKey{}).(*bodyClock); ok {
-		c.timer.Stop()
+		c.stop()
 	}
 	return h(ctx, req)
 }
@@ -48,7 +53,7 @@ func stopClockStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 	switch {
 	case !ok:
 	case info.IsClientStream:
-		c.timer.Stop()
+		c.stop()
 	default:
 		ss = &firstMessage{ServerStream: ss, clock: c}
 	}
@@ -105,7 +110,10 @@ type bodyClock struct {
 	context.Context
 	cancel context.CancelFunc
 	timer  *time.Timer
-	fired  atomic.Bool
+	// unwatch ends the watch that stops the timer when the stream ends
+	// before its first message (reset, cancelled, connection lost).
+	unwatch func() bool
+	fired   atomic.Bool
 	// For the log line when the clock runs out.
 	log    *slog.Logger
 	method string
@@ -116,7 +124,17 @@ func startBodyClock(parent context.Context, d time.Duration, log *slog.Logger, m
 	c := &bodyClock{log: log, method: method, limit: d}
 	c.Context, c.cancel = context.WithCancel(parent)
 	c.timer = time.AfterFunc(d, c.fire)
+	// A stream that ends without a message (a client's RST_STREAM, its
+	// connection gone) cancels the parent: the clock goes with it, so a
+	// reset stream holds no timer, and nothing is logged for it.
+	c.unwatch = context.AfterFunc(c.Context, func() { c.timer.Stop() })
 	return c
+}
+
+// stop stops the clock: the call's first message arrived.
+func (c *bodyClock) stop() {
+	c.timer.Stop()
+	c.unwatch()
 }
 
 // fire ends the wait for the call's first message.
@@ -151,6 +169,6 @@ type firstMessage struct {
 
 func (s *firstMessage) RecvMsg(m any) error {
 	err := s.ServerStream.RecvMsg(m)
-	s.clock.timer.Stop()
+	s.clock.stop()
 	return err
 }

@@ -295,9 +295,9 @@ func (g *Gateway) knownTool(t string) bool { _, ok := g.reg.Snapshot().Tool(t); 
 // newGRPCServer makes the gRPC server: the gRPC door, operations, health
 // and reflection, behind the request limits.
 func (g *Gateway) newGRPCServer(calls toolcall.Handler) {
-	cfg, log, sec := g.cfg, g.log, g.sec
+	cfg, sec := g.cfg, g.sec
 	// The request limits first: they refuse before authentication.
-	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, log, sec.authn.TapHandle())))
+	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, sec.limitsLog, sec.authn.TapHandle())))
 	gopts = append(gopts, grpcapi.ServerOptions()...)
 	if cfg.GRPC.Workers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPC.Workers)))
@@ -324,9 +324,11 @@ func (g *Gateway) openListeners() error {
 	if g.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
+	g.grpcLis = g.sec.grpcListener(g.grpcLis)
 	if g.httpLis, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
+	g.httpLis = g.sec.httpListener(g.httpLis)
 	if cfg.AdminAddr != "" {
 		if g.adminLis, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			return fmt.Errorf("admin listener: %w", err)
@@ -370,8 +372,11 @@ func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 	g.httpSrv = &http.Server{
 		Handler:     sec.wrapHTTP(h),
 		BaseContext: func(net.Listener) context.Context { return g.httpBase },
-		TLSConfig:   sec.tls,
+		// TLS is the listener's (security.httpListener), so that the
+		// HTTP/2 frame meter reads above it.
+		ConnContext: limits.ConnContext,
 		Protocols:   httpProtocols(),
+		HTTP2:       cfg.Limits.HTTP2.ServerConfig(),
 		// Above the handler's own limit, which answers 431 in JSON.
 		MaxHeaderBytes:    limits.HardHeaderFactor * cfg.Limits.Header(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -621,11 +626,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		serve := g.httpSrv.Serve
-		if g.sec.tls != nil {
-			serve = func(l net.Listener) error { return g.httpSrv.ServeTLS(l, "", "") }
-		}
-		if err := serve(g.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := g.httpSrv.Serve(g.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("HTTP server: %w", err)
 		}
 	}()

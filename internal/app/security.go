@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/quota"
+	"github.com/toolgate/toolgate/internal/ratelog"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/grpc/credentials"
 )
@@ -32,10 +34,17 @@ type security struct {
 	// requests bound what one request may bring, on every door.
 	requests limits.Requests
 	log      *slog.Logger
+	// limitsLog is log rate-limited, for what clients can make happen
+	// over and over (refused requests, closed connections).
+	limitsLog *slog.Logger
+	// The HTTP/2 frame meters of the gRPC and HTTP listeners.
+	grpcMeter, httpMeter *limits.Meter
 }
 
 func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
-	s := &security{requests: cfg.Limits, log: log}
+	s := &security{requests: cfg.Limits, log: log, limitsLog: ratelog.New(log, 0)}
+	s.grpcMeter = limits.NewMeter(cfg.Limits.HTTP2, s.limitsLog.With("listener", "grpc"), true)
+	s.httpMeter = limits.NewMeter(cfg.Limits.HTTP2, s.limitsLog.With("listener", "http"), false)
 	if cfg.TLS.Cert != "" {
 		pair, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
 		if err != nil {
@@ -110,13 +119,35 @@ func (s *security) creds() credentials.TransportCredentials {
 	if s.tls == nil {
 		return nil
 	}
-	return credentials.NewTLS(s.tls)
+	return s.grpcMeter.Credentials(credentials.NewTLS(s.tls))
+}
+
+// grpcListener is the gRPC server's listener: each connection under the
+// HTTP/2 frame meter (with TLS the credentials meter it, above TLS).
+func (s *security) grpcListener(l net.Listener) net.Listener {
+	if s.tls != nil {
+		return l
+	}
+	return s.grpcMeter.Listener(l)
+}
+
+// httpListener is the HTTP server's listener: TLS, when set, is served
+// here, so that the HTTP/2 frame meter reads each connection above it.
+func (s *security) httpListener(l net.Listener) net.Listener {
+	if s.tls != nil {
+		return s.httpMeter.TLSListener(l, s.tls)
+	}
+	return s.httpMeter.Listener(l)
 }
 
 // wrapHTTP adds the body limits: size (after decompression), and time to
 // arrive.
 func (s *security) wrapHTTP(h http.Handler) http.Handler {
-	return limits.HTTP(s.requests, s.log, h)
+	h = limits.HTTP(s.requests, s.limitsLog, h)
+	if s.tls != nil {
+		h = limits.TLSState(h)
+	}
+	return h
 }
 
 // authenticate is the middleware that authenticates the caller, before

@@ -31,11 +31,14 @@ func TestParse(t *testing.T) {
 	if !c.Pulsar.Batching || c.GRPC.Workers != DefaultGRPCWorkers || !c.MCP.Enabled || c.GCHeapMiB != 64 {
 		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, %d, true, 64", c.Pulsar.Batching, c.GRPC.Workers, c.MCP.Enabled, c.GCHeapMiB, DefaultGRPCWorkers)
 	}
-	if want := (limits.Requests{MaxBodyBytes: limits.DefaultMaxBody, MaxHeaderBytes: limits.DefaultMaxHeaderBytes, BodyTimeout: limits.DefaultBodyTimeout}); c.Limits != want {
+	h2 := limits.HTTP2{MaxConcurrentStreams: limits.DefaultMaxConcurrentStreams, MaxResets: limits.DefaultMaxResets,
+		MaxPings: limits.DefaultMaxPings, MaxSettings: limits.DefaultMaxSettings}
+	if want := (limits.Requests{MaxBodyBytes: limits.DefaultMaxBody, MaxHeaderBytes: limits.DefaultMaxHeaderBytes, BodyTimeout: limits.DefaultBodyTimeout, HTTP2: h2}); c.Limits != want {
 		t.Fatalf("request limits %+v by default, want %+v", c.Limits, want)
 	}
-	if c, err := Parse([]string{"--max-body-bytes", "2048", "--max-header-bytes", "4096", "--body-timeout", "0"}, getenv, io.Discard); err != nil ||
-		c.Limits != (limits.Requests{MaxBodyBytes: 2048, MaxHeaderBytes: 4096}) {
+	if c, err := Parse([]string{"--max-body-bytes", "2048", "--max-header-bytes", "4096", "--body-timeout", "0",
+		"--http2-max-streams", "10", "--http2-max-resets", "-1", "--http2-max-pings", "5", "--http2-max-settings", "7"}, getenv, io.Discard); err != nil ||
+		c.Limits != (limits.Requests{MaxBodyBytes: 2048, MaxHeaderBytes: 4096, HTTP2: limits.HTTP2{MaxConcurrentStreams: 10, MaxResets: -1, MaxPings: 5, MaxSettings: 7}}) {
 		t.Fatalf("request limits %+v, %v; want 2048, 4096, none", c.Limits, err)
 	}
 	if c.AdminAddr != DefaultAdminAddr || !strings.HasPrefix(c.AdminAddr, "127.0.0.1:") {
@@ -101,6 +104,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--gc-heap-mib", "-1"}, nil, []string{"--gc-heap-mib must be between 0 and 1048576"}},
 		{[]string{"--allow-anonymous", "--max-body-bytes", "0", "--max-header-bytes", "10", "--body-timeout", "-1s"}, nil,
 			[]string{"--max-body-bytes must be between", "--max-header-bytes must be between", "--body-timeout must not be negative"}},
+		{[]string{"--allow-anonymous", "--http2-max-streams", "0", "--http2-max-resets", "-2", "--http2-max-pings", "2000000"}, nil,
+			[]string{"--http2-max-streams must be between 1 and 1048576, or -1", "--http2-max-resets must be", "--http2-max-pings must be"}},
 		{[]string{"--allow-anonymous"}, map[string]string{"TOOLGATE_PULSAR_BATCHING": "maybe"}, []string{`TOOLGATE_PULSAR_BATCHING="maybe"`}},
 		{[]string{"--allow-anonymous", "--mcp-resource", "gw.example.com/mcp"}, nil, []string{"--mcp-resource \"gw.example.com/mcp\": want an absolute https:// URI", "needs --mcp-authorization-servers or --jwt-issuer", "needs --jwt-jwks-file"}},
 		{[]string{"--jwt-jwks-file", "k.json", "--jwt-issuer", "https://auth.test", "--mcp-resource", "https://gw.test/mcp", "--mcp=false"}, nil, []string{"--mcp-resource needs --mcp"}},

@@ -58,6 +58,11 @@ func registerLimits(f *flags, l *limits.Requests) {
 	f.int(&maxHeader, "max-header-bytes", limits.DefaultMaxHeaderBytes, "largest request headers (gRPC: metadata) on every door: REST and MCP answer 431, gRPC, Connect and gRPC-Web RESOURCE_EXHAUSTED; above 4 times it the server refuses them at the protocol level")
 	f.dur(&l.BodyTimeout, "body-timeout", limits.DefaultBodyTimeout, "time a request's body (gRPC: its first message) has to arrive in full on every door, from its headers: REST and MCP answer 408 and close the connection, gRPC, Connect and gRPC-Web DEADLINE_EXCEEDED; 0 = no limit; responses, streams included, are not limited")
 	f.then(func() { l.MaxBodyBytes, l.MaxHeaderBytes = int64(maxBody), maxHeader })
+	h := &l.HTTP2
+	f.int(&h.MaxConcurrentStreams, "http2-max-streams", limits.DefaultMaxConcurrentStreams, "streams a client may have open at once on one HTTP/2 connection, on the gRPC and HTTP listeners; more are refused (REFUSED_STREAM); -1 = no bound")
+	f.int(&h.MaxResets, "http2-max-resets", limits.DefaultMaxResets, "streams a client may reset (RST_STREAM) on one HTTP/2 connection per 10 s, on both listeners; over it the connection gets GOAWAY ENHANCE_YOUR_CALM and is closed; -1 = no bound")
+	f.int(&h.MaxPings, "http2-max-pings", limits.DefaultMaxPings, "PINGs a client may send on one HTTP/2 connection per 10 s beyond those the gateway's answers earn back, on both listeners; over it: GOAWAY ENHANCE_YOUR_CALM; -1 = no bound")
+	f.int(&h.MaxSettings, "http2-max-settings", limits.DefaultMaxSettings, "SETTINGS frames a client may send on one HTTP/2 connection per 10 s, on both listeners; over it: GOAWAY ENHANCE_YOUR_CALM; -1 = no bound")
 }
 
 func (p *Pulsar) register(f *flags) {

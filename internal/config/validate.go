@@ -132,6 +132,15 @@ func (c Config) validate() error {
 	if c.Limits.MaxHeaderBytes < 1024 || c.Limits.MaxHeaderBytes > 16<<20 {
 		errs = append(errs, errors.New("--max-header-bytes must be between 1024 and 16777216"))
 	}
+	for _, b := range []struct {
+		flag string
+		v    int
+	}{{"http2-max-streams", c.Limits.HTTP2.MaxConcurrentStreams}, {"http2-max-resets", c.Limits.HTTP2.MaxResets},
+		{"http2-max-pings", c.Limits.HTTP2.MaxPings}, {"http2-max-settings", c.Limits.HTTP2.MaxSettings}} {
+		if b.v == 0 || b.v < -1 || b.v > 1<<20 {
+			errs = append(errs, fmt.Errorf("--%s must be between 1 and 1048576, or -1 for no bound (got %d)", b.flag, b.v))
+		}
+	}
 	if c.Auth.APIKeys == "" && c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" && c.TLS.ClientCA == "" && !c.Auth.AllowAnonymous {
 		errs = append(errs, errors.New("no way to authenticate callers: give --api-keys, --jwt-hs256-secret-file, --jwt-jwks-file or --client-ca, or --allow-anonymous to serve everyone as --default-user"))
 	}

@@ -88,7 +88,9 @@ func ReadBody(r *http.Request) ([]byte, error) {
 // BodyError is the status of a request body an HTTP door could not read:
 // RESOURCE_EXHAUSTED for one over the body limit (*http.MaxBytesError),
 // DEADLINE_EXCEEDED for one that did not arrive in time
-// (os.ErrDeadlineExceeded, the message saying so), else INVALID_ARGUMENT.
+// (os.ErrDeadlineExceeded, the message saying so), UNIMPLEMENTED for one
+// in a Content-Encoding the gateway does not decode
+// (toolcall.ErrUnsupportedEncoding; HTTP 415), else INVALID_ARGUMENT.
 func BodyError(err error) error {
 	var mbe *http.MaxBytesError
 	switch {
@@ -96,6 +98,8 @@ func BodyError(err error) error {
 		return toolcall.GatewayError(codes.ResourceExhausted, toolcall.ReasonBodyTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit), nil)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return toolcall.GatewayError(codes.DeadlineExceeded, toolcall.ReasonBodyTimeout, err.Error(), nil)
+	case errors.Is(err, toolcall.ErrUnsupportedEncoding):
+		return toolcall.GatewayError(codes.Unimplemented, toolcall.ReasonUnsupportedEncoding, err.Error(), nil)
 	}
 	return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonInvalidBody, fmt.Sprintf("the request body could not be read: %v", err), nil)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,12 +31,17 @@ import (
 //   - HTTP 413 instead of 400 when the request body went over
 //     Requests.MaxBodyBytes (HTTP) while it was read;
 //   - HTTP 408 (and the connection closed) when the body did not arrive
-//     within Requests.BodyTimeout.
+//     within Requests.BodyTimeout;
+//   - HTTP 415, with Accept-Encoding naming what is decoded, for a body in
+//     a Content-Encoding other than gzip and identity.
 func ErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if b, ok := r.Body.(*limitedBody); ok && b.over.Load() {
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: tooLarge(b.limit).Err()}
 	} else if ok && b.timedOut.Load() {
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestTimeout, Err: status.New(codes.DeadlineExceeded, (&bodyTimeoutError{b.timeout}).Error()).Err()}
+	} else if ok && b.badEncoding.Load() {
+		w.Header().Set("Accept-Encoding", toolcall.AcceptedEncodings)
+		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusUnsupportedMediaType, Err: err}
 	} else if secs, ok := RetryAfter(err); ok {
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	}
@@ -93,10 +99,16 @@ func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
 			return
 		}
 		b := &limitedBody{raw: r.Body, w: w, r: r, log: log, limit: q.MaxBodyBytes, timeout: q.BodyTimeout}
-		if q.BodyTimeout > 0 {
+		// A stream already ended (an HTTP/2 client's RST_STREAM) gets no
+		// deadline: the server would arm a timer for a stream it has closed.
+		if q.BodyTimeout > 0 && r.Context().Err() == nil {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(q.BodyTimeout)) == nil {
 				b.rc = rc // else a writer without deadlines: nothing to bound it with
+				// The deadline ends with the handler, whatever became of the
+				// body: on HTTP/2 it is a timer of the stream's, which would
+				// outlive a stream reset before its body was read.
+				defer b.clearDeadline()
 			}
 		}
 		var src io.ReadCloser = rawBody{b}
@@ -106,10 +118,21 @@ func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
 			// bound, so that each door answers in its own form.
 			src = http.MaxBytesReader(w, src, q.MaxBodyBytes)
 		}
-		if strings.EqualFold(strings.TrimSpace(r.Header.Get("Content-Encoding")), "gzip") {
+		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+		case "":
+		case "gzip", "x-gzip":
 			src = http.MaxBytesReader(w, &gzipBody{src: src}, q.MaxBodyBytes)
 			r.Header.Del("Content-Encoding")
 			r.ContentLength = -1
+		case "identity":
+			r.Header.Del("Content-Encoding")
+		default:
+			// Not decoded here: the body is refused when read (415 on REST
+			// and MCP). The header stays, for a protocol that negotiates
+			// encodings of its own (Connect) to answer first.
+			b.badEncoding.Store(true)
+			src = failedBody{fmt.Errorf("%w %q: this gateway decodes request bodies in %s",
+				toolcall.ErrUnsupportedEncoding, enc, toolcall.AcceptedEncodings)}
 		}
 		if _, plain := src.(rawBody); !plain {
 			b.src = src
@@ -131,10 +154,18 @@ type limitedBody struct {
 	rc       *http.ResponseController // nil: no deadline to clear
 	limit    int64
 	timeout  time.Duration
-	cleared  bool
+	cleared  atomic.Bool
 	over     atomic.Bool
 	timedOut atomic.Bool
+	// badEncoding: a Content-Encoding the gateway does not decode.
+	badEncoding atomic.Bool
 }
+
+// failedBody is a body that cannot be read, for the reason it gives.
+type failedBody struct{ err error }
+
+func (f failedBody) Read([]byte) (int, error) { return 0, f.err }
+func (f failedBody) Close() error             { return nil }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if b.src == nil {
@@ -159,10 +190,7 @@ func (b *limitedBody) readRaw(p []byte) (int, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		if b.rc != nil && !b.cleared {
-			b.cleared = true
-			_ = b.rc.SetReadDeadline(time.Time{})
-		}
+		b.clearDeadline()
 	case b.rc != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		if !b.timedOut.Swap(true) {
 			b.log.InfoContext(b.r.Context(), "request refused: body not received in time", "method", b.r.Method, "path", b.r.URL.Path,
@@ -172,6 +200,13 @@ func (b *limitedBody) readRaw(p []byte) (int, error) {
 		err = &bodyTimeoutError{b.timeout}
 	}
 	return n, err
+}
+
+// clearDeadline clears the read deadline, once.
+func (b *limitedBody) clearDeadline() {
+	if b.rc != nil && !b.cleared.Swap(true) {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
 }
 
 // rawBody is the bottom of a limitedBody's layers.

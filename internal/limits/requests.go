@@ -49,6 +49,9 @@ type Requests struct {
 	// on gRPC, its first message — counted from its headers; <= 0: no
 	// limit. Responses, streams of any length, are not limited.
 	BodyTimeout time.Duration
+	// HTTP2 bounds each HTTP/2 connection of both listeners: streams at
+	// once, and the client's budgets of resets, pings and settings.
+	HTTP2 HTTP2
 }
 
 // withDefaults fills the unset bounds with their defaults.
@@ -59,6 +62,7 @@ func (q Requests) withDefaults() Requests {
 	if q.MaxHeaderBytes <= 0 {
 		q.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
+	q.HTTP2 = q.HTTP2.withDefaults()
 	return q
 }
 

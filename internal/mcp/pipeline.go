@@ -114,6 +114,9 @@ func (s *Server) readBody(x *exchange) bool {
 			writeRefusal(x.w, http.StatusRequestEntityTooLarge, nullID, statusError(st))
 		case codes.DeadlineExceeded:
 			writeRefusal(x.w, http.StatusRequestTimeout, nullID, statusError(st))
+		case codes.Unimplemented: // a Content-Encoding not decoded (RFC 9110: 415, naming those that are)
+			x.w.Header().Set("Accept-Encoding", toolcall.AcceptedEncodings)
+			writeRefusal(x.w, http.StatusUnsupportedMediaType, nullID, statusError(st))
 		default:
 			writeRefusal(x.w, http.StatusBadRequest, nullID, reasonError(codeParseError, "INVALID_BODY", "the request body could not be read"))
 		}

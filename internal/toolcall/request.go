@@ -1,6 +1,7 @@
 package toolcall
 
 import (
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,18 @@ const (
 	ReasonBodyTooLarge = "BODY_TOO_LARGE"
 	ReasonBodyTimeout  = "BODY_TIMEOUT"
 )
+
+// ReasonUnsupportedEncoding is the ErrorInfo reason of a request body
+// in a Content-Encoding the gateway does not decode (HTTP 415).
+const ReasonUnsupportedEncoding = "UNSUPPORTED_CONTENT_ENCODING"
+
+// AcceptedEncodings are the request Content-Encodings the HTTP listener
+// decodes, as its 415 answers name them in Accept-Encoding.
+const AcceptedEncodings = "gzip, identity"
+
+// ErrUnsupportedEncoding is what reading a request body in a
+// Content-Encoding the gateway does not decode fails with (errors.Is).
+var ErrUnsupportedEncoding = errors.New("unsupported Content-Encoding")
 
 // HeadersTooLarge is the status of a request whose header lines (or
 // metadata) are size bytes, more than limit: RESOURCE_EXHAUSTED, reason

@@ -193,8 +193,9 @@ type Stats struct {
 	BadReplies    int64 // replies that could not be decoded
 	// RefusedReplies are replies for a waiting call that the bridge did
 	// not take: from a topic where that call's replies are not expected,
-	// a number the call had already had (a replay), or none from a
-	// service that numbers its replies.
+	// a number the call had already had (a replay), none from a service
+	// that numbers its replies, or from another instance than the one
+	// whose replies the call took (receipts too).
 	RefusedReplies int64
 	// RepliesViaReplyTo counts the replies (of Replies and OrphanReplies)
 	// that came on the instance's own reply topic.
@@ -799,7 +800,10 @@ func publishError(err error) error {
 // is lost replies). One service may have replicas of both kinds on one
 // request topic: Go SDK replicas answer on the reply topic, numbered;
 // TrustGraph's Python replicas ignore reply-to and answer on the response
-// topic, unnumbered. So each call binds to the kind of its first reply.
+// topic, unnumbered. So each call binds to the kind of its first reply
+// taken, and to the instance (wire.PropInstance) of the first taken that
+// names one (Call.bind). A message refused, and a receipt, bind nothing:
+// neither, forged, can have the genuine answer refused after it.
 // On the response topic of a service seen answering on the reply topic, a
 // numbered reply to a call that named the reply topic is refused: the Go
 // SDK answers such a call on the reply topic only. Anything else refused
@@ -834,14 +838,34 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		b.refuse(topic, id, "the reply has no sequence number, though it came on the reply topic")
 		return
 	}
-	if why := c.bind(topic, seq != ""); why != "" {
+	// Checked before the payload is decoded (deliver checks again, and
+	// binds): a message refused here is not read.
+	if why := c.mismatch(topic, seq != "", inst); why != "" {
 		b.refuse(topic, id, why, "response_topic", c.respTopic)
 		return
 	}
-	if why := c.bindInstance(inst); why != "" {
-		b.refuse(topic, id, why)
+	resp, err := wire.DecodeResponse(m.Payload)
+	if err != nil {
+		b.badReplies.Add(1)
+		b.log.Warn("malformed reply", "topic", topic, "id", id, "err", err, "bytes", len(m.Payload))
+		c.finish(fmt.Errorf("%w: %w", ErrBadReply, err))
 		return
 	}
+	flow := m.Properties[wire.PropFlow]
+	switch d, why := c.deliver(resp, topic, seq, flow, inst, len(m.Payload)+len(id)+len(seq)+len(flow)+replyOverhead); d {
+	case delivered:
+	case mismatched:
+		b.refuse(topic, id, why, "response_topic", c.respTopic)
+		return
+	case badFlow:
+		b.refuse(topic, id, "the reply names a flow topic that is not its service's", "flow_topic", flow)
+		c.finish(fmt.Errorf("%w: flow topic %q is not one of %s", ErrBadReply, flow, c.reqTopic))
+		return
+	case replayed:
+		b.refuse(topic, id, "the reply repeats a sequence number the call already had", "seq", seq)
+		return
+	}
+	// What the service's replies show, learnt from the replies taken only.
 	c.heardWord()
 	if inst != "" {
 		b.learnReceipts(c.respTopic)
@@ -856,24 +880,6 @@ func (b *Bridge) route(topic string, m transport.Message) {
 			b.honouring.Store(c.respTopic, struct{}{})
 			b.log.Info("tool service answers on this instance's reply topic", "response_topic", c.respTopic, "reply_topic", topic)
 		}
-	}
-	resp, err := wire.DecodeResponse(m.Payload)
-	if err != nil {
-		b.badReplies.Add(1)
-		b.log.Warn("malformed reply", "topic", topic, "id", id, "err", err, "bytes", len(m.Payload))
-		c.finish(fmt.Errorf("%w: %w", ErrBadReply, err))
-		return
-	}
-	flow := m.Properties[wire.PropFlow]
-	switch c.deliver(resp, seq, flow, len(m.Payload)+len(id)+len(seq)+len(flow)+replyOverhead) {
-	case delivered:
-	case badFlow:
-		b.refuse(topic, id, "the reply names a flow topic that is not its service's", "flow_topic", flow)
-		c.finish(fmt.Errorf("%w: flow topic %q is not one of %s", ErrBadReply, flow, c.reqTopic))
-		return
-	case replayed:
-		b.refuse(topic, id, "the reply repeats a sequence number the call already had", "seq", seq)
-		return
 	}
 	b.replies.Add(1)
 }

@@ -80,15 +80,16 @@ type Call struct {
 	// flowChecked is the flow topic last found to be the service's.
 	flowChecked string
 
-	// via is the topic of the call's first reply, and numbered whether
-	// it carried a number: later replies must match both (Bridge.route).
-	// Set once under mu, then bound is set: read without mu after that.
+	// via is the topic of the first reply the call took, and numbered
+	// whether it carried a number: later replies must match both
+	// (Bridge.route). Set once under mu, then bound is set: read without
+	// mu after that.
 	via      string
 	numbered bool
 	bound    atomic.Bool
 	// inst is the service instance the call is bound to: the first that
-	// named itself on a reply or receipt (wire.PropInstance). Set once
-	// under mu, then instBound is set.
+	// named itself on a reply the call took (wire.PropInstance; a receipt
+	// binds nothing). Set once under mu, then instBound is set.
 	inst      string
 	instBound atomic.Bool
 	// receipt: the call asked for a receipt (receipt.go); nil: not.
@@ -119,27 +120,51 @@ func (c *Call) signal() {
 	}
 }
 
-// bind checks a reply message, from topic and numbered or not, against
-// the call's first reply, which it becomes when there was none: "" when it
-// matches, else why it is refused.
-func (c *Call) bind(topic string, numbered bool) string {
-	if !c.bound.Load() { // the first reply; no lock on the others'
-		c.mu.Lock()
-		if !c.bound.Load() {
-			c.via, c.numbered = topic, numbered
-			c.bound.Store(true)
+// mismatch checks a reply message — from topic, numbered or not, naming
+// instance inst ("": none) — against the reply the call took first, if
+// it took one: "" when it matches (or there is none yet), else why it is
+// refused. It takes no lock: what the call's first reply bound is set
+// once, before bound (instBound), and read only after it.
+func (c *Call) mismatch(topic string, numbered bool, inst string) string {
+	if c.bound.Load() {
+		switch {
+		case c.via != topic:
+			return "the call's replies come on another topic (" + c.via + ")"
+		case c.numbered && !numbered:
+			return "the reply has no sequence number, though the call's replies are numbered"
+		case !c.numbered && numbered:
+			return "the reply has a sequence number, though the call's replies are not numbered"
 		}
-		c.mu.Unlock()
 	}
-	switch {
-	case c.via != topic:
-		return "the call's replies come on another topic (" + c.via + ")"
-	case c.numbered && !numbered:
-		return "the reply has no sequence number, though the call's replies are numbered"
-	case !c.numbered && numbered:
-		return "the reply has a sequence number, though the call's replies are not numbered"
+	return c.otherInstance(inst)
+}
+
+// otherInstance reports why a message naming instance inst is not the
+// call's: another instance's replies were taken for it. "" when inst
+// names none, when the call took no reply naming one, or when it is that
+// one.
+func (c *Call) otherInstance(inst string) string {
+	if inst != "" && c.instBound.Load() && c.inst != inst {
+		return "another instance of the service answers this call (" + c.inst + ")"
 	}
 	return ""
+}
+
+// bind makes a reply message the call takes — from topic, numbered or
+// not, naming instance inst — the one later replies must match (topic
+// and numbering from its first reply, the instance from its first reply
+// naming one). Only a reply taken binds: a receipt, or a message refused,
+// binds nothing, so that a forgery refused can never have the genuine
+// answer refused after it. c.mu is held; the message matched (mismatch).
+func (c *Call) bind(topic string, numbered bool, inst string) {
+	if !c.bound.Load() {
+		c.via, c.numbered = topic, numbered
+		c.bound.Store(true)
+	}
+	if inst != "" && !c.instBound.Load() {
+		c.inst = inst
+		c.instBound.Store(true)
+	}
 }
 
 // unnumbered reports whether the call's first reply came without a
@@ -159,22 +184,54 @@ func (b *Bridge) numbers(responseTopic string) bool {
 type delivery int
 
 const (
-	delivered delivery = iota
-	replayed           // refused: a number (seq) the call has had already
-	badFlow            // refused: it names a flow topic not of the call's service
+	delivered  delivery = iota
+	mismatched          // refused: not like the reply the call took first (mismatch)
+	replayed            // refused: a number (seq) the call has had already
+	badFlow             // refused: it names a flow topic not of the call's service
 )
 
-// deliver queues one decoded reply message. It never blocks: a reader that
-// falls too far behind ends its own call with ErrSlowReader. It refuses a
-// message whose number (seq) the call has had already — a replay, or a
-// forgery racing the real reply — and one naming a flow topic (flow) that
-// is not its service's, which is checked once per topic named, not per
-// chunk.
-func (c *Call) deliver(r wire.Response, seq, flow string, size int) delivery {
+// deliver queues one decoded reply message, which came on topic and names
+// instance inst ("": none). It never blocks: a reader that falls too far
+// behind ends its own call with ErrSlowReader. It refuses a message not
+// like the reply the call took first (mismatch, and why), one whose
+// number (seq) the call has had already — a replay, or a forgery racing
+// the real reply — and one naming a flow topic (flow) that is not its
+// service's, which is checked once per topic named, not per chunk (route
+// then ends the call, as it does on a malformed reply). A message refused
+// binds nothing (bind), and neither names the call's flow topic nor
+// counts towards its credit: those are the messages it takes.
+func (c *Call) deliver(r wire.Response, topic, seq, flow, inst string, size int) (delivery, string) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return delivered
+		return delivered, ""
+	}
+	// Again under the lock: a message on another topic may have bound
+	// the call since the caller looked.
+	if why := c.mismatch(topic, seq != "", inst); why != "" {
+		c.mu.Unlock()
+		return mismatched, why
+	}
+	n := 0
+	if seq != "" {
+		var err error
+		if n, err = strconv.Atoi(seq); err != nil || n < c.nextSeq {
+			c.mu.Unlock()
+			return replayed, ""
+		}
+	}
+	if flow != "" && flow != c.flowChecked {
+		if !wire.FlowTopicAllowed(flow, c.reqTopic) {
+			c.mu.Unlock()
+			return badFlow, ""
+		}
+		c.flowChecked = flow
+	}
+	// Taken.
+	c.bind(topic, seq != "", inst)
+	if flow != "" && c.flow == "" && c.granted > 0 {
+		c.flow = flow
+		c.b.streams.Add(1)
 	}
 	if c.credited {
 		c.bytes += int64(size)
@@ -184,26 +241,10 @@ func (c *Call) deliver(r wire.Response, seq, flow string, size int) delivery {
 			c.giveBack()
 		}
 	}
-	if flow != "" && flow != c.flowChecked {
-		if !wire.FlowTopicAllowed(flow, c.reqTopic) {
-			c.mu.Unlock()
-			return badFlow
-		}
-		c.flowChecked = flow
-		if c.flow == "" && c.granted > 0 {
-			c.flow = flow
-			c.b.streams.Add(1)
-		}
-	}
 	lost := 0
 	if seq != "" {
 		// Replies of one call come in order; a number past the one
 		// expected means the broker dropped the ones between.
-		n, err := strconv.Atoi(seq)
-		if err != nil || n < c.nextSeq {
-			c.mu.Unlock()
-			return replayed
-		}
 		lost = n - c.nextSeq
 		c.nextSeq = n + 1
 	}
@@ -238,7 +279,7 @@ func (c *Call) deliver(r wire.Response, seq, flow string, size int) delivery {
 		c.remove()
 	}
 	c.signal()
-	return delivered
+	return delivered, ""
 }
 
 // release passes on a held last message: the call ends whole.

@@ -21,7 +21,8 @@ import (
 // made, when an instance of its service has left (InstanceLeft) since
 // leftWindow before the call was made, is published once more with the
 // same id: an instance that has it already does not run it again. The
-// call takes its replies from the first instance that answers (Call.bind).
+// call takes its replies from the first instance whose reply it takes
+// (Call.bind); a receipt binds it to none (routeReceipt).
 //
 // No call has a timer of its own for this: only a call made up to
 // leftWindow after an instance left, or in flight when it left, can be
@@ -241,37 +242,21 @@ func (c *Call) checkWord(now time.Time) {
 
 // routeReceipt takes a receipt (a message with wire.PropReceipt) for call
 // c, which came on topic: from where the call's replies are expected, and
-// from the instance the call is bound to, if any.
+// not from another instance than the one whose replies the call took. A
+// receipt binds the call to nothing: anyone who may publish where the
+// replies go can send one, naming any instance, and the call takes its
+// answer from whichever instance answers first (Call.bind). Taken, it
+// only keeps the call from being published again — as a call to a
+// service that sends no receipts never is.
 func (b *Bridge) routeReceipt(topic string, c *Call, viaReplyTo bool, inst string) {
 	if !viaReplyTo && topic != c.respTopic {
 		b.refuse(topic, c.id, "a receipt from a topic where this call's replies are not expected", "response_topic", c.respTopic)
 		return
 	}
-	if why := c.bindInstance(inst); why != "" {
-		b.refuse(topic, c.id, why)
+	if why := c.otherInstance(inst); why != "" {
+		b.refuse(topic, c.id, "a receipt, though "+why)
 		return
 	}
 	b.receipts.Add(1)
 	c.heardWord()
-}
-
-// bindInstance binds the call to the instance inst that answers it, when
-// it names one and the call has none yet: "" when it matches, else why it
-// is refused.
-func (c *Call) bindInstance(inst string) string {
-	if inst == "" {
-		return ""
-	}
-	if !c.instBound.Load() { // the first to name one; no lock after that
-		c.mu.Lock()
-		if !c.instBound.Load() {
-			c.inst = inst
-			c.instBound.Store(true)
-		}
-		c.mu.Unlock()
-	}
-	if c.inst != inst {
-		return "another instance of the service answers this call (" + c.inst + ")"
-	}
-	return ""
 }

@@ -46,6 +46,48 @@ func newCall(r *http.Request, op toolcall.Op) *toolcall.Call {
 	return &toolcall.Call{Op: op, Header: httpcall.Header(r.Header), TLS: r.TLS, Peer: r.RemoteAddr}
 }
 
+// querySet is the query parameter that names the tool set of a call on
+// /v1/tools, as the Tool-Set header does.
+const querySet = "set"
+
+// toolSet reads the tool set a request on /v1/tools names in its query
+// (?set=) into c: given once, not empty, and the same as the Tool-Set
+// header's when it has one. Without ?set=, the header alone names it (the
+// core reads it).
+func toolSet(r *http.Request, c *toolcall.Call) error {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	v, ok := r.URL.Query()[querySet]
+	switch {
+	case !ok:
+		return nil
+	case len(v) > 1:
+		return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonToolSetConflict,
+			fmt.Sprintf("?set= is given %d times; name one tool set", len(v)), nil)
+	case v[0] == "":
+		return status.Error(codes.InvalidArgument, "?set= is empty: name a tool set (?set=<set>), or leave set out for the whole registry")
+	}
+	for _, h := range r.Header.Values(toolcall.HeaderToolSet) {
+		if h != "" && h != v[0] {
+			return toolcall.ToolSetConflict(fmt.Sprintf("the query's set %q and the Tool-Set header's %q are different tool sets: name one, or the same in both", v[0], h), v[0], h)
+		}
+	}
+	c.Set = v[0]
+	return nil
+}
+
+// noToolSet refuses ?set= on a route no tool set applies to, rather than
+// ignore it: sets hold tools, not tool services or operations.
+func noToolSet(r *http.Request) error {
+	if r.URL.RawQuery == "" || !r.URL.Query().Has(querySet) {
+		return nil
+	}
+	return toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonToolSetNotApplicable,
+		"?set= names a tool set, and "+r.Method+" "+r.URL.Path+" takes none: tool sets apply to /v1/tools "+
+			"(ListTools, GetTool, :invoke, :stream, :start); leave set out", map[string]string{"tool_set": r.URL.Query().Get(querySet)})
+}
+
 // toolVerb serves POST /v1/tools/{name}:invoke and :stream.
 func (a *API) toolVerb(w http.ResponseWriter, r *http.Request) {
 	call := r.PathValue("call")
@@ -73,6 +115,10 @@ func (a *API) serveInvoke(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	c := newCall(r, toolcall.OpInvoke)
 	c.Name = name
+	if err := toolSet(r, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
 	if !a.readCall(w, r, c) {
 		return
 	}
@@ -118,8 +164,9 @@ func (a *API) listTools(w http.ResponseWriter, r *http.Request) {
 		a.httpError(r.Context(), w, r, err)
 		return
 	}
-	if set := r.URL.Query()["set"]; len(set) > 0 {
-		c.Set = set[0] // the tools of one tool set, as it shows them
+	if err := toolSet(r, c); err != nil { // the tools of one tool set, as it shows them
+		a.httpError(r.Context(), w, r, err)
+		return
 	}
 	res, err := a.run(w, r, c)
 	if err == nil {
@@ -138,6 +185,10 @@ func (a *API) getTool(w http.ResponseWriter, r *http.Request) {
 	}
 	c := newCall(r, toolcall.OpGetTool)
 	c.Name = name
+	if err := toolSet(r, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
 	res, err := a.run(w, r, c)
 	if err == nil {
 		a.writeMessage(w, r, apiproto.Tool(res.Details().Tool, res.Details().RegistryVersion)) // response_body: "tool"
@@ -149,6 +200,10 @@ func (a *API) listServices(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := newCall(r, toolcall.OpListServices)
+	if err := noToolSet(r); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
 	if err := pageParams(r, c); err != nil {
 		a.httpError(r.Context(), w, r, err)
 		return
@@ -161,6 +216,10 @@ func (a *API) listServices(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) getService(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
+		return
+	}
+	if err := noToolSet(r); err != nil {
+		a.httpError(r.Context(), w, r, err)
 		return
 	}
 	c := newCall(r, toolcall.OpGetService)

@@ -640,3 +640,96 @@ func TestPageParams(t *testing.T) {
 		}
 	}
 }
+
+// setRecorder is a call handler that records the tool set of each call it
+// serves.
+type setRecorder struct {
+	mu   sync.Mutex
+	seen []string // "Op set"
+}
+
+func (s *setRecorder) handle(_ context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+	s.mu.Lock()
+	s.seen = append(s.seen, c.Op.Method()+" "+c.Set)
+	s.mu.Unlock()
+	switch c.Op {
+	case toolcall.OpStream:
+		return toolcall.Result{}, emit(toolcall.Chunk{Text: "ok", Last: true})
+	case toolcall.OpStartTool:
+		return toolcall.Result{Detail: &toolcall.Detail{Operation: &toolcall.Operation{ID: "op", Tool: c.Name, State: "running"}}}, nil
+	case toolcall.OpGetTool:
+		return toolcall.Result{Detail: &toolcall.Detail{Tool: &registry.Tool{Name: c.Name, Service: &registry.Service{ID: "s"}}}}, nil
+	case toolcall.OpListTools:
+		return toolcall.Result{Detail: &toolcall.Detail{}}, nil
+	}
+	return toolcall.Result{Output: "ok"}, nil
+}
+
+func (s *setRecorder) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.seen
+	s.seen = nil
+	return out
+}
+
+// TestQuerySet: ?set= names the tool set of every route that names tools
+// — :invoke, :stream, :start, GET of a tool, the list — as the Tool-Set
+// header does; given twice, empty, or unlike the header it is 400, and on
+// the routes of tool services and operations, where no set applies, 400
+// too: never ignored.
+func TestQuerySet(t *testing.T) {
+	t.Parallel()
+	rec := &setRecorder{}
+	srv := newServer(t, &fakeService{}, func(o *Options) { o.Handler, o.Operations = rec.handle, true })
+	body := `{"arguments": {}}`
+	for _, tc := range []struct{ method, path, want string }{
+		{"POST", "/v1/tools/x:invoke?set=desk", "/toolgate.v1.ToolService/InvokeTool desk"},
+		{"POST", "/v1/tools/x:stream?set=desk", "/toolgate.v1.ToolService/StreamTool desk"},
+		{"POST", "/v1/tools/x:start?set=desk", "/toolgate.v1.ToolService/StartTool desk"},
+		{"GET", "/v1/tools/x?set=desk", "/toolgate.v1.ToolService/GetTool desk"},
+		{"GET", "/v1/tools?set=desk&page_size=5", "/toolgate.v1.ToolService/ListTools desk"},
+		{"POST", "/v1/tools/x:invoke", "/toolgate.v1.ToolService/InvokeTool "},
+	} {
+		resp, raw := do(t, srv, tc.method, tc.path, body)
+		if got := rec.take(); resp.StatusCode != http.StatusOK || len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s %s: HTTP %d %s; the core saw %q, want %q", tc.method, tc.path, resp.StatusCode, raw, got, tc.want)
+		}
+	}
+	// The header alike: one set.
+	if resp, raw := do(t, srv, "POST", "/v1/tools/x:invoke?set=desk", body, "Tool-Set", "desk"); resp.StatusCode != http.StatusOK {
+		t.Errorf("?set=desk with Tool-Set: desk: HTTP %d %s", resp.StatusCode, raw)
+	}
+	rec.take()
+	for _, tc := range []struct {
+		method, path string
+		hdr          []string
+		reason, msg  string
+	}{
+		{"POST", "/v1/tools/x:invoke?set=desk", []string{"Tool-Set", "other"}, toolcall.ReasonToolSetConflict, `the query's set "desk" and the Tool-Set header's "other" are different tool sets`},
+		{"POST", "/v1/tools/x:stream?set=desk&set=other", nil, toolcall.ReasonToolSetConflict, "?set= is given 2 times"},
+		{"GET", "/v1/tools/x?set=", nil, "INVALID_ARGUMENT", "?set= is empty"},
+		{"GET", "/v1/tools?set=", nil, "INVALID_ARGUMENT", "?set= is empty"},
+		{"GET", "/v1/tool-services?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "GET /v1/tool-services takes none"},
+		{"GET", "/v1/tool-services/s?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "takes none"},
+		{"GET", "/v1/operations?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "takes none"},
+		{"GET", "/v1/operations/op?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "takes none"},
+		{"GET", "/v1/operations/op:stream?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "takes none"},
+		{"DELETE", "/v1/operations/op?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "takes none"},
+		{"POST", "/v1/operations/op:cancel?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "takes none"},
+		{"POST", "/v1/operations/op:wait?set=desk", nil, toolcall.ReasonToolSetNotApplicable, "takes none"},
+	} {
+		resp, raw := do(t, srv, tc.method, tc.path, "{}", tc.hdr...)
+		var st struct {
+			Message string
+			Details []struct{ Reason string }
+		}
+		_ = json.Unmarshal(raw, &st)
+		if resp.StatusCode != http.StatusBadRequest || len(st.Details) == 0 || st.Details[0].Reason != tc.reason || !strings.Contains(st.Message, tc.msg) {
+			t.Errorf("%s %s %v: HTTP %d %s; want 400 %s saying %q", tc.method, tc.path, tc.hdr, resp.StatusCode, raw, tc.reason, tc.msg)
+		}
+		if got := rec.take(); len(got) != 0 {
+			t.Errorf("%s %s: the core saw %q; want the door to refuse it", tc.method, tc.path, got)
+		}
+	}
+}

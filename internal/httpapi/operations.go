@@ -44,6 +44,10 @@ func (a *API) serveStart(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	c := newCall(r, toolcall.OpStartTool)
 	c.Name = name
+	if err := toolSet(r, c); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
 	if !a.readCall(w, r, c) {
 		return
 	}
@@ -53,6 +57,10 @@ func (a *API) serveStart(w http.ResponseWriter, r *http.Request, name string) {
 }
 
 func (a *API) getOperation(w http.ResponseWriter, r *http.Request) {
+	if err := noToolSet(r); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
 	id := r.PathValue("id")
 	if id, ok := strings.CutSuffix(id, ":"+verbStream); ok {
 		a.serveOperationStream(w, r, id)
@@ -76,6 +84,10 @@ func (a *API) deleteOperation(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
 		return
 	}
+	if err := noToolSet(r); err != nil {
+		a.httpError(r.Context(), w, r, err)
+		return
+	}
 	c := newCall(r, toolcall.OpDeleteOperation)
 	c.Name = r.PathValue("id")
 	if _, err := a.run(w, r, c); err == nil {
@@ -85,6 +97,10 @@ func (a *API) deleteOperation(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) listOperations(w http.ResponseWriter, r *http.Request) {
 	if !acceptJSON(w, r) {
+		return
+	}
+	if err := noToolSet(r); err != nil {
+		a.httpError(r.Context(), w, r, err)
 		return
 	}
 	c := newCall(r, toolcall.OpListOperations)
@@ -135,6 +151,10 @@ func (a *API) operationVerb(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !acceptJSON(w, r) {
+		return
+	}
+	if err := noToolSet(r); err != nil {
+		a.httpError(r.Context(), w, r, err)
 		return
 	}
 	op := toolcall.OpCancelOperation

@@ -41,6 +41,10 @@ func (a *API) serveStream(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	c := newCall(r, toolcall.OpStream)
 	c.Name = name
+	if err := toolSet(r, c); err != nil {
+		a.httpError(ctx, w, r, err)
+		return
+	}
 	if !a.readCall(w, r, c) {
 		return
 	}

@@ -327,7 +327,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	if f.fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(f.fs.Args(), " "))
 	}
-	return c, errors.Join(append(f.errs, c.validate())...)
+	return c, errors.Join(append(f.errs, c.validate(), c.checkSecretFiles())...)
 }
 
 // derive sets what one sub-config takes from another.

@@ -60,7 +60,7 @@ func registerLimits(f *flags, l *limits.Requests) {
 	f.then(func() { l.MaxBodyBytes, l.MaxHeaderBytes = int64(maxBody), maxHeader })
 	h := &l.HTTP2
 	f.int(&h.MaxConcurrentStreams, "http2-max-streams", limits.DefaultMaxConcurrentStreams, "streams a client may have open at once on one HTTP/2 connection, on the gRPC and HTTP listeners; more are refused (REFUSED_STREAM); -1 = no bound")
-	f.int(&h.MaxResets, "http2-max-resets", limits.DefaultMaxResets, "streams a client may reset (RST_STREAM) on one HTTP/2 connection per 10 s, on both listeners; over it the connection gets GOAWAY ENHANCE_YOUR_CALM and is closed; -1 = no bound")
+	f.int(&h.MaxResets, "http2-max-resets", limits.DefaultMaxResets, "streams a client may reset (RST_STREAM) within 1 s of opening them, as rapid reset does, on one HTTP/2 connection per 10 s, on both listeners; over it the connection gets GOAWAY ENHANCE_YOUR_CALM and is closed; -1 = no bound")
 	f.int(&h.MaxPings, "http2-max-pings", limits.DefaultMaxPings, "PINGs a client may send on one HTTP/2 connection per 10 s beyond those the gateway's answers earn back, on both listeners; over it: GOAWAY ENHANCE_YOUR_CALM; -1 = no bound")
 	f.int(&h.MaxSettings, "http2-max-settings", limits.DefaultMaxSettings, "SETTINGS frames a client may send on one HTTP/2 connection per 10 s, on both listeners; over it: GOAWAY ENHANCE_YOUR_CALM; -1 = no bound")
 }

@@ -61,7 +61,7 @@ func stopClockStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo,
 }
 
 // GRPCTap is the gRPC server's tap handle for q, which runs before a
-// call's stream is made, then next (nil: none). It refuses metadata over
+// call's stream is made, with next (nil: none) after its header check. It refuses metadata over
 // MaxHeaderBytes with RESOURCE_EXHAUSTED (toolcall.HeadersTooLarge), and
 // gives the call's first message BodyTimeout to arrive: a call still
 // waiting for it then ends with DEADLINE_EXCEEDED, and the cause is
@@ -76,13 +76,18 @@ func GRPCTap(q Requests, log *slog.Logger, next tap.ServerInHandle) tap.ServerIn
 			log.InfoContext(ctx, "call refused: metadata too large", "rpc", info.FullMethodName, "bytes", n, "limit", q.MaxHeaderBytes)
 			return nil, toolcall.HeadersTooLarge(n, q.MaxHeaderBytes)
 		}
+		// The next handle first: a call it refuses is aborted at once, and
+		// needs no clock (gRPC would not end its context).
+		if next != nil {
+			var err error
+			if ctx, err = next(ctx, info); err != nil {
+				return nil, err
+			}
+		}
 		if d := q.BodyTimeout; d > 0 {
 			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d {
 				ctx = startBodyClock(ctx, d, log, info.FullMethodName)
 			}
-		}
-		if next != nil {
-			return next(ctx, info)
 		}
 		return ctx, nil
 	}

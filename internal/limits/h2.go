@@ -21,8 +21,9 @@ const (
 	// open on one HTTP/2 connection at once.
 	DefaultMaxConcurrentStreams = 250
 	// DefaultMaxResets is how many streams a client may reset
-	// (RST_STREAM) on one connection in a BudgetWindow.
-	DefaultMaxResets = 500
+	// (RST_STREAM) on one connection in a BudgetWindow within
+	// PrematureReset of opening them.
+	DefaultMaxResets = 200
 	// DefaultMaxPings is how many PINGs a client may send on one
 	// connection in a BudgetWindow beyond those it earns: every HEADERS
 	// or DATA frame the gateway sends earns the client its budget back,
@@ -35,6 +36,13 @@ const (
 	// BudgetWindow is the window of the per-connection frame budgets: a
 	// budget refills at its size per window, and holds at most its size.
 	BudgetWindow = 10 * time.Second
+	// PrematureReset is how young a stream's reset must be to count
+	// against MaxResets: rapid reset opens streams and cancels them at
+	// once, while a client's deadline or cancel ends an older call.
+	PrematureReset = time.Second
+	// recentStreams is how many of its newest streams a connection
+	// remembers the opening time of, to tell a premature reset.
+	recentStreams = 256
 )
 
 // HTTP2 bounds each HTTP/2 connection of both listeners (gRPC; HTTP, h2c
@@ -47,8 +55,9 @@ type HTTP2 struct {
 	// servers: streams over it are refused (REFUSED_STREAM).
 	MaxConcurrentStreams int
 	// MaxResets, MaxPings and MaxSettings are the client's budgets of
-	// RST_STREAM, PING (not acknowledgements) and SETTINGS (not
-	// acknowledgements) frames per connection and BudgetWindow.
+	// RST_STREAM (of streams younger than PrematureReset), PING (not
+	// acknowledgements) and SETTINGS (not acknowledgements) frames per
+	// connection and BudgetWindow.
 	MaxResets   int
 	MaxPings    int
 	MaxSettings int
@@ -238,6 +247,8 @@ type meteredConn struct {
 	hn       int
 	skip     uint32 // payload bytes of the current frame still to pass
 	last     uint32 // highest stream the client opened
+	recent   *[recentStreams]opened
+	rn       int // streams put in recent
 	resets   budget
 	pings    budget
 	settings budget
@@ -307,9 +318,14 @@ func (c *meteredConn) scan(b []byte) string {
 func (c *meteredConn) frame(typ, flags byte, stream uint32) string {
 	switch typ {
 	case frameHeaders:
-		c.last = max(c.last, stream)
+		if stream > c.last { // a new stream, not trailers
+			c.last = stream
+			if c.resets.size > 0 {
+				c.opened(stream)
+			}
+		}
 	case frameRST:
-		if !c.resets.take(time.Now()) {
+		if now := time.Now(); c.premature(stream, now) && !c.resets.take(now) {
 			return "stream resets"
 		}
 	case framePing:
@@ -328,6 +344,37 @@ func (c *meteredConn) frame(typ, flags byte, stream uint32) string {
 		}
 	}
 	return ""
+}
+
+// opened is a stream's opening time.
+type opened struct {
+	stream uint32
+	at     time.Time
+}
+
+// opened notes that the client opened stream now.
+func (c *meteredConn) opened(stream uint32) {
+	if c.recent == nil {
+		c.recent = new([recentStreams]opened)
+	}
+	c.recent[c.rn%recentStreams] = opened{stream, time.Now()}
+	c.rn++
+}
+
+// premature reports whether a reset of stream at now is premature: the
+// stream was opened less than PrematureReset ago. The newest streams
+// are looked at first, back to the first older than that.
+func (c *meteredConn) premature(stream uint32, now time.Time) bool {
+	for i := 1; i <= min(c.rn, recentStreams); i++ {
+		o := &c.recent[(c.rn-i)%recentStreams]
+		if now.Sub(o.at) >= PrematureReset {
+			return false
+		}
+		if o.stream == stream {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *meteredConn) Write(p []byte) (int, error) {

@@ -94,14 +94,18 @@ func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Err() != nil {
+			// The request ended before it was served (an HTTP/2 stream
+			// reset, its connection gone): nobody waits for an answer,
+			// so no work is done for it.
+			return
+		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
 		b := &limitedBody{raw: r.Body, w: w, r: r, log: log, limit: q.MaxBodyBytes, timeout: q.BodyTimeout}
-		// A stream already ended (an HTTP/2 client's RST_STREAM) gets no
-		// deadline: the server would arm a timer for a stream it has closed.
-		if q.BodyTimeout > 0 && r.Context().Err() == nil {
+		if q.BodyTimeout > 0 {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(q.BodyTimeout)) == nil {
 				b.rc = rc // else a writer without deadlines: nothing to bound it with

@@ -40,6 +40,9 @@ var env struct {
 }
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(attackerEnv); spec != "" {
+		os.Exit(runAttacker(spec)) // TestHTTP2Abuse's attacker
+	}
 	os.Exit(run(m))
 }
 

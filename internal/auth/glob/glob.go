@@ -111,12 +111,13 @@ func readClass(s string) (token, int, error) {
 		if i == len(s) {
 			return 0, errors.New("a [ class is not closed (write \\[ for a bracket)")
 		}
-		if s[i] == '\\' {
+		switch s[i] {
+		case '\\':
 			i++
 			if i == len(s) {
 				return 0, errors.New("a [ class is not closed (write \\[ for a bracket)")
 			}
-		} else if s[i] == '-' || s[i] == ']' {
+		case '-', ']':
 			return 0, fmt.Errorf("%q out of place in a [ ] class (escape it: \\%c)", s[i], s[i])
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
@@ -149,16 +150,6 @@ func readClass(s string) (token, int, error) {
 		}
 		t.ranges = append(t.ranges, runeRange{lo, hi})
 	}
-}
-
-// MustCompile is Compile for patterns known to be well formed; it panics
-// on one that is not.
-func MustCompile(pattern string) Pattern {
-	p, err := Compile(pattern)
-	if err != nil {
-		panic(err)
-	}
-	return p
 }
 
 // String is the pattern as written.
@@ -215,16 +206,6 @@ func (t *token) matchAt(s string) (int, bool) {
 		}
 	}
 	return n, in != t.negated
-}
-
-// Check reports the first malformed pattern of patterns.
-func Check(patterns []string) error {
-	for _, p := range patterns {
-		if _, err := Compile(p); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Set is patterns compiled: it matches a text one of them matches.

@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/mcp"
 	"github.com/toolgate/toolgate/internal/operations"
+	"github.com/toolgate/toolgate/internal/ratelog"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/internal/rootmux"
 	"github.com/toolgate/toolgate/internal/telemetry"
@@ -381,7 +382,9 @@ func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 		MaxHeaderBytes:    limits.HardHeaderFactor * cfg.Limits.Header(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// net/http's own lines (a TLS handshake that failed, a client's
+		// protocol error) are a client's to cause: rate-limited by shape.
+		ErrorLog: slog.NewLogLogger(ratelog.NewHandlerByShape(log.Handler(), 0), slog.LevelWarn),
 	}
 	if g.adminLis != nil {
 		g.adminSrv = &http.Server{
@@ -398,7 +401,9 @@ func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 // for the one of every tool).
 func (g *Gateway) mcpOptions(set string) mcp.Options {
 	cfg, a, tools := g.cfg, g.cfg.Auth, setTools{g: g, set: set}
-	return mcp.Options{Logger: g.log, Authenticate: g.sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
+	// MCP's log is of refusals and of what tools answered, per request:
+	// rate-limited.
+	return mcp.Options{Logger: g.sec.limitsLog, Authenticate: g.sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
 		// Who may list which tools is the caller's credentials' and the
 		// policy's to say: with either, a tool list is the caller's own.
 		CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,

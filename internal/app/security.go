@@ -66,12 +66,14 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 		}
 	}
 	var err error
-	s.authn, err = auth.FromConfig(cfg.Auth, auth.WithLogger(log))
+	// Refusals are what an attacker can make happen at will: logged
+	// rate-limited.
+	s.authn, err = auth.FromConfig(cfg.Auth, auth.WithLogger(s.limitsLog))
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Rate.Limit > 0 {
-		if s.lim, err = limits.New(cfg.Rate.Limit, cfg.Rate.Burst, limits.WithLogger(log)); err != nil {
+		if s.lim, err = limits.New(cfg.Rate.Limit, cfg.Rate.Burst, limits.WithLogger(s.limitsLog)); err != nil {
 			return nil, err
 		}
 	}
@@ -102,7 +104,7 @@ func (s *security) newQuota(cfg config.Config, log *slog.Logger) error {
 	}
 	maxTimeout := cmp.Or(cfg.Core.MaxTimeout, toolcall.DefaultMaxTimeout)
 	s.quota = quota.NewEnforcer(rules, store, quota.WithFailClosed(cfg.Quota.FailClosed),
-		quota.WithLease(maxTimeout+30*time.Second), quota.WithLogger(log))
+		quota.WithLease(maxTimeout+30*time.Second), quota.WithLogger(s.limitsLog))
 	log.Info("quotas", "rules", rules.Len(), "store", storeName(cfg.Quota.RedisURL), "fail_closed", cfg.Quota.FailClosed)
 	return nil
 }

@@ -9,6 +9,7 @@ package ratelog
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,6 +34,7 @@ type Handler struct {
 
 type state struct {
 	every time.Duration
+	key   func(string) string // a record's kind, from its message
 	now   func() time.Time
 	mu    sync.Mutex
 	kinds map[string]*kind
@@ -54,7 +56,27 @@ func NewHandler(next slog.Handler, every time.Duration) *Handler {
 	if every <= 0 {
 		every = DefaultInterval
 	}
-	return &Handler{next: next, state: &state{every: every, now: time.Now, kinds: map[string]*kind{}}}
+	return &Handler{next: next, state: &state{every: every, key: func(m string) string { return m }, now: time.Now, kinds: map[string]*kind{}}}
+}
+
+// NewHandlerByShape is NewHandler for messages that carry their details
+// in their text (a log.Logger's lines: "http: TLS handshake error from
+// 10.0.0.1:5123: EOF"): messages that differ only in their digits are one
+// kind.
+func NewHandlerByShape(next slog.Handler, every time.Duration) *Handler {
+	h := NewHandler(next, every)
+	h.state.key = withoutDigits
+	return h
+}
+
+// withoutDigits is m without its decimal digits.
+func withoutDigits(m string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, m)
 }
 
 // New is a logger over log's handler, rate-limited by NewHandler.
@@ -82,14 +104,15 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	s := h.state
 	now := s.now()
 	s.mu.Lock()
-	k, ok := s.kinds[r.Message]
+	key := s.key(r.Message)
+	k, ok := s.kinds[key]
 	if !ok || now.Sub(k.start) >= s.every {
 		if !ok {
 			if len(s.kinds) >= maxKinds {
 				s.evict(now)
 			}
 			k = &kind{}
-			s.kinds[r.Message] = k
+			s.kinds[key] = k
 		}
 		pending, n, next := k.last, k.suppressed, k.next
 		k.start, k.suppressed, k.last, k.next = now, 0, slog.Record{}, nil
@@ -103,17 +126,17 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	k.last, k.next = r.Clone(), h.next
 	if !k.flushing {
 		k.flushing = true
-		time.AfterFunc(s.every-now.Sub(k.start), func() { s.flush(r.Message) })
+		time.AfterFunc(s.every-now.Sub(k.start), func() { s.flush(key) })
 	}
 	s.mu.Unlock()
 	return nil
 }
 
-// flush writes the count of message's suppressed records, if any are
+// flush writes the count of a kind's suppressed records, if any are
 // left when its interval ends.
-func (s *state) flush(message string) {
+func (s *state) flush(key string) {
 	s.mu.Lock()
-	k, ok := s.kinds[message]
+	k, ok := s.kinds[key]
 	if !ok {
 		s.mu.Unlock()
 		return

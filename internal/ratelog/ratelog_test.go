@@ -73,3 +73,15 @@ func TestLevelsAndKindsBounded(t *testing.T) {
 		t.Fatalf("%d kinds kept, want at most %d", n, maxKinds)
 	}
 }
+
+func TestByShape(t *testing.T) {
+	var out lockedBuffer
+	log := slog.NewLogLogger(NewHandlerByShape(slog.NewTextHandler(&out, nil), time.Hour), slog.LevelWarn)
+	for i := range 1000 {
+		log.Printf("http: TLS handshake error from 127.0.0.1:%d: EOF", 1000+i)
+	}
+	log.Printf("http: something else")
+	if lines := out.lines(); len(lines) != 2 || !strings.Contains(lines[0], "1000: EOF") {
+		t.Fatalf("want the first of each shape; got %q", lines)
+	}
+}

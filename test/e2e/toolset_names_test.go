@@ -99,8 +99,11 @@ tool-set:
 			t.Errorf("%s: the refusal %q; want it to name desk-echo, never secret-echo", door, msg)
 		}
 	}
-	for _, r := range []struct{ door, path string }{{"REST ?set=", "/v1/tools/desk-echo:invoke?set=swap"}, {"REST Tool-Set", "/v1/tools/desk-echo:invoke"}} {
-		code, body := rest("POST", r.path, config, "Tool-Set", "swap")
+	for _, r := range []struct {
+		door, path string
+		hdr        []string
+	}{{"REST ?set=", "/v1/tools/desk-echo:invoke?set=swap", nil}, {"REST Tool-Set", "/v1/tools/desk-echo:invoke", []string{"Tool-Set", "swap"}}} {
+		code, body := rest("POST", r.path, config, r.hdr...)
 		var st struct{ Message string }
 		_ = json.Unmarshal([]byte(body), &st)
 		if code != http.StatusForbidden {

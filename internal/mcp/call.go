@@ -125,7 +125,7 @@ func (s *Server) callText(ctx context.Context, req *sdk.CallToolRequest, logLeve
 		return "", res, err
 	}
 	if content {
-		return "", s.contentResult(ctx, c.Name, out.Output), nil
+		return "", s.contentResult(ctx, c.ShownName(), out.Output), nil
 	}
 	return out.Output, nil, nil
 }
@@ -290,7 +290,7 @@ func (s *Server) stream(ctx context.Context, c *toolcall.Call, session *sdk.Serv
 		return callError(err)
 	}
 	if overflow > 0 {
-		return s.refuseContent(ctx, c.Name, s.bounds.errTooLarge(overflow)), nil
+		return s.refuseContent(ctx, c.ShownName(), s.bounds.errTooLarge(overflow)), nil
 	}
-	return s.toolResult(ctx, c.Name, out.String()), nil
+	return s.toolResult(ctx, c.Name, c.ShownName(), out.String()), nil
 }

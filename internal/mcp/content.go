@@ -536,11 +536,13 @@ func (s *Server) resultFormat(tool string) string {
 
 // toolResult is the tools/call result of a tool's output: its content
 // blocks for a tool of MCP content, else one text content (result).
-func (s *Server) toolResult(ctx context.Context, tool, output string) *sdk.CallToolResult {
+// shown is the tool's name as the caller knows it (in a tool set, the
+// set's), for a refusal's message.
+func (s *Server) toolResult(ctx context.Context, tool, shown, output string) *sdk.CallToolResult {
 	if s.resultFormat(tool) != registry.ResultMCPContent {
 		return result(output)
 	}
-	return s.contentResult(ctx, tool, output)
+	return s.contentResult(ctx, shown, output)
 }
 
 // contentResult is the tools/call result of the output of a tool of MCP

@@ -200,9 +200,10 @@ func TestBadContentIsAToolError(t *testing.T) {
 	var logged bytes.Buffer
 	s := New(fixedHandler, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil)),
 		Result: func(string) string { return registry.ResultMCPContent }})
-	res := s.toolResult(context.Background(), "pictures", `[{"type":"image","mimeType":"image/png"}]`)
+	// In a tool set the refusal names the tool as the set shows it.
+	res := s.toolResult(context.Background(), "registry-pictures", "pictures", `[{"type":"image","mimeType":"image/png"}]`)
 	b, _ := json.Marshal(res)
-	if !res.IsError || !strings.Contains(string(b), `BAD_CONTENT: tool \"pictures\" answered with malformed MCP content: content[0]: image: no data`) ||
+	if strings.Contains(string(b), "registry-pictures") || !res.IsError || !strings.Contains(string(b), `BAD_CONTENT: tool \"pictures\" answered with malformed MCP content: content[0]: image: no data`) ||
 		!strings.Contains(string(b), `"structuredContent":{"error":{"code":"Internal","message":`) {
 		t.Errorf("result = %s", b)
 	}
@@ -211,7 +212,7 @@ func TestBadContentIsAToolError(t *testing.T) {
 	}
 	// A tool of text output is not read as content.
 	s = New(fixedHandler, Options{Result: func(string) string { return registry.ResultText }})
-	if res := s.toolResult(context.Background(), "pictures", `[{"type":"image"}]`); res.IsError || len(res.Content) != 1 {
+	if res := s.toolResult(context.Background(), "pictures", "pictures", `[{"type":"image"}]`); res.IsError || len(res.Content) != 1 {
 		t.Errorf("text tool: %+v", res)
 	}
 }

@@ -288,7 +288,7 @@ func (s *Server) detailedTask(ctx context.Context, op *toolcall.Operation) map[s
 		t["statusMessage"] = "the task was cancelled"
 	case op.Err == nil:
 		t["status"] = "completed"
-		t["result"] = s.toolResult(ctx, op.Tool, op.Output)
+		t["result"] = s.toolResult(ctx, op.Tool, op.Tool, op.Output)
 	default:
 		st := status.Convert(op.Err)
 		reason := ""

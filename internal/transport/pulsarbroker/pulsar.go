@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/apache/pulsar-client-go/pulsar/backoff"
 	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/toolgate/toolgate/internal/ratelog"
 	"github.com/toolgate/toolgate/internal/transport"
 )
 
@@ -58,6 +61,13 @@ type Options struct {
 	// Logger receives the client's own log lines (default: discarded below
 	// warnings).
 	Logger *slog.Logger
+	// LogEvery is how often each kind of the client's warnings, and of the
+	// reconnect warnings of the producers and consumers made here, is
+	// written (default DefaultLogEvery): the first at once, then one line
+	// an interval with the count of those left out. While the broker is
+	// away they would otherwise repeat several times a second for every
+	// topic.
+	LogEvery time.Duration
 	// DisableBatching sends every message in a frame of its own. By
 	// default a producer batches adaptively: a message that finds the
 	// producer idle is sent at once, and messages published while a batch
@@ -66,6 +76,9 @@ type Options struct {
 	// handles one entry per batch instead of one per message.
 	DisableBatching bool
 }
+
+// DefaultLogEvery is Options.LogEvery's default.
+const DefaultLogEvery = 30 * time.Second
 
 // maxBatch bounds the messages in one adaptive batch (Pulsar's own default
 // batch limit is 1000 messages or 128 KiB, whichever comes first).
@@ -78,6 +91,9 @@ type Pulsar struct {
 	shared bool // client is the caller's: Close leaves it open
 	opts   Options
 	log    *slog.Logger
+	// slow is log, rate-limited (Options.LogEvery): for the warnings that
+	// repeat while the broker is away.
+	slow *slog.Logger
 
 	// reach's context ends while the broker is known to be away
 	// (SetReachable): then nobody waits for a receipt.
@@ -85,12 +101,27 @@ type Pulsar struct {
 
 	mu        sync.Mutex
 	producers map[string]*producerEntry
+	// closing holds the producers whose close has begun and not
+	// returned; opened the subscriptions and readers not closed yet.
+	// What is in either when a bounded close runs out of time is what it
+	// left (Left).
+	closing   map[*producerEntry]struct{}
+	opened    map[*opened]struct{}
 	closed    bool
 	stop      chan struct{} // ends the idle-producer janitor
 	janitor   sync.WaitGroup
+	closeOnce sync.Once
+	closeDone chan struct{} // closed once everything, the client too, has closed
+}
+
+// opened is a subscription or a reader of the client, to close.
+type opened struct {
+	name  string // "<subscription> on <topic>"
+	close func()
 }
 
 type producerEntry struct {
+	topic string
 	ready chan struct{} // closed once p or err is set
 	p     pulsar.Producer
 	err   error
@@ -194,7 +225,9 @@ func New(opts Options) (*Pulsar, error) {
 			return nil, err
 		}
 	}
-	b := &Pulsar{client: c, shared: opts.Client != nil, opts: opts, log: opts.Logger, producers: map[string]*producerEntry{}, stop: make(chan struct{})}
+	b := &Pulsar{client: c, shared: opts.Client != nil, opts: opts, log: opts.Logger, slow: ratelog.New(opts.Logger, opts.LogEvery),
+		producers: map[string]*producerEntry{}, closing: map[*producerEntry]struct{}{}, opened: map[*opened]struct{}{},
+		stop: make(chan struct{}), closeDone: make(chan struct{})}
 	b.reach.Store(newReachSignal())
 	b.janitor.Add(1)
 	go b.closeIdleProducers()
@@ -217,7 +250,9 @@ func NewClient(opts Options) (pulsar.Client, error) {
 		Authentication:             opts.Authentication,
 		TLSTrustCertsFilePath:      opts.TLSTrustCertsFilePath,
 		TLSAllowInsecureConnection: opts.TLSAllowInsecureConnection,
-		Logger:                     plog.NewLoggerWithSlog(slog.New(quieter{opts.Logger.Handler()}).With("component", "pulsar-client")),
+		// Its warnings repeat for every producer and consumer, several
+		// times a second, while the broker is away: rate-limited.
+		Logger: plog.NewLoggerWithSlog(slog.New(quieter{ratelog.NewHandler(opts.Logger.Handler(), opts.LogEvery)}).With("component", "pulsar-client")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pulsar: %w: %w", transport.ErrUnavailable, err)
@@ -247,6 +282,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.LogEvery <= 0 {
+		opts.LogEvery = DefaultLogEvery
 	}
 	return opts
 }
@@ -278,13 +316,14 @@ func (b *Pulsar) closeIdleProducers() {
 			}
 			if e.p != nil && e.seen < cutoff {
 				delete(b.producers, topic)
+				b.closing[e] = struct{}{}
 				idle = append(idle, e)
 			}
 		}
 		b.mu.Unlock()
 		for _, e := range idle {
-			b.log.Debug("closing idle producer", "topic", e.p.Topic())
-			e.close()
+			b.log.Debug("closing idle producer", "topic", e.topic)
+			b.closeProducer(e)
 		}
 	}
 }
@@ -310,7 +349,7 @@ func (b *Pulsar) entry(ctx context.Context, topic string, deadline time.Time) (*
 	}
 	e := b.producers[topic]
 	if e == nil {
-		e = &producerEntry{ready: make(chan struct{}), reach: &b.reach, seen: time.Now().UnixNano()}
+		e = &producerEntry{topic: topic, ready: make(chan struct{}), reach: &b.reach, seen: time.Now().UnixNano()}
 		b.producers[topic] = e
 		b.mu.Unlock()
 		e.p, e.err = b.client.CreateProducer(pulsar.ProducerOptions{
@@ -689,7 +728,7 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 				return
 			}
 			d := bo.Next()
-			b.log.Warn("the broker is not ready for the topic; subscribing again", "topic", topic, "subscription", subscription, "err", err, "retry_in", d)
+			b.slow.Warn("the broker is not ready for the topic; subscribing again", "topic", topic, "subscription", subscription, "err", err, "retry_in", d)
 			t := time.NewTimer(d)
 			select {
 			case <-ctx.Done():
@@ -716,6 +755,14 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s := &pulsarSub{c: r.c, cancel: cancel, done: make(chan struct{}), drain: !persistent}
+	s.open = &opened{name: subscription + " on " + topic, close: func() { _ = s.Close() }}
+	if !b.remember(s.open) {
+		// Closed meanwhile: the client closes the consumer; nothing reads it.
+		cancel()
+		go r.c.Close()
+		return nil, transport.ErrClosed
+	}
+	s.forget = func() { b.forget(s.open) }
 	deliver := func(m pulsar.Message, c pulsar.Consumer) {
 		msg := transport.Message{Payload: m.Payload(), Properties: m.Properties()}
 		if persistent {
@@ -758,14 +805,14 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 					// The client gave the consumer up (a non-retriable
 					// error on reconnect: TopicNotFound, ConsumerBusy, …):
 					// subscribe again, as a new consumer.
-					b.log.Warn("consumer closed by the client; subscribing again", "topic", topic, "subscription", subscription)
+					b.slow.Warn("consumer closed by the client; subscribing again", "topic", topic, "subscription", subscription)
 					if c = b.resubscribe(loopCtx, opts); c == nil {
 						return
 					}
 					s.setConsumer(c)
 					continue
 				}
-				b.log.Warn("receive failed", "topic", topic, "subscription", subscription, "err", err)
+				b.slow.Warn("receive failed", "topic", topic, "subscription", subscription, "err", err)
 				t := time.NewTimer(100 * time.Millisecond)
 				select {
 				case <-loopCtx.Done():
@@ -810,7 +857,7 @@ func (b *Pulsar) resubscribe(ctx context.Context, opts pulsar.ConsumerOptions) p
 			return c
 		}
 		d := bo.Next()
-		b.log.Warn("subscribing again failed; retrying", "topic", opts.Topic, "subscription", opts.SubscriptionName, "err", err, "retry_in", d)
+		b.slow.Warn("subscribing again failed; retrying", "topic", opts.Topic, "subscription", opts.SubscriptionName, "err", err, "retry_in", d)
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -838,6 +885,10 @@ type pulsarSub struct {
 	// tells the loop the consumer's end is Close's.
 	drain   bool
 	closing atomic.Bool
+	// open is the subscription in its client's list of what is open;
+	// forget takes it off once Close has closed it.
+	open   *opened
+	forget func()
 }
 
 func (s *pulsarSub) setConsumer(c pulsar.Consumer) {
@@ -854,6 +905,7 @@ func (s *pulsarSub) setConsumer(c pulsar.Consumer) {
 // so the loop just stops.
 func (s *pulsarSub) Close() error {
 	s.once.Do(func() {
+		defer s.forget()
 		if s.drain {
 			s.closing.Store(true)
 			s.mu.Lock()
@@ -892,28 +944,130 @@ func (c *cappedBackoff) IsMaxBackoffReached() bool { return c.cur >= c.max }
 
 func (c *cappedBackoff) Reset() { c.cur = 0 }
 
-// Close implements Broker: it closes every producer and the client.
-func (b *Pulsar) Close() {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return
+// Close implements Broker: it closes every producer, the subscriptions
+// and readers still open, and the client, and returns once they have
+// closed. While the broker is away that can take as long as the broker
+// does: CloseWithin bounds it.
+func (b *Pulsar) Close() { b.CloseWithin(context.Background()) }
+
+// CloseWithin closes as Close does, but returns when ctx ends if that
+// comes first, with what had not closed by then: the closes go on, and
+// whatever the broker does, the caller is free to go. The producers, the
+// subscriptions and the readers close at once, each on a goroutine of its
+// own, then the client. Later calls wait for the same closes.
+func (b *Pulsar) CloseWithin(ctx context.Context) Left {
+	b.closeOnce.Do(func() { go b.closeAll() })
+	select {
+	case <-b.closeDone:
+		return Left{}
+	case <-ctx.Done():
+		return b.left()
 	}
+}
+
+// closeAll closes everything of b, the client last, and then closeDone.
+func (b *Pulsar) closeAll() {
+	defer close(b.closeDone)
+	b.mu.Lock()
 	b.closed = true
 	ps := b.producers
 	b.producers = nil
+	for _, e := range ps {
+		b.closing[e] = struct{}{}
+	}
+	open := slices.Collect(maps.Keys(b.opened))
 	b.mu.Unlock()
 	close(b.stop)
-	b.janitor.Wait()
+	var wg sync.WaitGroup
 	for _, e := range ps {
-		<-e.ready
-		if e.p != nil {
-			e.close()
-		}
+		wg.Go(func() { b.closeProducer(e) })
 	}
+	for _, o := range open {
+		wg.Go(o.close)
+	}
+	wg.Wait()
+	b.janitor.Wait() // an idle producer it was closing
 	if !b.shared {
 		b.client.Close()
 	}
+}
+
+// closeProducer closes e, one being created once it is, and takes it off
+// the producers closing.
+func (b *Pulsar) closeProducer(e *producerEntry) {
+	<-e.ready
+	if e.p != nil {
+		e.close()
+	}
+	b.mu.Lock()
+	delete(b.closing, e)
+	b.mu.Unlock()
+}
+
+// remember adds o to what is open, unless b is closed (false).
+func (b *Pulsar) remember(o *opened) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.opened[o] = struct{}{}
+	return true
+}
+
+// forget takes o off what is open: it has closed.
+func (b *Pulsar) forget(o *opened) {
+	b.mu.Lock()
+	delete(b.opened, o)
+	b.mu.Unlock()
+}
+
+// Left is what a close bounded in time (CloseWithin) left behind: what
+// had not closed when the time ran out. The zero Left: everything closed.
+type Left struct {
+	// Subscriptions holds the subscriptions and readers still open, as
+	// "<subscription> on <topic>".
+	Subscriptions []string
+	// Producers holds the topics whose producer had not closed: messages
+	// handed to one that the broker had not acknowledged may never be
+	// sent.
+	Producers []string
+	// Queued counts the messages those producers still held in their
+	// queues, not handed to the client yet.
+	Queued int
+	// Client: the client itself had not closed (never set for a client
+	// given in Options.Client, which is its owner's to close).
+	Client bool
+}
+
+// Empty reports whether everything closed.
+func (l Left) Empty() bool { return len(l.Subscriptions) == 0 && len(l.Producers) == 0 && !l.Client }
+
+// left is what has not closed yet.
+func (b *Pulsar) left() Left {
+	select {
+	case <-b.closeDone:
+		return Left{}
+	default:
+	}
+	var l Left
+	b.mu.Lock()
+	for e := range b.closing {
+		l.Producers = append(l.Producers, e.topic)
+		select {
+		case <-e.ready:
+			l.Queued += len(e.queue)
+		default: // still being created: nothing queued yet
+		}
+	}
+	for o := range b.opened {
+		l.Subscriptions = append(l.Subscriptions, o.name)
+	}
+	b.mu.Unlock()
+	slices.Sort(l.Producers)
+	slices.Sort(l.Subscriptions)
+	l.Client = !b.shared
+	return l
 }
 
 // Follow reads topic as a table: its compacted view from the earliest
@@ -933,7 +1087,11 @@ func (b *Pulsar) Follow(ctx context.Context, topic, name string, apply func(tran
 	if err != nil {
 		return fmt.Errorf("%w: read %s: %w", transport.ErrUnavailable, topic, err)
 	}
-	defer r.Close()
+	closeReader, err := b.track(r, name, topic)
+	if err != nil {
+		return err
+	}
+	defer closeReader()
 	for r.HasNext() {
 		m, err := r.Next(ctx)
 		if err != nil {
@@ -970,11 +1128,11 @@ func tableMessage(m pulsar.Message) transport.Message {
 // comes, handing each to apply until apply returns false (ReadSince then
 // returns nil), ctx ends (nil) or the reader fails.
 func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message) bool) error {
-	r, err := b.readerSince(topic, name, since)
+	r, closeReader, err := b.readerSince(topic, name, since)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer closeReader()
 	for {
 		m, err := r.Next(ctx)
 		if err != nil {
@@ -993,11 +1151,11 @@ func (b *Pulsar) ReadSince(ctx context.Context, topic, name string, since time.T
 // message published at since or later to the last one there when it
 // started, handing each to apply.
 func (b *Pulsar) ReadRange(ctx context.Context, topic, name string, since time.Time, apply func(transport.Message)) error {
-	r, err := b.readerSince(topic, name, since)
+	r, closeReader, err := b.readerSince(topic, name, since)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	defer closeReader()
 	for r.HasNext() {
 		m, err := r.Next(ctx)
 		if err != nil {
@@ -1009,8 +1167,8 @@ func (b *Pulsar) ReadRange(ctx context.Context, topic, name string, since time.T
 }
 
 // readerSince is a reader of topic in full, at the first message published
-// at since or later.
-func (b *Pulsar) readerSince(topic, name string, since time.Time) (pulsar.Reader, error) {
+// at since or later, and what closes it (see track).
+func (b *Pulsar) readerSince(topic, name string, since time.Time) (pulsar.Reader, func(), error) {
 	r, err := b.client.CreateReader(pulsar.ReaderOptions{
 		Topic:             topic,
 		StartMessageID:    pulsar.EarliestMessageID(),
@@ -1018,11 +1176,35 @@ func (b *Pulsar) readerSince(topic, name string, since time.Time) (pulsar.Reader
 		ReceiverQueueSize: 256,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: read %s: %w", transport.ErrUnavailable, topic, err)
+		return nil, nil, fmt.Errorf("%w: read %s: %w", transport.ErrUnavailable, topic, err)
+	}
+	closeReader, err := b.track(r, name, topic)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := r.SeekByTime(since); err != nil {
-		r.Close()
-		return nil, fmt.Errorf("%w: read %s from %s: %w", transport.ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
+		closeReader()
+		return nil, nil, fmt.Errorf("%w: read %s from %s: %w", transport.ErrUnavailable, topic, since.UTC().Format(time.RFC3339Nano), err)
 	}
-	return r, nil
+	return r, closeReader, nil
+}
+
+// track lists reader r (named name, of topic) among what is open, until
+// the close it returns, which closes r once however often it is called
+// (by its reader and by Close). A client closed meanwhile closes r
+// (transport.ErrClosed).
+func (b *Pulsar) track(r pulsar.Reader, name, topic string) (func(), error) {
+	var once sync.Once
+	o := &opened{name: name + " on " + topic}
+	o.close = func() {
+		once.Do(func() {
+			r.Close()
+			b.forget(o)
+		})
+	}
+	if !b.remember(o) {
+		go r.Close()
+		return nil, transport.ErrClosed
+	}
+	return o.close, nil
 }

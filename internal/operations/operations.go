@@ -134,6 +134,10 @@ type Manager struct {
 	lmu   sync.Mutex
 	local map[string]*bridge.Call // operations this gateway started, still waited for
 
+	// writing counts the records and chunks being written: published,
+	// the broker's receipt not come yet (Unsent).
+	writing atomic.Int64
+
 	started, told                    atomic.Int64
 	done, failed, cancelled, expired atomic.Int64 // final states recorded (expired: counted by await)
 
@@ -194,13 +198,30 @@ func (m *Manager) noteReady() {
 }
 
 // Run reads the state table, consumes replies and sweeps expired
-// operations until ctx ends.
+// operations until ctx ends. It returns once its reader and its
+// subscription are closed, which waits for the broker: a caller that
+// must stop in time waits for it within a bound (Unsent then says what
+// was not written).
 func (m *Manager) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.follow(ctx) })
 	wg.Go(func() { m.consume(ctx) })
 	wg.Go(func() { m.sweep(ctx) })
 	wg.Wait()
+}
+
+// Unsent counts the records and chunks this gateway is writing now —
+// an operation's start or end, a chunk of its answer, a deletion — whose
+// receipt the broker has not sent yet: at shutdown, with the broker away,
+// what may never be written (a reply not recorded is delivered again, to
+// another gateway).
+func (m *Manager) Unsent() int64 { return m.writing.Load() }
+
+// publish writes msg on topic, counted in Unsent while it is under way.
+func (m *Manager) publish(ctx context.Context, topic string, msg transport.Message) error {
+	m.writing.Add(1)
+	defer m.writing.Add(-1)
+	return m.bus.Publish(ctx, topic, msg)
 }
 
 // Stats are counters for metrics.

@@ -179,7 +179,7 @@ func (m *Manager) writeChunk(ctx context.Context, id string, i int, text string,
 	if err := m.opts.Keys.protect(kindChunk, &msg); err != nil {
 		return err
 	}
-	return m.bus.Publish(ctx, m.opts.ChunkTopic, msg)
+	return m.publish(ctx, m.opts.ChunkTopic, msg)
 }
 
 // chunkText checks a chunk read from the chunk topic, signed with one of

@@ -199,7 +199,7 @@ func (m *Manager) put(ctx context.Context, r Record) error {
 	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
 		return err
 	}
-	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
+	if err := m.publish(ctx, m.opts.StateTopic, msg); err != nil {
 		return fmt.Errorf("recording operation %s: %w", r.ID, err)
 	}
 	m.applyEntry(r.ID, &r)
@@ -212,7 +212,7 @@ func (m *Manager) remove(ctx context.Context, id string) error {
 	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
 		return err
 	}
-	if err := m.bus.Publish(ctx, m.opts.StateTopic, msg); err != nil {
+	if err := m.publish(ctx, m.opts.StateTopic, msg); err != nil {
 		return fmt.Errorf("deleting operation %s: %w", id, err)
 	}
 	m.applyEntry(id, nil)

@@ -41,12 +41,23 @@ func run(ctx context.Context) int {
 		return 1
 	}
 	go reloadOnHUP(ctx, g)
-	if err := g.Run(ctx); err != nil {
+	err = g.Run(ctx)
+	switch {
+	case errors.Is(err, app.ErrAbandoned):
+		// Logged by the gateway, once, with what it left.
+		return exitAbandoned
+	case err != nil:
 		log.Error("stopped with an error", "err", err)
 		return 1
 	}
 	return 0
 }
+
+// The exit statuses: 0 stopped cleanly, 1 could not start or a server
+// failed, 2 bad flags, exitAbandoned stopped at the end of its shutdown
+// with closes still waiting for a broker that did not answer
+// (app.ErrAbandoned).
+const exitAbandoned = 3
 
 // reloadOnHUP reloads the registry on every SIGHUP until ctx ends.
 func reloadOnHUP(ctx context.Context, g *app.Gateway) {

@@ -477,21 +477,6 @@ func httpProtocols() *http.Protocols {
 	return &p
 }
 
-func (g *Gateway) closeEarly() {
-	for _, l := range []net.Listener{g.grpcLis, g.httpLis, g.adminLis} {
-		if l != nil {
-			_ = l.Close()
-		}
-	}
-	g.bridge.Close()
-	g.broker.Close()
-	g.sources.stop()
-	_ = g.sec.closeQuota()
-	if g.stopTracing != nil {
-		_ = g.stopTracing(context.Background())
-	}
-}
-
 // GRPCAddr and HTTPAddr are the addresses the gateway listens on.
 func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }
 
@@ -609,11 +594,14 @@ func (g *Gateway) listen(ctx context.Context) {
 // turns off and new calls are refused while the listeners stay open,
 // calls in flight get cfg.ShutdownGrace to finish, those still running
 // then end with UNAVAILABLE and a RetryInfo, and the broker client closes.
+// It returns within the grace and shutdownMargin whatever the broker
+// does; an error wrapping ErrAbandoned when something had not closed by
+// then.
 func (g *Gateway) Run(ctx context.Context) error {
 	gcgoal.Set(g.cfg.GCHeapMiB, g.log)
 	errc := make(chan error, 3)
-	var wg sync.WaitGroup
-	wg.Add(5)
+	var wg sync.WaitGroup // the servers
+	wg.Add(2)
 	if g.adminSrv != nil {
 		wg.Add(1)
 		go func() {
@@ -635,12 +623,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("HTTP server: %w", err)
 		}
 	}()
+	// The tasks end with lctx, but may wait for the broker first: the
+	// shutdown waits for them within its deadline.
 	lctx, stopListen := context.WithCancel(ctx)
-	go func() { defer wg.Done(); g.listen(lctx) }()
-	go func() { defer wg.Done(); g.watchRegistry(lctx) }()
-	go func() { defer wg.Done(); g.probe.Run(lctx) }()
+	var bg tasks
+	bg.Go("response topics' subscriber", func() { g.listen(lctx) })
+	bg.Go("registry file watch", func() { g.watchRegistry(lctx) })
+	bg.Go("broker probe", func() { g.probe.Run(lctx) })
 	if g.ops != nil {
-		wg.Go(func() { g.ops.Run(lctx) })
+		bg.Go("operations", func() { g.ops.Run(lctx) })
 		go g.watchOperationsReady(lctx)
 	}
 	g.log.Info("gateway serving", "grpc", g.GRPCAddr(), "http", g.HTTPAddr(), "admin", g.AdminAddr(), "pulsar", g.cfg.Pulsar.URL, "reply_topic", g.bridge.ReplyTopic())
@@ -651,81 +642,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	stopListen()
-	g.shutdown()
-	wg.Wait()
-	return runErr
-}
-
-// Bounds of the end of a shutdown, after the grace: for the calls ended
-// then to send their answers, and for the servers to close.
-const (
-	endCallsWait = 2 * time.Second
-	closeWait    = time.Second
-)
-
-// shutdown drains: /readyz turns 503 and gRPC health NOT_SERVING, new
-// calls are refused with UNAVAILABLE and a RetryInfo, and the listeners
-// stay open while the calls in flight get cfg.ShutdownGrace to finish.
-// Calls still running then are ended with UNAVAILABLE and a RetryInfo
-// (streams too) and given endCallsWait to send it; then the servers close.
-func (g *Gateway) shutdown() {
-	g.stopping.Store(true) // /readyz turns not-ready at once
-	g.drain.closing.Store(true)
-	g.health.Shutdown()
-	g.httpSrv.SetKeepAlivesEnabled(false) // clients reconnect elsewhere
-	g.log.Info("shutting down: refusing new calls, letting calls in flight finish", "grace", g.cfg.ShutdownGrace,
-		"in_flight", g.drain.running.Load())
-	grace, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownGrace)
-	defer cancel()
-	if !g.drain.wait(grace) {
-		g.log.Warn("calls still running after the grace period; ending them with UNAVAILABLE", "calls", g.drain.running.Load())
-		g.bridge.Close() // calls waiting for replies end with ErrClosed: UNAVAILABLE, RetryInfo
-		end, cancel := context.WithTimeout(context.Background(), endCallsWait)
-		if !g.drain.wait(end) {
-			g.log.Warn("calls still running after they were ended; closing their connections", "calls", g.drain.running.Load())
-		}
-		cancel()
+	err := g.shutdown(&bg)
+	wg.Wait() // the servers are closed: their Serve has returned
+	if runErr != nil {
+		return runErr
 	}
-	g.stopHTTPBase()
-
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
-		defer cancel()
-		if err := g.httpSrv.Shutdown(ctx); err != nil {
-			_ = g.httpSrv.Close()
-		}
-	})
-	wg.Go(func() {
-		done := make(chan struct{})
-		go func() { g.grpcSrv.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(closeWait): // health watches, calls that would not end
-			g.grpcSrv.Stop()
-			<-done
-		}
-	})
-	wg.Wait()
-	g.sources.stop()
-	g.bridge.Close()
-	g.broker.Close()
-	_ = g.sec.closeQuota()
-	// The admin listener goes last: metrics and readiness answer through
-	// the drain.
-	if g.adminSrv != nil {
-		actx, acancel := context.WithTimeout(context.Background(), time.Second)
-		if err := g.adminSrv.Shutdown(actx); err != nil {
-			_ = g.adminSrv.Close()
-		}
-		acancel()
-	}
-	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer tcancel()
-	if err := g.stopTracing(tctx); err != nil {
-		g.log.Warn("flushing traces", "err", err)
-	}
-	g.log.Info("gateway stopped")
+	return err
 }
 
 // NewLogger builds the process logger from the config's format and level.

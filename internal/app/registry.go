@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,9 @@ type registrySources struct {
 	client pulsar.Client // of the broker sources; nil when there are none
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// running holds the broker sources whose Run has not returned.
+	mu      sync.Mutex
+	running map[registry.Origin]bool
 }
 
 // syncWait bounds how long start-up waits for the broker sources to read
@@ -82,10 +86,17 @@ func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources
 func (rs *registrySources) start(log *slog.Logger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	rs.cancel = cancel
+	rs.running = map[registry.Origin]bool{}
 	for _, s := range rs.others {
+		rs.running[s.Origin()] = true
 		rs.wg.Add(1)
 		go func() {
-			defer rs.wg.Done()
+			defer func() {
+				rs.mu.Lock()
+				delete(rs.running, s.Origin())
+				rs.mu.Unlock()
+				rs.wg.Done()
+			}()
 			if err := s.Run(ctx, rs.merger); err != nil {
 				log.Error("registry source stopped", "source", s.Origin(), "err", err)
 			}
@@ -108,15 +119,30 @@ func (rs *registrySources) start(log *slog.Logger) {
 }
 
 // stop ends the broker sources and closes their client.
-func (rs *registrySources) stop() {
+func (rs *registrySources) stop() { rs.stopWithin(context.Background()) }
+
+// stopWithin ends the broker sources and closes their client, and
+// returns when they have or when ctx ends, with what was still running
+// then: the sources whose reads wait for a broker that does not answer
+// ("<origin> source"), and "registry client".
+func (rs *registrySources) stopWithin(ctx context.Context) []string {
 	if rs.cancel != nil {
 		rs.cancel()
 	}
-	rs.wg.Wait()
-	rs.merger.Close()
-	if rs.client != nil {
-		rs.client.Close()
+	var left []string
+	if !within(ctx, rs.wg.Wait) {
+		rs.mu.Lock()
+		for o := range rs.running {
+			left = append(left, string(o)+" source")
+		}
+		rs.mu.Unlock()
+		slices.Sort(left)
 	}
+	rs.merger.Close()
+	if rs.client != nil && !within(ctx, rs.client.Close) {
+		left = append(left, "registry client")
+	}
+	return left
 }
 
 func (rs *registrySources) reloadFailures() int64 {

@@ -171,3 +171,26 @@ func TestCloseWithinLeavesWhatWaitsForTheBroker(t *testing.T) {
 		t.Fatal("Follow did not return once its reader closed")
 	}
 }
+
+// A bound already over lists everything open: the closes have not begun.
+func TestCloseWithinAnEndedContextListsEverything(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	b, err := New(Options{Client: &goneBroker{release: release}, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const requests, replies = "non-persistent://tg/request/x", "non-persistent://tg/response/x"
+	if _, err := b.Subscribe(t.Context(), requests, "x-request", transport.Shared, func(transport.Message) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(t.Context(), replies, transport.Message{Payload: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	left := b.CloseWithin(ctx)
+	if !slices.Equal(left.Subscriptions, []string{"x-request on " + requests}) || !slices.Equal(left.Producers, []string{replies}) || left.Client {
+		t.Fatalf("left %+v, want the subscription and the producer (the client is the caller's)", left)
+	}
+}

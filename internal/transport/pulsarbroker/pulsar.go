@@ -1052,7 +1052,8 @@ func (b *Pulsar) left() Left {
 	}
 	var l Left
 	b.mu.Lock()
-	for e := range b.closing {
+	// Those closeAll has not taken yet are in producers still.
+	for _, e := range slices.Concat(slices.Collect(maps.Keys(b.closing)), slices.Collect(maps.Values(b.producers))) {
 		l.Producers = append(l.Producers, e.topic)
 		select {
 		case <-e.ready:

@@ -319,15 +319,16 @@ func (s *Service) keepAnnounced(ctx context.Context, announced bool) {
 		case err == nil:
 			announced, backoff = true, time.Second
 		case announced:
-			s.log.Warn("cannot renew the announcement; trying again", "err", err)
+			s.slow.Warn("cannot renew the announcement; trying again", "err", err)
 		default:
 			backoff = min(2*backoff, 30*time.Second)
 		}
 	}
 }
 
-// withdrawOnStop withdraws what was announced, when Run ends gracefully.
-func (s *Service) withdrawOnStop() {
+// withdrawOnStop withdraws what was announced, when Run ends gracefully,
+// within 5 s and while ctx lasts.
+func (s *Service) withdrawOnStop(ctx context.Context) {
 	s.announceWG.Wait()
 	s.announceMu.Lock()
 	announced := s.announced
@@ -335,7 +336,7 @@ func (s *Service) withdrawOnStop() {
 	if !announced {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.Withdraw(ctx); err != nil {
 		s.log.Warn("cannot withdraw the announcement; gateways keep listing the service until it is withdrawn", "err", err)

@@ -31,7 +31,9 @@
 // of it; when ctx ends it withdraws its instance only, goes on serving for
 // a moment while gateways see that, closes its subscription (handling the
 // requests the broker had already sent it) and finishes the calls in
-// flight. An instance that crashes stops renewing, and gateways let it go
+// flight — all of it within Config.StopGrace and StopMargin, whatever the
+// broker does (with the broker away, what has not closed by then is left:
+// ErrAbandoned). An instance that crashes stops renewing, and gateways let it go
 // when its lease runs out; when no instance is left, calls fail at once.
 // A rolling update — start a new replica, wait for it to announce, stop an
 // old one — never leaves the tools unlisted. Replies name the instance
@@ -59,6 +61,7 @@ import (
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/toolgate/toolgate/internal/ratelog"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/internal/transport/pulsarbroker"
 	"github.com/toolgate/toolgate/wire"
@@ -129,6 +132,9 @@ func Errorf(typ, format string, args ...any) *Error {
 // DefaultMaxConcurrency is Config.MaxConcurrency's default.
 const DefaultMaxConcurrency = 64
 
+// DefaultStopGrace is Config.StopGrace's default.
+const DefaultStopGrace = 10 * time.Second
+
 // Config says which topics a service uses and how it behaves.
 type Config struct {
 	// ID names the service; its subscription is "<ID>-request".
@@ -154,7 +160,8 @@ type Config struct {
 	// --max-in-flight-per-service) should keep below it.
 	RequestQueue int
 	// StopGrace is how long Run waits for calls in flight after its ctx
-	// ends before cancelling them (default 10 s).
+	// ends before cancelling them (DefaultStopGrace). Run returns at most
+	// StopMargin later, whatever the broker does (see Run).
 	StopGrace time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
@@ -294,7 +301,8 @@ type Service struct {
 	cfg       Config
 	handler   Handler
 	log       *slog.Logger
-	broker    transport.Broker
+	slow      *slog.Logger // log, rate-limited: for what repeats while the broker is away
+	broker    *pulsarbroker.Pulsar
 	reqTopic  string
 	respTopic string
 	// flowTopic takes the grants of callers that do flow control
@@ -315,7 +323,7 @@ type Service struct {
 
 	ready     chan struct{} // closed once Run has subscribed
 	sem       chan struct{}
-	wg        sync.WaitGroup
+	wg        sync.WaitGroup // the calls running
 	resends   sync.WaitGroup // replies being sent again (resend)
 	handled   atomic.Int64
 	dropped   atomic.Int64
@@ -324,6 +332,11 @@ type Service struct {
 	repeated  atomic.Int64
 	callCtx   context.Context
 	cancelFn  context.CancelFunc
+	// stopped is set, under acceptMu, once Run no longer waits for calls
+	// to begin: a request its subscription hands over after that (a
+	// close that did not finish in time) is not run.
+	acceptMu sync.Mutex
+	stopped  bool
 
 	// Announcements (announce.go).
 	announceMu sync.Mutex
@@ -347,12 +360,13 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 		cfg.RequestQueue = max(10000, 4*cfg.MaxConcurrency)
 	}
 	if cfg.StopGrace <= 0 {
-		cfg.StopGrace = 10 * time.Second
+		cfg.StopGrace = DefaultStopGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	s := &Service{cfg: cfg, handler: h, log: cfg.Logger.With("service", cfg.ID)}
+	s.slow = ratelog.New(s.log, pulsarbroker.DefaultLogEvery)
 	var err error
 	switch {
 	case cfg.RequestTopic != "" || cfg.ResponseTopic != "":
@@ -425,18 +439,25 @@ func (s *Service) RequestTopic() string { return s.reqTopic }
 // a caller cannot have replies sent to an arbitrary topic.
 func (s *Service) ResponseTopic() string { return s.respTopic }
 
-// Run subscribes and handles calls until ctx ends, then stops taking new
-// calls, waits up to StopGrace for those in flight (cancelling them after
-// that) and returns. It returns an error if it cannot subscribe.
+// Run subscribes and handles calls until ctx ends, then stops: it
+// withdraws its announcement, stops taking new calls, waits up to
+// StopGrace for those in flight (cancelling them after that), and closes
+// its subscriptions, producers and client. It returns an error if it
+// cannot subscribe.
+//
+// Run returns at most StopGrace + StopMargin after ctx ends, whatever
+// the broker does. With the broker away, closing waits for it: what has
+// not closed by then — subscriptions, producers and the replies they
+// hold, the client, calls still sending their reply — is left behind,
+// logged once, and Run returns an error wrapping ErrAbandoned.
 func (s *Service) Run(ctx context.Context) error {
 	s.callCtx, s.cancelFn = context.WithCancel(context.WithoutCancel(ctx))
 	defer s.cancelFn()
-	defer s.broker.Close() // a client passed in stays open
-	// Replies being sent again finish before the client closes (the cancel
-	// topic's subscription, closed first, starts no more of them).
-	defer s.resends.Wait()
 	sub, err := s.broker.Subscribe(ctx, s.reqTopic, s.cfg.ID+"-request", transport.Shared, s.accept)
 	if err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.StopGrace)
+		defer cancel()
+		s.broker.CloseWithin(cctx) // a client passed in stays open
 		return fmt.Errorf("toolservice %s: %w", s.cfg.ID, err)
 	}
 	// The flow topic before the first call: a caller's grants must find it.
@@ -444,8 +465,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		s.log.Warn("cannot subscribe to the flow topic; streams are sent without flow control", "topic", s.flowTopic, "err", err)
 		s.flowTopic = ""
-	} else {
-		defer func() { _ = flowSub.Close() }() // after the calls in flight
 	}
 	// Cancels for calls whose instance the caller does not know: each
 	// instance hears them all, on a subscription of its own.
@@ -453,8 +472,6 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		s.log.Warn("cannot subscribe to the cancel topic; calls given up before their first chunk run to their end", "topic", s.cancelTopic, "err", err)
 		s.cancelTopic = ""
-	} else {
-		defer func() { _ = cancelSub.Close() }()
 	}
 	close(s.ready)
 	s.log.Info("tool service listening", "request_topic", s.reqTopic, "response_topic", s.respTopic,
@@ -462,21 +479,119 @@ func (s *Service) Run(ctx context.Context) error {
 		"cancel_topic", s.cancelTopic)
 	s.announceOnStart(ctx)
 	<-ctx.Done()
-	s.withdrawOnStop() // gateways stop routing calls here first
-	_ = sub.Close()    // no new calls; accept has returned for the last time
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	t := time.NewTimer(s.cfg.StopGrace)
-	defer t.Stop()
+	return s.stop(sub, flowSub, cancelSub)
+}
+
+// StopMargin is how long past StopGrace Run may take to return after its
+// ctx ended: for the calls cancelled at the end of the grace to send
+// their replies (callsEndWait), and for the subscriptions, producers and
+// client to close.
+const StopMargin = 2 * time.Second
+
+// callsEndWait is how long the calls cancelled at the end of the stop
+// grace have to send their replies before the closes begin.
+const callsEndWait = time.Second
+
+// ErrAbandoned is what Run returns (wrapped, with what was left) when it
+// stopped at its deadline, StopGrace + StopMargin after its ctx ended,
+// before everything had closed: the closes wait for a broker that does
+// not answer. The service has stopped all the same.
+var ErrAbandoned = errors.New("stopped, abandoning what had not closed by the stop's deadline")
+
+// stop ends Run: the announcement withdrawn, the request subscription
+// closed (handling what it had received), the calls waited for until the
+// grace ends and cancelled then, the other subscriptions, the producers
+// and the client closed — all within StopGrace + StopMargin of its start.
+func (s *Service) stop(sub, flowSub, cancelSub transport.Subscription) error {
+	start := time.Now()
+	graceEnd := start.Add(s.cfg.StopGrace)
+	deadline := graceEnd.Add(StopMargin)
+	grace, cancelGrace := context.WithDeadline(context.Background(), graceEnd)
+	defer cancelGrace()
+	s.withdrawOnStop(grace) // gateways stop routing calls here first
+	// No new calls: once the close has returned, accept has for the last
+	// time. A close that waits for the broker past the grace goes on
+	// (CloseWithin below tells whether it ended); a request it hands over
+	// later is not run — a gateway publishes again the calls that heard
+	// nothing from an instance that left.
+	within(grace, func() { _ = sub.Close() })
+	s.acceptMu.Lock()
+	s.stopped = true
+	s.acceptMu.Unlock()
+	calls := make(chan struct{})
+	go func() { s.wg.Wait(); close(calls) }()
 	select {
-	case <-done:
-	case <-t.C:
+	case <-calls:
+	case <-grace.Done():
 		s.log.Warn("stop grace period over; cancelling calls in flight")
 		s.cancelFn()
-		<-done
+		t := time.NewTimer(callsEndWait)
+		select {
+		case <-calls:
+		case <-t.C:
+		}
+		t.Stop()
 	}
-	s.log.Info("tool service stopped", "handled", s.handled.Load(), "dropped", s.dropped.Load(), "cancelled", s.cancelled.Load())
-	return nil
+	// The flow and cancel subscriptions after the calls, whose streams and
+	// cancels they serve; replies being sent again (the cancel topic
+	// starts no more of them) before the client closes.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, sub := range []transport.Subscription{flowSub, cancelSub} {
+		if sub != nil {
+			wg.Go(func() { _ = sub.Close() })
+		}
+	}
+	within(ctx, func() { wg.Wait(); s.resends.Wait() })
+	left := s.broker.CloseWithin(ctx) // a client passed in stays open
+	running := 0
+	select {
+	case <-calls:
+	case <-ctx.Done():
+		running = len(s.sem)
+	}
+	stats := []any{"handled", s.handled.Load(), "dropped", s.dropped.Load(), "cancelled", s.cancelled.Load()}
+	if left.Empty() && running == 0 {
+		s.log.Info("tool service stopped", stats...)
+		return nil
+	}
+	// Once, with all of it: the broker's client would say it again and
+	// again.
+	as := append(stats, "took", time.Since(start).Round(time.Millisecond))
+	if len(left.Subscriptions) > 0 {
+		as = append(as, "subscriptions", left.Subscriptions)
+	}
+	if len(left.Producers) > 0 {
+		as = append(as, "producers", left.Producers, "queued_messages", left.Queued)
+	}
+	if left.Client {
+		as = append(as, "pulsar_client", true)
+	}
+	if running > 0 {
+		as = append(as, "calls", running)
+	}
+	s.log.Warn("tool service stopped at its deadline, abandoning what had not closed: the broker does not answer", as...)
+	return fmt.Errorf("toolservice %s: %w: %d subscription(s), %d producer(s), %d call(s) still open", s.cfg.ID, ErrAbandoned,
+		len(left.Subscriptions), len(left.Producers), running)
+}
+
+// within runs f on a goroutine of its own and reports whether it returned
+// before ctx ended; if not, it is left running.
+func within(ctx context.Context, f func()) bool {
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // Stats are a Service's counters since New.
@@ -584,7 +699,20 @@ func (s *Service) accept(m transport.Message) {
 		}
 	}
 	s.sem <- struct{}{}
+	s.acceptMu.Lock()
+	if s.stopped {
+		// Handed over by a subscription whose close Run stopped waiting
+		// for: nobody waits for the call now. Not run; a gateway hears
+		// the instance is gone.
+		s.acceptMu.Unlock()
+		<-s.sem
+		if rw != nil {
+			s.endReceipted(rw)
+		}
+		return
+	}
 	s.wg.Add(1)
+	s.acceptMu.Unlock()
 	go func() {
 		defer func() { <-s.sem; s.wg.Done() }()
 		if rw != nil {

@@ -3,6 +3,7 @@
 package servicemain
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -16,7 +17,8 @@ import (
 )
 
 // Run parses args (without the program name) on top of defaults, runs the
-// service with h until ctx ends, and returns the process exit code.
+// service with h until ctx ends, and returns the process exit code: 0, 1
+// (could not run), 2 (bad flags) or ExitAbandoned.
 func Run(ctx context.Context, name string, args []string, defaults toolservice.Config, h toolservice.Handler) int {
 	cfg := defaults
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -27,6 +29,8 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 	fs.StringVar(&cfg.ID, "id", defaults.ID, "service id; the request subscription is <id>-request")
 	fs.StringVar(&cfg.Topic, "topic", defaults.Topic, "short topic name: non-persistent://tg/request/<topic>")
 	fs.IntVar(&cfg.MaxConcurrency, "concurrency", max(defaults.MaxConcurrency, toolservice.DefaultMaxConcurrency), "calls handled at once")
+	fs.DurationVar(&cfg.StopGrace, "stop-grace", cmp.Or(defaults.StopGrace, toolservice.DefaultStopGrace),
+		"on SIGTERM, how long calls in flight may finish before they are cancelled; the process exits at most 2 s later (toolservice.StopMargin), whatever the broker does")
 	announce := fs.Bool("announce", envBool("TOOLGATE_ANNOUNCE", defaults.Announce != nil),
 		"announce the service and its tools to gateways on start, withdraw them on stop (env TOOLGATE_ANNOUNCE)")
 	announceTopic := fs.String("announce-topic", envOr("TOOLGATE_ANNOUNCE_TOPIC", toolservice.DefaultAnnounceTopic),
@@ -63,12 +67,23 @@ func Run(ctx context.Context, name string, args []string, defaults toolservice.C
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	if err := svc.Run(ctx); err != nil {
+	err = svc.Run(ctx)
+	switch {
+	case errors.Is(err, toolservice.ErrAbandoned):
+		// Logged by the service, once, with what it left.
+		return ExitAbandoned
+	case err != nil:
 		cfg.Logger.Error(name+" failed", "err", err)
 		return 1
 	}
 	return 0
 }
+
+// ExitAbandoned is the exit status of a service that stopped at the end
+// of its stop grace with closes still waiting for a broker that did not
+// answer (toolservice.ErrAbandoned); 1 is a service that could not run, 2
+// bad flags.
+const ExitAbandoned = 3
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {

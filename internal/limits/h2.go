@@ -256,7 +256,7 @@ type meteredConn struct {
 	// The writer's, under wmu.
 	wmu   sync.Mutex
 	whdr  [frameHeaderLen]byte
-	whn   int
+	wn    int
 	wskip uint32
 
 	earned atomic.Bool // the server sent HEADERS or DATA since the last ping
@@ -396,13 +396,13 @@ func (c *meteredConn) scanWrite(b []byte) {
 			b = b[k:]
 			continue
 		}
-		k := copy(c.whdr[c.whn:], b)
-		c.whn += k
+		k := copy(c.whdr[c.wn:], b)
+		c.wn += k
 		b = b[k:]
-		if c.whn < frameHeaderLen {
+		if c.wn < frameHeaderLen {
 			return
 		}
-		c.whn = 0
+		c.wn = 0
 		c.wskip = uint32(c.whdr[0])<<16 | uint32(c.whdr[1])<<8 | uint32(c.whdr[2])
 		if t := c.whdr[3]; t == frameHeaders || t == frameData {
 			c.earned.Store(true)
@@ -418,7 +418,7 @@ func (c *meteredConn) calmDown(what string) {
 		return
 	}
 	if c.wmu.TryLock() {
-		if c.whn == 0 && c.wskip == 0 {
+		if c.wn == 0 && c.wskip == 0 {
 			msg := "too many " + what
 			f := make([]byte, frameHeaderLen+8+len(msg))
 			f[2] = byte(8 + len(msg))
@@ -426,12 +426,12 @@ func (c *meteredConn) calmDown(what string) {
 			binary.BigEndian.PutUint32(f[9:], c.last)
 			binary.BigEndian.PutUint32(f[13:], errEnhanceYourCalm)
 			copy(f[17:], msg)
-			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = c.Conn.Write(f)
 		}
 		c.wmu.Unlock()
 	}
-	_ = c.Conn.Close()
+	_ = c.Close()
 	c.m.calmed.Add(1)
 	c.m.log.LogAttrs(context.Background(), slog.LevelWarn, "HTTP/2 connection closed: the client went over a frame budget (ENHANCE_YOUR_CALM)",
 		slog.String("over", what), slog.String("peer", c.RemoteAddr().String()))

@@ -93,7 +93,7 @@ func (h *Handler) WithAttrs(as []slog.Attr) slog.Handler {
 	return &Handler{next: h.next.WithAttrs(as), state: h.state}
 }
 
-// WithGroup: see WithAttrs.
+// WithGroup is as WithAttrs: the intervals are shared.
 func (h *Handler) WithGroup(name string) slog.Handler {
 	return &Handler{next: h.next.WithGroup(name), state: h.state}
 }

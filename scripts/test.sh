@@ -68,7 +68,7 @@ echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL) [$((SECONDS - t0)) 
 # is the same in v0.21.0), which -race reports whenever a broker restarts
 # under load.
 read -r -a gotest_flags <<<"${GOTEST_FLAGS:-}" # extra flags, split on white space
-mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/cluster$' -e '/test/scale$')
+mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/shutdown$' -e '/test/cluster$' -e '/test/scale$')
 go test -race -count=1 -timeout 15m "${gotest_flags[@]}" "${packages[@]}"
 echo "==> go test -race ./... in bench/ (the benchmark harness, a module of its own) [$((SECONDS - t0)) s]"
 go -C bench test -race -count=1 -timeout 5m "${gotest_flags[@]}" ./...
@@ -97,6 +97,10 @@ echo "==> go test ./test/scale, volume (chunked bursts, long streams under CPU l
 go test -count=1 -timeout 15m "${gotest_flags[@]}" -skip "$scale_race" ./test/scale
 echo "==> go test ./test/restart (a broker of its own, stopped and restarted under load) [$((SECONDS - t0)) s]"
 go test -count=1 -timeout 10m "${gotest_flags[@]}" ./test/restart
+# test/shutdown alone and without the race detector too: it stops a broker
+# of its own under two gateways and an SDK service, then SIGTERMs them.
+echo "==> go test ./test/shutdown (a broker of its own stopped; gateways and a service told to stop meanwhile) [$((SECONDS - t0)) s]"
+go test -count=1 -timeout 10m "${gotest_flags[@]}" ./test/shutdown
 # test/cluster too runs without the race detector, for the same reason: it
 # kills a broker under load.
 echo "==> go test ./test/cluster (a cluster of its own: two brokers, one moved from and one killed under load) [$((SECONDS - t0)) s]"

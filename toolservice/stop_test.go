@@ -21,8 +21,7 @@ import (
 type lostBroker struct {
 	pulsar.Client
 	release  chan struct{}
-	requests chan pulsar.Message // to the first consumer, the request topic's
-	once     sync.Once
+	requests chan pulsar.Message // to the request topic's consumer
 }
 
 func (c *lostBroker) CreateProducer(pulsar.ProducerOptions) (pulsar.Producer, error) {

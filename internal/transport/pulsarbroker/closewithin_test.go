@@ -166,7 +166,10 @@ func TestCloseWithinLeavesWhatWaitsForTheBroker(t *testing.T) {
 		t.Errorf("left after every close returned: %+v", left)
 	}
 	select {
-	case <-following:
+	case err := <-following:
+		if err == nil {
+			t.Error("Follow returned nil once its reader was closed under it, want the reader's error")
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Follow did not return once its reader closed")
 	}

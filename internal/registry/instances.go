@@ -22,34 +22,159 @@ import (
 // applyAnnouncement applies an announcement or a withdrawal of one
 // instance of an announced unit.
 func (m *Merger) applyAnnouncement(u Update, label string) error {
-	withdraw := u.Parsed == nil && len(bytes.TrimSpace(u.Doc)) == 0
-	if withdraw {
-		return m.withdrawInstance(u, label)
+	return m.applyAnnouncements([]Update{u}, []string{label})[0]
+}
+
+// ApplyBatch applies us in order, as Apply would one by one, and publishes
+// one snapshot for all of them (Apply publishes one per update): a source
+// that has many announcements at hand pays for one merge of the registry,
+// not one per announcement. It returns what Apply would have for each.
+func (m *Merger) ApplyBatch(us []Update) []error {
+	errs := make([]error, len(us))
+	var anns []Update
+	var labels []string
+	var at []int // index in us of each of anns
+	flush := func() {
+		if len(anns) == 0 {
+			return
+		}
+		for i, err := range m.applyAnnouncements(anns, labels) {
+			errs[at[i]] = err
+		}
+		anns, labels, at = anns[:0], labels[:0], at[:0]
 	}
-	if err := m.admit(u, label); err != nil {
-		m.reject(u.Origin, label, err)
-		return err
+	for i, u := range us {
+		if u.Origin != OriginAnnouncement {
+			flush() // in order
+			errs[i] = m.Apply(u)
+			continue
+		}
+		anns, labels, at = append(anns, u), append(labels, labelOf(u)), append(at, i)
 	}
-	if u.Lease < 0 {
-		err := fmt.Errorf("%w: %s: a negative lease (%v)", ErrRejected, label, u.Lease)
-		m.reject(u.Origin, label, err)
-		return err
+	flush()
+	return errs
+}
+
+// labelOf names u's unit in logs and errors.
+func labelOf(u Update) string {
+	label := string(u.Origin)
+	if u.Unit != "" {
+		label += " " + u.Unit
+	} else if u.Name != "" {
+		label += " " + u.Name
 	}
-	var parsed *part // nil while the instance's document is the same again
-	for {
-		if parsed == nil && !m.sameDoc(u) {
-			var err error
-			if parsed, err = m.parse(u, label); err != nil {
-				m.reject(u.Origin, label, err)
-				return err
+	return label
+}
+
+// pendingAnn is one announcement of a batch on its way in.
+type pendingAnn struct {
+	i        int // in the batch
+	u        Update
+	label    string
+	withdraw bool
+	parsed   *part // nil for a withdrawal, or while it looks like a renewal
+}
+
+// applyAnnouncements applies announcements (of OriginAnnouncement) in
+// order: the bounds checked and the documents parsed first, without the
+// locks, then every one recorded and, when any changed what is served, one
+// snapshot published.
+func (m *Merger) applyAnnouncements(us []Update, labels []string) []error {
+	errs := make([]error, len(us))
+	todo := make([]pendingAnn, 0, len(us))
+	for i, u := range us {
+		pa := pendingAnn{i: i, u: u, label: labels[i], withdraw: u.Parsed == nil && len(bytes.TrimSpace(u.Doc)) == 0}
+		if !pa.withdraw {
+			err := m.admit(u, pa.label)
+			if err == nil && u.Lease < 0 {
+				err = fmt.Errorf("%w: %s: a negative lease (%v)", ErrRejected, pa.label, u.Lease)
+			}
+			if err != nil {
+				m.reject(u.Origin, pa.label, err)
+				errs[i] = err
+				continue
 			}
 		}
-		done, err := m.putInstance(u, label, parsed)
-		if done || err != nil {
-			return err
-		}
-		// The instance changed between the comparison and now: parse.
+		todo = append(todo, pa)
 	}
+	for len(todo) > 0 {
+		// Parse what is not the same document as its instance's last.
+		kept := todo[:0]
+		for _, pa := range todo {
+			if !pa.withdraw && pa.parsed == nil && !m.sameDoc(pa.u) {
+				var err error
+				if pa.parsed, err = m.parse(pa.u, pa.label); err != nil {
+					m.reject(pa.u.Origin, pa.label, err)
+					errs[pa.i] = err
+					continue
+				}
+			}
+			kept = append(kept, pa)
+		}
+		todo = m.recordAnnouncements(kept, errs)
+	}
+	return errs
+}
+
+// recordAnnouncements records announcements parsed (or found the same
+// document again) and publishes the snapshot they make, if they changed
+// what is served. It stops at one that turns out to need parsing (its
+// instance changed since it was compared) and returns it with those after
+// it, for the caller to parse and record in turn.
+func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingAnn {
+	if len(todo) == 0 {
+		return nil
+	}
+	m.swapMu.Lock()
+	defer m.swapMu.Unlock()
+	m.mu.Lock()
+	now := m.now()
+	m.heardLocked(now) // messages were read
+	changed := false
+	var left []string // request topics of instances that withdrew
+	var rejected []pendingAnn
+	var rest []pendingAnn
+	for k, pa := range todo {
+		if pa.withdraw {
+			c, l := m.withdrawLocked(pa.u, now)
+			changed = changed || c
+			left = append(left, l...)
+			continue
+		}
+		done, c, err := m.putLocked(pa.u, pa.label, pa.parsed, now)
+		if !done {
+			rest = todo[k:]
+			break
+		}
+		changed = changed || c
+		if err != nil {
+			errs[pa.i] = err
+			rejected = append(rejected, pa)
+		}
+	}
+	var snap *Snapshot
+	if changed {
+		m.expireLocked(now) // an announcement read late may have run out already
+		snap = m.mergeLocked()
+	}
+	m.scheduleLocked()
+	m.mu.Unlock()
+	for _, pa := range rejected {
+		m.reject(pa.u.Origin, pa.label, errs[pa.i])
+	}
+	if snap != nil {
+		by := todo[0].label
+		if n := len(todo) - len(rest); n > 1 {
+			by = fmt.Sprintf("%d announcements", n)
+		}
+		m.swapped(snap, by)
+	}
+	if m.instanceLeft != nil {
+		for _, t := range left {
+			m.instanceLeft(t)
+		}
+	}
+	return rest
 }
 
 // sameDoc reports whether u's instance announced u's document last.
@@ -67,23 +192,91 @@ func (m *Merger) sameDoc(u Update) bool {
 	return in != nil && bytes.Equal(in.doc, u.Doc)
 }
 
-// putInstance records an instance's announcement: parsed, or when nil the
-// same document as the instance's last (a renewal). It returns false when
-// a renewal finds the instance changed meanwhile.
-func (m *Merger) putInstance(u Update, label string, parsed *part) (bool, error) {
-	m.swapMu.Lock()
-	defer m.swapMu.Unlock()
-	m.mu.Lock()
-	now := m.now()
-	m.heardLocked(now) // a message was read
+// expiryOf is when an announcement's instance runs out, applied at now:
+// its lease (at most the maximum) from when it was made, never later than
+// now; zero without a lease.
+func (m *Merger) expiryOf(u Update, now time.Time) time.Time {
+	if u.Lease <= 0 {
+		return time.Time{}
+	}
 	at := u.At
 	if at.IsZero() || at.After(now) {
 		at = now
 	}
-	var expires time.Time
-	if u.Lease > 0 {
-		expires = at.Add(min(u.Lease, m.maxLease))
+	return at.Add(min(u.Lease, m.maxLease))
+}
+
+// renewLocked makes in hold until expires (zero: until withdrawn), unless
+// it holds longer already, and sets the timer when that is sooner than
+// the timer's.
+func (m *Merger) renewLocked(in *instance, expires time.Time) {
+	if expires.IsZero() || expires.After(in.expires) || in.expires.IsZero() {
+		in.expires = expires
 	}
+	// An expiry later than the timer's leaves the timer as it is: if it
+	// fires for this instance's old expiry, tick finds nothing run out
+	// and sets it again. Renewals so cost no walk over every instance.
+	if !in.expires.IsZero() && (m.timerAt.IsZero() || in.expires.Before(m.timerAt)) {
+		m.scheduleLocked()
+	}
+}
+
+// Renew applies u at once when it is a renewal: an announcement of an
+// announced instance with the document the instance announced last. It
+// reports whether it was one; anything else is left for Apply. Renewing
+// costs no new snapshot, so a source renews known instances as it reads
+// their announcements, before any other update waiting to be applied.
+func (m *Merger) Renew(u Update) bool {
+	if u.Origin != OriginAnnouncement || u.Parsed != nil || u.Lease < 0 || len(bytes.TrimSpace(u.Doc)) == 0 {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.parts[OriginAnnouncement][u.Unit]
+	if p == nil {
+		return false
+	}
+	cur := p.instances[u.Instance]
+	if cur == nil || !bytes.Equal(cur.doc, u.Doc) {
+		return false
+	}
+	now := m.now()
+	m.heardLocked(now) // a message was read
+	m.renewLocked(cur, m.expiryOf(u, now))
+	return true
+}
+
+// Known reports whether u concerns an announced service the merger holds
+// (announcing, or departed and holding its claims) in a way that costs no
+// new claim: a withdrawal, an announcement of one of its instances, or a
+// new instance announcing the document the service serves (another
+// replica, a restart). Anything else — a new service id, a new instance
+// with other descriptors — is new. Updates of other origins are known.
+func (m *Merger) Known(u Update) bool {
+	if u.Origin != OriginAnnouncement {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.parts[OriginAnnouncement][u.Unit]
+	switch {
+	case p == nil:
+		return false
+	case u.Parsed == nil && len(bytes.TrimSpace(u.Doc)) == 0:
+		return true
+	case p.instances[u.Instance] != nil:
+		return true
+	}
+	return u.Parsed == nil && p.doc != nil && bytes.Equal(p.doc, u.Doc)
+}
+
+// putLocked records an instance's announcement: parsed, or when nil the
+// same document as the instance's last (a renewal). done is false when a
+// renewal finds the instance changed meanwhile (it must be parsed);
+// changed says whether what is served may have changed. A refusal is
+// returned, not reported (reject takes the lock).
+func (m *Merger) putLocked(u Update, label string, parsed *part, now time.Time) (done, changed bool, err error) {
+	expires := m.expiryOf(u, now)
 	units := m.parts[OriginAnnouncement]
 	p := units[u.Unit]
 	var cur *instance
@@ -91,32 +284,24 @@ func (m *Merger) putInstance(u Update, label string, parsed *part) (bool, error)
 		cur = p.instances[u.Instance]
 	}
 	if parsed == nil && (cur == nil || !bytes.Equal(cur.doc, u.Doc)) {
-		m.mu.Unlock()
-		return false, nil
+		return false, false, nil
 	}
 	if parsed == nil {
-		// A renewal: the instance holds until its new expiry.
-		if expires.IsZero() || expires.After(cur.expires) || cur.expires.IsZero() {
-			cur.expires = expires
-		}
-		m.scheduleLocked()
-		m.mu.Unlock()
-		return true, nil
+		m.renewLocked(cur, expires) // a renewal: the instance holds until its new expiry
+		return true, false, nil
+	}
+	if cur == nil && m.instanceCount >= m.maxAllInstances {
+		return true, false, fmt.Errorf("%w: %s: %d instances of announced services are there already, the limit", ErrRejected, label, m.instanceCount)
 	}
 	if p == nil {
 		if err := m.admitLocked(u, label, true); err != nil {
-			m.mu.Unlock()
-			m.reject(u.Origin, label, err)
-			return true, err
+			return true, false, err
 		}
 		m.seq++
 		p = &part{origin: OriginAnnouncement, unit: u.Unit, seq: m.seq, label: label, instances: map[string]*instance{}}
 		units[u.Unit] = p
 	} else if cur == nil && len(p.instances) >= m.maxInstances {
-		m.mu.Unlock()
-		err := fmt.Errorf("%w: %s: %d instances announce the service already, the limit", ErrRejected, label, len(p.instances))
-		m.reject(u.Origin, label, err)
-		return true, err
+		return true, false, fmt.Errorf("%w: %s: %d instances announce the service already, the limit", ErrRejected, label, len(p.instances))
 	}
 	// A move to other topics is legitimate (a service reconfigured) but is
 	// how a hijack would look (the key is all that names the announcer),
@@ -138,31 +323,23 @@ func (m *Merger) putInstance(u Update, label string, parsed *part) (bool, error)
 	}
 	if cur == nil {
 		m.log.Info("announced instance", "service", u.Unit, "instance", u.Instance, "instances", len(p.instances)+1, "lease", u.Lease)
+		m.instanceCount++
 	}
 	p.instances[u.Instance] = in
 	m.settleLocked(p, now, false)
-	m.expireLocked(now) // an announcement read late may have run out already
-	snap := m.mergeLocked()
-	m.scheduleLocked()
-	m.mu.Unlock()
-	m.swapped(snap, label)
-	return true, nil
+	return true, true, nil
 }
 
-// withdrawInstance removes the instance u names; the unit is served while
+// withdrawLocked removes the instance u names; the unit is served while
 // others remain. A withdrawal without an instance (keyed by the service
 // id alone, as an operator sends it) removes every instance: live ones
 // come back with their next renewal, dead ones are gone at once. Either
-// way the unit keeps its claims for the claim grace.
-func (m *Merger) withdrawInstance(u Update, label string) error {
-	m.swapMu.Lock()
-	defer m.swapMu.Unlock()
-	m.mu.Lock()
-	m.heardLocked(m.now()) // a message was read
+// way the unit keeps its claims for the claim grace. It reports whether
+// anything was removed, and the request topics of what was.
+func (m *Merger) withdrawLocked(u Update, now time.Time) (bool, []string) {
 	p := m.parts[OriginAnnouncement][u.Unit]
 	if p == nil || len(p.instances) == 0 || (u.Instance != "" && p.instances[u.Instance] == nil) {
-		m.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	var left []string // the request topics of the instances that leave
 	for k, in := range p.instances {
@@ -172,28 +349,17 @@ func (m *Merger) withdrawInstance(u Update, label string) error {
 			}
 		}
 	}
-	if m.instanceLeft != nil {
-		defer func() {
-			for _, t := range left {
-				m.instanceLeft(t)
-			}
-		}()
-	}
 	if u.Instance == "" {
+		m.instanceCount -= len(p.instances)
 		clear(p.instances)
 		m.log.Info("announced service withdrawn with every instance", "service", u.Unit)
 	} else {
 		delete(p.instances, u.Instance)
+		m.instanceCount--
 		m.log.Info("announced instance withdrawn", "service", u.Unit, "instance", u.Instance, "instances_left", len(p.instances))
 	}
-	now := m.now()
 	m.settleLocked(p, now, false)
-	m.expireLocked(now)
-	snap := m.mergeLocked()
-	m.scheduleLocked()
-	m.mu.Unlock()
-	m.swapped(snap, label)
-	return nil
+	return true, left
 }
 
 // settleLocked makes p serve its newest instance's descriptor, or, when
@@ -303,6 +469,7 @@ func (m *Merger) expireLocked(now time.Time) bool {
 		for inst, in := range p.instances {
 			if !in.expires.IsZero() && !now.Before(in.expires) {
 				delete(p.instances, inst)
+				m.instanceCount--
 				m.log.Warn("an announced instance's lease ran out", "service", id, "instance", inst, "expired", in.expires)
 				if in.expires.After(last) {
 					last = in.expires
@@ -331,11 +498,14 @@ func (m *Merger) scheduleLocked() {
 	if m.closed {
 		return
 	}
-	if now := m.now(); !m.heardAt.IsZero() && now.Sub(m.heardAt) > unheardAfter {
-		// Unheard: nothing runs out until the next sign (Heard).
+	stop := func() {
 		if m.timer != nil {
 			m.timer.Stop()
 		}
+		m.timerAt = time.Time{}
+	}
+	if now := m.now(); !m.heardAt.IsZero() && now.Sub(m.heardAt) > unheardAfter {
+		stop() // unheard: nothing runs out until the next sign (Heard)
 		return
 	}
 	var next time.Time
@@ -352,11 +522,10 @@ func (m *Merger) scheduleLocked() {
 		}
 	}
 	if next.IsZero() {
-		if m.timer != nil {
-			m.timer.Stop()
-		}
+		stop()
 		return
 	}
+	m.timerAt = next
 	d := max(next.Sub(m.now()), 0)
 	if m.timer == nil {
 		m.timer = time.AfterFunc(d, m.tick)

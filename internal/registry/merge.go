@@ -55,6 +55,10 @@ type SourceStatus struct {
 	// refused as invalid; LastRejection is the latest reason.
 	Rejected      int64  `json:"rejected"`
 	LastRejection string `json:"last_rejection,omitempty"`
+	// Throttled counts, of those, the announcements of new services or
+	// instances the source refused because more came at once than it
+	// admits (announcements only).
+	Throttled int64 `json:"throttled,omitempty"`
 }
 
 type part struct {
@@ -102,6 +106,7 @@ type originState struct {
 	err           string
 	rejected      int64
 	lastRejection string
+	throttled     int64
 }
 
 // Merger merges the units of every source into one immutable snapshot,
@@ -128,11 +133,16 @@ type Merger struct {
 	released     map[string]bool
 	maxLease     time.Duration
 	maxInstances int
-	now          func() time.Time
+	// maxAllInstances bounds the instances of every announced service
+	// together; instanceCount counts them.
+	maxAllInstances int
+	instanceCount   int
+	now             func() time.Time
 	// instanceLeft is told the request topics of an announced instance
 	// that withdrew (WithInstanceLeft).
 	instanceLeft func(requestTopic string)
 	timer        *time.Timer // the next lease or claim to run out
+	timerAt      time.Time   // when it is set for; zero when stopped
 	closed       bool
 	// heardAt: when the announcements were last known to be readable (a
 	// message applied, or the source's word, Heard). Leases run out only
@@ -153,12 +163,14 @@ type Merger struct {
 
 // Bounds on announcements, which come from the bus: one announcement's
 // size, the number of services announced at once, the instances of one
-// service and the longest lease an announcement may ask for.
+// service, the instances of every service together and the longest lease
+// an announcement may ask for.
 const (
-	DefaultMaxAnnouncementBytes = wire.MaxAnnouncementBytes
-	DefaultMaxAnnouncedServices = 10000
-	DefaultMaxInstances         = 1024
-	DefaultMaxLease             = time.Hour
+	DefaultMaxAnnouncementBytes  = wire.MaxAnnouncementBytes
+	DefaultMaxAnnouncedServices  = 10000
+	DefaultMaxInstances          = 1024
+	DefaultMaxAnnouncedInstances = 20000
+	DefaultMaxLease              = time.Hour
 )
 
 // DefaultClaimGrace is how long an announced service whose instances have
@@ -195,6 +207,17 @@ func WithMaxAnnouncedServices(n int) MergerOption {
 	return func(m *Merger) {
 		if n > 0 {
 			m.maxAnnounced = n
+		}
+	}
+}
+
+// WithMaxAnnouncedInstances bounds the instances of every announced
+// service together (default DefaultMaxAnnouncedInstances); an
+// announcement of one more instance is refused until another leaves.
+func WithMaxAnnouncedInstances(n int) MergerOption {
+	return func(m *Merger) {
+		if n > 0 {
+			m.maxAllInstances = n
 		}
 	}
 }
@@ -275,7 +298,7 @@ func NewMerger(log *slog.Logger, onSwap func(*Snapshot), opts ...MergerOption) *
 		maxAnnounceBytes: DefaultMaxAnnouncementBytes, maxAnnounced: DefaultMaxAnnouncedServices,
 		requestNS: DefaultAnnounceRequestNamespaces, responseNS: DefaultAnnounceResponseNamespaces,
 		claimGrace: DefaultClaimGrace, released: map[string]bool{}, maxLease: DefaultMaxLease,
-		maxInstances: DefaultMaxInstances, now: time.Now, stateChanged: make(chan struct{})}
+		maxInstances: DefaultMaxInstances, maxAllInstances: DefaultMaxAnnouncedInstances, now: time.Now, stateChanged: make(chan struct{})}
 	for _, o := range opts {
 		o(m)
 	}
@@ -368,12 +391,7 @@ func (m *Merger) Apply(u Update) error {
 	if u.Origin.rank() >= len(Origins) {
 		return fmt.Errorf("%w: unknown origin %q", ErrRejected, u.Origin)
 	}
-	label := string(u.Origin)
-	if u.Unit != "" {
-		label += " " + u.Unit
-	} else if u.Name != "" {
-		label += " " + u.Name
-	}
+	label := labelOf(u)
 	if u.Origin == OriginAnnouncement {
 		return m.applyAnnouncement(u, label)
 	}
@@ -491,6 +509,26 @@ func (m *Merger) reject(o Origin, label string, err error) {
 	st.lastRejection = err.Error()
 	m.mu.Unlock()
 	m.log.Error("registry update rejected; what was there stays", "by", label, "err", err)
+}
+
+// Throttle counts n updates of origin o that their source refused before
+// handing them over, err saying why (more new announcements at once than
+// it admits): as rejected, and as throttled. They are not logged here: the
+// source logs such refusals, one line for many. Messages were read: for
+// announcements, a sign that they are readable (Heard).
+func (m *Merger) Throttle(o Origin, n int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.states[o]
+	if !ok || n <= 0 {
+		return
+	}
+	st.rejected += int64(n)
+	st.throttled += int64(n)
+	st.lastRejection = err.Error()
+	if o == OriginAnnouncement {
+		m.heardLocked(m.now())
+	}
 }
 
 // parse validates an update by the rules of its origin: the file and an
@@ -803,7 +841,8 @@ func (m *Merger) Status() []SourceStatus {
 		if !st.enabled && len(m.parts[o]) == 0 {
 			continue
 		}
-		ss := SourceStatus{Origin: o, Synced: st.synced, Error: st.err, Rejected: st.rejected, LastRejection: st.lastRejection}
+		ss := SourceStatus{Origin: o, Synced: st.synced, Error: st.err, Rejected: st.rejected, LastRejection: st.lastRejection,
+			Throttled: st.throttled}
 		for _, p := range m.parts[o] {
 			switch {
 			case p.live():

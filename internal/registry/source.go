@@ -82,3 +82,24 @@ type Source interface {
 	Origin() Origin
 	Run(ctx context.Context, sink Sink) error
 }
+
+// AnnouncementSink is a Sink that keeps announced services (*Merger). A
+// source of announcements uses it, when its sink is one, so that a flood
+// of new service ids neither costs a snapshot each nor holds up the
+// renewals of the services already there: it renews known instances as
+// it reads them, applies what it holds first, and the rest in batches
+// at the pace it admits new ones, counting those it refuses.
+type AnnouncementSink interface {
+	Sink
+	// ApplyBatch applies updates in order, publishing one snapshot.
+	ApplyBatch(us []Update) []error
+	// Renew applies u at once if it renews an announced instance with
+	// the document it announced last, and reports whether it did.
+	Renew(u Update) bool
+	// Known reports whether u concerns a service held, at no new claim.
+	Known(u Update) bool
+	// Throttle counts n updates the source refused, err saying why.
+	Throttle(o Origin, n int, err error)
+}
+
+var _ AnnouncementSink = (*Merger)(nil)

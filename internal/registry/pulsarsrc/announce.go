@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/apache/pulsar-client-go/pulsar"
@@ -33,22 +34,49 @@ const DefaultAnnounceTopic = wire.DefaultAnnounceTopic
 // is bounded: the reader buffers few messages, an announcement larger than
 // registry.DefaultMaxAnnouncementBytes is refused unread, and documents are
 // parsed off the reader's goroutine, large ones in a lane of their own, so
-// one large announcement never holds up the others.
+// one large announcement never holds up the others. With a sink that keeps
+// announced services (registry.AnnouncementSink, the gateway's merger), a
+// renewal of an instance the registry holds is applied as it is read,
+// other updates of what it holds are applied before any new service or
+// instance, updates are applied in batches (one snapshot for all those
+// waiting), and new services and instances are admitted at the pace of
+// the source's Admission, the rest refused and counted: a flood of new
+// service ids never unlists a live service.
 type Announcements struct {
-	client pulsar.Client
-	topic  string
-	log    *slog.Logger
+	client    pulsar.Client
+	topic     string
+	log       *slog.Logger
+	admission Admission
+
+	throttleMu   sync.Mutex
+	throttled    int       // refused since the last line logged
+	throttleLogd time.Time // when that line was logged
+}
+
+// AnnounceOption tunes an Announcements source.
+type AnnounceOption func(*Announcements)
+
+// WithAdmission sets how fast new services and instances are admitted
+// (zero fields: the defaults, DefaultNewPerSecond, DefaultNewBurst,
+// DefaultMaxWaiting).
+func WithAdmission(a Admission) AnnounceOption {
+	return func(s *Announcements) { s.admission = a }
 }
 
 // NewAnnouncements returns the source; topic "" is DefaultAnnounceTopic.
-func NewAnnouncements(client pulsar.Client, topic string, log *slog.Logger) *Announcements {
+func NewAnnouncements(client pulsar.Client, topic string, log *slog.Logger, opts ...AnnounceOption) *Announcements {
 	if topic == "" {
 		topic = DefaultAnnounceTopic
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Announcements{client: client, topic: topic, log: log}
+	a := &Announcements{client: client, topic: topic, log: log}
+	for _, o := range opts {
+		o(a)
+	}
+	a.admission = a.admission.withDefaults()
+	return a
 }
 
 // Origin implements registry.Source.
@@ -61,8 +89,14 @@ func (a *Announcements) Topic() string { return a.topic }
 // cannot be created (broker down, namespace missing) is retried, and the
 // problem is reported to the sink meanwhile.
 func (a *Announcements) Run(ctx context.Context, sink registry.Sink) error {
-	d := newDispatcher(func(u registry.Update) { a.applyNow(sink, u) }, maxLargePending)
+	d := newDispatcher(func(us []registry.Update) { a.applyBatch(sink, us) }, maxLargePending)
+	d.adm = a.admission
+	if as, ok := sink.(registry.AnnouncementSink); ok {
+		d.renew, d.known = as.Renew, as.Known
+		d.refuse = func(u registry.Update, err error) { a.throttle(as, u, err) }
+	}
 	defer d.close()
+	defer context.AfterFunc(ctx, d.close)() // a reader waiting for room stops too
 	backoff := 250 * time.Millisecond
 	synced := false
 	for ctx.Err() == nil {
@@ -100,7 +134,9 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatc
 		return err
 	}
 	defer r.Close()
-	// Catch up with what is there, then say so.
+	// Catch up with what is there, then say so. What was there is taken
+	// in as fast as it is read: admissions are counted from then on.
+	d.setLive(false)
 	for r.HasNext() {
 		msg, err := r.Next(ctx)
 		if err != nil {
@@ -109,6 +145,7 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatc
 		a.apply(sink, d, msg, false)
 	}
 	d.idle()
+	d.setLive(true)
 	*synced = true
 	sink.State(registry.OriginAnnouncement, true, nil)
 	heard(sink, time.Now())
@@ -172,7 +209,9 @@ func heard(sink registry.Sink, at time.Time) {
 // the reader's goroutine. caughtUp says whether the reader had read what
 // existed when it started: an announcement read before counts from when it
 // was published (its lease may have run out since), one read after from
-// now (this process's clock, whatever the announcer's says).
+// when it is applied (this process's clock, whatever the announcer's
+// says): a renewal as it is read, anything else once its turn came, so
+// that the time it waited in this gateway never counts against it.
 func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Message, caughtUp bool) {
 	key := msg.Key()
 	props := msg.Properties()
@@ -221,6 +260,42 @@ func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Mess
 		return
 	}
 	d.submit(u)
+}
+
+// applyBatch applies what the dispatcher took, in one batch when the sink
+// takes batches.
+func (a *Announcements) applyBatch(sink registry.Sink, us []registry.Update) {
+	as, ok := sink.(registry.AnnouncementSink)
+	if !ok {
+		for _, u := range us {
+			a.applyNow(sink, u)
+		}
+		return
+	}
+	for i, err := range as.ApplyBatch(us) {
+		if err != nil && !errors.Is(err, registry.ErrRejected) {
+			a.log.Warn("announcement not applied", "service", us[i].Unit, "instance", us[i].Instance, "err", err)
+		}
+	}
+}
+
+// throttleLogEvery is how often, at most, refusals of new services are
+// logged while a flood lasts: one line with their number.
+const throttleLogEvery = 10 * time.Second
+
+// throttle counts an announcement of a new service or instance refused
+// for want of room, and logs the refusals at most every throttleLogEvery.
+func (a *Announcements) throttle(sink registry.AnnouncementSink, u registry.Update, err error) {
+	sink.Throttle(registry.OriginAnnouncement, 1, fmt.Errorf("%w: announcement %s: %w", registry.ErrRejected, u.Unit, err))
+	a.throttleMu.Lock()
+	defer a.throttleMu.Unlock()
+	a.throttled++
+	if now := time.Now(); now.Sub(a.throttleLogd) >= throttleLogEvery {
+		a.log.Warn("announcements of new services or instances refused: more came at once than are admitted; a service that renews is admitted at a later renewal",
+			"refused", a.throttled, "admitted_per_second", a.admission.PerSecond, "waiting_at_most", a.admission.Waiting,
+			"last_service", u.Unit, "last_instance", u.Instance, "reason", err)
+		a.throttled, a.throttleLogd = 0, now
+	}
 }
 
 func (a *Announcements) applyNow(sink registry.Sink, u registry.Update) {

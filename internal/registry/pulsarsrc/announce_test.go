@@ -158,6 +158,16 @@ func (s *timingSink) Apply(u registry.Update) error {
 	return err
 }
 
+func (s *timingSink) ApplyBatch(us []registry.Update) []error {
+	errs := s.Merger.ApplyBatch(us)
+	s.mu.Lock()
+	for _, u := range us {
+		s.seen[u.Unit] = time.Now()
+	}
+	s.mu.Unlock()
+	return errs
+}
+
 // A flood of large announcements, some over the limit and some under it,
 // does not hold up a normal one sent in the middle of it: the normal one
 // is applied while the large ones are still being parsed, and every large

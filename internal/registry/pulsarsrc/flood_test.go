@@ -1,7 +1,10 @@
 package pulsarsrc
 
 import (
+	"context"
 	"flag"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +17,8 @@ import (
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/registry"
+	"github.com/toolgate/toolgate/toolservice"
+	"github.com/toolgate/toolgate/wire"
 )
 
 var (
@@ -124,4 +129,132 @@ func TestAnnouncementFloodRefusedByTheBroker(t *testing.T) {
 			t.Errorf("an announcement of the flood was read: %s", unit)
 		}
 	}
+}
+
+// TestNewIDFloodKeepsRenewals: a Go SDK service announces with a lease of
+// 1.5 s (renewed every 0.5 s) while 2,000 announcements of new service ids
+// arrive at once. Its tool is served throughout — its renewals are applied
+// as they are read, never behind the new ids — and what the source takes
+// of the flood is bounded by its Admission: the rest is refused, counted
+// as throttled.
+func TestNewIDFloodKeepsRenewals(t *testing.T) {
+	c := client(t)
+	topic := "persistent://tg/config/" + brokertest.UniqueTopic("ann")
+	adm := Admission{PerSecond: 100, Burst: 50, Waiting: 200}
+	m := registry.NewMerger(nil, nil)
+	m.Enable(registry.OriginAnnouncement)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- NewAnnouncements(c, topic, nil, WithAdmission(adm)).Run(ctx, m) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if missing := m.WaitSynced(20 * time.Second); len(missing) > 0 {
+		t.Fatalf("not synced: %v", missing)
+	}
+
+	id := brokertest.UniqueTopic("live")
+	svc, err := toolservice.New(toolservice.Config{ID: id, Topic: id, PulsarURL: brokertest.PulsarURL(),
+		Logger:   slog.New(slog.DiscardHandler),
+		Announce: &toolservice.Announcement{Topic: topic, Lease: 1500 * time.Millisecond, Tools: []toolservice.Tool{{Name: id + "-tool"}}}},
+		func(context.Context, *toolservice.Request) (any, error) { return "ok", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	brokertest.RunService(t, id, svc, 30*time.Second)
+	waitTool(t, m, id+"-tool", true)
+	renewals := countAnnouncements(t, c, topic, id+"@")
+
+	// From now to the end: the live service's tool served at every look.
+	var looks, missed atomic.Int64
+	wctx, stopWatch := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			looks.Add(1)
+			if _, ok := m.Registry().Snapshot().Tool(id + "-tool"); !ok {
+				missed.Add(1)
+			}
+			select {
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	defer func() { stopWatch(); wg.Wait() }()
+	served := func(when string) {
+		t.Helper()
+		if n := missed.Load(); n > 0 {
+			t.Fatalf("%s: the live service's tool missing at %d of %d looks", when, n, looks.Load())
+		}
+	}
+
+	const n = 2000
+	p, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic, MaxPendingMessages: n, BatchingMaxPublishDelay: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	start := time.Now()
+	renewed := renewals.Load()
+	for i := range n {
+		unit := fmt.Sprintf("%s-flood%d", id, i)
+		p.SendAsync(t.Context(), &pulsar.ProducerMessage{Key: wire.AnnounceKey(unit, "x"), Payload: announcement(unit),
+			Properties: map[string]string{wire.PropInstance: "x", wire.PropLease: "1m"}}, func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			if err != nil {
+				t.Errorf("send: %v", err)
+			}
+		})
+	}
+	if err := p.FlushWithCtx(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var st registry.SourceStatus
+	eventually.True(t, 2*time.Minute, "the flood admitted or refused", func() bool {
+		served("during the flood")
+		st = m.Status()[0]
+		return st.Units-1+int(st.Rejected) >= n
+	})
+	t.Logf("%d announcements of new ids admitted or refused %v after the first was sent: %+v", n, time.Since(start).Round(time.Millisecond), st)
+	if st.Throttled == 0 || st.Throttled != st.Rejected {
+		t.Errorf("refusals %d, of them throttled %d; want every refusal throttled, and some", st.Rejected, st.Throttled)
+	}
+	if admitted, most := st.Units-1, adm.Burst+int(time.Since(start).Seconds()+1)*adm.PerSecond; admitted > most {
+		t.Errorf("%d new services admitted, more than the admission allows (%d)", admitted, most)
+	}
+	// Served through three leases' renewals (nine) since the flood began.
+	eventually.True(t, time.Minute, "nine renewals since the flood began", func() bool {
+		served("after the flood")
+		return renewals.Load()-renewed >= 9
+	})
+	served("at the end")
+	t.Logf("the live service's tool served at each of %d looks over %v", looks.Load(), time.Since(start).Round(time.Millisecond))
+}
+
+// countAnnouncements counts the announcements (not withdrawals) whose key
+// starts with prefix read on topic from now on.
+func countAnnouncements(t *testing.T, c pulsar.Client, topic, prefix string) *atomic.Int64 {
+	t.Helper()
+	r, err := c.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.LatestMessageID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			msg, err := r.Next(ctx)
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(msg.Key(), prefix) && len(msg.Payload()) > 0 {
+				n.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; r.Close() })
+	return &n
 }

@@ -146,7 +146,12 @@ func TestNewIDFloodKeepsRenewals(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- NewAnnouncements(c, topic, nil, WithAdmission(adm)).Run(ctx, m) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("source: %v", err)
+		}
+	})
 	if missing := m.WaitSynced(20 * time.Second); len(missing) > 0 {
 		t.Fatalf("not synced: %v", missing)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,6 +109,41 @@ func (s *Server) Stop() {
 	}
 	_ = s.cmd.Process.Kill()
 	<-s.done
+}
+
+// Pause stops the server's process (SIGSTOP) until Resume: it keeps its
+// port and its connections, takes new ones into the kernel's backlog and
+// answers nothing — a Redis stalled by its machine, a fork or a swap
+// storm. What clients write meanwhile waits in the sockets and runs when
+// the server resumes.
+func (s *Server) Pause(tb testing.TB) {
+	tb.Helper()
+	s.signal(tb, syscall.SIGSTOP)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume(tb testing.TB) {
+	tb.Helper()
+	s.signal(tb, syscall.SIGCONT)
+}
+
+func (s *Server) signal(tb testing.TB, sig syscall.Signal) {
+	tb.Helper()
+	select {
+	case <-s.done:
+		tb.Fatalf("%s has exited: cannot send it %v", s, sig)
+	default:
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		tb.Fatalf("%s: sending %v: %v", s, sig, err)
+	}
+}
+
+// Refused is the URL of a Redis nobody serves: a port of 127.0.0.1 that
+// was free a moment ago, so that dialing it is refused at once.
+func Refused(tb testing.TB) string {
+	tb.Helper()
+	return "redis://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(tb)))
 }
 
 func freePort(tb testing.TB) int {

@@ -2,7 +2,10 @@ package quota
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,13 +21,15 @@ const DefaultRedisTimeout = 250 * time.Millisecond
 // call is checked, and then taken, at once, by the server's clock, so
 // that replicas neither race each other nor need their clocks to agree.
 type Redis struct {
-	client *redis.Client
+	client  *redis.Client
+	timeout time.Duration
 }
 
 // NewRedis connects to the Redis at url (redis://[user:password@]host:port[/db],
 // rediss:// for TLS, unix:///path) lazily: the first call dials. Each
-// exchange is bounded by timeout (DefaultRedisTimeout when 0) and not
-// retried.
+// exchange — waiting for a connection, dialing it, writing and reading —
+// is bounded by timeout (DefaultRedisTimeout when 0) as a whole, and
+// neither the exchange nor its dial is retried.
 func NewRedis(url string, timeout time.Duration) (*Redis, error) {
 	opts, err := redis.ParseURL(url)
 	if err != nil {
@@ -33,17 +38,47 @@ func NewRedis(url string, timeout time.Duration) (*Redis, error) {
 	if timeout <= 0 {
 		timeout = DefaultRedisTimeout
 	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = timeout, timeout, timeout
-	opts.MaxRetries = -1 // an unreachable store is reported at once
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout, timeout
+	opts.MaxRetries = -1   // an unreachable store is reported at once
+	opts.DialerRetries = 1 // go-redis dials 5 times, 100 ms apart, by default
 	opts.ContextTimeoutEnabled = true
-	return &Redis{client: redis.NewClient(opts)}, nil
+	opts.Dialer = dialer(timeout, opts.TLSConfig)
+	return &Redis{client: redis.NewClient(opts), timeout: timeout}, nil
+}
+
+// dialer dials within the exchange's context, TLS handshake included
+// (go-redis's own TLS dial ignores the context), each dial bounded by
+// timeout too.
+func dialer(timeout time.Duration, conf *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
+	if conf == nil {
+		return d.DialContext
+	}
+	td := &tls.Dialer{NetDialer: d, Config: conf}
+	return td.DialContext
 }
 
 // Close closes the connections.
 func (r *Redis) Close() error { return r.client.Close() }
 
 // Ping checks that the store answers.
-func (r *Redis) Ping(ctx context.Context) error { return r.client.Ping(ctx).Err() }
+func (r *Redis) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return r.err(ctx, "ping", r.client.Ping(ctx).Err())
+}
+
+// err names what failed: the exchange, and when Redis did not answer in
+// time, the timeout.
+func (r *Redis) err(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("quota: Redis %s: no answer within %v: %w", what, r.timeout, err)
+	}
+	return fmt.Errorf("quota: Redis %s: %w", what, err)
+}
 
 // takeScript checks, then takes. KEYS are the counters, then the slot
 // sets; ARGV[1] is the number of counters, ARGV[2] the lease, ARGV[3]
@@ -101,12 +136,14 @@ func (r *Redis) Take(ctx context.Context, t Take) (Decision, error) {
 		keys = append(keys, s.Key)
 		args = append(args, s.Limit)
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	res, err := takeScript.Run(ctx, r.client, keys, args...).Int64Slice()
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, r.err(ctx, "take", err)
 	}
 	if len(res) != 2 {
-		return Decision{}, fmt.Errorf("quota: Redis answered %v", res)
+		return Decision{}, fmt.Errorf("quota: Redis answered %v to a take", res)
 	}
 	if res[0] == 0 {
 		return Decision{OK: true}, nil
@@ -123,11 +160,13 @@ func (r *Redis) Release(ctx context.Context, lease string, keys []string) error 
 	if len(keys) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			p.ZRem(ctx, k, lease)
 		}
 		return nil
 	})
-	return err
+	return r.err(ctx, "release", err)
 }

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/toolgate/toolgate/internal/randid"
+	"github.com/toolgate/toolgate/internal/ratelog"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -28,9 +28,9 @@ const (
 
 // Defaults of the Enforcer.
 const (
-	// DefaultLease is how long a call's slot is held at most when it is
-	// never released: a little more than the longest call.
-	DefaultLease = 10*time.Minute + 30*time.Second
+	// DefaultMaxHold is the longest a call holds its slots: a little more
+	// than the longest call. Past it its lease is renewed no more.
+	DefaultMaxHold = 10*time.Minute + 30*time.Second
 	// retrySlots is the retry hint of a call refused for its calls at
 	// once, whose end nobody can tell.
 	retrySlots = time.Second
@@ -39,7 +39,9 @@ const (
 	retryUnavailable = time.Second
 	// keyPrefix starts the key of every count.
 	keyPrefix = "toolgate:quota:"
-	// warnEvery spaces the warnings about an unreachable store.
+	// warnEvery spaces the warnings about an unreachable store: each
+	// message at most once in it, then a line with the count of those
+	// left out.
 	warnEvery = 10 * time.Second
 )
 
@@ -48,13 +50,14 @@ type Enforcer struct {
 	rules      *Rules
 	store      Store
 	failClosed bool
-	lease      time.Duration
 	log        *slog.Logger
+	warnLog    *slog.Logger // log, rate-limited
+	leases     leases
 
 	refused     *prometheus.CounterVec
 	storeErrors prometheus.Counter
 	failedOpen  prometheus.Counter
-	lastWarn    atomic.Int64 // unix nanoseconds
+	pending     prometheus.GaugeFunc
 }
 
 // Option configures an Enforcer.
@@ -65,9 +68,15 @@ type Option func(*Enforcer)
 // default they are let through uncounted (fail open).
 func WithFailClosed(closed bool) Option { return func(e *Enforcer) { e.failClosed = closed } }
 
-// WithLease sets how long a call's slot is held at most, should it never
-// be released (default DefaultLease): more than the longest call.
-func WithLease(d time.Duration) Option { return func(e *Enforcer) { e.lease = d } }
+// WithLease sets the longest a call holds its slots (default
+// DefaultMaxHold): more than the longest call. A call running longer has
+// its lease renewed no more, and its slots lapse within a slot lease.
+func WithLease(d time.Duration) Option { return func(e *Enforcer) { e.leases.maxHold = d } }
+
+// WithSlotLease sets how long a slot is held past its take or its last
+// renewal (default DefaultSlotLease); a running call renews its slots
+// every d/3. A slot nobody releases or renews lapses within d.
+func WithSlotLease(d time.Duration) Option { return func(e *Enforcer) { e.leases.lease = d } }
 
 // WithLogger logs refusals at debug level and an unreachable store as a
 // warning (default: discard).
@@ -75,14 +84,15 @@ func WithLogger(log *slog.Logger) Option { return func(e *Enforcer) { e.log = lo
 
 // NewEnforcer returns an Enforcer of rules over store.
 func NewEnforcer(rules *Rules, store Store, opts ...Option) *Enforcer {
-	e := &Enforcer{rules: rules, store: store, lease: DefaultLease, log: slog.New(slog.DiscardHandler),
+	e := &Enforcer{rules: rules, store: store, log: slog.New(slog.DiscardHandler),
+		leases: leases{store: store, lease: DefaultSlotLease, maxHold: DefaultMaxHold},
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_quota_refused_total",
 			Help: "Calls refused by a quota rule, by rule and bound (calls or concurrent).",
 		}, []string{"rule", "bound"}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "toolgate_quota_store_errors_total",
-			Help: "Calls whose quotas could not be checked because the quota store did not answer.",
+			Help: "Exchanges with the quota store that failed: calls whose quotas could not be checked, calls whose slots were not released at once, renewals of running calls' slots.",
 		}),
 		failedOpen: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "toolgate_quota_failed_open_total",
@@ -92,12 +102,24 @@ func NewEnforcer(rules *Rules, store Store, opts ...Option) *Enforcer {
 	for _, o := range opts {
 		o(e)
 	}
+	if e.leases.lease <= 0 {
+		e.leases.lease = DefaultSlotLease
+	}
+	if e.leases.maxHold <= 0 {
+		e.leases.maxHold = DefaultMaxHold
+	}
+	e.warnLog = ratelog.New(e.log, warnEvery)
+	e.leases.log, e.leases.failed = e.warnLog, e.storeErrors.Inc
+	e.pending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolgate_quota_releases_pending",
+		Help: "Releases of calls' slots the quota store has not taken yet, retried until it does.",
+	}, func() float64 { return float64(e.leases.Pending()) })
 	return e
 }
 
 // Collectors are the Enforcer's metrics, for the gateway's registry.
 func (e *Enforcer) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{e.refused, e.storeErrors, e.failedOpen}
+	return []prometheus.Collector{e.refused, e.storeErrors, e.failedOpen, e.pending}
 }
 
 // counted are the ops a quota counts: those that run a tool.
@@ -120,9 +142,13 @@ func (e *Enforcer) Middleware() toolcall.Middleware {
 			if len(rules) == 0 {
 				return next(ctx, c, emit)
 			}
-			t, bounds := e.take(c.Caller.Key(), rules)
+			t, held, bounds := e.take(c.Caller.Key(), rules)
 			d, err := e.store.Take(ctx, t)
 			if err != nil {
+				if len(held.Keys) > 0 {
+					// The take may have run, or may yet: give back what it took.
+					e.leases.retry(held)
+				}
 				return e.unavailable(ctx, c, err, next, emit)
 			}
 			if !d.OK {
@@ -132,8 +158,9 @@ func (e *Enforcer) Middleware() toolcall.Middleware {
 					"bound", b.kind, "retry_after", d.RetryAfter)
 				return toolcall.Result{}, exceeded(c.Caller.Key(), b, d.RetryAfter)
 			}
-			if len(t.Slots) > 0 {
-				defer e.release(ctx, t)
+			if len(held.Keys) > 0 {
+				e.leases.hold(held)
+				defer e.leases.end(ctx, held)
 			}
 			return next(ctx, c, emit)
 		}
@@ -146,10 +173,11 @@ type bound struct {
 	kind string // "calls" or "concurrent"
 }
 
-// take is what a call of the caller asks of the store under rules, and
-// the bound each index of the answer stands for.
-func (e *Enforcer) take(caller string, rules []*rule) (Take, []bound) {
+// take is what a call of the caller asks of the store under rules, the
+// slots it would hold, and the bound each index of the answer stands for.
+func (e *Enforcer) take(caller string, rules []*rule) (Take, Held, []bound) {
 	var t Take
+	var h Held
 	var bounds, slots []bound
 	for _, r := range rules {
 		base := keyPrefix + r.Name + ":" + caller
@@ -159,27 +187,15 @@ func (e *Enforcer) take(caller string, rules []*rule) (Take, []bound) {
 		}
 		if r.Concurrent > 0 {
 			t.Slots = append(t.Slots, Slots{Key: base + ":concurrent", Limit: r.Concurrent})
+			h.Keys = append(h.Keys, base+":concurrent")
 			slots = append(slots, bound{r, "concurrent"})
 		}
 	}
 	if len(t.Slots) > 0 {
-		t.Lease, t.LeaseFor = randid.New(), e.lease
+		t.Lease, t.LeaseFor = randid.New(), min(e.leases.lease, e.leases.maxHold)
+		h.Lease = t.Lease
 	}
-	return t, append(bounds, slots...)
-}
-
-// release gives back the call's slots, even when its context has ended.
-func (e *Enforcer) release(ctx context.Context, t Take) {
-	keys := make([]string, len(t.Slots))
-	for i, s := range t.Slots {
-		keys[i] = s.Key
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := e.store.Release(rctx, t.Lease, keys); err != nil {
-		e.storeErrors.Inc()
-		e.warn(ctx, "quota store: a call's slots were not released; they lapse with their lease", err, "lease", e.lease)
-	}
+	return t, h, append(bounds, slots...)
 }
 
 // unavailable serves a call whose quotas could not be checked: through
@@ -187,22 +203,12 @@ func (e *Enforcer) release(ctx context.Context, t Take) {
 func (e *Enforcer) unavailable(ctx context.Context, c *toolcall.Call, err error, next toolcall.Handler, emit toolcall.Emit) (toolcall.Result, error) {
 	e.storeErrors.Inc()
 	if e.failClosed {
-		e.warn(ctx, "quota store unreachable: refusing calls under quota (fail closed)", err)
+		e.warnLog.WarnContext(ctx, "quota store unreachable: refusing calls under quota (fail closed)", "err", err)
 		return toolcall.Result{}, unavailableStatus()
 	}
 	e.failedOpen.Inc()
-	e.warn(ctx, "quota store unreachable: letting calls through unchecked (fail open)", err)
+	e.warnLog.WarnContext(ctx, "quota store unreachable: letting calls through unchecked (fail open)", "err", err)
 	return next(ctx, c, emit)
-}
-
-// warn logs at most once every warnEvery.
-func (e *Enforcer) warn(ctx context.Context, msg string, err error, attrs ...any) {
-	now := time.Now().UnixNano()
-	last := e.lastWarn.Load()
-	if now-last < int64(warnEvery) || !e.lastWarn.CompareAndSwap(last, now) {
-		return
-	}
-	e.log.WarnContext(ctx, msg, append([]any{"err", err}, attrs...)...)
 }
 
 // exceeded is the status of a call over a quota: RESOURCE_EXHAUSTED with

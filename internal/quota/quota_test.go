@@ -220,7 +220,10 @@ type brokenStore struct{}
 func (brokenStore) Take(context.Context, Take) (Decision, error) {
 	return Decision{}, errors.New("connection refused")
 }
-func (brokenStore) Release(context.Context, string, []string) error {
+func (brokenStore) Renew(context.Context, []Held, time.Duration) error {
+	return errors.New("connection refused")
+}
+func (brokenStore) Release(context.Context, []Held) error {
 	return errors.New("connection refused")
 }
 

@@ -85,7 +85,8 @@ func (r *Redis) err(ctx context.Context, what string, err error) error {
 // its duration in ms, then a counter's limit and window in ms each, then
 // a slot set's limit each. It answers {0, 0} when admitted, else {i, ms}:
 // the 1-based index of the bound that refused and the time until its
-// window ends (-1 for slots).
+// window ends (-1 for slots). A slot set lives as long as its longest
+// lease: a take never shortens it.
 var takeScript = redis.NewScript(`
 local n = tonumber(ARGV[1])
 local lease = ARGV[2]
@@ -118,9 +119,27 @@ for i = 1, n do
 end
 for i = n + 1, #KEYS do
   redis.call('ZADD', KEYS[i], now + leaseMs, lease)
-  redis.call('PEXPIRE', KEYS[i], leaseMs)
+  if redis.call('PTTL', KEYS[i]) < leaseMs then
+    redis.call('PEXPIRE', KEYS[i], leaseMs)
+  end
 end
 return {0, 0}
+`)
+
+// renewScript extends leases still held. KEYS are slot sets; ARGV[1] is
+// the duration in ms, ARGV[1 + i] the lease held in KEYS[i]. A lease not
+// in its set is left out (ZADD XX).
+var renewScript = redis.NewScript(`
+local leaseMs = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], 'XX', now + leaseMs, ARGV[1 + i])
+  if redis.call('PTTL', KEYS[i]) < leaseMs then
+    redis.call('PEXPIRE', KEYS[i], leaseMs)
+  end
+end
+return 0
 `)
 
 // Take implements Store.
@@ -155,16 +174,40 @@ func (r *Redis) Take(ctx context.Context, t Take) (Decision, error) {
 	return d, nil
 }
 
-// Release implements Store.
-func (r *Redis) Release(ctx context.Context, lease string, keys []string) error {
+// Renew implements Store: one exchange for all the leases.
+func (r *Redis) Renew(ctx context.Context, leases []Held, d time.Duration) error {
+	var keys []string
+	args := []any{max(d.Milliseconds(), 1)}
+	for _, h := range leases {
+		for _, k := range h.Keys {
+			keys = append(keys, k)
+			args = append(args, h.Lease)
+		}
+	}
 	if len(keys) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	return r.err(ctx, "renew", renewScript.Run(ctx, r.client, keys, args...).Err())
+}
+
+// Release implements Store: one exchange for all the leases.
+func (r *Redis) Release(ctx context.Context, leases []Held) error {
+	n := 0
+	for _, h := range leases {
+		n += len(h.Keys)
+	}
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.ZRem(ctx, k, lease)
+		for _, h := range leases {
+			for _, k := range h.Keys {
+				p.ZRem(ctx, k, h.Lease)
+			}
 		}
 		return nil
 	})

@@ -26,10 +26,16 @@ type Slots struct {
 type Take struct {
 	Counters []Counter
 	Slots    []Slots
-	// Lease names the call's slots; they lapse after LeaseFor even if
-	// never released (a replica that went away).
+	// Lease names the call's slots; they lapse LeaseFor after the take
+	// (or their last renewal) unless released or renewed before.
 	Lease    string
 	LeaseFor time.Duration
+}
+
+// Held is a lease and the sets of slots it holds a slot in.
+type Held struct {
+	Lease string
+	Keys  []string
 }
 
 // Decision is a Store's answer: the call was admitted (and counted, and
@@ -44,11 +50,16 @@ type Decision struct {
 
 // Store keeps the counts. Its methods are safe for concurrent use; an
 // error means the store could not be asked (the Middleware then fails
-// open or closed, as configured).
+// open or closed, as configured). Renew and Release may be asked again
+// whatever became of an earlier attempt: a lease they do not find is no
+// error.
 type Store interface {
 	Take(ctx context.Context, t Take) (Decision, error)
-	// Release gives back the lease's slots in the keys.
-	Release(ctx context.Context, lease string, keys []string) error
+	// Renew extends each lease still held to d from now. A lease no
+	// longer held (released, or lapsed and dropped) is not taken again.
+	Renew(ctx context.Context, leases []Held, d time.Duration) error
+	// Release gives back the leases' slots.
+	Release(ctx context.Context, leases []Held) error
 }
 
 // Memory is a Store in this gateway's memory: the quotas of one replica.
@@ -120,15 +131,32 @@ func (m *Memory) Take(_ context.Context, t Take) (Decision, error) {
 	return Decision{OK: true}, nil
 }
 
-// Release implements Store.
-func (m *Memory) Release(_ context.Context, lease string, keys []string) error {
+// Renew implements Store.
+func (m *Memory) Renew(_ context.Context, leases []Held, d time.Duration) error {
+	until := m.now().Add(d)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, k := range keys {
-		if set := m.slots[k]; set != nil {
-			delete(set, lease)
-			if len(set) == 0 {
-				delete(m.slots, k)
+	for _, h := range leases {
+		for _, k := range h.Keys {
+			if _, ok := m.slots[k][h.Lease]; ok {
+				m.slots[k][h.Lease] = until
+			}
+		}
+	}
+	return nil
+}
+
+// Release implements Store.
+func (m *Memory) Release(_ context.Context, leases []Held) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, h := range leases {
+		for _, k := range h.Keys {
+			if set := m.slots[k]; set != nil {
+				delete(set, h.Lease)
+				if len(set) == 0 {
+					delete(m.slots, k)
+				}
 			}
 		}
 	}

@@ -100,7 +100,7 @@ func TestStoreSlots(t *testing.T) {
 			if d := take("l3", time.Hour); d.OK || d.Refused != 0 {
 				t.Fatalf("third slot: %+v, want refused", d)
 			}
-			if err := s.Release(ctx, "l1", []string{sl.Key}); err != nil {
+			if err := s.Release(ctx, []Held{{Lease: "l1", Keys: []string{sl.Key}}}); err != nil {
 				t.Fatal(err)
 			}
 			if !take("l3", 200*time.Millisecond).OK {
@@ -179,5 +179,51 @@ func TestMemorySweeps(t *testing.T) {
 	_, _ = m.Take(t.Context(), Take{})
 	if m.Len() != 0 {
 		t.Fatalf("held %d after every window and lease lapsed, want 0", m.Len())
+	}
+}
+
+// TestStoreRenew: a renewed lease outlives its first term; a renewal
+// never takes back a slot released; releasing what is not held is no
+// error.
+func TestStoreRenew(t *testing.T) {
+	t.Parallel()
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			const lease = 300 * time.Millisecond
+			sl := Slots{Key: key("r"), Limit: 1}
+			mine := Held{Lease: "l1", Keys: []string{sl.Key}}
+			if d, err := s.Take(ctx, Take{Slots: []Slots{sl}, Lease: "l1", LeaseFor: lease}); err != nil || !d.OK {
+				t.Fatalf("first: %+v, %v", d, err)
+			}
+			start := time.Now()
+			eventually.True(t, 30*time.Second, "four leases pass with the slot renewed", func() bool {
+				if err := s.Renew(ctx, []Held{mine}, lease); err != nil {
+					t.Fatal(err)
+				}
+				if d, err := s.Take(ctx, Take{Slots: []Slots{sl}, Lease: "l2", LeaseFor: lease}); err != nil || d.OK {
+					t.Fatalf("a second slot %v after the first was taken and renewed: %+v, %v; want refused", time.Since(start), d, err)
+				}
+				return time.Since(start) > 4*lease
+			})
+			for range 2 { // the second finds nothing
+				if err := s.Release(ctx, []Held{mine}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Renew(ctx, []Held{mine}, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := s.Take(ctx, Take{Slots: []Slots{sl}, Lease: "l2", LeaseFor: time.Hour}); err != nil || !d.OK {
+				t.Fatalf("after the release and a renewal: %+v, %v; want the slot free", d, err)
+			}
+			if err := s.Renew(ctx, nil, lease); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

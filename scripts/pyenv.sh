@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Project-local Python virtualenv holding the TrustGraph reference peer
-# (trustgraph-base / trustgraph-flow from PyPI, giving `joke-service`) and the
-# Python test helpers (pytest, grpcio-tools, requests, openapi-python-client).
+# (trustgraph-base / trustgraph-flow from PyPI, giving `joke-service`), the
+# Python test helpers (pytest, grpcio-tools, requests, openapi-python-client),
+# and the Python SDK (pip install ./sdk/python) with its checks (ruff, mypy).
 #
 # Usage:
 #   scripts/pyenv.sh            ensure the venv is installed and current; print its path
@@ -13,7 +14,9 @@
 # Location: ${TOOLGATE_CACHE:-<repo>/.cache}/venv. Interpreter: $PYTHON or python3.
 # Idempotent: a stamp file in the venv holds a hash of the requirements files
 # and of the interpreter version; packages are (re)installed only when it
-# differs. Progress goes to stderr; stdout carries only the printed path.
+# differs. The SDK has a stamp of its own (a hash of its sources): when only
+# they changed, it alone is installed again. Progress goes to stderr; stdout
+# carries only the printed path.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,13 +27,37 @@ VENV="$CACHE"
 REQ="$SCRIPT_DIR/python/requirements.txt"
 REQ_NODEPS="$SCRIPT_DIR/python/requirements-nodeps.txt"
 STAMP="$VENV/.toolgate-requirements.sha256"
+SDK="$(cd "$SCRIPT_DIR/.." && pwd)/sdk/python"
+REQ_SDK="$SDK/requirements-dev.txt"
+SDK_STAMP="$VENV/.toolgate-sdk.sha256"
 PYTHON="${PYTHON:-python3}"
 
 want_hash() {
 	{
 		"$PYTHON" -c 'import sys; print("python", sys.version_info[:2])'
-		cat "$REQ" "$REQ_NODEPS"
+		cat "$REQ" "$REQ_NODEPS" "$REQ_SDK"
 	} | sha256sum | cut -d' ' -f1
+}
+
+# sdk_hash: the SDK's package sources, which `pip install ./sdk/python` copies.
+sdk_hash() {
+	(cd "$SDK" && find pyproject.toml README.md src/toolgate_service -type f ! -path '*/__pycache__/*' -print0 2>/dev/null |
+		sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
+}
+
+# install_sdk: the SDK from the checkout, when its sources changed (no
+# dependencies: they are pinned above; no build isolation: the venv's pinned
+# setuptools builds it, offline).
+install_sdk() {
+	local want
+	want="$(sdk_hash)"
+	if [[ -f "$SDK_STAMP" && "$(cat "$SDK_STAMP")" == "$want" ]]; then
+		return 0
+	fi
+	PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+		"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation --force-reinstall "$SDK" >&2
+	"$VENV/bin/python" -c 'import toolgate_service' >&2
+	echo "$want" >"$SDK_STAMP.tmp" && mv "$SDK_STAMP.tmp" "$SDK_STAMP"
 }
 
 install() {
@@ -40,6 +67,7 @@ install() {
 		have="$(cat "$STAMP")"
 	fi
 	if [[ "$have" == "$want" ]]; then
+		install_sdk
 		return 0
 	fi
 
@@ -60,6 +88,9 @@ install() {
 	export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 	"$VENV/bin/python" -m pip install -q -r "$REQ" >&2
 	"$VENV/bin/python" -m pip install -q --no-deps -r "$REQ_NODEPS" >&2
+	"$VENV/bin/python" -m pip install -q -r "$REQ_SDK" >&2
+	rm -f "$SDK_STAMP"
+	install_sdk
 	# Fail now, not in a test, if the reference peer cannot be imported.
 	"$VENV/bin/python" -c 'import pulsar, grpc, grpc_tools, pytest, requests, httpx, attrs
 from trustgraph.schema import ToolServiceRequest, ToolServiceResponse
@@ -67,6 +98,7 @@ from trustgraph.base import DynamicToolService
 import trustgraph.tool_service.joke.service' >&2
 	[[ -x "$VENV/bin/joke-service" ]] || die "joke-service console script missing"
 	[[ -x "$VENV/bin/openapi-python-client" ]] || die "openapi-python-client console script missing"
+	[[ -x "$VENV/bin/mypy" && -x "$VENV/bin/ruff" ]] || die "mypy or ruff missing (sdk/python/requirements-dev.txt)"
 
 	echo "$want" >"$STAMP.tmp" && mv "$STAMP.tmp" "$STAMP"
 	log "venv ready in $((SECONDS - t0))s: $VENV"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: every test, against a real Pulsar broker. Starts the broker
 # when none is running (and stops what it started), prepares the Python
-# virtualenv with TrustGraph's reference services, then runs the Go tests
+# virtualenv with TrustGraph's reference services, runs the Python SDK's
+# checks (sdk/python/check.sh), then runs the Go tests
 # with the race detector, and checks `make run` (scripts/run-check.sh).
 # TrustGraph's config service (scripts/configsvc.sh, with Cassandra from
 # scripts/cassandra.sh) is started too, when none runs, and stopped again:
@@ -38,6 +39,9 @@ broker_up
 echo "==> preparing the Python virtualenv (TrustGraph reference services, grpcio) [$((SECONDS - t0)) s]"
 TOOLGATE_VENV="$(scripts/pyenv.sh)"
 export TOOLGATE_VENV
+
+echo "==> the Python SDK's checks: ruff, mypy --strict, pytest (sdk/python/check.sh) [$((SECONDS - t0)) s]"
+sdk/python/check.sh
 
 echo "==> Cassandra and TrustGraph's config-svc (the registry's config-service source) [$((SECONDS - t0)) s]"
 if ! scripts/cassandra.sh status >/dev/null 2>&1; then CASSANDRA_STARTED=1; fi

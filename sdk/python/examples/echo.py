@@ -28,6 +28,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pulsar
+
 from toolgate_service import (
     DEFAULT_LEASE,
     DEFAULT_MAX_CONCURRENCY,
@@ -39,6 +41,7 @@ from toolgate_service import (
     ToolError,
     serve,
 )
+from toolgate_service.pulsar_broker import PulsarBroker
 from toolgate_service.wire import DEFAULT_ANNOUNCE_TOPIC
 
 ECHO_SCHEMA = {
@@ -110,6 +113,12 @@ async def count(call: Call) -> AsyncIterator[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description="An echo tool service on toolgate-service.")
     p.add_argument("--pulsar-url", default=os.environ.get("TOOLGATE_PULSAR_URL", "pulsar://127.0.0.1:6650"))
+    p.add_argument(
+        "--pulsar-token-file",
+        default=os.environ.get("TOOLGATE_PULSAR_TOKEN_FILE", ""),
+        help="a file holding the broker's token, read again on every connection",
+    )
+    p.add_argument("--pulsar-tls-ca", default=os.environ.get("TOOLGATE_PULSAR_TLS_CA", ""), help="CA for pulsar+ssl:// URLs")
     p.add_argument("--id", default="echo-service", help="service id; the request subscription is <id>-request")
     p.add_argument("--topic", default="echo", help="short topic name: non-persistent://tg/request/<topic>")
     p.add_argument("--tool-prefix", default="", help="put before the tools' names (echo, count)")
@@ -121,6 +130,19 @@ def main() -> int:
     p.add_argument("--log-level", default="INFO")
     a = p.parse_args()
     logging.basicConfig(level=a.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    auth = None
+    if a.pulsar_token_file:
+        path = a.pulsar_token_file
+
+        def token() -> str:
+            with open(path) as f:
+                return f.read().strip()
+
+        try:
+            token()  # unreadable or missing: fail now, not at the first connection
+        except OSError as e:
+            p.error(f"--pulsar-token-file: {e}")
+        auth = pulsar.AuthenticationToken(token)
     svc = Service(
         Config(
             id=a.id,
@@ -129,7 +151,8 @@ def main() -> int:
             max_concurrency=a.concurrency,
             stop_grace=a.stop_grace,
             announce=Announcement(topic=a.announce_topic, lease=a.announce_lease) if a.announce else None,
-        )
+        ),
+        broker=PulsarBroker(a.pulsar_url, authentication=auth, tls_trust_certs_file=a.pulsar_tls_ca),
     )
     svc.tool(a.tool_prefix + "echo", input_schema=ECHO_SCHEMA)(echo)
     svc.tool(a.tool_prefix + "count", input_schema=COUNT_SCHEMA)(count)

@@ -112,3 +112,51 @@ def test_over_pulsar() -> None:
         asyncio.run(asyncio.wait_for(body(), 60))
     finally:
         client.close()
+
+
+def test_concurrency_bound_over_pulsar() -> None:
+    # More requests than the service runs at once: the rest wait, the
+    # consumer paused and resumed, and every one is answered.
+    topic = f"pytest-{secrets.token_hex(4)}"
+    svc = Service(Config(id=f"svc-{topic}", topic=topic, pulsar_url=URL, max_concurrency=2, stop_grace=3))
+    running = 0
+    most = 0
+
+    @svc.tool()
+    async def work(call: Call) -> str:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.005)
+        running -= 1
+        return call.id
+
+    client = pulsar.Client(URL, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    caller = Caller(client)
+    producer = client.create_producer(svc.request_topic, batching_enabled=True)
+    n = 200
+
+    async def body() -> None:
+        run = asyncio.get_running_loop().create_task(svc.run())
+        await svc.wait_ready()
+        loop = asyncio.get_running_loop()
+        words = wire.format_call(wire.CallWords(reply_to=caller.reply_topic))
+
+        def send_all() -> None:
+            for i in range(n):
+                producer.send_async(
+                    wire.encode_request(wire.Request()), None, properties={wire.PROP_ID: f"c{i}", wire.PROP_CALL: words}
+                )
+            producer.flush()
+
+        await loop.run_in_executor(None, send_all)
+        got = await loop.run_in_executor(None, caller.replies, n, 30.0)
+        assert sorted(wire.decode_response(m.data()).response for m in got) == sorted(f"c{i}" for i in range(n))
+        assert most == 2
+        svc.stop()
+        await run
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), 60))
+    finally:
+        client.close()

@@ -160,3 +160,23 @@ def test_concurrency_bound_over_pulsar() -> None:
         asyncio.run(asyncio.wait_for(body(), 60))
     finally:
         client.close()
+
+
+def test_idle_producers_close() -> None:
+    from toolgate_service.pulsar_broker import PulsarBroker
+    from toolgate_service.transport import Message
+
+    topic = f"non-persistent://tg/response/pytest-idle-{secrets.token_hex(4)}"
+
+    async def body() -> None:
+        broker = PulsarBroker(URL, producer_idle=0.4)
+        await broker.publish(topic, Message(payload=b"a", properties={"id": "1"}))
+        assert topic in broker._producers
+        end = time.monotonic() + 5
+        while topic in broker._producers:
+            assert time.monotonic() < end, "an idle producer was not closed"
+            await asyncio.sleep(0.05)
+        await broker.publish(topic, Message(payload=b"b", properties={"id": "2"}))  # opened again
+        assert await broker.close(5) == []
+
+    asyncio.run(asyncio.wait_for(body(), 30))

@@ -97,8 +97,9 @@ class _Subscription:
 
 class _Producer:
     def __init__(self) -> None:
-        self.ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.used = True
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[Any] = loop.create_future()
+        self.last = loop.time()  # when it was last used
 
 
 class PulsarBroker:
@@ -214,7 +215,7 @@ class PulsarBroker:
                 p.ready.exception()  # retrieved: nobody else may wait
                 raise PublishError(f"create producer for {topic}: {e}") from e
             p.ready.set_result(producer)
-        p.used = True
+        p.last = asyncio.get_running_loop().time()
         return await asyncio.shield(p.ready)
 
     async def publish_nowait(self, topic: str, msg: Message, done: OnDone) -> None:
@@ -255,11 +256,11 @@ class PulsarBroker:
         await fut
 
     async def _close_idle(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._closed:
-            await asyncio.sleep(min(60.0, self._producer_idle / 2))
+            await asyncio.sleep(min(60.0, self._producer_idle / 4))
             for topic, p in list(self._producers.items()):
-                if p.used or not p.ready.done() or p.ready.exception() is not None:
-                    p.used = False
+                if loop.time() - p.last < self._producer_idle or not p.ready.done() or p.ready.exception() is not None:
                     continue
                 del self._producers[topic]
                 producer = p.ready.result()

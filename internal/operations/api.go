@@ -45,13 +45,23 @@ func (m *Manager) List(owner string, done *bool) []Record {
 }
 
 // Cancel records owner's operation id as cancelled, unless it has ended,
-// and tells its tool service (tell).
+// and tells its tool service (tell). While the broker is found away it
+// is refused at once, and a cancel waiting for the broker ends when it is
+// found away (BrokerDown).
 func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) {
 	r, err := m.Get(owner, id)
 	if err != nil {
 		return Record{}, err
 	}
-	if err := m.finish(ctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}, 0); err != nil {
+	sctx, done, err := m.step(ctx, time.Time{})
+	if err != nil {
+		return Record{}, err
+	}
+	defer done()
+	if err := m.finish(sctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}, 0); err != nil {
+		if cause := why(sctx); cause != nil {
+			err = cause
+		}
 		return Record{}, err
 	}
 	got, err := m.Get(owner, id)
@@ -62,13 +72,22 @@ func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) 
 }
 
 // Delete removes owner's operation id from the table; a running one's
-// tool service is told (tell).
+// tool service is told (tell). While the broker is found away it is
+// refused at once, as Cancel is.
 func (m *Manager) Delete(ctx context.Context, owner, id string) error {
 	r, err := m.Get(owner, id)
 	if err != nil {
 		return err
 	}
-	if err := m.remove(ctx, id); err != nil {
+	sctx, done, err := m.step(ctx, time.Time{})
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := m.remove(sctx, id); err != nil {
+		if cause := why(sctx); cause != nil {
+			err = cause
+		}
 		return err
 	}
 	if !r.Finished() {

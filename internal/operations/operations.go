@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/ratelog"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -59,6 +60,12 @@ const (
 	lastChunkWait = 30 * time.Second
 	// propLast marks the last chunk of an answer on the chunk topic.
 	propLast = "toolgate-last"
+	// withdrawWait bounds the deletion of the record of an operation
+	// that could not start (withdraw).
+	withdrawWait = 30 * time.Second
+	// quietEvery: warnings that a lost broker repeats for each operation
+	// are written at most once an interval, with the count of the others.
+	quietEvery = 30 * time.Second
 	// refusedWarnEvery: messages refused on the operations topics are
 	// logged at warning level at most this often (each at debug level),
 	// so that a flood of them cannot fill the log.
@@ -120,6 +127,8 @@ type Manager struct {
 	calls Caller
 	opts  Options
 	log   *slog.Logger
+	// quiet is log, rate-limited (quietEvery).
+	quiet *slog.Logger
 
 	mu        sync.RWMutex
 	table     map[string]Record
@@ -130,6 +139,8 @@ type Manager struct {
 	ready     chan struct{} // closed once Ready first holds (readyOnce)
 	readyOnce sync.Once
 	lag       atomic.Int64 // of the last record read live: now − its publish time, ns
+	// reach ends while the broker is found away (BrokerDown, reach.go).
+	reach atomic.Pointer[reach]
 
 	lmu   sync.Mutex
 	local map[string]*bridge.Call // operations this gateway started, still waited for
@@ -178,9 +189,11 @@ func New(bus Bus, calls Caller, opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger,
+	m := &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger, quiet: ratelog.New(opts.Logger, quietEvery),
 		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}),
-		ready: make(chan struct{}), local: map[string]*bridge.Call{}}, nil
+		ready: make(chan struct{}), local: map[string]*bridge.Call{}}
+	m.reach.Store(newReach())
+	return m, nil
 }
 
 // Ready reports whether the table has been read to its end and the reply

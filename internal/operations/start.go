@@ -23,8 +23,16 @@ type StartSpec struct {
 	Deadline time.Time
 }
 
-// Start records the operation as running, then publishes its request. An
-// error from the bridge is returned as it is; the record is removed again.
+// Start records the operation as running, then publishes its request,
+// both before the operation's deadline and while ctx lasts: the start of
+// an operation is a call like any other. While the broker is found away
+// (BrokerDown) it is refused at once with an error wrapping
+// bridge.ErrBrokerDown; a record the broker has not taken when the
+// deadline passes, when the broker is found away or when ctx ends fails
+// the start with context.DeadlineExceeded, that error or ctx's. A start
+// never answers an operation whose deadline has passed. An error from the
+// bridge is returned as it is. The record of a start that failed is
+// withdrawn (withdraw).
 func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	if !m.caughtUp.Load() {
 		return Record{}, ErrNotReady
@@ -37,22 +45,40 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	if n := m.running(s.Owner, now, m.opts.MaxPerOwner); n >= m.opts.MaxPerOwner {
 		return Record{}, fmt.Errorf("%w: %d of at most %d", ErrTooMany, n, m.opts.MaxPerOwner)
 	}
+	sctx, done, err := m.step(ctx, s.Deadline)
+	if err != nil {
+		return Record{}, err
+	}
+	defer done()
 	topic := s.Target.RequestTopic
 	if m.opts.TopicAllowed != nil && m.opts.TopicAllowed(topic) != nil {
 		topic = "" // every table would refuse the record: recorded without it
 	}
 	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: topic}
-	if err := m.put(ctx, r); err != nil {
+	if err := m.putBy(sctx, r, s.Deadline); err != nil {
+		m.withdraw(r.ID)
+		if cause := why(sctx); cause != nil {
+			return Record{}, cause // the deadline, the broker found away, the caller gone
+		}
 		return Record{}, fmt.Errorf("%w: %w", bridge.ErrUnavailable, err)
+	}
+	if !time.Now().Before(s.Deadline) {
+		m.withdraw(r.ID)
+		return Record{}, context.DeadlineExceeded
 	}
 	// The request outlives the caller's request: it is the operation's.
 	call, err := m.calls.Call(context.WithoutCancel(ctx), s.Target, s.Request,
 		bridge.CallOptions{Deadline: s.Deadline, ID: r.ID, ReplyTo: m.opts.ReplyTopic, NoCredit: true, Detached: true})
 	if err != nil {
-		if rerr := m.remove(context.WithoutCancel(ctx), r.ID); rerr != nil {
-			m.log.Warn("an operation that could not start stays in the table until its deadline", "id", r.ID, "err", rerr)
-		}
+		m.withdraw(r.ID)
 		return Record{}, err
+	}
+	if !time.Now().Before(s.Deadline) {
+		// The publish took the operation's time: its request carries
+		// the deadline, which its service honours.
+		call.Close()
+		m.withdraw(r.ID)
+		return Record{}, context.DeadlineExceeded
 	}
 	m.started.Add(1)
 	m.lmu.Lock()
@@ -63,6 +89,23 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	}
 	go m.await(r.ID, call)
 	return r, nil
+}
+
+// withdraw deletes, in the background, the record of an operation whose
+// start failed: the caller was not given it. A record the broker takes
+// after all — it was handed to the client before the start gave up —
+// comes before the deletion on the same topic; one that never reached it
+// is deleted as harmlessly. Bounded by withdrawWait; a deletion the
+// broker did not take leaves the record, shown failed once its deadline
+// has passed.
+func (m *Manager) withdraw(id string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), withdrawWait)
+		defer cancel()
+		if err := m.remove(ctx, id); err != nil {
+			m.quiet.Warn("an operation that could not start stays in the table until its deadline", "id", id, "err", err)
+		}
+	}()
 }
 
 // await waits for the reply on the service's response topic (a service

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/wire"
 )
 
@@ -21,6 +22,10 @@ func TestStartUndoneWhenTheRequestIsRefused(t *testing.T) {
 	if !errors.Is(err, errRefused) {
 		t.Fatalf("Start: %v, want the bridge's error", err)
 	}
+	// The record is withdrawn in the background.
+	eventually.True(t, 10*time.Second, "the record and its tombstone on the state topic", func() bool {
+		return len(b.published(DefaultStateTopic)) == 2
+	})
 	msgs := b.published(DefaultStateTopic)
 	if len(msgs) != 2 || len(msgs[1].Payload) != 0 || msgs[0].Key != msgs[1].Key {
 		t.Fatalf("the state topic holds %d messages, want a record and its tombstone", len(msgs))

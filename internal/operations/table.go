@@ -190,12 +190,19 @@ func (m *Manager) lookup(id string) (Record, bool, <-chan struct{}) {
 // put writes r to the state table, encrypted and signed, waiting for the
 // broker's receipt, and applies it here at once.
 func (m *Manager) put(ctx context.Context, r Record) error {
+	return m.putBy(ctx, r, time.Time{})
+}
+
+// putBy is put of a record that is not written once deadline has passed
+// (zero: none): a message not handed to the broker's client by then is
+// given up (transport.Message.Deadline).
+func (m *Manager) putBy(ctx context.Context, r Record, deadline time.Time) error {
 	r.Gateway = m.opts.Instance
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	msg := transport.Message{Key: r.ID, Payload: b}
+	msg := transport.Message{Key: r.ID, Payload: b, Deadline: deadline}
 	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
 		return err
 	}

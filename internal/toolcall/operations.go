@@ -55,6 +55,14 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		// The operation names its tool as the caller did: in a tool set,
 		// the set's name for it.
 		rec, err = ops.Start(ctx, OperationStart{Owner: owner, Tool: c.ShownName(), Request: env, Deadline: deadline, Target: target(tool)})
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The operation's own deadline, not the caller's: the
+			// broker did not take its record or its request in time.
+			s.log.Warn("call failed", "tool", tool.Name, "code", codes.DeadlineExceeded.String(), "cause", err)
+			return Result{}, gatewayError(codes.DeadlineExceeded, "DEADLINE_EXCEEDED",
+				"the operation of tool "+quote(c.ShownName())+" could not be started before its deadline: the message broker did not take it in time",
+				map[string]string{"tool": c.ShownName(), "service": tool.Service.ID})
+		}
 		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) && !errors.Is(err, operations.ErrTooLong) {
 			return Result{}, s.status(ctx, err, c.ShownName(), tool, deadline)
 		}

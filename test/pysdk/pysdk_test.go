@@ -540,7 +540,7 @@ func TestPythonEchoStopsGracefully(t *testing.T) {
 
 	// A call in flight at the SIGTERM is answered. The service has it once
 	// its receipt came (the call is not answered within 250 ms).
-	receipts := metric(t, g, "toolgate_bridge_receipts_total")
+	receipts := settled(t, "the receipts taken", func() int64 { return metric(t, g, "toolgate_bridge_receipts_total") })
 	answer := make(chan result, 1)
 	go func() {
 		r, err := g.invoke(t.Context(), "echo", map[string]any{"mode": "sleep", "ms": 1500, "msg": "finished"})

@@ -200,12 +200,20 @@ func (g *Gateway) probeChanged(ok bool) {
 	g.updateHealth()
 }
 
-// probed tells the bridge each broker probe's outcome.
+// probed tells the bridge each broker probe's outcome, and the
+// operations the bridge's verdict: a start, cancel or delete of an
+// operation is refused at once while calls are.
 func (g *Gateway) probed(st transport.ProbeState) {
 	if st.OK {
 		g.bridge.BrokerUp()
-	} else {
-		g.bridge.BrokerDown(errors.New(st.Error), st.Sent)
+		if g.ops != nil {
+			g.ops.BrokerUp()
+		}
+		return
+	}
+	cause := errors.New(st.Error)
+	if g.bridge.BrokerDown(cause, st.Sent) && g.ops != nil {
+		g.ops.BrokerDown(cause)
 	}
 }
 

@@ -69,6 +69,11 @@ type Gateway struct {
 	stopping    atomic.Bool
 	drain       drain
 	probe       *transport.Probe // is the broker taking messages now
+	// presence tells the bridge which request topics have consumers
+	// (nil without --pulsar-admin-url); presenceKnown, that it was asked
+	// about every request topic once: readiness waits for it.
+	presence      *transport.Presence
+	presenceKnown atomic.Bool
 	// httpBase is every HTTP request's base context, cancelled once the
 	// calls are over at shutdown (long-lived MCP streams end with it).
 	httpBase     context.Context
@@ -181,7 +186,9 @@ func (g *Gateway) newBridge() {
 	if cfg.Pulsar.AdminURL != "" {
 		p := pulsarbroker.NewAdminPresence(cfg.Pulsar.AdminURL, log)
 		p.TokenFile = cfg.Pulsar.TokenFile // an authenticating broker's admin API asks for it too
-		bopts.Presence, bopts.Watch = p, p
+		// A cached "no consumer" is asked again before a call is refused.
+		g.presence = transport.NewPresence(p, 0)
+		bopts.Presence, bopts.Watch = g.presence, p
 	}
 	g.bridge = bridge.New(g.broker, bopts)
 	g.probe = transport.NewProbe(g.broker, wire.RequestTopic("toolgate.probe."+cfg.InstanceID), 0, 0, g.probeChanged)
@@ -492,9 +499,12 @@ func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }
 func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
 
 // serving: the response topics were subscribed, the last broker probe
-// succeeded, and the gateway is not shutting down.
+// succeeded, the consumers of the request topics were asked about once
+// (with --pulsar-admin-url), the operations table was read (with
+// --operations), and the gateway is not shutting down.
 func (g *Gateway) serving() bool {
-	return g.listened.Load() && g.probe.State().OK && !g.stopping.Load() && (g.ops == nil || g.ops.Ready())
+	return g.listened.Load() && g.probe.State().OK && !g.stopping.Load() && (g.ops == nil || g.ops.Ready()) &&
+		(g.presence == nil || g.presenceKnown.Load())
 }
 
 // updateHealth sets gRPC health to match serving (health.Shutdown, at
@@ -531,6 +541,9 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	}
 	if g.ops != nil {
 		d["operations_ready"] = g.ops.Ready() // the state table read, the reply subscription attached
+	}
+	if g.presence != nil {
+		d["presence_known"] = g.presenceKnown.Load() // every request topic's consumers asked about once
 	}
 	g.sources.details(d)
 	// Shown, never holding up readiness: one bad service must not.
@@ -638,6 +651,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	bg.Go("response topics' subscriber", func() { g.listen(lctx) })
 	bg.Go("registry file watch", func() { g.watchRegistry(lctx) })
 	bg.Go("broker probe", func() { g.probe.Run(lctx) })
+	if g.presence != nil {
+		bg.Go("request topics' consumers", func() { g.learnPresence(lctx) })
+	}
 	if g.ops != nil {
 		bg.Go("operations", func() { g.ops.Run(lctx) })
 		go g.watchOperationsReady(lctx)
@@ -667,6 +683,27 @@ func NewLogger(w io.Writer, format, level string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// learnPresence asks the admin API once which of the registry's request
+// topics have consumers, so that the first calls find the answers
+// (readiness waits for it: a gateway is ready once it knows where
+// calls can go). A topic the admin API could not answer about is asked
+// again at its first call, as before.
+func (g *Gateway) learnPresence(ctx context.Context) {
+	var topics []string
+	for _, sv := range g.reg.Snapshot().Services() {
+		topics = append(topics, sv.RequestTopic)
+	}
+	err := g.presence.Learn(ctx, topics)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		g.log.Warn("the admin API did not say which request topics have consumers; asked again at their first calls", "err", err)
+	}
+	g.presenceKnown.Store(true)
+	g.updateHealth()
 }
 
 // watchOperationsReady updates gRPC health once the operations table has

@@ -585,6 +585,7 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 	nprops := len(props)
 	b.pending.store(c.id, c)
 	if !c.deadline.IsZero() {
+		c.wheeled = true
 		b.deadlines.file(c)
 	}
 	if err := b.down.Load(); err != nil {

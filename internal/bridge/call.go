@@ -32,10 +32,12 @@ type Call struct {
 	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallOptions.Deadline); zero: ctx's only
-	// dlTick and dlPos are where the call is filed under its deadline
-	// (deadlines.go; dlTick 0: not filed), guarded by Bridge.deadlines.mu.
-	dlTick int64
-	dlPos  int
+	// dl is where the call is filed under its deadline (deadlines.go),
+	// guarded by Bridge.deadlines.mu; wheeled, set before it is
+	// published, that it was filed at all (only then is it taken out
+	// when it ends).
+	dl      filing
+	wheeled bool
 	// taken: the broker took the request (its receipt came).
 	taken atomic.Bool
 	// sentDeadline is the deadline the request carries (zero: none): past
@@ -337,7 +339,9 @@ func (c *Call) remove() {
 	c.mu.Unlock()
 	if !done {
 		c.b.pending.delete(c.id)
-		c.b.deadlines.unfile(c)
+		if c.wheeled {
+			c.b.deadlines.unfile(c)
+		}
 		c.b.inFlight.Add(-1)
 		if c.slot != nil {
 			<-c.slot

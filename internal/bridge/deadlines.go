@@ -12,8 +12,8 @@ import (
 // ended with context.DeadlineExceeded, at most deadlineTick after their
 // deadline, never before it. A timer per call, armed for each wait, cost
 // a few hundred nanoseconds of every call's CPU and its memory while it
-// was parked; filing one costs a lock and a map entry shared with the
-// calls of the same tick.
+// was parked; filing one costs a lock and a slot in a bucket shared with
+// the calls of the same tick.
 
 // deadlineTick is the resolution of calls' deadlines.
 const deadlineTick = 10 * time.Millisecond
@@ -23,20 +23,54 @@ const deadlineTick = 10 * time.Millisecond
 // do not wake it for each.
 const deadlineIdleTicks = 100
 
+// maxSpare bounds the emptied buckets kept for reuse, and spareCap the
+// capacity of one kept.
+const (
+	maxSpare = 64
+	spareCap = 4096
+)
+
+// bucket holds the calls filed under one tick: a call taken out leaves a
+// nil in its place (moving another into it would touch that call's memory
+// too). A bucket whose calls were all taken out starts again from its
+// first place, and stays until its tick comes: calls one at a time file
+// under the same one, with no look-up.
+type bucket struct {
+	tick  int64
+	calls []*Call
+	live  int // calls not taken out
+}
+
+// filing is where a call is filed: its bucket (nil: not filed) and its
+// index there. Taking it out needs no look-up.
+type filing struct {
+	b   *bucket
+	pos int
+}
+
+// tick is the tick the call is filed under (0: not filed).
+func (f filing) tick() int64 {
+	if f.b == nil {
+		return 0
+	}
+	return f.b.tick
+}
+
 // deadlines are the filed calls, by tick: the Unix time of the end of the
-// tick in deadlineTick units. A call's place (Call.dlTick, Call.dlPos) is
-// guarded by mu.
+// tick in deadlineTick units. A call's place (Call.dl) is guarded by mu.
 type deadlines struct {
 	mu    sync.Mutex
-	ticks map[int64][]*Call
-	n     int   // calls filed
-	swept int64 // the last tick whose calls were ended
-	idle  bool  // the goroutine waits for wake
+	ticks map[int64]*bucket
+	last  *bucket   // the one filed in last: calls made together share it
+	n     int       // calls filed
+	swept int64     // the last tick whose calls were ended
+	spare []*bucket // emptied buckets, reused for new ticks
+	idle  bool      // the goroutine waits for wake
 	wake  chan struct{}
 }
 
 func (d *deadlines) init() {
-	d.ticks = map[int64][]*Call{}
+	d.ticks = map[int64]*bucket{}
 	d.wake = make(chan struct{}, 1)
 }
 
@@ -51,9 +85,25 @@ func (d *deadlines) file(c *Call) {
 	k := tickOf(c.deadline)
 	d.mu.Lock()
 	k = max(k, d.swept+1)
-	s := d.ticks[k]
-	c.dlTick, c.dlPos = k, len(s)
-	d.ticks[k] = append(s, c)
+	b := d.last
+	if b == nil || b.tick != k {
+		b = d.ticks[k]
+	}
+	if b == nil {
+		if n := len(d.spare); n > 0 {
+			b = d.spare[n-1]
+			d.spare[n-1] = nil
+			d.spare = d.spare[:n-1]
+		} else {
+			b = &bucket{}
+		}
+		b.tick = k
+		d.ticks[k] = b
+	}
+	d.last = b
+	c.dl = filing{b: b, pos: len(b.calls)}
+	b.calls = append(b.calls, c)
+	b.live++
 	d.n++
 	wake := d.idle
 	d.idle = false
@@ -70,24 +120,29 @@ func (d *deadlines) file(c *Call) {
 func (d *deadlines) unfile(c *Call) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	k := c.dlTick
-	if k == 0 {
+	b := c.dl.b
+	if b == nil {
 		return
 	}
-	s := d.ticks[k]
-	last := len(s) - 1
-	if i := c.dlPos; i != last {
-		s[i] = s[last]
-		s[i].dlPos = i
-	}
-	s[last] = nil
-	if last == 0 {
-		delete(d.ticks, k)
-	} else {
-		d.ticks[k] = s[:last]
-	}
-	c.dlTick = 0
+	b.calls[c.dl.pos] = nil
+	c.dl.b = nil
 	d.n--
+	if b.live--; b.live == 0 {
+		b.calls = b.calls[:0] // all nil
+	}
+}
+
+// drop forgets bucket b, and keeps it for a later tick. d.mu is held.
+func (d *deadlines) drop(b *bucket) {
+	delete(d.ticks, b.tick)
+	if d.last == b {
+		d.last = nil
+	}
+	clear(b.calls)
+	b.calls, b.live = b.calls[:0], 0
+	if len(d.spare) < maxSpare && cap(b.calls) <= spareCap {
+		d.spare = append(d.spare, b)
+	}
 }
 
 // due takes out the calls filed under ticks up to now, appending them to
@@ -96,16 +151,18 @@ func (d *deadlines) due(now int64, out []*Call) []*Call {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	take := func(k int64) {
-		s, ok := d.ticks[k]
+		b, ok := d.ticks[k]
 		if !ok {
 			return
 		}
-		for _, c := range s {
-			c.dlTick = 0
+		for _, c := range b.calls {
+			if c != nil {
+				c.dl.b = nil
+				out = append(out, c)
+			}
 		}
-		out = append(out, s...)
-		delete(d.ticks, k)
-		d.n -= len(s)
+		d.n -= b.live
+		d.drop(b)
 	}
 	if now-d.swept > int64(len(d.ticks)) {
 		// Fewer filed ticks than ticks to look at (after a wait): look

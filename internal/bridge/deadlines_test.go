@@ -25,25 +25,44 @@ func TestDeadlinesFileAndDue(t *testing.T) {
 	for _, x := range []*Call{a, b, c, e} {
 		d.file(x)
 	}
-	d.unfile(a) // the first of three: the last takes its place
+	d.unfile(a) // the first of three: a nil in its place, the others stay
 	d.unfile(a) // twice: nothing
-	if d.n != 3 || len(d.ticks[k]) != 2 || c.dlPos != 0 {
-		t.Fatalf("after unfiling one: n %d, tick %v, moved call at %d", d.n, d.ticks[k], c.dlPos)
+	if tk := d.ticks[k]; d.n != 3 || tk.live != 2 || tk.calls[0] != nil || c.dl.pos != 2 {
+		t.Fatalf("after unfiling one: n %d, tick %v (%d live), c at %d", d.n, tk.calls, tk.live, c.dl.pos)
 	}
 	if got := d.due(k-1, nil); len(got) != 0 {
 		t.Fatalf("due before their tick: %d", len(got))
 	}
 	got := d.due(k, nil)
-	if len(got) != 2 || got[0] == got[1] || (got[0] != b && got[0] != c) || (got[1] != b && got[1] != c) || b.dlTick != 0 || c.dlTick != 0 {
+	if len(d.spare) != 1 {
+		t.Fatalf("%d emptied buckets kept, want 1", len(d.spare))
+	}
+	if len(got) != 2 || got[0] == got[1] || (got[0] != b && got[0] != c) || (got[1] != b && got[1] != c) || b.dl.tick() != 0 || c.dl.tick() != 0 {
 		t.Fatalf("due at their tick: %v", got)
 	}
 	d.unfile(b) // taken out already: nothing
+	// A tick whose calls are all taken out stays, and is filed in again
+	// from its first place.
+	f, g := at(5), at(5)
+	d.file(f)
+	d.file(g)
+	d.unfile(g)
+	d.unfile(f)
+	if tk := d.ticks[k+5]; tk == nil || len(tk.calls) != 0 || d.n != 1 {
+		t.Fatalf("a tick emptied by unfiling: %v, n %d", tk, d.n)
+	}
+	d.file(g)
+	if g.dl.pos != 0 || g.dl.tick() != k+5 {
+		t.Fatalf("filed again at %d under %d", g.dl.pos, g.dl.tick())
+	}
+	d.unfile(g)
 	late := &Call{deadline: base.Add(-time.Hour)}
 	d.file(late)
-	if late.dlTick != k+1 {
-		t.Fatalf("a call past its deadline filed under tick %d, want the next to sweep, %d", late.dlTick, k+1)
+	if late.dl.tick() != k+1 {
+		t.Fatalf("a call past its deadline filed under tick %d, want the next to sweep, %d", late.dl.tick(), k+1)
 	}
-	// After a long wait the filed ticks are looked at, not every tick.
+	// After a long wait the filed ticks are looked at, not every tick;
+	// the empty one goes too.
 	if got := d.due(k+1_000_000, nil); len(got) != 2 || d.n != 0 || len(d.ticks) != 0 {
 		t.Fatalf("after a long wait: %d due, %d left in %d ticks", len(got), d.n, len(d.ticks))
 	}

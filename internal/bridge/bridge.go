@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/randid"
+	"github.com/toolgate/toolgate/internal/ratelog"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -179,8 +180,19 @@ type Options struct {
 	// receipt (wire.PropReceipt) waits for a word of it — a receipt or a
 	// reply — before its request may be published again, should an
 	// instance of the service have left meanwhile (receipt.go; default
-	// DefaultRepublishAfter; negative: no receipts asked for).
+	// DefaultRepublishAfter; negative: no receipts asked for). It also
+	// bounds how long a call may stay silent before it is hedged.
 	RepublishAfter time.Duration
+	// HedgeAfter is the least time a call that asked for a receipt must
+	// have heard nothing — no receipt, no reply — before its request is
+	// published once more (a hedge, hedge.go): the delay is learnt per
+	// service, the p99 of the time its calls took to hear a first word
+	// plus a quarter, and kept within HedgeAfter and RepublishAfter
+	// (default DefaultHedgeAfter; negative: no hedges, a call is published
+	// again only after an instance of its service left). Below
+	// wire.ReceiptAfter, calls slower than that would be published again
+	// just before their receipt arrives.
+	HedgeAfter time.Duration
 }
 
 // Stats are counters for metrics.
@@ -213,9 +225,12 @@ type Stats struct {
 	// (wire.CreditResend), this bridge's consumer of it having been away.
 	Cancels, Resends int64
 	// Receipts are the receipts taken (wire.PropReceipt); Republished the
-	// requests published a second time, heard nothing of after an
-	// instance of their service left.
-	Receipts, Republished int64
+	// requests published again, heard nothing of for long (Hedged of
+	// them) or after an instance of their service left.
+	Receipts, Republished, Hedged int64
+	// InstanceLost counts the calls ended with an InstanceLostError: the
+	// instance that had them was lost.
+	InstanceLost int64
 }
 
 // Bridge correlates requests and replies. It is safe for concurrent use.
@@ -237,8 +252,11 @@ type Bridge struct {
 
 	pending pendingMap
 	// deadlines are the calls' own deadlines, kept by one goroutine
-	// (expireCalls, one of sweeps).
+	// (expireCalls, one of sweeps); ticked is when it last ticked (Unix
+	// nanoseconds), a clock of deadlineTick's resolution while calls are
+	// filed.
 	deadlines deadlines
+	ticked    atomic.Int64
 	track     tracker
 	// honouring holds the response topics whose services have answered on
 	// ReplyTopic (response topic → struct{}).
@@ -264,6 +282,11 @@ type Bridge struct {
 	left        sync.Map
 	receipts    atomic.Int64
 	republished atomic.Int64
+	hedged      atomic.Int64
+	lostCalls   atomic.Int64
+	// hedgeLog logs the hedges, a line a message per interval: a frozen
+	// replica has every call it gets hedged.
+	hedgeLog *slog.Logger
 	// lastLeft is when an instance last left (Unix nanoseconds);
 	// sweeping, that a sweep runs (receipt.go).
 	lastLeft atomic.Int64
@@ -343,6 +366,9 @@ func New(broker transport.Broker, opts Options) *Bridge {
 	if opts.RepublishAfter == 0 {
 		opts.RepublishAfter = DefaultRepublishAfter
 	}
+	if opts.HedgeAfter == 0 {
+		opts.HedgeAfter = DefaultHedgeAfter
+	}
 	b := &Bridge{
 		broker:  broker,
 		publish: broker.PublishAsync,
@@ -352,6 +378,7 @@ func New(broker transport.Broker, opts Options) *Bridge {
 		topics:  map[string]*listener{},
 		closing: make(chan struct{}),
 	}
+	b.hedgeLog = slog.New(ratelog.NewHandler(opts.Logger.Handler(), 0))
 	if ip, ok := broker.(transport.InlinePublisher); ok {
 		b.publish = ip.PublishInline
 	}
@@ -388,6 +415,9 @@ func (b *Bridge) Stats() Stats {
 		Resends:     b.resends.Load(),
 		Receipts:    b.receipts.Load(),
 		Republished: b.republished.Load(),
+		Hedged:      b.hedged.Load(),
+
+		InstanceLost: b.lostCalls.Load(),
 	}
 }
 
@@ -576,17 +606,26 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 	c.sentDeadline = deadline
 	// Not for calls whose replies go to another reader's topic (durable
 	// operations): receipts are for this bridge's calls.
-	receipt := o.ReplyTo == "" && !o.Detached && b.wantsReceipts(t.ResponseTopic)
+	var words *receiptTopic
+	if o.ReplyTo == "" && !o.Detached {
+		words = b.wantsReceipts(t.ResponseTopic)
+	}
+	receipt := words != nil
 	props := c.requestProps(c.granted, receipt)
 	msg := transport.Message{Payload: payload, Properties: props, Deadline: c.deadline}
+	var dlTick, hedgeTick int64
 	if receipt {
-		c.armReceipt(payload, c.granted)
+		c.armReceipt(payload, c.granted, words)
+		hedgeTick = b.fileHedge(c.receipt.made)
 	}
 	nprops := len(props)
 	b.pending.store(c.id, c)
 	if !c.deadline.IsZero() {
+		dlTick = tickOf(c.deadline)
+	}
+	if dlTick != 0 || hedgeTick != 0 {
 		c.wheeled = true
-		b.deadlines.file(c)
+		b.deadlines.fileAt(c, dlTick, hedgeTick)
 	}
 	if err := b.down.Load(); err != nil {
 		// Found down since the check above, perhaps before BrokerDown
@@ -842,7 +881,7 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	// Checked before the payload is decoded (deliver checks again, and
 	// binds): a message refused here is not read.
 	if why := c.mismatch(topic, seq != "", inst); why != "" {
-		b.refuse(topic, id, why, "response_topic", c.respTopic)
+		b.refuseFor(c, topic, why, "response_topic", c.respTopic)
 		return
 	}
 	resp, err := wire.DecodeResponse(m.Payload)
@@ -856,7 +895,7 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	switch d, why := c.deliver(resp, topic, seq, flow, inst, len(m.Payload)+len(id)+len(seq)+len(flow)+replyOverhead); d {
 	case delivered:
 	case mismatched:
-		b.refuse(topic, id, why, "response_topic", c.respTopic)
+		b.refuseFor(c, topic, why, "response_topic", c.respTopic)
 		return
 	case badFlow:
 		b.refuse(topic, id, "the reply names a flow topic that is not its service's", "flow_topic", flow)
@@ -866,23 +905,29 @@ func (b *Bridge) route(topic string, m transport.Message) {
 		b.refuse(topic, id, "the reply repeats a sequence number the call already had", "seq", seq)
 		return
 	}
-	// What the service's replies show, learnt from the replies taken only.
+	b.replies.Add(1)
+}
+
+// learn notes what a reply message call c took — from topic, numbered or
+// not, naming instance inst — shows of its service, learnt from the
+// replies taken only (Call.deliver), before the caller can see it: the
+// caller's next call acts on it.
+func (b *Bridge) learn(c *Call, topic string, numbered bool, inst string) {
 	c.heardWord()
 	if inst != "" {
 		b.learnReceipts(c.respTopic)
 	}
-	if seq != "" {
+	if numbered {
 		if _, ok := b.numbering.Load(c.respTopic); !ok {
 			b.numbering.Store(c.respTopic, struct{}{})
 		}
 	}
-	if viaReplyTo {
+	if topic == b.opts.ReplyTopic && topic != "" {
 		if _, ok := b.honouring.Load(c.respTopic); !ok {
 			b.honouring.Store(c.respTopic, struct{}{})
 			b.log.Info("tool service answers on this instance's reply topic", "response_topic", c.respTopic, "reply_topic", topic)
 		}
 	}
-	b.replies.Add(1)
 }
 
 // replyOverhead is what a reply message weighs on the wire besides its
@@ -894,6 +939,18 @@ const replyOverhead = 48
 func (b *Bridge) refuse(topic, id, why string, attrs ...any) {
 	b.refused.Add(1)
 	b.log.Warn("reply refused: "+why, append([]any{"topic", topic, "id", id}, attrs...)...)
+}
+
+// refuseFor is refuse for a message of call c not like the reply it took:
+// of a call published more than once, the other instance's answer is to
+// be expected, and is logged at debug level only.
+func (b *Bridge) refuseFor(c *Call, topic, why string, attrs ...any) {
+	if !c.hedgedAway() {
+		b.refuse(topic, c.id, why, attrs...)
+		return
+	}
+	b.refused.Add(1)
+	b.log.Debug("reply refused: "+why, append([]any{"topic", topic, "id", c.id, "published_again", true}, attrs...)...)
 }
 
 // ListenAll subscribes to the reply topic and to every response topic

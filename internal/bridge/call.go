@@ -32,10 +32,10 @@ type Call struct {
 	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallOptions.Deadline); zero: ctx's only
-	// dl is where the call is filed under its deadline (deadlines.go),
-	// guarded by Bridge.deadlines.mu; wheeled, set before it is
-	// published, that it was filed at all (only then is it taken out
-	// when it ends).
+	// dl is where the call is filed under its deadline (deadlines.go;
+	// under when its silence becomes long: receiptState.hedge), guarded
+	// by Bridge.deadlines.mu; wheeled, set before it is published, that
+	// it was filed at all (only then is it taken out when it ends).
 	dl      filing
 	wheeled bool
 	// taken: the broker took the request (its receipt came).
@@ -277,8 +277,14 @@ func (c *Call) deliver(r wire.Response, topic, seq, flow, inst string, size int)
 	}
 	ended := c.ended
 	c.mu.Unlock()
+	c.b.learn(c, topic, seq != "", inst)
 	if ended {
 		c.remove()
+		if c.hedgedAway() && !c.detached {
+			// Another instance may hold a copy of the request: it is
+			// not to run it now.
+			c.b.sendCancel(c.reqTopic, c.id)
+		}
 	}
 	c.signal()
 	return delivered, ""

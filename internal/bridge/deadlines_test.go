@@ -27,16 +27,14 @@ func TestDeadlinesFileAndDue(t *testing.T) {
 	}
 	d.unfile(a) // the first of three: a nil in its place, the others stay
 	d.unfile(a) // twice: nothing
-	if tk := d.ticks[k]; d.n != 3 || tk.live != 2 || tk.calls[0] != nil || c.dl.pos != 2 {
-		t.Fatalf("after unfiling one: n %d, tick %v (%d live), c at %d", d.n, tk.calls, tk.live, c.dl.pos)
+	dl := &d.w[dlWheel]
+	if tk := dl.ticks[k]; dl.n != 3 || tk.live != 2 || tk.calls[0] != nil || c.dl.pos != 2 {
+		t.Fatalf("after unfiling one: n %d, tick %v (%d live), c at %d", dl.n, tk.calls, tk.live, c.dl.pos)
 	}
-	if got := d.due(k-1, nil); len(got) != 0 {
+	if got, _ := d.due(k-1, nil, nil); len(got) != 0 {
 		t.Fatalf("due before their tick: %d", len(got))
 	}
-	got := d.due(k, nil)
-	if len(d.spare) != 1 {
-		t.Fatalf("%d emptied buckets kept, want 1", len(d.spare))
-	}
+	got, _ := d.due(k, nil, nil)
 	if len(got) != 2 || got[0] == got[1] || (got[0] != b && got[0] != c) || (got[1] != b && got[1] != c) || b.dl.tick() != 0 || c.dl.tick() != 0 {
 		t.Fatalf("due at their tick: %v", got)
 	}
@@ -48,8 +46,8 @@ func TestDeadlinesFileAndDue(t *testing.T) {
 	d.file(g)
 	d.unfile(g)
 	d.unfile(f)
-	if tk := d.ticks[k+5]; tk == nil || len(tk.calls) != 0 || d.n != 1 {
-		t.Fatalf("a tick emptied by unfiling: %v, n %d", tk, d.n)
+	if tk := dl.ticks[k+5]; tk == nil || len(tk.calls) != 0 || dl.n != 1 {
+		t.Fatalf("a tick emptied by unfiling: %v, n %d", tk, dl.n)
 	}
 	d.file(g)
 	if g.dl.pos != 0 || g.dl.tick() != k+5 {
@@ -63,8 +61,8 @@ func TestDeadlinesFileAndDue(t *testing.T) {
 	}
 	// After a long wait the filed ticks are looked at, not every tick;
 	// the empty one goes too.
-	if got := d.due(k+1_000_000, nil); len(got) != 2 || d.n != 0 || len(d.ticks) != 0 {
-		t.Fatalf("after a long wait: %d due, %d left in %d ticks", len(got), d.n, len(d.ticks))
+	if got, _ := d.due(k+1_000_000, nil, nil); len(got) != 2 || dl.n != 0 || len(dl.ticks) != 0 {
+		t.Fatalf("after a long wait: %d due, %d left in %d ticks", len(got), dl.n, len(dl.ticks))
 	}
 }
 
@@ -91,7 +89,7 @@ func TestCallEndsAtItsDeadlineUnread(t *testing.T) {
 		t.Fatalf("Recv after the deadline: %v", err)
 	}
 	b.deadlines.mu.Lock()
-	n, ticks := b.deadlines.n, len(b.deadlines.ticks)
+	n, ticks := b.deadlines.w[dlWheel].n, len(b.deadlines.w[dlWheel].ticks)
 	b.deadlines.mu.Unlock()
 	if n != 0 || ticks != 0 {
 		t.Fatalf("%d calls in %d ticks still filed", n, ticks)
@@ -103,7 +101,7 @@ func TestCallEndsAtItsDeadlineUnread(t *testing.T) {
 	}
 	c2.Close()
 	b.deadlines.mu.Lock()
-	n = b.deadlines.n
+	n = b.deadlines.w[dlWheel].n
 	b.deadlines.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d calls filed after the only one was closed", n)

@@ -22,7 +22,10 @@ import (
 // leftWindow before the call was made, is published once more with the
 // same id: an instance that has it already does not run it again. The
 // call takes its replies from the first instance whose reply it takes
-// (Call.bind); a receipt binds it to none (routeReceipt).
+// (Call.bind); a receipt binds it to none (routeReceipt). A call that has
+// heard nothing for longer than its service takes to speak up is
+// published again even when no instance left (a hedge: hedge.go), and
+// counts as published then.
 //
 // No call has a timer of its own for this: only a call made up to
 // leftWindow after an instance left, or in flight when it left, can be
@@ -53,10 +56,21 @@ type receiptState struct {
 	props  map[string]string
 	credit int   // the credit the request granted (wire.PropCredit)
 	made   int64 // Unix nanoseconds
-	// again is when it was last published again (0: not yet): once more
-	// only if another instance leaves after that. Only the sweep uses it.
-	again int64
-	word  atomic.Bool // a receipt or a reply came
+	// topic is what is known of its service's words (hedge.go).
+	topic *receiptTopic
+	// hedge is where the call is filed under when its silence becomes
+	// long (deadlines.go), guarded by Bridge.deadlines.mu.
+	hedge filing
+	// again is when it was last published again (0: not yet), hedges how
+	// many times for its silence alone (hedge.go), holders the instances
+	// that sent a receipt for it (a few at most). Guarded by the call's
+	// mu.
+	again   int64
+	hedges  int
+	holders []string
+	// sent counts its publishes after the first, of either kind.
+	sent atomic.Int32
+	word atomic.Bool // a receipt or a reply came
 }
 
 // InstanceLeft says that an instance of the service on requestTopic has
@@ -127,35 +141,46 @@ func (b *Bridge) sweep() {
 	}
 }
 
-// wantsReceipts reports whether calls to the service answering on
-// responseTopic ask for receipts.
-func (b *Bridge) wantsReceipts(responseTopic string) bool {
+// wantsReceipts returns what is known of the words of the service
+// answering on responseTopic when its calls ask for receipts; nil when
+// they do not.
+func (b *Bridge) wantsReceipts(responseTopic string) *receiptTopic {
 	if b.opts.RepublishAfter < 0 {
-		return false
+		return nil
 	}
-	_, ok := b.receipting.Load(responseTopic)
-	return ok
+	if v, ok := b.receipting.Load(responseTopic); ok {
+		return v.(*receiptTopic)
+	}
+	return nil
 }
 
 // learnReceipts notes that the service answering on responseTopic marks
 // its replies with its instance: it sends receipts when asked.
 func (b *Bridge) learnReceipts(responseTopic string) {
 	if _, ok := b.receipting.Load(responseTopic); !ok {
-		b.receipting.Store(responseTopic, struct{}{})
-		b.log.Info("tool service names its instance on replies; its calls ask for receipts", "response_topic", responseTopic)
+		if _, had := b.receipting.LoadOrStore(responseTopic, &receiptTopic{}); !had {
+			b.log.Info("tool service names its instance on replies; its calls ask for receipts", "response_topic", responseTopic)
+		}
 	}
 }
 
 // armReceipt makes call c, whose request carries payload and grants
-// credit, wait for a word of its service.
-func (c *Call) armReceipt(payload []byte, credit int) {
-	c.receipt = &receiptState{payload: payload, credit: credit, made: time.Now().UnixNano()}
+// credit, wait for a word of its service on topic t.
+func (c *Call) armReceipt(payload []byte, credit int, t *receiptTopic) {
+	c.receipt = &receiptState{payload: payload, credit: credit, made: time.Now().UnixNano(), topic: t}
 }
 
-// heardWord notes a receipt or reply for the call.
+// heardWord notes a receipt or reply for the call. The first, for a call
+// published once, tells how long its service took to speak up (hedge.go),
+// by the deadlines' clock: it ticks while the call is filed, and a word
+// that came before its first tick came soon.
 func (c *Call) heardWord() {
-	if r := c.receipt; r != nil && !r.word.Load() {
-		r.word.Store(true)
+	r := c.receipt
+	if r == nil || r.word.Load() || !r.word.CompareAndSwap(false, true) {
+		return
+	}
+	if r.sent.Load() == 0 && c.b.opts.HedgeAfter > 0 {
+		r.topic.sample(max(c.b.ticked.Load()-r.made, 0))
 	}
 }
 
@@ -193,32 +218,46 @@ func (c *Call) requestProps(credit int, receipt bool) map[string]string {
 // left since shortly before the call was made, is published once more —
 // and once more again, no sooner than RepublishAfter later, only when
 // another leaves after that (the second publish may have met a replica
-// stopping too).
+// stopping too). A publish for its silence alone (hedge.go) counts as
+// the last one.
 func (c *Call) checkWord(now time.Time) {
 	r := c.receipt
 	b := c.b
 	n, after := now.UnixNano(), int64(b.opts.RepublishAfter)
-	if r.word.Load() || n-r.made < after || (r.again != 0 && n-r.again < after) {
+	if r.word.Load() {
+		return
+	}
+	c.mu.Lock()
+	if c.ended || c.removed || !c.taken.Load() || n-r.made < after || (r.again != 0 && n-r.again < after) {
+		c.mu.Unlock()
 		return
 	}
 	since := r.made - int64(leftWindow)
 	if r.again != 0 {
 		since = r.again
 	}
-	c.mu.Lock()
-	over := c.ended || c.removed
-	c.mu.Unlock()
-	if over || !c.taken.Load() || !b.leftSince(c.reqTopic, since) {
+	if !b.leftSince(c.reqTopic, since) {
+		c.mu.Unlock()
 		return
 	}
 	r.again = n
+	c.mu.Unlock()
 	if b.down.Load() != nil {
 		return // the broker takes nothing now; calls end by the fail-fast path
 	}
-	msg := transport.Message{Payload: r.payload, Properties: c.republishProps(), Deadline: c.sentDeadline}
-	b.republished.Add(1)
 	b.log.Info("no word of a call since an instance of its service left; publishing its request again",
 		"id", c.id, "request_topic", c.reqTopic, "after", time.Duration(n-r.made).Round(time.Millisecond))
+	c.publishAgain()
+}
+
+// publishAgain publishes the call's request once more, same id, same
+// properties.
+func (c *Call) publishAgain() {
+	r := c.receipt
+	b := c.b
+	r.sent.Add(1)
+	b.republished.Add(1)
+	msg := transport.Message{Payload: r.payload, Properties: c.republishProps(), Deadline: c.sentDeadline}
 	// Bounded by the call's deadline, else by republishTimeout; the
 	// context ends with the publish, which may finish after this returns.
 	var ctx context.Context
@@ -246,17 +285,22 @@ func (c *Call) checkWord(now time.Time) {
 // receipt binds the call to nothing: anyone who may publish where the
 // replies go can send one, naming any instance, and the call takes its
 // answer from whichever instance answers first (Call.bind). Taken, it
-// only keeps the call from being published again — as a call to a
-// service that sends no receipts never is.
+// keeps the call from being published again — as a call to a service
+// that sends no receipts never is — and notes its instance as having the
+// call: should that instance be lost, and every other one that sent a
+// receipt for it, the call ends (InstanceLost). A forged receipt can
+// thus end a call only when the instance it names is lost — no more
+// than a forged error reply, taken first, can.
 func (b *Bridge) routeReceipt(topic string, c *Call, viaReplyTo bool, inst string) {
 	if !viaReplyTo && topic != c.respTopic {
 		b.refuse(topic, c.id, "a receipt from a topic where this call's replies are not expected", "response_topic", c.respTopic)
 		return
 	}
 	if why := c.otherInstance(inst); why != "" {
-		b.refuse(topic, c.id, "a receipt, though "+why)
+		b.refuseFor(c, topic, "a receipt, though "+why)
 		return
 	}
-	b.receipts.Add(1)
+	c.noteHolder(inst)
 	c.heardWord()
+	b.receipts.Add(1)
 }

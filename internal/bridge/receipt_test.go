@@ -20,12 +20,13 @@ import (
 // never got — dropped as by a stopping replica's closing consumer — is
 // published once more, with the same id, once an instance of the service
 // has left, and then answered; without an instance leaving it is not, and
-// a call whose service sent a receipt is not either.
+// a call whose service sent a receipt is not either. (Without hedges:
+// hedge_test.go has those.)
 func TestRepublishAfterInstanceLeft(t *testing.T) {
 	br := transport.NewMem()
 	t.Cleanup(br.Close)
 	name := "rcpt-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	b := bridge.New(br, bridge.Options{ReplyTopic: wire.ReplyTopic(name), RepublishAfter: 50 * time.Millisecond, Logger: testLogger(t)})
+	b := bridge.New(br, bridge.Options{ReplyTopic: wire.ReplyTopic(name), RepublishAfter: 50 * time.Millisecond, HedgeAfter: -1, Logger: testLogger(t)})
 	t.Cleanup(b.Close)
 	target := bridge.Target{RequestTopic: wire.RequestTopic(name), ResponseTopic: wire.ResponseTopic(name)}
 	if err := b.ListenAll(t.Context(), func() []string { return []string{target.ResponseTopic} }); err != nil {

@@ -75,8 +75,12 @@ const watchParallel = 8
 // caller may retry.
 //
 // When some of several consumers (instances sharing the subscription) go
-// and others stay, the calls go on: each may be on a survivor, and one on
-// a lost instance ends at its deadline.
+// and others stay, the calls go on: each may be on a survivor. The calls
+// to a service that says which instance has them (a Go SDK service: its
+// receipts and replies name it) are ended by their instance's loss
+// instead, which the watch sees on the service's cancel topic
+// (checkInstances, hedge.go); a call of another service on a lost
+// instance ends at its deadline.
 type watch struct {
 	stop chan struct{}
 	poke chan struct{} // a question soon: a stream's end waits for one (Call.held)
@@ -94,6 +98,11 @@ type watch struct {
 	// one before a call is its baseline.
 	drops  map[string][]dropSample
 	dropMu sync.Mutex // drops, while the questions are out
+	// instances is, per request topic of a service that sends receipts,
+	// what the watch saw of its instances on its cancel topic (hedge.go,
+	// checkInstances); kept while no call waits.
+	instances map[string]*instanceWatch
+	instMu    sync.Mutex
 }
 
 type seenConsumers struct {
@@ -103,7 +112,8 @@ type seenConsumers struct {
 }
 
 func (b *Bridge) startWatch() {
-	b.watch = &watch{stop: make(chan struct{}), poke: make(chan struct{}, 1), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}, drops: map[string][]dropSample{}}
+	b.watch = &watch{stop: make(chan struct{}), poke: make(chan struct{}, 1), done: make(chan struct{}), seen: map[string]seenConsumers{}, suspect: map[*Call]uint64{}, drops: map[string][]dropSample{},
+		instances: map[string]*instanceWatch{}}
 	go b.watchLoop()
 }
 
@@ -163,8 +173,15 @@ func (b *Bridge) watchOnce() {
 	// sampled: the topics whose delivery counts are asked — the response
 	// topics of services that do not number their replies, and the
 	// non-persistent topics Go SDK services answer on.
+	// instTopics: the request topics of services whose calls say which
+	// instance has them (a receipt asked for, or a reply naming one),
+	// whose cancel topics are asked which instances are there.
 	topics, replyTopics, sampled := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	instTopics := map[string]bool{}
 	b.pending.each(func(c *Call) {
+		if !c.detached && (c.receipt != nil || c.instBound.Load()) {
+			instTopics[c.reqTopic] = true
+		}
 		if b.counter != nil && (!b.numbers(c.respTopic) || c.unnumbered()) && strings.HasPrefix(c.respTopic, "non-persistent://") {
 			sampled[c.respTopic] = true
 		}
@@ -188,10 +205,13 @@ func (b *Bridge) watchOnce() {
 	type answer struct {
 		topic string
 		reply bool // a topic replies come on, asked about this bridge's own consumer
-		cs    []transport.Consumer
-		err   error
+		// instancesOf: a cancel topic, asked about the instances of the
+		// service on this request topic
+		instancesOf string
+		cs          []transport.Consumer
+		err         error
 	}
-	answers := make(chan answer, len(topics)+len(replyTopics))
+	answers := make(chan answer, len(topics)+len(replyTopics)+len(instTopics))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, watchParallel)
 	ask := func(topic string, reply bool) {
@@ -199,7 +219,16 @@ func (b *Bridge) watchOnce() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			cs, err := b.opts.Watch.Consumers(ctx, topic)
-			answers <- answer{topic, reply, cs, err}
+			answers <- answer{topic: topic, reply: reply, cs: cs, err: err}
+		})
+	}
+	for topic := range instTopics {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ct := wire.CancelTopic(topic)
+			cs, err := b.opts.Watch.Consumers(ctx, ct)
+			answers <- answer{topic: ct, instancesOf: topic, cs: cs, err: err}
 		})
 	}
 	for topic := range topics {
@@ -226,6 +255,10 @@ func (b *Bridge) watchOnce() {
 		}
 		if a.reply {
 			b.checkOwnConsumer(a.topic, a.cs)
+			continue
+		}
+		if a.instancesOf != "" {
+			b.checkInstances(a.instancesOf, a.cs, askedAt)
 			continue
 		}
 		names := make([]string, len(a.cs))

@@ -19,6 +19,20 @@ type consumersStub struct {
 	mu    sync.Mutex
 	ids   map[string][]transport.Consumer
 	asked map[string]int
+	// next holds answers for the next questions about a topic, one each,
+	// the last of which stays the answer.
+	next map[string][][]transport.Consumer
+}
+
+// answerNext has the next questions about topic answered by answers, one
+// each; the last stays the answer.
+func (s *consumersStub) answerNext(topic string, answers ...[]transport.Consumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.next == nil {
+		s.next = map[string][][]transport.Consumer{}
+	}
+	s.next[topic] = answers
 }
 
 // set gives topic consumers whose connection times are unknown.
@@ -46,6 +60,9 @@ func (s *consumersStub) Consumers(_ context.Context, topic string) ([]transport.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked[topic]++
+	if q := s.next[topic]; len(q) > 0 {
+		s.ids[topic], s.next[topic] = q[0], q[1:]
+	}
 	return slices.Clone(s.ids[topic]), nil
 }
 

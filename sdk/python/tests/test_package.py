@@ -29,3 +29,10 @@ def test_wheel(tmp_path: Path) -> None:
     assert not [n for n in names if n.startswith(("tests/", "examples/"))]
     assert "Requires-Python: >=3.11" in metadata
     assert "Requires-Dist: pulsar-client<4,>=3.13.0" in metadata
+
+
+def test_the_checkouts_package_is_tested() -> None:
+    # Not a copy installed in the environment (pyproject: pythonpath).
+    import toolgate_service
+
+    assert Path(toolgate_service.__file__).resolve().is_relative_to(ROOT / "src")

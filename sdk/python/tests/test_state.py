@@ -87,3 +87,27 @@ def test_rate_log(caplog: pytest.LogCaptureFixture) -> None:
         log.warning("kind", "bad request %s", "y")
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["bad request x", "another kind", "bad request y (4 more like it since the last line)"]
+
+
+def test_client_log_filter(caplog: pytest.LogCaptureFixture) -> None:
+    from toolgate_service.pulsar_broker import ClientLogFilter
+
+    log = logging.getLogger("client-filter-test")
+    f = ClientLogFilter(every=0.2)
+    log.addFilter(f)
+    try:
+        with caplog.at_level(logging.WARNING, logger="client-filter-test"):
+            for port in range(5):
+                log.error("Failed to establish connection to 127.0.0.1:%d: Connection refused", 6650 + port)
+            log.error("another thing")
+            import time
+
+            time.sleep(0.25)
+            log.error("Failed to establish connection to 127.0.0.1:%d: Connection refused", 7000)
+    finally:
+        log.removeFilter(f)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Failed to establish connection to 127.0.0.1:6650: Connection refused",
+        "another thing",
+        "Failed to establish connection to 127.0.0.1:7000: Connection refused (4 more like it since the last line)",
+    ]

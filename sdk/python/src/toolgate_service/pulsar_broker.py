@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -34,6 +36,38 @@ DEFAULT_MAX_PENDING = 10000
 """Messages a producer holds while waiting for receipts; beyond: QueueFull."""
 DEFAULT_PRODUCER_IDLE = 300.0
 """A topic's producer is closed after this long without a message (s)."""
+
+
+class ClientLogFilter(logging.Filter):
+    """Lets through one line of the client's a kind per interval (lines that
+    differ only in their digits are one kind), then one saying how many
+    were left out: while the broker is away, the client says the same
+    things several times a second for every producer and consumer."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        super().__init__()
+        self._every = every
+        self._lock = threading.Lock()  # the client logs from its own threads
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = re.sub(r"[0-9]+", "#", record.getMessage())[:200]
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(kind)
+            if last is not None and now - last[0] < self._every:
+                self._seen[kind] = (last[0], last[1] + 1)
+                return False
+            if len(self._seen) > 1024:
+                self._seen.clear()
+            self._seen[kind] = (now, 0)
+        if last is not None and last[1]:
+            record.msg = f"{record.getMessage()} ({last[1]} more like it since the last line)"
+            record.args = None
+        return True
+
+
+_client_log_filter = ClientLogFilter()
 
 
 async def in_thread(fn: Callable[[], T]) -> T:
@@ -134,6 +168,8 @@ class PulsarBroker:
                 # The client's own informational lines, one per producer
                 # and consumer opened or closed, would drown the service's.
                 plog.setLevel(logging.WARNING)
+            if _client_log_filter not in plog.filters:
+                plog.addFilter(_client_log_filter)
             kw: dict[str, Any] = {
                 "operation_timeout_seconds": max(1, round(operation_timeout)),
                 "connection_timeout_ms": max(1, round(connection_timeout * 1000)),

@@ -9,6 +9,7 @@ requests published again, cancels, and announcements of each instance
 with a lease, withdrawn on a graceful stop. See :class:`Service`.
 """
 
+from . import content
 from .announce import DEFAULT_LEASE, TOOL_PARAM, Announcement, ConfigParam
 from .errors import Abandoned, CallerGone, PublishError, QueueFull, ToolError
 from .main import EXIT_ABANDONED, serve
@@ -45,6 +46,7 @@ __all__ = [
     "Stats",
     "Tool",
     "ToolError",
+    "content",
     "serve",
     "to_text",
 ]

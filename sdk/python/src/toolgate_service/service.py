@@ -148,7 +148,7 @@ class Call:
         is MCP content. ``level`` is one of RFC 5424's, as MCP names them."""
         if level not in _LOG_LEVELS:
             raise ValueError(f"log level {level!r} is not one of {', '.join(_LOG_LEVELS)}")
-        await self.send(json.dumps({"log": {"level": level, "data": data}}, ensure_ascii=False))
+        await self.send(json.dumps({"log": {"level": level, "data": data}}, ensure_ascii=False, separators=(",", ":")))
 
 
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")

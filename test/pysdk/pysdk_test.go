@@ -172,11 +172,11 @@ type gateway struct {
 	base string
 }
 
-func startGateway(t *testing.T, annTopic, id string) *gateway {
+func startGateway(t *testing.T, annTopic, id string, extra ...string) *gateway {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	g := apptest.Start(t, log, "--announcements", "--announce-topic", annTopic, "--pulsar-admin-url", brokertest.AdminURL(),
-		"--allow-anonymous", "--instance-id", id, "--default-timeout", "30s")
+	g := apptest.Start(t, log, append([]string{"--announcements", "--announce-topic", annTopic, "--pulsar-admin-url", brokertest.AdminURL(),
+		"--allow-anonymous", "--instance-id", id, "--default-timeout", "30s"}, extra...)...)
 	g.WaitReady(t, 60*time.Second)
 	return &gateway{Gateway: g, id: id, base: "http://" + g.HTTPAddr()}
 }
@@ -569,5 +569,79 @@ func TestPythonEchoStopsGracefully(t *testing.T) {
 	t.Logf("exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 	if !strings.Contains(svc.output(), "withdrawn") || !strings.Contains(svc.output(), "tool service stopped") {
 		t.Fatalf("no withdrawal or stop in the service's log:\n%s", svc.output())
+	}
+}
+
+// TestPythonEchoDurableOperation: a durable operation of a gateway with
+// --operations is answered by the Python service on the persistent reply
+// topic the gateway names (the response namespace's persistent twin),
+// keyed by the call's id, and its chunks are kept: the operation ends done
+// with the whole answer, and its stream replays every chunk.
+func TestPythonEchoDurableOperation(t *testing.T) {
+	brokertest.RequirePulsar(t)
+	t.Parallel()
+	uniq := brokertest.UniqueTopic("pysdk-ops")
+	annTopic := "persistent://tg/config/" + uniq
+	g := startGateway(t, annTopic, uniq, brokertest.TestOperations(t).Flags()...)
+	startEcho(t, "echo.py", uniq, uniq, annTopic)
+	g.waitListed(t, "count", "echo")
+
+	resp, err := http.Post(g.base+"/v1/tools/echo:start", "application/json", strings.NewReader(`{"arguments": {"mode": "stream", "n": 50}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var op struct {
+		Name     string `json:"name"`
+		Done     bool   `json:"done"`
+		Response struct {
+			Output string `json:"output"`
+		} `json:"response"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&op)
+	resp.Body.Close()
+	if err != nil || op.Name == "" {
+		t.Fatalf("start: HTTP %d %+v, %v", resp.StatusCode, op, err)
+	}
+	eventually.Succeeds(t, 30*time.Second, "the operation done", func() error {
+		r, err := http.Get(g.base + "/v1/" + op.Name)
+		if err != nil {
+			return err
+		}
+		defer r.Body.Close()
+		if err := json.NewDecoder(r.Body).Decode(&op); err != nil {
+			return err
+		}
+		if !op.Done {
+			return errors.New("not done")
+		}
+		return nil
+	})
+	var want strings.Builder
+	for i := range 49 {
+		fmt.Fprintf(&want, "%d,", i)
+	}
+	want.WriteString("49")
+	if op.Response.Output != want.String() {
+		t.Fatalf("the operation's answer %q, want %q", op.Response.Output, want.String())
+	}
+	r, err := http.Get(g.base + "/v1/" + op.Name + ":stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() {
+		var c chunk
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil || c.Output == nil || c.Index != strconv.Itoa(n) {
+			t.Fatalf("chunk %d of the kept stream: %s (%v)", n, sc.Text(), err)
+		}
+		n++
+		if c.Last {
+			break
+		}
+	}
+	if n != 50 {
+		t.Fatalf("the kept stream replayed %d chunks, want 50", n)
 	}
 }

@@ -240,8 +240,11 @@ func (c *Call) noteHolder(inst string) {
 		return
 	}
 	c.mu.Lock()
-	if len(r.holders) < maxHolders && !slices.Contains(r.holders, inst) {
-		r.holders = append(r.holders, inst)
+	if r.holders == nil {
+		r.holders = new([]string)
+	}
+	if h := *r.holders; len(h) < maxHolders && !slices.Contains(h, inst) {
+		*r.holders = append(h, inst)
 	}
 	c.mu.Unlock()
 }
@@ -267,12 +270,15 @@ func (c *Call) loseInstance(inst string) bool {
 		return false
 	}
 	r := c.receipt
-	i := slices.Index(r.holders, inst)
+	if r.holders == nil {
+		return false
+	}
+	i := slices.Index(*r.holders, inst)
 	if i < 0 {
 		return false
 	}
-	r.holders = slices.Delete(r.holders, i, i+1)
-	return len(r.holders) == 0
+	*r.holders = slices.Delete(*r.holders, i, i+1)
+	return len(*r.holders) == 0
 }
 
 // InstanceLost says that instance (wire.PropInstance) of the service on

@@ -53,21 +53,21 @@ type receiptState struct {
 	payload []byte
 	// props are the request's properties when the publish hook added to
 	// them (a trace context); nil: none added.
-	props  map[string]string
-	credit int   // the credit the request granted (wire.PropCredit)
-	made   int64 // Unix nanoseconds
+	props map[string]string
 	// topic is what is known of its service's words (hedge.go).
 	topic *receiptTopic
 	// hedge is where the call is filed under when its silence becomes
 	// long (deadlines.go), guarded by Bridge.deadlines.mu.
 	hedge filing
+	made  int64 // Unix nanoseconds
 	// again is when it was last published again (0: not yet), hedges how
 	// many times for its silence alone (hedge.go), holders the instances
-	// that sent a receipt for it (a few at most). Guarded by the call's
-	// mu.
+	// that sent a receipt for it (a few at most; nil before the first).
+	// Guarded by the call's mu.
 	again   int64
-	hedges  int
-	holders []string
+	holders *[]string
+	credit  int32 // the credit the request granted (wire.PropCredit)
+	hedges  int32
 	// sent counts its publishes after the first, of either kind.
 	sent atomic.Int32
 	word atomic.Bool // a receipt or a reply came
@@ -167,7 +167,7 @@ func (b *Bridge) learnReceipts(responseTopic string) {
 // armReceipt makes call c, whose request carries payload and grants
 // credit, wait for a word of its service on topic t.
 func (c *Call) armReceipt(payload []byte, credit int, t *receiptTopic) {
-	c.receipt = &receiptState{payload: payload, credit: credit, made: time.Now().UnixNano(), topic: t}
+	c.receipt = &receiptState{payload: payload, credit: int32(credit), made: time.Now().UnixNano(), topic: t}
 }
 
 // heardWord notes a receipt or reply for the call. The first, for a call
@@ -192,7 +192,7 @@ func (c *Call) republishProps() map[string]string {
 	if r.props != nil {
 		return r.props
 	}
-	return c.requestProps(r.credit, true)
+	return c.requestProps(int(r.credit), true)
 }
 
 // requestProps are the properties of the call's request: its id, and its

@@ -171,9 +171,9 @@ def test_idle_producers_close() -> None:
     async def body() -> None:
         broker = PulsarBroker(URL, producer_idle=0.4)
         await broker.publish(topic, Message(payload=b"a", properties={"id": "1"}))
-        assert topic in broker._producers
+        assert (topic, False) in broker._producers
         end = time.monotonic() + 5
-        while topic in broker._producers:
+        while (topic, False) in broker._producers:
             assert time.monotonic() < end, "an idle producer was not closed"
             await asyncio.sleep(0.05)
         await broker.publish(topic, Message(payload=b"b", properties={"id": "2"}))  # opened again

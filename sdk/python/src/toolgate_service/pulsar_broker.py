@@ -36,6 +36,10 @@ DEFAULT_MAX_PENDING = 10000
 """Messages a producer holds while waiting for receipts; beyond: QueueFull."""
 DEFAULT_PRODUCER_IDLE = 300.0
 """A topic's producer is closed after this long without a message (s)."""
+BATCH_DELAY_MS = 1
+"""How long a batching producer holds a message for others to join it."""
+BATCH_MAX_MESSAGES = 500
+"""Messages in one batch at most (the gateway's and the Go SDK's bound)."""
 
 
 class ClientLogFilter(logging.Filter):
@@ -184,7 +188,10 @@ class PulsarBroker:
         self._operation_timeout = operation_timeout
         self._max_pending = max_pending
         self._producer_idle = producer_idle
-        self._producers: dict[str, _Producer] = {}
+        # Two producers a topic: one sending each message at once (replies,
+        # receipts, announcements: what a caller waits for), one batching
+        # (a stream's chunks, published without waiting; see publish_nowait).
+        self._producers: dict[tuple[str, bool], _Producer] = {}
         self._subscriptions: list[_Subscription] = []
         self._janitor: asyncio.Task[None] | None = None
         self._closed = False
@@ -225,15 +232,23 @@ class PulsarBroker:
         self._subscriptions.append(sub)
         return sub
 
-    async def _producer(self, topic: str) -> Any:
+    async def _producer(self, topic: str, batched: bool) -> Any:
         if self._closed:
             raise PublishError("the broker client is closed")
-        p = self._producers.get(topic)
+        key = (topic, batched)
+        p = self._producers.get(key)
         if p is None:
             p = _Producer()
-            self._producers[topic] = p
+            self._producers[key] = p
             if self._janitor is None:
                 self._janitor = asyncio.get_running_loop().create_task(self._close_idle())
+            kw: dict[str, Any] = {"batching_enabled": False}
+            if batched:
+                kw = {
+                    "batching_enabled": True,
+                    "batching_max_publish_delay_ms": BATCH_DELAY_MS,
+                    "batching_max_messages": BATCH_MAX_MESSAGES,
+                }
             try:
                 producer = await in_thread(
                     lambda: self._client.create_producer(
@@ -241,12 +256,12 @@ class PulsarBroker:
                         block_if_queue_full=False,
                         max_pending_messages=self._max_pending,
                         send_timeout_millis=max(1, round(self._operation_timeout * 1000)),
-                        batching_enabled=False,
+                        **kw,
                     )
                 )
             except Exception as e:
-                if self._producers.get(topic) is p:
-                    del self._producers[topic]  # the next publish tries again
+                if self._producers.get(key) is p:
+                    del self._producers[key]  # the next publish tries again
                 p.ready.set_exception(PublishError(f"create producer for {topic}: {e}"))
                 p.ready.exception()  # retrieved: nobody else may wait
                 raise PublishError(f"create producer for {topic}: {e}") from e
@@ -255,7 +270,16 @@ class PulsarBroker:
         return await asyncio.shield(p.ready)
 
     async def publish_nowait(self, topic: str, msg: Message, done: OnDone) -> None:
-        producer = await self._producer(topic)
+        """Publish without waiting for the receipt, batched: messages handed
+        over within a millisecond go in one batch (up to 500). A stream's
+        chunks go so, as the Go SDK's do: a gateway's flow control reckons
+        with a batch's small per-message overhead, and unbatched chunks,
+        each with metadata and a frame of its own, could pass the bytes
+        the broker holds for a slow consumer (then it drops them)."""
+        await self._send(topic, msg, done, True)
+
+    async def _send(self, topic: str, msg: Message, done: OnDone, batched: bool) -> None:
+        producer = await self._producer(topic, batched)
         loop = asyncio.get_running_loop()
         me = threading.get_ident()
         refused: list[BaseException] = []
@@ -288,17 +312,18 @@ class PulsarBroker:
             else:
                 fut.set_exception(err)
 
-        await self.publish_nowait(topic, msg, done)
+        await self._send(topic, msg, done, False)
         await fut
 
     async def _close_idle(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._closed:
             await asyncio.sleep(min(60.0, self._producer_idle / 4))
-            for topic, p in list(self._producers.items()):
+            for key, p in list(self._producers.items()):
                 if loop.time() - p.last < self._producer_idle or not p.ready.done() or p.ready.exception() is not None:
                     continue
-                del self._producers[topic]
+                del self._producers[key]
+                topic = key[0]
                 producer = p.ready.result()
                 try:
                     await in_thread(producer.close)
@@ -313,9 +338,9 @@ class PulsarBroker:
         closes: dict[str, Callable[[], Any]] = {}
         for sub in self._subscriptions:
             closes[f"subscription {sub.name}"] = sub.close
-        for topic, p in self._producers.items():
+        for (topic, batched), p in self._producers.items():
             if p.ready.done() and p.ready.exception() is None:
-                closes[f"producer on {topic}"] = _closer(p.ready.result())
+                closes[f"{'batching ' if batched else ''}producer on {topic}"] = _closer(p.ready.result())
         self._producers.clear()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound

@@ -63,8 +63,10 @@ class Broker(Protocol):
     async def publish_nowait(self, topic: str, msg: Message, done: OnDone) -> None:
         """Hand ``msg`` to the topic's producer and return without waiting
         for the receipt, which ``done`` is told. Raises QueueFull (and
-        ``done`` is not called) when the producer's queue is full; messages
-        handed over in order are published in order."""
+        ``done`` is not called) when the producer's queue is full. Messages
+        handed over in order are published in order; they may be batched,
+        and are not ordered with those of :meth:`publish` (the service
+        waits for a stream's chunks before it sends the last reply)."""
         ...
 
     async def close(self, bound: float) -> list[str]:

@@ -172,11 +172,15 @@ type gateway struct {
 	base string
 }
 
+// startGateway runs a gateway in this process. The tests run in parallel,
+// so their gateways start at once: --gc-heap-mib 0 leaves the garbage
+// collector's tuner, which is the process's and not safe to start from two
+// gateways at a time, alone.
 func startGateway(t *testing.T, annTopic, id string, extra ...string) *gateway {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	g := apptest.Start(t, log, append([]string{"--announcements", "--announce-topic", annTopic, "--pulsar-admin-url", brokertest.AdminURL(),
-		"--allow-anonymous", "--instance-id", id, "--default-timeout", "30s"}, extra...)...)
+		"--allow-anonymous", "--instance-id", id, "--default-timeout", "30s", "--gc-heap-mib", "0"}, extra...)...)
 	g.WaitReady(t, 60*time.Second)
 	return &gateway{Gateway: g, id: id, base: "http://" + g.HTTPAddr()}
 }

@@ -36,6 +36,10 @@ func Set(heapMiB int, log *slog.Logger) {
 		}
 		return
 	}
+	// gctuner keeps one tuner in a global of its own, unguarded: two
+	// gateways of one process (tests) starting at once would race on it.
+	mu.Lock()
+	defer mu.Unlock()
 	bounds.Do(func() {
 		// Set once, before the tuner's first cycle reads them: the tuner
 		// reads its bounds without synchronization.
@@ -45,7 +49,10 @@ func Set(heapMiB int, log *slog.Logger) {
 	gctuner.Tuning(t)
 }
 
-var bounds sync.Once
+var (
+	bounds sync.Once
+	mu     sync.Mutex // serializes the calls into gctuner
+)
 
 // target is the tuner's threshold in bytes, 0 when nothing is to be
 // tuned.

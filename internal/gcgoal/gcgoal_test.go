@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,4 +60,19 @@ func TestSetAgain(t *testing.T) {
 	if p := gctuner.GetGCPercent(); p < 100 || p > MaxPercent {
 		t.Fatalf("GC percent %d, want within [100, %d]", p, MaxPercent)
 	}
+}
+
+// TestSetConcurrently: gateways of one process may start at once; the
+// race detector finds any unguarded use of gctuner's global.
+func TestSetConcurrently(t *testing.T) {
+	if gogc := target(DefaultHeapMiB, os.Getenv("GOGC")); gogc == 0 {
+		t.Fatal("GOGC is set: nothing reaches gctuner, so nothing is tested")
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() { Set(DefaultHeapMiB+i, log) })
+	}
+	wg.Wait()
+	Set(DefaultHeapMiB, log)
 }

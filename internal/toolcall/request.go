@@ -18,6 +18,11 @@ const (
 	ReasonBodyTimeout  = "BODY_TIMEOUT"
 )
 
+// ReasonInstanceLost is the ErrorInfo reason of a call whose tool
+// service's instance, which had taken it, was lost before it answered:
+// the call may have run.
+const ReasonInstanceLost = "INSTANCE_LOST"
+
 // ReasonUnsupportedEncoding is the ErrorInfo reason of a request body
 // in a Content-Encoding the gateway does not decode (HTTP 415).
 const ReasonUnsupportedEncoding = "UNSUPPORTED_CONTENT_ENCODING"

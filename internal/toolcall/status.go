@@ -102,6 +102,19 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 			svc = "tool service " + quote(tool.Service.ID)
 		}
 		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: no instance of "+svc+" renewed its announcement in time", "SERVICE_GONE")
+	case errors.Is(err, bridge.ErrInstanceLost):
+		svc := "its tool service"
+		if tool != nil {
+			svc = "tool service " + quote(tool.Service.ID)
+		}
+		// No RetryInfo: the call may have run, so a retry is not known
+		// to be safe.
+		msg := "the instance of " + svc + " that had taken the call to tool " + quote(toolName) +
+			" is gone; the call may have run, in part or whole: retry it only if running it twice is harmless"
+		if le := (*bridge.InstanceLostError)(nil); errors.As(err, &le) {
+			msg += " (instance " + le.Instance + ": " + le.Why + ")"
+		}
+		return with(codes.Unavailable, msg, ReasonInstanceLost)
 	case errors.Is(err, bridge.ErrServiceGone):
 		svc := "its tool service"
 		if tool != nil {

@@ -44,6 +44,8 @@ func TestToStatus(t *testing.T) {
 		{"no listener", fmt.Errorf("%w on topic-x", bridge.ErrNoListener), codes.Unavailable, "NO_LISTENER", `tool "t" is unavailable: no tool service is listening on topic-x`},
 		{"service gone", &bridge.ServiceGoneError{Topic: "topic-x", Why: "no consumer is left"}, codes.Unavailable, "SERVICE_GONE",
 			`tool service "svc" stopped listening before answering tool "t"; the call was lost with it (no consumer is left on topic-x)`},
+		{"instance lost", &bridge.InstanceLostError{Topic: "topic-x", Instance: "i-1", Why: "its lease ran out"}, codes.Unavailable, "INSTANCE_LOST",
+			`the instance of tool service "svc" that had taken the call to tool "t" is gone; the call may have run, in part or whole: retry it only if running it twice is harmless (instance i-1: its lease ran out)`},
 		{"no instance left", errNoInstance, codes.Unavailable, "SERVICE_GONE",
 			`tool "t" is unavailable: no instance of tool service "svc" renewed its announcement in time`},
 		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down; retry the call"},

@@ -51,6 +51,13 @@ func newRegistrySources(g *Gateway, conn transport.Connection) (*registrySources
 			if b := g.bridge; b != nil {
 				b.InstanceLeft(requestTopic)
 			}
+		}),
+		// The calls an instance whose lease ran out had taken end at once
+		// (INSTANCE_LOST), not at their deadline (bridge.InstanceLost).
+		registry.WithInstanceLost(func(requestTopic, instance string) {
+			if b := g.bridge; b != nil {
+				b.InstanceLost(requestTopic, instance)
+			}
 		}))}
 	if cfg.Registry.File != "" {
 		rs.merger.Enable(registry.OriginFile)

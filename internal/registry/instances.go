@@ -158,7 +158,9 @@ func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingA
 		snap = m.mergeLocked()
 	}
 	m.scheduleLocked()
+	lost := m.takeLostLocked()
 	m.mu.Unlock()
+	m.tellLost(lost)
 	for _, pa := range rejected {
 		m.reject(pa.u.Origin, pa.label, errs[pa.i])
 	}
@@ -419,7 +421,9 @@ func (m *Merger) Heard(o Origin, at time.Time) {
 		snap = m.mergeLocked()
 	}
 	m.scheduleLocked()
+	lost := m.takeLostLocked()
 	m.mu.Unlock()
+	m.tellLost(lost)
 	if snap != nil {
 		m.swapped(snap, "leases")
 	}
@@ -471,6 +475,11 @@ func (m *Merger) expireLocked(now time.Time) bool {
 				delete(p.instances, inst)
 				m.instanceCount--
 				m.log.Warn("an announced instance's lease ran out", "service", id, "instance", inst, "expired", in.expires)
+				if m.instanceLost != nil && inst != "" {
+					for _, svc := range in.services {
+						m.lost = append(m.lost, lostInstance{svc.RequestTopic, inst})
+					}
+				}
 				if in.expires.After(last) {
 					last = in.expires
 				}
@@ -548,7 +557,9 @@ func (m *Merger) tick() {
 		snap = m.mergeLocked()
 	}
 	m.scheduleLocked()
+	lost := m.takeLostLocked()
 	m.mu.Unlock()
+	m.tellLost(lost)
 	if snap != nil {
 		m.swapped(snap, "leases")
 	}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -275,5 +276,33 @@ func TestLeasesHeldWhileUnheard(t *testing.T) {
 	pass(m, c, 2*time.Second)
 	if _, ok := m.Registry().Snapshot().Gone("echo"); !ok {
 		t.Fatal("echo not gone once its lease ran out")
+	}
+}
+
+// TestInstanceLostTold: an instance whose lease ran out is told, by the
+// request topics it served, once; one that withdrew is not.
+func TestInstanceLostTold(t *testing.T) {
+	var mu sync.Mutex
+	var told []string
+	m, c := newClockMerger(t, WithInstanceLost(func(topic, inst string) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, topic+" "+inst)
+	}))
+	doc := announcement("echo-service", "echo")
+	mustApply(t, m, Update{Unit: "echo-service", Instance: "a", Lease: 10 * time.Second, Doc: doc})
+	mustApply(t, m, Update{Unit: "echo-service", Instance: "b", Lease: 10 * time.Second, Doc: doc})
+	mustApply(t, m, Update{Unit: "echo-service", Instance: "c", Lease: 10 * time.Second, Doc: doc})
+	mustApply(t, m, Update{Unit: "echo-service", Instance: "c"}) // withdrawn
+	pass(m, c, 5*time.Second)
+	mustApply(t, m, Update{Unit: "echo-service", Instance: "b", Lease: 10 * time.Second, Doc: doc})
+	pass(m, c, 6*time.Second) // a ran out, b holds
+	m.tick()
+	mu.Lock()
+	got := slices.Clone(told)
+	mu.Unlock()
+	topic := m.Registry().Snapshot().Services()[0].RequestTopic
+	if want := []string{topic + " a"}; !slices.Equal(got, want) {
+		t.Fatalf("told %q, want %q (a's lease ran out; b renewed; c withdrew)", got, want)
 	}
 }

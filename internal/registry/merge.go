@@ -116,6 +116,10 @@ type Merger struct {
 	reg    *Registry
 	log    *slog.Logger
 	onSwap func(*Snapshot)
+	// instanceLost hears of each announced instance whose lease ran out
+	// (nil: nobody); lost holds them until the lock is let go.
+	instanceLost func(requestTopic, instance string)
+	lost         []lostInstance
 	// Bounds on what the bus may bring (announcements are untrusted).
 	maxAnnounceBytes int
 	maxAnnounced     int
@@ -219,6 +223,35 @@ func WithMaxAnnouncedInstances(n int) MergerOption {
 		if n > 0 {
 			m.maxAllInstances = n
 		}
+	}
+}
+
+// WithInstanceLost has f told of each announced instance whose lease ran
+// out, once for each request topic it served — not of one that withdrew:
+// a stopping instance finishes its calls. f is called outside the
+// merger's locks, on the goroutine that found it, and must not block.
+func WithInstanceLost(f func(requestTopic, instance string)) MergerOption {
+	return func(m *Merger) { m.instanceLost = f }
+}
+
+// lostInstance is an instance whose lease ran out, by a request topic it
+// served.
+type lostInstance struct{ topic, instance string }
+
+// takeLostLocked takes the instances found lost since the last call.
+func (m *Merger) takeLostLocked() []lostInstance {
+	l := m.lost
+	m.lost = nil
+	return l
+}
+
+// tellLost tells instanceLost of lost, outside the merger's locks.
+func (m *Merger) tellLost(lost []lostInstance) {
+	if m.instanceLost == nil {
+		return
+	}
+	for _, l := range lost {
+		m.instanceLost(l.topic, l.instance)
 	}
 }
 

@@ -301,7 +301,7 @@ func (g *Gateway) bridgeStats() telemetry.BridgeStats {
 	s := g.bridge.Stats()
 	return telemetry.BridgeStats{Pending: s.InFlight, Published: s.Published, PublishErrors: s.PublishErrors,
 		Replies: s.Replies, OrphanReplies: s.OrphanReplies, BadReplies: s.BadReplies, RefusedReplies: s.RefusedReplies,
-		Resends: s.Resends, Receipts: s.Receipts, Republished: s.Republished}
+		Resends: s.Resends, Receipts: s.Receipts, Republished: s.Republished, Hedged: s.Hedged, InstanceLost: s.InstanceLost}
 }
 
 // knownTool reports whether the registry has tool t (the metrics label

@@ -141,6 +141,10 @@ type Bridge struct {
 	// ReplyTo has tool services answer this instance's calls on its own
 	// reply topic (the reply-to property) where they can (default true).
 	ReplyTo bool
+	// HedgeAfter is the least silence after which a call to a service
+	// that sends receipts is published once more (default
+	// bridge.DefaultHedgeAfter); 0: off, no hedges.
+	HedgeAfter time.Duration
 }
 
 // Options are b's settings as the bridge takes them, where a negative
@@ -152,8 +156,12 @@ func (b Bridge) Options() bridge.Options {
 		}
 		return n
 	}
+	hedge := b.HedgeAfter
+	if hedge == 0 {
+		hedge = -1
+	}
 	return bridge.Options{MaxInFlight: b.MaxInFlight, MaxInFlightPerService: off(b.MaxInFlightPerService),
-		ServiceQueueWait: b.ServiceQueueWait, StreamWindow: off(b.StreamWindow)}
+		ServiceQueueWait: b.ServiceQueueWait, StreamWindow: off(b.StreamWindow), HedgeAfter: hedge}
 }
 
 // MCP is the Model Context Protocol endpoint at /mcp.

@@ -53,6 +53,9 @@ func (c Config) validate() error {
 	if c.Bridge.MaxInFlightPerService < 0 {
 		errs = append(errs, errors.New("--max-in-flight-per-service must not be negative"))
 	}
+	if h := c.Bridge.HedgeAfter; h < 0 || (h > 0 && h <= wire.ReceiptAfter) {
+		errs = append(errs, fmt.Errorf("--hedge-after must be 0 (off) or longer than %s, the time after which a service sends a call's receipt (got %s)", wire.ReceiptAfter, h))
+	}
 	if c.Bridge.ServiceQueueWait < 0 {
 		errs = append(errs, errors.New("--service-queue-wait must not be negative"))
 	}

@@ -44,8 +44,12 @@ type BridgeStats struct {
 	Resends int64
 	// Receipts taken from tool services; Republished: requests published
 	// again, nothing heard of them after an instance of their service
-	// left.
-	Receipts, Republished int64
+	// left or for the hedge delay; Hedged: those of them published again
+	// for the hedge delay's silence alone.
+	Receipts, Republished, Hedged int64
+	// InstanceLost: calls ended UNAVAILABLE INSTANCE_LOST, the instance
+	// that had taken them lost.
+	InstanceLost int64
 }
 
 // OperationsStats are the durable operations' counters, as
@@ -388,9 +392,13 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 	receipts := prometheus.NewDesc("toolgate_bridge_receipts_total",
 		"Receipts taken from tool services for calls not answered within 250 ms (toolgate-receipt).", nil, nil)
 	republished := prometheus.NewDesc("toolgate_bridge_republished_total",
-		"Requests published again: nothing was heard of them after an instance of their service withdrew (a stopping replica may have dropped them).", nil, nil)
+		"Requests published again: nothing was heard of them after an instance of their service withdrew (a stopping replica may have dropped them), or for the hedge delay (toolgate_bridge_hedged_total).", nil, nil)
+	hedged := prometheus.NewDesc("toolgate_bridge_hedged_total",
+		"Requests published again because no instance of their service said a word of them within the hedge delay (--hedge-after, or the service's p99 plus a quarter).", nil, nil)
+	lost := prometheus.NewDesc("toolgate_bridge_instance_lost_total",
+		"Calls ended UNAVAILABLE INSTANCE_LOST: the instance that had taken them was lost (its lease ran out, or it left the broker).", nil, nil)
 	return &funcCollector{
-		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad, refused, resends, receipts, republished},
+		descs: []*prometheus.Desc{pending, published, pubErrs, replies, orphans, bad, refused, resends, receipts, republished, hedged, lost},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := f()
 			ch <- prometheus.MustNewConstMetric(pending, prometheus.GaugeValue, float64(s.Pending))
@@ -403,6 +411,8 @@ func newBridgeCollector(f func() BridgeStats) prometheus.Collector {
 			ch <- prometheus.MustNewConstMetric(resends, prometheus.CounterValue, float64(s.Resends))
 			ch <- prometheus.MustNewConstMetric(receipts, prometheus.CounterValue, float64(s.Receipts))
 			ch <- prometheus.MustNewConstMetric(republished, prometheus.CounterValue, float64(s.Republished))
+			ch <- prometheus.MustNewConstMetric(hedged, prometheus.CounterValue, float64(s.Hedged))
+			ch <- prometheus.MustNewConstMetric(lost, prometheus.CounterValue, float64(s.InstanceLost))
 		},
 	}
 }

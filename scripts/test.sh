@@ -74,10 +74,11 @@ echo "==> go test -race ./... (broker: $TOOLGATE_PULSAR_URL) [$((SECONDS - t0)) 
 read -r -a gotest_flags <<<"${GOTEST_FLAGS:-}" # extra flags, split on white space
 mapfile -t packages < <(go list ./... | grep -v -e '/test/restart$' -e '/test/shutdown$' -e '/test/cluster$' -e '/test/scale$')
 # The tests whose promise is a time — TestHTTP2Abuse compares a client's
-# latency under attack with its latency before; the quotas' bound each call
-# by --quota-redis-timeout + 50 ms while Redis is refused or stalled — run
+# latency under attack with its latency before, TestFrozenAndKilledReplicas
+# answers each call within 1 s of a frozen replica; the quotas bound each
+# call by --quota-redis-timeout + 50 ms while Redis is refused or stalled — run
 # alone, after the others, so that no other package's load falls in them.
-timed='^(TestHTTP2Abuse|TestRedisTimeoutHonoured|TestRedisStall)$'
+timed='^(TestHTTP2Abuse|TestFrozenAndKilledReplicas|TestRedisTimeoutHonoured|TestRedisStall)$'
 go test -race -count=1 -timeout 15m "${gotest_flags[@]}" -skip "$timed" "${packages[@]}"
 echo "==> go test -race -run '$timed' ./test/e2e ./internal/quota (bounds in time: the machine to themselves) [$((SECONDS - t0)) s]"
 go test -race -count=1 -p 1 -timeout 5m "${gotest_flags[@]}" -run "$timed" ./internal/quota ./test/e2e

@@ -78,6 +78,7 @@ type Presence struct {
 
 	mu     sync.Mutex
 	topics map[string]*recheck // topics being asked about again
+	joined int                 // calls given a question to wait for, ever
 }
 
 // recheck is the questions about one topic: the one under way, and the
@@ -129,6 +130,7 @@ func (p *Presence) Subscribed(ctx context.Context, topic string) (bool, error) {
 func (p *Presence) ask(topic string) *round {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.joined++
 	rc := p.topics[topic]
 	if rc == nil {
 		rc = &recheck{}

@@ -99,6 +99,14 @@ func TestPresenceSharesItsQuestions(t *testing.T) {
 		})
 	}
 	eventually.True(t, 10*time.Second, "a question under way", func() bool { return a.inFlight.Load() == 1 })
+	// Every call waits for a question before the first is answered (under
+	// load some goroutines start late; a call made after the answer asks
+	// anew, as it should).
+	eventually.True(t, 10*time.Second, "every call waiting", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.joined == calls
+	})
 	a.set(func(a *admin) { close(a.gate); a.gate = nil })
 	wg.Wait()
 	close(answers)

@@ -135,6 +135,8 @@ func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
 			// and MCP). The header stays, for a protocol that negotiates
 			// encodings of its own (Connect) to answer first.
 			b.badEncoding.Store(true)
+			refused(r, toolcall.GatewayError(codes.Unimplemented, toolcall.ReasonUnsupportedEncoding,
+				fmt.Sprintf("request body in Content-Encoding %q, which is not decoded", enc), nil))
 			src = failedBody{fmt.Errorf("%w %q: this gateway decodes request bodies in %s",
 				toolcall.ErrUnsupportedEncoding, enc, toolcall.AcceptedEncodings)}
 		}
@@ -144,6 +146,35 @@ func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
 		r.Body = b
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Refusals hears of the refusals HTTP makes of one request: a handler in
+// front of HTTP puts it in the request's context (WithRefusals), and
+// HTTP tells it, as the status the doors answer with, of a body over the
+// size limit or not in time (when the door reads it), or in an encoding
+// not decoded (as the request arrives). It hears at most one of each, on
+// the goroutine reading the body.
+type Refusals interface{ Refused(err error) }
+
+type refusalsKey struct{}
+
+// WithRefusals is ctx with r, which HTTP tells of its refusals of the
+// request whose context it is.
+func WithRefusals(ctx context.Context, r Refusals) context.Context {
+	return context.WithValue(ctx, refusalsKey{}, r)
+}
+
+// RefusalsOf is the Refusals in ctx, nil when none.
+func RefusalsOf(ctx context.Context) Refusals {
+	r, _ := ctx.Value(refusalsKey{}).(Refusals)
+	return r
+}
+
+// refused tells r's Refusals, when it has one, of err.
+func refused(r *http.Request, err error) {
+	if rs := RefusalsOf(r.Context()); rs != nil {
+		rs.Refused(err)
+	}
 }
 
 // limitedBody is a request body under HTTP's limits: the bottom reads
@@ -179,6 +210,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) && !b.over.Swap(true) {
 		b.log.InfoContext(b.r.Context(), "request refused: body too large", "method", b.r.Method, "path", b.r.URL.Path,
 			"peer", b.r.RemoteAddr, "limit", b.limit, "content_length", b.r.ContentLength)
+		refused(b.r, tooLarge(b.limit).Err())
 	}
 	return n, err
 }
@@ -199,6 +231,7 @@ func (b *limitedBody) readRaw(p []byte) (int, error) {
 		if !b.timedOut.Swap(true) {
 			b.log.InfoContext(b.r.Context(), "request refused: body not received in time", "method", b.r.Method, "path", b.r.URL.Path,
 				"peer", b.r.RemoteAddr, "limit", b.timeout)
+			refused(b.r, toolcall.GatewayError(codes.DeadlineExceeded, toolcall.ReasonBodyTimeout, (&bodyTimeoutError{b.timeout}).Error(), nil))
 		}
 		b.w.Header().Set("Connection", "close")
 		err = &bodyTimeoutError{b.timeout}

@@ -22,6 +22,9 @@ func main() {
 }
 
 func run(ctx context.Context) int {
+	if len(os.Args) > 1 && os.Args[1] == "audit" {
+		return runAudit(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	}
 	if version.Requested(os.Args[1:]) {
 		fmt.Println(version.Line("gateway"))
 		return 0

@@ -17,6 +17,7 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
+	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/connectapi"
@@ -63,6 +64,7 @@ type Gateway struct {
 	mcp      *mcp.Server         // nil without --mcp
 	mcpSets  *mcp.Sets           // each tool set's MCP endpoint; nil without --mcp
 	ops      *operations.Manager // nil without --operations
+	audit    *audit.Log          // nil without --audit
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
 	listened    atomic.Bool // every known response topic is subscribed
@@ -107,6 +109,10 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	if err := g.newHTTPServers(calls); err != nil {
+		g.closeEarly()
+		return nil, err
+	}
+	if err := g.openAudit(); err != nil {
 		g.closeEarly()
 		return nil, err
 	}
@@ -284,7 +290,7 @@ func (g *Gateway) callChain(core *toolcall.Core) toolcall.Handler {
 	// A call in a tool set names the set's tool, which the policy knows
 	// by the registry's name: the caller is authenticated first, then the
 	// set resolves the name, then the policy decides.
-	return toolcall.Chain(core.Handle, trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
+	return toolcall.Chain(core.Handle, g.auditCalls(), trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
 		g.drain.middleware(), sec.authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas)
 }
 
@@ -313,7 +319,7 @@ func (g *Gateway) knownTool(t string) bool { _, ok := g.reg.Snapshot().Tool(t); 
 func (g *Gateway) newGRPCServer(calls toolcall.Handler) {
 	cfg, sec := g.cfg, g.sec
 	// The request limits first: they refuse before authentication.
-	gopts := append(limits.GRPCServerOptions(cfg.Limits), grpc.InTapHandle(limits.GRPCTap(cfg.Limits, sec.limitsLog, sec.authn.TapHandle())))
+	gopts := append(limits.GRPCServerOptions(cfg.Limits), g.auditGRPC(limits.GRPCTap(cfg.Limits, sec.limitsLog, sec.authn.TapHandle())))
 	gopts = append(gopts, grpcapi.ServerOptions()...)
 	if cfg.GRPC.Workers > 0 {
 		gopts = append(gopts, grpc.NumStreamWorkers(uint32(cfg.GRPC.Workers)))
@@ -322,10 +328,10 @@ func (g *Gateway) newGRPCServer(calls toolcall.Handler) {
 		gopts = append(gopts, grpc.Creds(c))
 	}
 	g.grpcSrv = grpc.NewServer(gopts...)
-	toolgatev1.RegisterToolServiceServer(g.grpcSrv, grpcapi.New(calls))
+	toolgatev1.RegisterToolServiceServer(g.auditServices(), grpcapi.New(calls))
 	// The operations StartTool starts, through the same chain; without
 	// --operations the core answers its methods UNIMPLEMENTED, as REST.
-	longrunningpb.RegisterOperationsServer(g.grpcSrv, grpcapi.NewOperations(calls))
+	longrunningpb.RegisterOperationsServer(g.auditServices(), grpcapi.NewOperations(calls))
 	g.health = health.NewServer()
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(toolgatev1.ToolService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -386,7 +392,7 @@ func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 	}
 	g.httpBase, g.stopHTTPBase = context.WithCancel(context.Background())
 	g.httpSrv = &http.Server{
-		Handler:     sec.wrapHTTP(h),
+		Handler:     g.auditHTTP(sec.wrapHTTP(h)),
 		BaseContext: func(net.Listener) context.Context { return g.httpBase },
 		// TLS is the listener's (security.httpListener), so that the
 		// HTTP/2 frame meter reads above it.
@@ -418,7 +424,7 @@ func (g *Gateway) mcpOptions(set string) mcp.Options {
 	cfg, a, tools := g.cfg, g.cfg.Auth, setTools{g: g, set: set}
 	// MCP's log is of refusals and of what tools answered, per request:
 	// rate-limited.
-	return mcp.Options{Logger: g.sec.limitsLog, Authenticate: g.sec.authn.Authenticate, AllowedOrigins: cfg.HTTP.CORSOrigins,
+	return mcp.Options{Logger: g.sec.limitsLog, Authenticate: g.audit.Authenticate(g.sec.authn.Authenticate), AllowedOrigins: cfg.HTTP.CORSOrigins,
 		// Who may list which tools is the caller's credentials' and the
 		// policy's to say: with either, a tool list is the caller's own.
 		CallerDependent: a.Policy != "" || a.APIKeys != "" || a.JWTSecretFile != "" || a.JWTJWKSFile != "" || a.ClientCerts,
@@ -668,6 +674,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	stopListen()
 	err := g.shutdown(&bg)
 	wg.Wait() // the servers are closed: their Serve has returned
+	g.closeAudit()
 	if runErr != nil {
 		return runErr
 	}

@@ -79,6 +79,8 @@ type Config struct {
 	Quota Quota
 	// Tracing is where spans are exported.
 	Tracing Tracing
+	// Audit is the audit log.
+	Audit Audit
 }
 
 // GRPC is the gRPC listener.
@@ -291,6 +293,13 @@ type Tracing struct {
 	OTLPInsecure bool   // no TLS to the collector (default false)
 }
 
+// Audit is the audit log: one line per call, hash-chained (internal/audit).
+type Audit struct {
+	File      string // a file to append to, or "-" for the standard output; "" (the default): off
+	Arguments bool   // write each call's arguments, not only their digest (default false)
+	Queue     int    // calls waiting for the writer, beyond which they are dropped and counted (default audit.DefaultQueue; cannot be off)
+}
+
 // DefaultAdminAddr is the admin listener's default: loopback only.
 const DefaultAdminAddr = "127.0.0.1:8082"
 
@@ -328,6 +337,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	c.Rate.register(f)
 	c.Quota.register(f)
 	c.Tracing.register(f)
+	c.Audit.register(f)
 	if err := f.parse(args); err != nil {
 		return c, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/doorconf"
@@ -161,4 +162,10 @@ func (q *Quota) register(f *flags) {
 func (t *Tracing) register(f *flags) {
 	f.str(&t.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC trace collector (host:port or http(s)://…); empty = tracing off")
 	f.bool(&t.OTLPInsecure, "otlp-insecure", false, "no TLS to the OTLP collector")
+}
+
+func (a *Audit) register(f *flags) {
+	f.str(&a.File, "audit", "", "audit log: one JSON line per call on every door, refusals included, each line carrying the SHA-256 of the line before (gateway audit verify FILE checks the chain); a file to append to (mode 0600, one gateway a file; rotate it by renaming, never copytruncate), or - for the standard output; empty = off")
+	f.bool(&a.Arguments, "audit-arguments", false, "write each call's arguments (their compact JSON text) to the audit log, not only their SHA-256")
+	f.int(&a.Queue, "audit-queue", audit.DefaultQueue, "calls waiting to be written to the audit log; beyond them a call's line is dropped, never waited for: counted (toolgate_audit_dropped_total) and written into the log as a dropped line")
 }

@@ -77,6 +77,12 @@ func (c Config) validate() error {
 	if c.Limits.BodyTimeout < 0 {
 		errs = append(errs, errors.New("--body-timeout must not be negative"))
 	}
+	if c.Audit.Queue <= 0 {
+		errs = append(errs, errors.New("--audit-queue must be positive"))
+	}
+	if c.Audit.Arguments && c.Audit.File == "" {
+		errs = append(errs, errors.New("--audit-arguments needs --audit"))
+	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
 	}

@@ -904,6 +904,9 @@ func (b *Bridge) route(topic string, m transport.Message) {
 	case replayed:
 		b.refuse(topic, id, "the reply repeats a sequence number the call already had", "seq", seq)
 		return
+	case late:
+		b.orphans.Add(1)
+		return
 	}
 	b.replies.Add(1)
 }

@@ -190,6 +190,10 @@ const (
 	mismatched          // refused: not like the reply the call took first (mismatch)
 	replayed            // refused: a number (seq) the call has had already
 	badFlow             // refused: it names a flow topic not of the call's service
+	// late: the call had ended, and is yet to leave the pending map (a
+	// call given up tells its service before it leaves, and the reply
+	// that provokes can come first): nobody waits for it, an orphan.
+	late
 )
 
 // deliver queues one decoded reply message, which came on topic and names
@@ -201,12 +205,13 @@ const (
 // service's, which is checked once per topic named, not per chunk (route
 // then ends the call, as it does on a malformed reply). A message refused
 // binds nothing (bind), and neither names the call's flow topic nor
-// counts towards its credit: those are the messages it takes.
+// counts towards its credit: those are the messages it takes. A message
+// for a call that has ended is dropped (late).
 func (c *Call) deliver(r wire.Response, topic, seq, flow, inst string, size int) (delivery, string) {
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()
-		return delivered, ""
+		return late, ""
 	}
 	// Again under the lock: a message on another topic may have bound
 	// the call since the caller looked.

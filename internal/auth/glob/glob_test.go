@@ -127,7 +127,23 @@ func FuzzSameAsPathMatch(f *testing.F) {
 			return
 		}
 		if got := p.Match(strings.ReplaceAll(text, "/", "")); got != want {
+			if want && strings.Contains(pattern, "*") && !isASCII(text) {
+				// path.Match's '*' tries the rest at every byte, not every
+				// character: a '?' after it can then match half a character
+				// ("*??" takes "苝", one character). Match counts characters.
+				return
+			}
 			t.Fatalf("%q matches %q: %v, path.Match says %v", pattern, text, got, want)
 		}
 	})
+}
+
+// isASCII reports whether s is ASCII alone.
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

@@ -144,8 +144,8 @@ type Bridge struct {
 	// reply topic (the reply-to property) where they can (default true).
 	ReplyTo bool
 	// HedgeAfter is the least silence after which a call to a service
-	// that sends receipts is published once more (default
-	// bridge.DefaultHedgeAfter); 0: off, no hedges.
+	// that sends receipts is published once more (e.g.
+	// bridge.DefaultHedgeAfter); 0: off, no hedges (the default).
 	HedgeAfter time.Duration
 }
 

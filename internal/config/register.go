@@ -79,7 +79,7 @@ func (b *Bridge) register(f *flags) {
 	f.int(&b.MaxInFlight, "max-in-flight", bridge.DefaultMaxInFlight, "calls waiting for replies at once; beyond it calls fail with RESOURCE_EXHAUSTED")
 	f.int(&b.MaxInFlightPerService, "max-in-flight-per-service", bridge.DefaultMaxInFlightPerService, "calls in flight to one tool service from this instance, kept below the service's request queue so that the broker drops none; further calls wait up to --service-queue-wait, then fail with RESOURCE_EXHAUSTED and a retry hint; 0 = no bound")
 	f.dur(&b.ServiceQueueWait, "service-queue-wait", bridge.DefaultServiceQueueWait, "how long a call waits for a free slot of its tool service (at most half its remaining deadline)")
-	f.dur(&b.HedgeAfter, "hedge-after", bridge.DefaultHedgeAfter, "a call to a tool service that sends receipts (the Go and Python SDKs) that has heard nothing of it — no receipt, no reply — for this long at least (longer when the service is seen to speak up later) is published once more, same id, for another replica to answer; 0 = off")
+	f.dur(&b.HedgeAfter, "hedge-after", 0, "a call to a tool service that sends receipts (the Go and Python SDKs) that has heard nothing of it — no receipt, no reply — for this long at least (longer when the service is seen to speak up later) is published once more, same id, for another replica to answer (350ms is the bridge's own floor); 0 = off, the default until hedges are measured under 10,000-call bursts")
 	f.int(&b.StreamWindow, "stream-window", bridge.DefaultStreamWindow, "flow control of streamed replies: chunks a tool service that honours it (the Go SDK) may send ahead of what the client has read; it waits for more instead of the broker dropping them; 0 = off")
 }
 

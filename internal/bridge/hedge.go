@@ -255,6 +255,28 @@ func (c *Call) hedgedAway() bool {
 	return c.receipt != nil && c.receipt.sent.Load() > 0
 }
 
+// goneError is how a call ends when every consumer of its request topic
+// has left (watch.go): InstanceLostError when an instance had taken it —
+// bound by its replies, or the one that sent its receipt — since that
+// instance is gone with the rest and the call may have run in part;
+// ServiceGoneError when no instance is known to have it.
+func (c *Call) goneError(topic, why string) error {
+	c.mu.Lock()
+	inst := ""
+	switch {
+	case c.instBound.Load():
+		inst = c.inst
+	case c.receipt != nil && c.receipt.holders != nil && len(*c.receipt.holders) > 0:
+		inst = (*c.receipt.holders)[0]
+	}
+	c.mu.Unlock()
+	if inst == "" {
+		return &ServiceGoneError{Topic: topic, Why: why}
+	}
+	c.b.lostCalls.Add(1)
+	return &InstanceLostError{Topic: topic, Instance: inst, Why: why}
+}
+
 // loseInstance takes instance inst from those the call is known to be on,
 // and reports whether none is left: the call was bound to inst by its
 // replies, or every instance that sent it a receipt is lost.

@@ -166,7 +166,7 @@ func (b *Bridge) watchOnce() {
 		}
 		c.mu.Unlock()
 		if !alive && !ended {
-			c.finish(&ServiceGoneError{Topic: c.reqTopic, Why: "its consumer left, and no reply came since"})
+			c.finish(c.goneError(c.reqTopic, "its consumer left, and no reply came since"))
 		}
 		delete(w.suspect, c)
 	}
@@ -339,7 +339,7 @@ func (b *Bridge) endLost(topic string, heardSince, asked uint64, why string, los
 				w.suspect[c] = asked
 			}
 		default:
-			c.finish(&ServiceGoneError{Topic: topic, Why: why})
+			c.finish(c.goneError(topic, why))
 			n++
 		}
 	})

@@ -105,13 +105,21 @@ func HTTP(q Requests, log *slog.Logger, next http.Handler) http.Handler {
 			return
 		}
 		b := &limitedBody{raw: r.Body, w: w, r: r, log: log, limit: q.MaxBodyBytes, timeout: q.BodyTimeout}
-		if q.BodyTimeout > 0 {
+		switch {
+		case q.BodyTimeout <= 0:
+		case r.ProtoMajor >= 2:
+			// HTTP/2: a timer of our own that closes the body when it
+			// fires, stopped with the handler. The stream's own read
+			// deadline is a timer only the connection's serve loop can
+			// stop: when the connection is gone before the handler ends
+			// (a client resetting streams, then leaving), it would live —
+			// with what it holds — until it fired.
+			b.expiry = time.AfterFunc(q.BodyTimeout, b.expire)
+			defer b.clearDeadline()
+		default:
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(q.BodyTimeout)) == nil {
 				b.rc = rc // else a writer without deadlines: nothing to bound it with
-				// The deadline ends with the handler, whatever became of the
-				// body: on HTTP/2 it is a timer of the stream's, which would
-				// outlive a stream reset before its body was read.
 				defer b.clearDeadline()
 			}
 		}
@@ -181,12 +189,16 @@ func refused(r *http.Request, err error) {
 // the connection under the read deadline, the layers above (b.src, when
 // set) bound its size and decode it.
 type limitedBody struct {
-	raw      io.ReadCloser
-	src      io.Reader // nil: read raw as it is
-	w        http.ResponseWriter
-	r        *http.Request // for the log
-	log      *slog.Logger
-	rc       *http.ResponseController // nil: no deadline to clear
+	raw io.ReadCloser
+	src io.Reader // nil: read raw as it is
+	w   http.ResponseWriter
+	r   *http.Request // for the log
+	log *slog.Logger
+	rc  *http.ResponseController // nil: no connection deadline to clear
+	// expiry closes the body when its time is up (HTTP/2, instead of rc);
+	// expired says it did.
+	expiry   *time.Timer
+	expired  atomic.Bool
 	limit    int64
 	timeout  time.Duration
 	cleared  atomic.Bool
@@ -227,7 +239,7 @@ func (b *limitedBody) readRaw(p []byte) (int, error) {
 	case err == nil:
 	case errors.Is(err, io.EOF):
 		b.clearDeadline()
-	case b.rc != nil && errors.Is(err, os.ErrDeadlineExceeded):
+	case b.rc != nil && errors.Is(err, os.ErrDeadlineExceeded), b.expired.Load():
 		if !b.timedOut.Swap(true) {
 			b.log.InfoContext(b.r.Context(), "request refused: body not received in time", "method", b.r.Method, "path", b.r.URL.Path,
 				"peer", b.r.RemoteAddr, "limit", b.timeout)
@@ -241,9 +253,25 @@ func (b *limitedBody) readRaw(p []byte) (int, error) {
 
 // clearDeadline clears the read deadline, once.
 func (b *limitedBody) clearDeadline() {
-	if b.rc != nil && !b.cleared.Swap(true) {
+	if b.cleared.Swap(true) {
+		return
+	}
+	switch {
+	case b.expiry != nil:
+		b.expiry.Stop()
+	case b.rc != nil:
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
+}
+
+// expire ends the body whose time is up (HTTP/2): a read under way, and
+// every later one, fails, and is told as the deadline.
+func (b *limitedBody) expire() {
+	if b.cleared.Load() {
+		return
+	}
+	b.expired.Store(true)
+	_ = b.raw.Close()
 }
 
 // rawBody is the bottom of a limitedBody's layers.

@@ -272,3 +272,48 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestHTTP2BodyTimeout: on HTTP/2 a body that stops arriving fails its
+// reader in the same words, from the gateway's own timer, and a body
+// that arrives in time is read whole on the same connection.
+func TestHTTP2BodyTimeout(t *testing.T) {
+	t.Parallel()
+	const limit = 200 * time.Millisecond
+	readErr := make(chan error, 1)
+	srv := httptest.NewUnstartedServer(HTTP(Requests{BodyTimeout: limit}, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		readErr <- err
+		if err != nil {
+			w.WriteHeader(http.StatusRequestTimeout)
+		}
+	})))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	cli := srv.Client()
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = io.WriteString(pw, "{") }() // then nothing more
+	resp, err := cli.Post(srv.URL, "application/json", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	err = <-readErr
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("a body cut short: %s %d, want HTTP/2 408", resp.Proto, resp.StatusCode)
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) || err.Error() != "request body not received within 200ms" {
+		t.Fatalf("read error %v, want os.ErrDeadlineExceeded saying the body did not arrive", err)
+	}
+
+	resp, err = cli.Post(srv.URL, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if err := <-readErr; err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a body in time: HTTP %d, read error %v", resp.StatusCode, err)
+	}
+}

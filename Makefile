@@ -61,7 +61,7 @@ checkgenerate:
 breaking:
 	scripts/breaking.sh $$(git rev-list --reverse HEAD -- proto | head -1)
 
-## bench: gateway (gRPC, REST) vs direct Pulsar vs TrustGraph's Python client → docs/benchmarks/latest.* (bench/ is a Go module of its own)
+## bench: gateway (gRPC, REST) vs direct Pulsar vs TrustGraph's Python client → .cache/bench/full/, the report, plot and aggregates published to docs/benchmarks/ (bench/ is a Go module of its own)
 bench:
 	bench/run.sh
 

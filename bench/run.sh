@@ -2,7 +2,11 @@
 # The toolgate benchmark: the gateway against the direct Pulsar
 # round trip and TrustGraph's Python client, side by side, on this machine.
 #
-#   bench/run.sh            full run → docs/benchmarks/latest.{json,md,png} (+ pprof listings)
+#   bench/run.sh            full run → .cache/bench/full/ (latest.json with the
+#                           raw samples, pprof profiles and listings), then
+#                           published: latest.md, latest.png, summary.json
+#                           (aggregates and ratios), scale.{md,json} copied
+#                           to docs/benchmarks/ — what the repository keeps
 #   bench/run.sh --quick    development run, about 2 minutes → .cache/bench/quick/
 #   bench/run.sh [--quick] [benchrun flags...]   e.g. -reps 5 -duration 20s -note "quiet machine"
 #
@@ -32,10 +36,12 @@ T0=$SECONDS
 log() { echo "bench: $*" >&2; }
 
 QUICK=()
-OUT="$ROOT/docs/benchmarks"
+OUT="$ROOT/.cache/bench/full"
+PUBLISH="$ROOT/docs/benchmarks"
 if [[ "${1:-}" == "--quick" ]]; then
 	QUICK=(-quick)
 	OUT="$ROOT/.cache/bench/quick"
+	PUBLISH=""
 	shift
 fi
 
@@ -107,7 +113,20 @@ mkdir -p bin
 
 # 4. the matrix, then the plot
 mkdir -p "$OUT"
+if [[ -n "$PUBLISH" ]]; then
+	# the report links the reading guide when it sits beside it; a
+	# cluster-only run merges into the last scale.json
+	cp "$PUBLISH/ANALYSIS.md" "$OUT/ANALYSIS.md"
+	if [[ ! -f "$OUT/scale.json" && -f "$PUBLISH/scale.json" ]]; then cp "$PUBLISH/scale.json" "$OUT/scale.json"; fi
+fi
 "$WORK/benchrun" "${QUICK[@]}" -repo "$ROOT" -bin "$ROOT/bin" -gatewayprof "$WORK/gatewayprof" -floor "$WORK/floorgw" \
 	-pulsar-url "$TOOLGATE_PULSAR_URL" -admin-url "$TOOLGATE_PULSAR_ADMIN_URL" -python "$PY" -pyload "$ROOT/bench/python/tg_load.py" -out "$OUT" "$@"
 "$PY" bench/plot.py "$OUT/latest.json" "$OUT/latest.png"
+if [[ -n "$PUBLISH" ]]; then
+	# 5. what the repository keeps: the report, the plot, the aggregates
+	for f in latest.md latest.png summary.json scale.md scale.json; do
+		if [[ -f "$OUT/$f" ]]; then cp "$OUT/$f" "$PUBLISH/$f"; fi
+	done
+	log "published latest.md, latest.png, summary.json (and scale.*) to $PUBLISH; raw samples and profiles stay in $OUT"
+fi
 log "done in $((SECONDS - T0)) s: $OUT/latest.md"

@@ -58,5 +58,5 @@ func (r *Report) goalsMarkdown(w func(format string, args ...any)) {
 		}
 		w("| %s (`%s`) | %s× | %s | %s |\n", g.name, g.ratio, trimFloat(g.max), measured, met)
 	}
-	w("\nRatios to direct and to the Python service stay in latest.json for reference; on one shared machine they mostly measure the load generator and the shared CPU (ANALYSIS.md).\n\n")
+	w("\nRatios to direct and to the Python service stay in summary.json for reference; on one shared machine they mostly measure the load generator and the shared CPU (ANALYSIS.md).\n\n")
 }

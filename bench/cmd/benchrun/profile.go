@@ -346,12 +346,12 @@ func (p *ProfileSummary) areaLine(n int) string {
 func (p *ProfileSummary) markdown(b *strings.Builder) {
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Profile: %s at c=%d\n\n", p.Mode, p.Concurrency)
-	w("`bench/cmd/gatewayprof` (the gateway plus net/http/pprof) under %s load at concurrency %d: %.0f calls/s, %.3f gateway CPU-s per 1,000 calls; %.1f s of CPU sampled over %d s; about %.0f bytes in %.0f heap allocations per call. Full listings: ", p.Mode, p.Concurrency, p.RPS, p.GatewayCPUPer1k, p.SampledCPUS, p.Seconds, p.AllocBytesPerCall, p.AllocObjectsPerCall)
+	w("`bench/cmd/gatewayprof` (the gateway plus net/http/pprof) under %s load at concurrency %d: %.0f calls/s, %.3f gateway CPU-s per 1,000 calls; %.1f s of CPU sampled over %d s; about %.0f bytes in %.0f heap allocations per call. Full listings, in the run's output directory: ", p.Mode, p.Concurrency, p.RPS, p.GatewayCPUPer1k, p.SampledCPUS, p.Seconds, p.AllocBytesPerCall, p.AllocObjectsPerCall)
 	for i, f := range p.Files {
 		if i > 0 {
 			w(", ")
 		}
-		w("[%s](%s)", f, f)
+		w("`%s`", f)
 	}
 	w(".\n\n| where the CPU went (function on top of the stack) | CPU s | share |\n|---|---:|---:|\n")
 	for _, a := range p.Areas {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -247,5 +250,49 @@ func TestReportStreamsOnly(t *testing.T) {
 	r.summarize()
 	if md := r.markdown(); !strings.Contains(md, "| rest-sse | 80000 |") {
 		t.Errorf("markdown without the streams:\n%s", md)
+	}
+}
+
+// TestSummaryKeepsNoSamples: write puts every sample in latest.json and
+// none in summary.json, which keeps the aggregates and ratios; latest.md
+// links the summary, not the raw file.
+func TestSummaryKeepsNoSamples(t *testing.T) {
+	dir := t.TempDir()
+	r := &Report{Config: Config{Concurrencies: []int{1}}, Ratios: map[string]any{"cpu_vs_floor_grpc": 1.1}}
+	r.Samples = []*Sample{sample("grpc", 1, 800, 1.2, 3.5, 0.6, 240), sample("floor-grpc", 1, 900, 0.9, 3, 0.4, 200)}
+	r.DoorSamples = []*Sample{sample("rest", 1, 700, 1.1, 3, 0.5, 300)}
+	r.Runs = aggregate(r.Samples)
+	if err := r.write(dir); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) map[string]any {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return m
+	}
+	full, sum := read("latest.json"), read("summary.json")
+	if n := len(full["samples"].([]any)); n != 2 || full["door_samples"] == nil {
+		t.Fatalf("latest.json: %d samples, door samples %v; want every sample", n, full["door_samples"])
+	}
+	for k, v := range sum {
+		if strings.HasSuffix(k, "samples") && v != nil {
+			t.Errorf("summary.json keeps %s", k)
+		}
+	}
+	if sum["ratios"] == nil || len(sum["runs"].([]any)) != 2 {
+		t.Errorf("summary.json without the ratios or the aggregated runs: %v", sum)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "latest.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "[summary.json](summary.json)") || strings.Contains(string(md), "](latest.json)") {
+		t.Errorf("latest.md links the raw data, or not the summary:\n%.400s", md)
 	}
 }

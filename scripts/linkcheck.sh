@@ -27,6 +27,7 @@ packages=(
 	./internal/auth
 	./internal/limits
 	./internal/quota
+	./internal/idempotency
 	./internal/telemetry
 )
 failed=0

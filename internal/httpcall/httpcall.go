@@ -38,6 +38,8 @@ func (h header) Values(key string) []string {
 		return h["Tracestate"]
 	case "tool-set":
 		return h["Tool-Set"]
+	case "idempotency-key":
+		return h["Idempotency-Key"]
 	case "mcp-protocol-version":
 		return h["Mcp-Protocol-Version"]
 	}

@@ -136,6 +136,7 @@ func (s *Core) invoke(ctx context.Context, c *Call) (string, error) {
 	defer call.Close()
 	text, err := call.Wait(ctx)
 	if err != nil {
+		noteFailure(ctx, err)
 		return "", s.status(ctx, err, c.ShownName(), tool, deadline)
 	}
 	return text, nil
@@ -153,6 +154,7 @@ func (s *Core) stream(ctx context.Context, c *Call, emit Emit) error {
 			return nil
 		}
 		if err != nil {
+			noteFailure(ctx, err)
 			return s.status(ctx, err, c.ShownName(), tool, deadline)
 		}
 		if err := emit(Chunk{Text: text, Index: i, Last: last}); err != nil {

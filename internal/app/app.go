@@ -547,6 +547,12 @@ func (g *Gateway) ready(context.Context) (bool, map[string]any) {
 	}
 	if g.ops != nil {
 		d["operations_ready"] = g.ops.Ready() // the state table read, the reply subscription attached
+		// The keys held (ids only) and keys other writers on the operations
+		// topics use: replicas that disagree on keys show here, never
+		// holding up readiness (a rotation under way is such a time).
+		d["operations_keys"] = g.ops.KeyIDs()
+		d["operations_reply_topics"] = g.ops.ReplyTopics()
+		d["operations_foreign_keys"] = g.ops.Foreign()
 	}
 	if g.presence != nil {
 		d["presence_known"] = g.presenceKnown.Load() // every request topic's consumers asked about once

@@ -5,6 +5,7 @@ package operations
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -13,14 +14,37 @@ import (
 	"github.com/toolgate/toolgate/wire"
 )
 
-// Get returns owner's operation id as it stands now.
+// Get returns owner's operation id as it stands now. An id this
+// deployment made a moment ago (Keys.madeHere) whose record the table
+// has not read yet is ErrNotSeen, not ErrNotFound: the operation may
+// exist, this gateway's copy of the table lagging behind.
 func (m *Manager) Get(owner, id string) (Record, error) {
 	r, ok, _ := m.lookup(id)
 	now := time.Now()
-	if !ok || r.Owner != owner || r.expired(now, m.opts.TTL) {
+	if !ok {
+		if m.unseen(id, now) {
+			return Record{}, ErrNotSeen
+		}
+		return Record{}, ErrNotFound
+	}
+	if r.Owner != owner || r.expired(now, m.opts.TTL) {
 		return Record{}, ErrNotFound
 	}
 	return r.Now(now), nil
+}
+
+// unseen reports whether id, which the table does not hold, may be an
+// operation its table has not read yet: an id this deployment made less
+// than unseenFor ago, not seen deleted.
+func (m *Manager) unseen(id string, now time.Time) bool {
+	made, here := m.opts.Keys.madeHere(id)
+	if !here || now.Sub(made) >= unseenFor || made.Sub(now) > clockSlack {
+		return false
+	}
+	m.mu.RLock()
+	_, deleted := m.gone[id]
+	m.mu.RUnlock()
+	return !deleted
 }
 
 // List returns owner's operations sorted by id; done, when set, keeps
@@ -126,6 +150,17 @@ func (m *Manager) Wait(ctx context.Context, owner, id string, timeout time.Durat
 	for {
 		_, _, changed := m.lookup(id) // before the read: no change is missed
 		r, err := m.Get(owner, id)
+		if errors.Is(err, ErrNotSeen) {
+			// Made here a moment ago: its record is on its way.
+			select {
+			case <-changed:
+				continue
+			case <-t.C:
+				return m.Get(owner, id)
+			case <-ctx.Done():
+				return r, err
+			}
+		}
 		if err != nil || r.Finished() {
 			return r, err
 		}

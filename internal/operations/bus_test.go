@@ -2,6 +2,8 @@ package operations
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"sync"
@@ -191,4 +193,11 @@ func reply(id string, seq int, resp wire.Response) transport.Message {
 		props[wire.PropSeq] = strconv.Itoa(seq)
 	}
 	return transport.Message{Key: id, Payload: wire.EncodeResponse(resp), Properties: props}
+}
+
+// newID makes an id of the older form: 32 hex digits, no time, no tag.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -10,12 +10,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
@@ -66,6 +68,93 @@ func ReadKeyFile(path string) ([]byte, error) {
 	return key, nil
 }
 
+// propKeyID names, on every message a gateway writes on the operations
+// topics, the key it was written with (KeyID): a reader that holds no
+// such key can tell a deployment of other keys, or a replica not given
+// the same ones, from a forgery, and report it. It is not covered by the
+// code: it only names, it proves nothing.
+const propKeyID = "toolgate-key-id"
+
+// keyIDBytes is the length of a key's id, before hex.
+const keyIDBytes = 8
+
+// keyID names key without telling it: the first keyIDBytes of
+// HMAC-SHA256 under key of a fixed label, in hex.
+func keyID(key []byte) string {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("toolgate-operations-v1 key id"))
+	return hex.EncodeToString(h.Sum(nil)[:keyIDBytes])
+}
+
+// ID names the key these Keys write with (16 hex digits; the same on
+// every gateway given the same key): the reply topic of the operations
+// they start is named by it.
+func (k *Keys) ID() string { return keyID(k.keys[0]) }
+
+// IDs names every key, the one written with first.
+func (k *Keys) IDs() []string {
+	ids := make([]string, len(k.keys))
+	for i, key := range k.keys {
+		ids[i] = keyID(key)
+	}
+	return ids
+}
+
+// has reports whether id names one of the keys.
+func (k *Keys) has(id string) bool {
+	for _, key := range k.keys {
+		if keyID(key) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// idTagBytes is the length of the tag an operation id ends with, before
+// hex.
+const idTagBytes = 4
+
+// idTag is the tag of the operation id whose first part is body: the
+// first idTagBytes of HMAC-SHA256 under key, in hex.
+func idTag(key []byte, body string) string {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("toolgate-operations-v1 id "))
+	h.Write([]byte(body))
+	return hex.EncodeToString(h.Sum(nil)[:idTagBytes])
+}
+
+// newID makes an operation id: the time it is made (12 hex digits of
+// Unix milliseconds), 128 random bits (32 hex digits) and the tag of
+// both under the key written with (8 hex digits). Any gateway holding
+// that key can tell an id its deployment made, and when, from one it
+// never made (madeHere), without having read its record.
+func (k *Keys) newID(now time.Time) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	body := fmt.Sprintf("%012x", now.UnixMilli()&(1<<48-1)) + hex.EncodeToString(b[:])
+	return body + idTag(k.keys[0], body)
+}
+
+// madeHere reports whether id is an id newID made with one of the keys,
+// and when: false for an id of the older form (32 hex digits, no tag), or
+// one another deployment made.
+func (k *Keys) madeHere(id string) (time.Time, bool) {
+	if len(id) != idLen || !validID(id) {
+		return time.Time{}, false
+	}
+	body, tag := id[:idLen-2*idTagBytes], id[idLen-2*idTagBytes:]
+	for _, key := range k.keys {
+		if hmac.Equal([]byte(tag), []byte(idTag(key, body))) {
+			ms, err := strconv.ParseInt(id[:12], 16, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			return time.UnixMilli(ms), true
+		}
+	}
+	return time.Time{}, false
+}
+
 // The kinds of messages signed: what a code is for is part of what it
 // covers, so that no message passes for another.
 const (
@@ -80,14 +169,21 @@ const (
 	RefusedSignature = "bad_signature"     // a code none of the keys made
 	RefusedMalformed = "malformed"         // signed, yet not a valid record or chunk
 	RefusedTopic     = "topic_not_allowed" // names a topic outside the allow-list
+	// RefusedUnknownKey: signed, and named as written with a key this
+	// gateway does not hold (propKeyID): another deployment's message on
+	// the same topic, or a replica given other keys.
+	RefusedUnknownKey = "unknown_key"
 )
 
 // refusedReasons lists the reasons, in the order Stats reports them.
-var refusedReasons = [...]string{RefusedUnsigned, RefusedSignature, RefusedMalformed, RefusedTopic}
+var refusedReasons = [...]string{RefusedUnsigned, RefusedSignature, RefusedMalformed, RefusedTopic, RefusedUnknownKey}
 
 var (
 	errUnsigned     = errors.New("the message carries no authentication code")
 	errBadSignature = errors.New("the message's authentication code was not made with the deployment's key")
+	// errUnknownKey is an errBadSignature of a message naming a key not
+	// held here (propKeyID).
+	errUnknownKey = fmt.Errorf("%w: it names a key this gateway does not hold", errBadSignature)
 )
 
 // header writes the fields that say what a message is to w, each
@@ -187,6 +283,7 @@ func (k *Keys) protect(kind string, msg *transport.Message) error {
 		msg.Properties = map[string]string{}
 	}
 	msg.Properties[propMAC] = base64.StdEncoding.EncodeToString(mac(k.keys[0], kind, msg.Key, index, last, msg.Payload))
+	msg.Properties[propKeyID] = k.ID()
 	return nil
 }
 
@@ -212,6 +309,9 @@ func (k *Keys) unprotect(kind string, msg transport.Message) ([]byte, error) {
 		}
 		return open(key, kind, msg.Key, index, last, msg.Payload)
 	}
+	if id := msg.Properties[propKeyID]; id != "" && !k.has(id) {
+		return nil, fmt.Errorf("%w (key %.16s)", errUnknownKey, id)
+	}
 	return nil, errBadSignature
 }
 
@@ -233,6 +333,8 @@ func refusedReason(err error) string {
 	switch {
 	case errors.Is(err, errUnsigned):
 		return RefusedUnsigned
+	case errors.Is(err, errUnknownKey):
+		return RefusedUnknownKey
 	case errors.Is(err, errBadSignature):
 		return RefusedSignature
 	}

@@ -203,9 +203,19 @@ func TestAdmitRefusesAndCounts(t *testing.T) {
 	}{
 		"unsigned record":         {transport.Message{Key: testID, Payload: rec(wire.RequestTopic("echo"))}, RefusedUnsigned},
 		"unsigned tombstone":      {transport.Message{Key: testID}, RefusedUnsigned},
-		"signed with another key": {signedBy(testKeys(t, 2), rec(wire.RequestTopic("echo"))), RefusedSignature},
-		"signed, not a record":    {signedBy(k, []byte(`{"id":"x"}`)), RefusedMalformed},
-		"a foreign cancel topic":  {signedBy(k, rec("persistent://public/default/victim")), RefusedTopic},
+		"signed with another key": {signedBy(testKeys(t, 2), rec(wire.RequestTopic("echo"))), RefusedUnknownKey},
+		"signed with another key, not named": {func() transport.Message {
+			msg := signedBy(testKeys(t, 2), rec(wire.RequestTopic("echo")))
+			delete(msg.Properties, propKeyID)
+			return msg
+		}(), RefusedSignature},
+		"signed with another key, named as ours": {func() transport.Message {
+			msg := signedBy(testKeys(t, 2), rec(wire.RequestTopic("echo")))
+			msg.Properties[propKeyID] = k.ID()
+			return msg
+		}(), RefusedSignature},
+		"signed, not a record":   {signedBy(k, []byte(`{"id":"x"}`)), RefusedMalformed},
+		"a foreign cancel topic": {signedBy(k, rec("persistent://public/default/victim")), RefusedTopic},
 	} {
 		before := m.Stats().Refused[c.reason]
 		if _, ok := m.admit(c.msg); ok {

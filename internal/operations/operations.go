@@ -2,10 +2,10 @@ package operations
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +25,10 @@ var (
 	ErrTooMany = errors.New("too many operations running")
 	// ErrNotReady: the state table has not been read to its end yet.
 	ErrNotReady = errors.New("the operations table is not read yet")
+	// ErrNotSeen: the id is one this deployment made a moment ago
+	// (Keys.madeHere) and this gateway's table has not read its record
+	// yet: asked again shortly, it is found. It is an ErrNotReady.
+	ErrNotSeen = fmt.Errorf("%w: the operation was started a moment ago and this gateway has not read its record yet", ErrNotReady)
 	// ErrChunksLost: chunks of an operation's answer are missing from the
 	// chunk topic (Stream).
 	ErrChunksLost = errors.New("chunks of the operation's answer are missing")
@@ -66,6 +70,16 @@ const (
 	// quietEvery: warnings that a lost broker repeats for each operation
 	// are written at most once an interval, with the count of the others.
 	quietEvery = 30 * time.Second
+	// unseenFor: an id this deployment made (Keys.madeHere) that the
+	// table does not hold is ErrNotSeen for this long after it was made
+	// (the table may lag: a broker restart), ErrNotFound after.
+	unseenFor = 2 * time.Minute
+	// goneKept: how long the table remembers an id it saw deleted, so
+	// that a deleted operation is not taken for one not seen yet.
+	goneKept = unseenFor
+	// foreignKept: a key named by messages this gateway cannot read is
+	// reported (Foreign) this long after it was last seen.
+	foreignKept = 10 * time.Minute
 	// refusedWarnEvery: messages refused on the operations topics are
 	// logged at warning level at most this often (each at debug level),
 	// so that a flood of them cannot fill the log.
@@ -90,10 +104,14 @@ type Caller interface {
 type Options struct {
 	// Instance names this gateway in the records it writes.
 	Instance string
-	// StateTopic is the state table (DefaultStateTopic); ReplyTopic the
-	// topic requests of operations name in reply-to
-	// (wire.OperationsTopic); Subscription the one subscription of every
-	// gateway to it (DefaultSubscription); ChunkTopic the topic the chunks
+	// StateTopic is the state table (DefaultStateTopic); ReplyTopic
+	// names the topics requests of operations name in reply-to
+	// (wire.OperationsTopic): each key of Keys has its own, ReplyTopic
+	// followed by "." and the key's id (ReplyTopicOf), and a gateway
+	// consumes those of the keys it holds, so that it never takes a reply
+	// to an operation whose record it cannot read; Subscription the one
+	// subscription of every gateway to them (DefaultSubscription);
+	// ChunkTopic the topic the chunks
 	// of answers that come in several messages are kept on, keyed by
 	// operation id (DefaultChunkTopic), for Stream.
 	StateTopic, ReplyTopic, Subscription, ChunkTopic string
@@ -141,6 +159,15 @@ type Manager struct {
 	lag       atomic.Int64 // of the last record read live: now − its publish time, ns
 	// reach ends while the broker is found away (BrokerDown, reach.go).
 	reach atomic.Pointer[reach]
+
+	// gone: ids whose tombstone this table applied, and when (goneKept).
+	gone map[string]time.Time
+
+	// consumedN counts the reply topics attached (one per key).
+	consumedN atomic.Int64
+
+	fmu     sync.Mutex
+	foreign map[string]time.Time // ids of keys not held, named by messages read, and when last
 
 	lmu   sync.Mutex
 	local map[string]*bridge.Call // operations this gateway started, still waited for
@@ -190,8 +217,9 @@ func New(bus Bus, calls Caller, opts Options) (*Manager, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger, quiet: ratelog.New(opts.Logger, quietEvery),
-		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}),
-		ready: make(chan struct{}), local: map[string]*bridge.Call{}}
+		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}), gone: map[string]time.Time{},
+		foreign: map[string]time.Time{},
+		ready:   make(chan struct{}), local: map[string]*bridge.Call{}}
 	m.reach.Store(newReach())
 	return m, nil
 }
@@ -199,6 +227,67 @@ func New(bus Bus, calls Caller, opts Options) (*Manager, error) {
 // Ready reports whether the table has been read to its end and the reply
 // subscription is attached.
 func (m *Manager) Ready() bool { return m.caughtUp.Load() && m.consumed.Load() }
+
+// ReplyTopicOf is the reply topic of the operations started with the key
+// named keyID (Keys.ID) when the deployment's reply topic is base.
+func ReplyTopicOf(base, keyID string) string { return base + "." + keyID }
+
+// ReplyTopics are the reply topics this gateway consumes, one per key it
+// holds; requests of the operations it starts name the first.
+func (m *Manager) ReplyTopics() []string {
+	ids := m.opts.Keys.IDs()
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = ReplyTopicOf(m.opts.ReplyTopic, id)
+	}
+	return out
+}
+
+// KeyIDs names the keys this gateway holds (Keys.IDs), the one it writes
+// with first.
+func (m *Manager) KeyIDs() []string { return m.opts.Keys.IDs() }
+
+// Foreign names the keys, none of them held here, that messages read on
+// the operations topics in the last ten minutes were written with:
+// another deployment writing on the same topics, or a replica given other
+// keys (a rotation under way). Sorted.
+func (m *Manager) Foreign() []string {
+	now := time.Now()
+	m.fmu.Lock()
+	defer m.fmu.Unlock()
+	var out []string
+	for id, at := range m.foreign {
+		if now.Sub(at) > foreignKept {
+			delete(m.foreign, id)
+			continue
+		}
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// noteForeign records that a message written with the key named id, not
+// held here, was read on topic; a key not seen in the last foreignKept is
+// logged as a warning.
+func (m *Manager) noteForeign(topic, id string) {
+	if len(id) > 2*keyIDBytes {
+		id = id[:2*keyIDBytes]
+	}
+	now := time.Now()
+	m.fmu.Lock()
+	last, seen := m.foreign[id]
+	if !seen && len(m.foreign) >= 64 {
+		m.fmu.Unlock()
+		return // a flood of made-up ids: the count says it
+	}
+	m.foreign[id] = now
+	m.fmu.Unlock()
+	if !seen || now.Sub(last) > foreignKept {
+		m.log.Warn("operations: a gateway writes on the operations topics with a key this one does not hold — another deployment on the same topics, or replicas given different keys; its records are refused here",
+			"topic", topic, "foreign_key", id, "keys", m.opts.Keys.IDs())
+	}
+}
 
 // WhenReady returns a channel closed once Ready first holds.
 func (m *Manager) WhenReady() <-chan struct{} { return m.ready }
@@ -252,8 +341,12 @@ type Stats struct {
 	TableLag time.Duration
 	// Refused counts the messages refused on the state and chunk
 	// topics, by reason (RefusedUnsigned, RefusedSignature,
-	// RefusedMalformed, RefusedTopic; each reason present).
+	// RefusedMalformed, RefusedTopic, RefusedUnknownKey; each reason
+	// present).
 	Refused map[string]int64
+	// ForeignKeys counts the keys not held here that messages read on
+	// the operations topics were written with lately (Foreign).
+	ForeignKeys int
 }
 
 // Stats returns the counters.
@@ -273,11 +366,5 @@ func (m *Manager) Stats() Stats {
 	}
 	return Stats{Started: m.started.Load(), Done: m.done.Load(), Failed: m.failed.Load(), Cancelled: m.cancelled.Load(),
 		Expired: m.expired.Load(), Told: m.told.Load(), Running: running, Table: n, TableLag: time.Duration(m.lag.Load()),
-		Refused: refused}
-}
-
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+		Refused: refused, ForeignKeys: len(m.Foreign())}
 }

@@ -127,9 +127,17 @@ func decodeRecord(key string, b []byte) (Record, error) {
 	return r, nil
 }
 
-// validID: 32 lower-case hex digits, as newID makes them.
+// idLen is the length of an id newID makes (Keys.newID); ids made
+// before they carried a time and a tag are legacyIDLen long.
+const (
+	idLen       = 52
+	legacyIDLen = 32
+)
+
+// validID: lower-case hex digits, as many as newID makes (or as the
+// older form had).
 func validID(id string) bool {
-	if len(id) != 32 {
+	if len(id) != idLen && len(id) != legacyIDLen {
 		return false
 	}
 	for i := range len(id) {

@@ -61,14 +61,31 @@ func (m *Manager) consume(ctx context.Context) {
 	dispatch := func(msg transport.Message, done func(bool)) {
 		lanes[laneOf(msg.Properties[wire.PropID])].in <- laneMsg{msg: msg, done: done}
 	}
+	// One reply topic per key held: the operations started with a key
+	// have their replies on its topic, which only gateways holding that
+	// key consume (ReplyTopics).
+	topics := m.ReplyTopics()
+	var subs sync.WaitGroup
+	for _, topic := range topics {
+		subs.Go(func() { m.consumeTopic(ctx, topic, len(topics), dispatch) })
+	}
+	subs.Wait()
+}
+
+// consumeTopic attaches the subscription to one reply topic, retrying
+// until it is, and keeps it until ctx ends; of is how many there are.
+func (m *Manager) consumeTopic(ctx context.Context, topic string, of int, dispatch func(transport.Message, func(bool))) {
 	backoff := 250 * time.Millisecond
 	for {
-		sub, err := m.bus.ConsumeAsync(ctx, m.opts.ReplyTopic, m.opts.Subscription, transport.KeyShared, dispatch)
+		sub, err := m.bus.ConsumeAsync(ctx, topic, m.opts.Subscription, transport.KeyShared, dispatch)
 		if err == nil {
-			m.consumed.Store(true)
+			if m.consumedN.Add(1) == int64(of) {
+				m.consumed.Store(true)
+			}
 			m.noteReady()
-			m.log.Info("consuming operation replies", "topic", m.opts.ReplyTopic, "subscription", m.opts.Subscription)
+			m.log.Info("consuming operation replies", "topic", topic, "subscription", m.opts.Subscription)
 			<-ctx.Done()
+			m.consumedN.Add(-1)
 			m.consumed.Store(false)
 			_ = sub.Close() // no more dispatches once it returns
 			return
@@ -76,7 +93,7 @@ func (m *Manager) consume(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		m.log.Warn("cannot consume operation replies; retrying", "topic", m.opts.ReplyTopic, "err", err, "retry_in", backoff)
+		m.log.Warn("cannot consume operation replies; retrying", "topic", topic, "err", err, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
 			return
@@ -96,8 +113,18 @@ func (m *Manager) onReply(l *replyLane, msg transport.Message) bool {
 		m.log.Warn("operation reply without a valid id dropped", "id", id)
 		return true
 	}
+	made, here := m.opts.Keys.madeHere(id)
+	if !here && len(id) == idLen {
+		// No key held here made this id: its record cannot be read here
+		// (another deployment's reply, on a topic it shares).
+		m.quiet.Warn("a reply for an operation no key of this gateway made dropped; is another deployment using this reply topic?", "id", id)
+		return true
+	}
 	r, ok := m.recordOf(id)
 	if !ok {
+		if here && time.Since(made) < unseenFor {
+			return false // made here a moment ago: the table lags
+		}
 		if msg.Redeliveries >= maxRedeliveries {
 			m.log.Warn("reply for an operation no table shows dropped", "id", id, "deliveries", msg.Redeliveries+1)
 			return true

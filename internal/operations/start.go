@@ -54,7 +54,7 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	if m.opts.TopicAllowed != nil && m.opts.TopicAllowed(topic) != nil {
 		topic = "" // every table would refuse the record: recorded without it
 	}
-	r := Record{ID: newID(), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: topic}
+	r := Record{ID: m.opts.Keys.newID(now), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: topic}
 	if err := m.putBy(sctx, r, s.Deadline); err != nil {
 		m.withdraw(r.ID)
 		if cause := why(sctx); cause != nil {
@@ -68,7 +68,7 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 	}
 	// The request outlives the caller's request: it is the operation's.
 	call, err := m.calls.Call(context.WithoutCancel(ctx), s.Target, s.Request,
-		bridge.CallOptions{Deadline: s.Deadline, ID: r.ID, ReplyTo: m.opts.ReplyTopic, NoCredit: true, Detached: true})
+		bridge.CallOptions{Deadline: s.Deadline, ID: r.ID, ReplyTo: ReplyTopicOf(m.opts.ReplyTopic, m.opts.Keys.ID()), NoCredit: true, Detached: true})
 	if err != nil {
 		m.withdraw(r.ID)
 		return Record{}, err

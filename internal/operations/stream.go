@@ -188,7 +188,7 @@ func (m *Manager) writeChunk(ctx context.Context, id string, i int, text string,
 func (m *Manager) chunkText(msg transport.Message) (string, bool) {
 	text, err := m.opts.Keys.unprotect(kindChunk, msg)
 	if err != nil {
-		m.refuse(refusedReason(err), m.opts.ChunkTopic, msg.Key, err)
+		m.refuseRead(m.opts.ChunkTopic, msg, err)
 		return "", false
 	}
 	return string(text), true

@@ -19,6 +19,13 @@ func (m *Manager) sweep(ctx context.Context) {
 		}
 		now := time.Now()
 		var expired []string
+		m.mu.Lock()
+		for id, at := range m.gone {
+			if now.Sub(at) > goneKept {
+				delete(m.gone, id)
+			}
+		}
+		m.mu.Unlock()
 		m.mu.RLock()
 		for id, r := range m.table {
 			if r.expired(now, m.opts.TTL) {

@@ -7,6 +7,7 @@ package operations
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -65,7 +66,7 @@ func (m *Manager) follow(ctx context.Context) {
 func (m *Manager) admit(msg transport.Message) (r *Record, ok bool) {
 	plain, err := m.opts.Keys.unprotect(kindRecord, msg)
 	if err != nil {
-		m.refuse(refusedReason(err), m.opts.StateTopic, msg.Key, err)
+		m.refuseRead(m.opts.StateTopic, msg, err)
 		return nil, false
 	}
 	if len(msg.Payload) == 0 {
@@ -83,6 +84,15 @@ func (m *Manager) admit(msg transport.Message) (r *Record, ok bool) {
 		}
 	}
 	return &rec, true
+}
+
+// refuseRead refuses msg, read on topic, which unprotect refused with err;
+// a message written with a key not held here names that key (Foreign).
+func (m *Manager) refuseRead(topic string, msg transport.Message, err error) {
+	m.refuse(refusedReason(err), topic, msg.Key, err)
+	if errors.Is(err, errUnknownKey) {
+		m.noteForeign(topic, msg.Properties[propKeyID])
+	}
 }
 
 // refuse counts a message refused on topic for reason, and logs its
@@ -158,6 +168,9 @@ func (m *Manager) apply(msg transport.Message) {
 func (m *Manager) applyEntry(key string, rec *Record) {
 	m.mu.Lock()
 	r, ok := applyTo(m.table, m.runningBy, key, rec)
+	if rec == nil {
+		m.gone[key] = time.Now()
+	}
 	m.notifyLocked()
 	m.mu.Unlock()
 	if !ok || r.Finished() {

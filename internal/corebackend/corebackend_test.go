@@ -24,8 +24,15 @@ func TestRecord(t *testing.T) {
 	failed := record(operations.Record{ID: "b", State: operations.Failed, CreateMS: 1, DeadlineMS: 2, EndMS: 3,
 		Failure: &operations.Failure{Reason: operations.ReasonLost, Message: "m", Type: "x"}})
 	if !failed.Done || failed.State != "failed" || !failed.Ended.Equal(time.UnixMilli(3)) ||
-		failed.Failure == nil || *failed.Failure != (toolcall.OperationFailure{Type: "x", Message: "m", Reason: operations.ReasonLost}) {
-		t.Errorf("failed: %+v", failed)
+		failed.Failure == nil || failed.Failure.Type != "x" || failed.Failure.Message != "m" || failed.Failure.Reason != operations.ReasonLost ||
+		!errors.Is(failed.Failure.Cause, toolcall.FailRepliesLost) {
+		t.Errorf("failed: %+v %+v", failed, failed.Failure)
+	}
+	for s, want := range map[operations.State]string{operations.Running: toolcall.OperationRunning, operations.Done: toolcall.OperationDone,
+		operations.Failed: toolcall.OperationFailed, operations.Cancelled: toolcall.OperationCancelled} {
+		if got := record(operations.Record{State: s}).State; got != want {
+			t.Errorf("state %s: %s, want %s", s, got, want)
+		}
 	}
 }
 

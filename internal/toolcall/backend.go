@@ -53,12 +53,20 @@ type OperationStart struct {
 	Deadline time.Time
 }
 
+// The states of a durable operation (OperationRecord.State).
+const (
+	OperationRunning   = "running"
+	OperationDone      = "done" // answered: Output
+	OperationFailed    = "failed"
+	OperationCancelled = "cancelled"
+)
+
 // OperationRecord is a durable operation as its keeper reports it.
 type OperationRecord struct {
 	ID   string
 	Tool string
-	// State is running, done, failed or cancelled; Done says it is no
-	// longer running.
+	// State is OperationRunning, OperationDone, OperationFailed or
+	// OperationCancelled; Done says it is no longer running.
 	State string
 	Done  bool
 	// Created, Deadline and Ended (zero while running).
@@ -71,7 +79,11 @@ type OperationRecord struct {
 
 // OperationFailure is how an operation failed: a tool service's error
 // (Type and Message, as it sent them) or one of the keeper's reasons
-// (Reason, and Message).
+// (Reason, and Message). Cause, when set, is the failure as the error a
+// call would have failed with (a context's error, a Failure), which the
+// core maps onto a status as it maps a call's; a Reason without a Cause
+// is a RESOURCE_EXHAUSTED with that reason.
 type OperationFailure struct {
 	Type, Message, Reason string
+	Cause                 error
 }

@@ -10,6 +10,8 @@ import (
 
 // viaBridge is b as the core's Bridge, for the tests of this package
 // (internal/corebackend, which the gateway uses, imports this package).
+// It does not match the bridge's errors to the core's kinds of failure:
+// internal/corebackend's tests hold that mapping to the statuses.
 func viaBridge(b *bridge.Bridge) Bridge { return testBridge{b} }
 
 type testBridge struct{ b *bridge.Bridge }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bridge"
-	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,7 +13,9 @@ import (
 
 // Operations keeps durable operations (operations.Manager, adapted by
 // internal/corebackend). Every method but Start answers only for the
-// operations of owner; its errors are the operations package's.
+// operations of owner; its errors are of the core's kinds (Failure): the
+// operations' own (FailOperationNotFound, FailTooManyOperations, …) and,
+// from Start, a call's.
 type Operations interface {
 	Start(ctx context.Context, s OperationStart) (OperationRecord, error)
 	Get(owner, id string) (OperationRecord, error)
@@ -63,7 +63,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 				"the operation of tool "+quote(c.ShownName())+" could not be started before its deadline: the message broker did not take it in time",
 				map[string]string{"tool": c.ShownName(), "service": tool.Service.ID})
 		}
-		if err != nil && !errors.Is(err, operations.ErrTooMany) && !errors.Is(err, operations.ErrNotReady) && !errors.Is(err, operations.ErrTooLong) {
+		if err != nil && !errors.Is(err, FailTooManyOperations) && !errors.Is(err, FailOperationsNotReady) && !errors.Is(err, FailOperationTooLong) {
 			return Result{}, s.status(ctx, err, c.ShownName(), tool, deadline)
 		}
 	case OpListOperations:
@@ -119,7 +119,7 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		switch {
 		case err != nil && ((emitErr != nil && errors.Is(err, emitErr)) || ctx.Err() != nil):
 			return Result{}, err // the door's client went away
-		case err == nil && rec.Done && rec.State != string(operations.Done):
+		case err == nil && rec.Done && rec.State != OperationDone:
 			return Result{}, s.present(ctx, rec).Err
 		case err == nil:
 			return Result{}, nil
@@ -131,22 +131,22 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 	return Result{Detail: &Detail{Operation: s.present(ctx, rec)}}, nil
 }
 
-// opError maps the operations package's errors.
+// opError maps the failures of Operations.
 func opError(err error, id string) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, operations.ErrNotFound):
+	case errors.Is(err, FailOperationNotFound):
 		return gatewayError(codes.NotFound, ReasonOperationNotFound, fmt.Sprintf("operation %q not found", id), map[string]string{"operation": id})
-	case errors.Is(err, operations.ErrTooMany):
+	case errors.Is(err, FailTooManyOperations):
 		return gatewayError(codes.ResourceExhausted, "TOO_MANY_OPERATIONS", err.Error()+"; wait for some to finish", nil)
-	case errors.Is(err, operations.ErrTooLong):
+	case errors.Is(err, FailOperationTooLong):
 		return gatewayError(codes.InvalidArgument, "OPERATION_TOO_LONG", err.Error(), nil)
-	case errors.Is(err, operations.ErrNotReady):
+	case errors.Is(err, FailOperationsNotReady):
 		return gatewayError(codes.Unavailable, "OPERATIONS_NOT_READY", "the gateway has not read the operations table yet; retry shortly", nil)
-	case errors.Is(err, operations.ErrChunksLost):
+	case errors.Is(err, FailChunksLost):
 		return gatewayError(codes.DataLoss, "CHUNKS_LOST", err.Error(), map[string]string{"operation": id})
-	case errors.Is(err, operations.ErrUnavailable):
+	case errors.Is(err, FailChunksUnavailable):
 		return gatewayError(codes.Unavailable, "BROKER_UNAVAILABLE", "the operation's answer cannot be read: the message broker cannot be reached; retry from the last chunk received", map[string]string{"operation": id})
 	}
 	if _, ok := status.FromError(err); ok {
@@ -160,19 +160,12 @@ func opError(err error, id string) error {
 func (s *Core) present(_ context.Context, r OperationRecord) *Operation {
 	op := &Operation{ID: r.ID, Tool: r.Tool, State: r.State, Done: r.Done,
 		Created: r.Created, Deadline: r.Deadline, Ended: r.Ended, Output: r.Output}
-	if f := r.Failure; f != nil && r.State != string(operations.Done) {
-		var cause error
-		switch f.Reason {
-		case "":
+	if f := r.Failure; f != nil && r.State != OperationDone {
+		cause := f.Cause
+		switch {
+		case cause != nil:
+		case f.Reason == "":
 			cause = &wire.Error{Type: f.Type, Message: f.Message}
-		case operations.ReasonDeadline:
-			cause = context.DeadlineExceeded
-		case operations.ReasonCancelled:
-			cause = context.Canceled
-		case operations.ReasonLost:
-			cause = fmt.Errorf("%w: %s", bridge.ErrLostReplies, f.Message)
-		case operations.ReasonBadReply:
-			cause = bridge.ErrBadReply
 		default:
 			cause = gatewayError(codes.ResourceExhausted, f.Reason, f.Message, map[string]string{"tool": r.Tool})
 		}

@@ -2,17 +2,17 @@ package toolcall
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/operations"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // ownedOps is an operations table in memory that keeps each operation's
-// owner and answers only to it, as operations.Manager does.
+// owner and answers only to it, as the operations keeper does.
 type ownedOps struct {
 	mu     sync.Mutex
 	owners map[string]string
@@ -25,16 +25,16 @@ func (o *ownedOps) Start(_ context.Context, s OperationStart) (OperationRecord, 
 	id := "op-" + s.Owner
 	o.owners[id] = s.Owner
 	o.users[id] = s.Request.User
-	return OperationRecord{ID: id, Tool: s.Tool, State: string(operations.Running)}, nil
+	return OperationRecord{ID: id, Tool: s.Tool, State: OperationRunning}, nil
 }
 
 func (o *ownedOps) Get(owner, id string) (OperationRecord, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.owners[id] != owner || owner == "" {
-		return OperationRecord{}, operations.ErrNotFound
+		return OperationRecord{}, Fail(errors.New("operation not found"), FailOperationNotFound)
 	}
-	return OperationRecord{ID: id, State: string(operations.Running)}, nil
+	return OperationRecord{ID: id, State: OperationRunning}, nil
 }
 
 func (o *ownedOps) List(owner string, _ *bool) []OperationRecord {
@@ -43,7 +43,7 @@ func (o *ownedOps) List(owner string, _ *bool) []OperationRecord {
 	var out []OperationRecord
 	for id, own := range o.owners {
 		if own == owner {
-			out = append(out, OperationRecord{ID: id, State: string(operations.Running)})
+			out = append(out, OperationRecord{ID: id, State: OperationRunning})
 		}
 	}
 	return out

@@ -3,11 +3,9 @@ package toolcall
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/toolgate/toolgate/internal/bridge"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,7 +34,7 @@ func TestStartFailures(t *testing.T) {
 		msg    string
 		retry  bool
 	}{
-		{fmt.Errorf("%w (no receipt)", bridge.ErrBrokerDown), codes.Unavailable, "BROKER_UNAVAILABLE", "the message broker cannot be reached", true},
+		{Fail(errors.New("the message broker does not take messages (no receipt)"), FailBrokerUnavailable), codes.Unavailable, "BROKER_UNAVAILABLE", "the message broker cannot be reached", true},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, "DEADLINE_EXCEEDED", `the operation of tool "plain" could not be started before its deadline`, false},
 	} {
 		core := newCore(t, answering(), Options{Operations: &failingStarts{err: tc.err}})

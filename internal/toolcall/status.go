@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -52,7 +51,8 @@ func CodeForServiceError(typ string) codes.Code {
 }
 
 // toStatus is the one place where failures become gRPC statuses. The
-// message is safe to show a client; the cause is for the log.
+// message is safe to show a client; the cause is for the log. What
+// serves the core fails with the core's kinds (FailureKind).
 func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 	if st, ok := status.FromError(err); ok {
 		return st
@@ -83,18 +83,18 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 		return with(codes.DeadlineExceeded, "tool "+quote(toolName)+" did not answer before the deadline", "DEADLINE_EXCEEDED")
 	case errors.Is(err, context.Canceled):
 		return with(codes.Canceled, "call cancelled", "CANCELLED")
-	case errors.Is(err, bridge.ErrServiceBusy):
+	case errors.Is(err, FailServiceBusy):
 		return with(codes.ResourceExhausted, "tool "+quote(toolName)+" has too many calls in flight from this gateway; retry shortly", "SERVICE_BUSY",
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
-	case errors.Is(err, bridge.ErrOverloaded):
+	case errors.Is(err, FailOverloaded):
 		return with(codes.ResourceExhausted, "the gateway is overloaded; retry shortly", "OVERLOADED",
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
-	case errors.Is(err, bridge.ErrSlowReader):
+	case errors.Is(err, FailSlowReader):
 		return with(codes.ResourceExhausted, "the reply stream was not read fast enough", "SLOW_READER")
-	case errors.Is(err, bridge.ErrLostReplies):
+	case errors.Is(err, FailRepliesLost):
 		return with(codes.Unavailable, "tool "+quote(toolName)+": "+err.Error()+"; the reply is incomplete, retry the call", "REPLY_LOST",
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
-	case errors.Is(err, bridge.ErrBadReply):
+	case errors.Is(err, FailBadReply):
 		return with(codes.Internal, "tool "+quote(toolName)+" sent a malformed reply", "BAD_REPLY")
 	case errors.Is(err, errNoInstance):
 		svc := "its tool service"
@@ -102,7 +102,7 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 			svc = "tool service " + quote(tool.Service.ID)
 		}
 		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: no instance of "+svc+" renewed its announcement in time", "SERVICE_GONE")
-	case errors.Is(err, bridge.ErrInstanceLost):
+	case errors.Is(err, FailInstanceLost):
 		svc := "its tool service"
 		if tool != nil {
 			svc = "tool service " + quote(tool.Service.ID)
@@ -111,25 +111,25 @@ func toStatus(err error, toolName string, tool *registry.Tool) *status.Status {
 		// to be safe.
 		msg := "the instance of " + svc + " that had taken the call to tool " + quote(toolName) +
 			" is gone; the call may have run, in part or whole: retry it only if running it twice is harmless"
-		if le := (*bridge.InstanceLostError)(nil); errors.As(err, &le) {
-			msg += " (instance " + le.Instance + ": " + le.Why + ")"
+		if f := failureOf(err); f != nil && f.InstanceLost != nil {
+			msg += " (instance " + f.InstanceLost.Instance + ": " + f.InstanceLost.Why + ")"
 		}
 		return with(codes.Unavailable, msg, ReasonInstanceLost)
-	case errors.Is(err, bridge.ErrServiceGone):
+	case errors.Is(err, FailServiceGone):
 		svc := "its tool service"
 		if tool != nil {
 			svc = "tool service " + quote(tool.Service.ID)
 		}
 		msg := svc + " stopped listening before answering tool " + quote(toolName) + "; the call was lost with it"
-		if ge := (*bridge.ServiceGoneError)(nil); errors.As(err, &ge) {
-			msg += " (" + ge.Why + " on " + ge.Topic + ")"
+		if f := failureOf(err); f != nil && f.ServiceGone != nil {
+			msg += " (" + f.ServiceGone.Why + " on " + f.ServiceGone.Topic + ")"
 		}
 		return with(codes.Unavailable, msg, "SERVICE_GONE")
-	case errors.Is(err, bridge.ErrNoListener):
+	case errors.Is(err, FailNoListener):
 		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: "+err.Error(), "NO_LISTENER")
-	case errors.Is(err, bridge.ErrClosed):
+	case errors.Is(err, FailClosed):
 		return with(codes.Unavailable, shuttingDownMessage, ReasonShuttingDown, retryShuttingDown())
-	case errors.Is(err, bridge.ErrUnavailable):
+	case errors.Is(err, FailBrokerUnavailable):
 		return with(codes.Unavailable, "tool "+quote(toolName)+" is unavailable: the message broker cannot be reached", "BROKER_UNAVAILABLE",
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
 	default:

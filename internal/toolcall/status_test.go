@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/registry"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -37,20 +36,24 @@ func TestToStatus(t *testing.T) {
 		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "DEADLINE_EXCEEDED", `tool "t" did not answer before the deadline`},
 		{"stream idle", errStreamIdle, codes.DeadlineExceeded, "STREAM_IDLE", `tool "t" sent no chunk within the stream idle timeout`},
 		{"cancelled", context.Canceled, codes.Canceled, "CANCELLED", "call cancelled"},
-		{"overloaded", fmt.Errorf("%w: 5 calls", bridge.ErrOverloaded), codes.ResourceExhausted, "OVERLOADED", "the gateway is overloaded; retry shortly"},
-		{"slow reader", bridge.ErrSlowReader, codes.ResourceExhausted, "SLOW_READER", "the reply stream was not read fast enough"},
-		{"lost replies", &bridge.LostRepliesError{Lost: 2}, codes.Unavailable, "REPLY_LOST", `tool "t": 2 reply message(s) of this call were lost in transit (dropped by the broker); the reply is incomplete, retry the call`},
-		{"bad reply", fmt.Errorf("%w: x", bridge.ErrBadReply), codes.Internal, "BAD_REPLY", `tool "t" sent a malformed reply`},
-		{"no listener", fmt.Errorf("%w on topic-x", bridge.ErrNoListener), codes.Unavailable, "NO_LISTENER", `tool "t" is unavailable: no tool service is listening on topic-x`},
-		{"service gone", &bridge.ServiceGoneError{Topic: "topic-x", Why: "no consumer is left"}, codes.Unavailable, "SERVICE_GONE",
+		{"overloaded", Fail(errors.New("gateway overloaded: 5 calls"), FailOverloaded), codes.ResourceExhausted, "OVERLOADED", "the gateway is overloaded; retry shortly"},
+		{"service busy", Fail(errors.New("busy"), FailServiceBusy, FailOverloaded), codes.ResourceExhausted, "SERVICE_BUSY", `tool "t" has too many calls in flight from this gateway; retry shortly`},
+		{"slow reader", Fail(errors.New("slow"), FailSlowReader), codes.ResourceExhausted, "SLOW_READER", "the reply stream was not read fast enough"},
+		{"lost replies", Fail(errors.New("2 reply message(s) of this call were lost in transit (dropped by the broker)"), FailRepliesLost), codes.Unavailable, "REPLY_LOST", `tool "t": 2 reply message(s) of this call were lost in transit (dropped by the broker); the reply is incomplete, retry the call`},
+		{"bad reply", fmt.Errorf("reading: %w", Fail(errors.New("x"), FailBadReply)), codes.Internal, "BAD_REPLY", `tool "t" sent a malformed reply`},
+		{"no listener", Fail(errors.New("no tool service is listening on topic-x"), FailNoListener), codes.Unavailable, "NO_LISTENER", `tool "t" is unavailable: no tool service is listening on topic-x`},
+		{"service gone", &Failure{Err: errors.New("gone"), ServiceGone: &ServiceGone{Topic: "topic-x", Why: "no consumer is left"}, kinds: 1 << FailServiceGone}, codes.Unavailable, "SERVICE_GONE",
 			`tool service "svc" stopped listening before answering tool "t"; the call was lost with it (no consumer is left on topic-x)`},
-		{"instance lost", &bridge.InstanceLostError{Topic: "topic-x", Instance: "i-1", Why: "its lease ran out"}, codes.Unavailable, "INSTANCE_LOST",
+		{"service gone, nothing known", Fail(errors.New("gone"), FailServiceGone), codes.Unavailable, "SERVICE_GONE",
+			`tool service "svc" stopped listening before answering tool "t"; the call was lost with it`},
+		{"instance lost", &Failure{Err: errors.New("lost"), InstanceLost: &InstanceLost{Instance: "i-1", Why: "its lease ran out"}, kinds: 1<<FailInstanceLost | 1<<FailServiceGone}, codes.Unavailable, "INSTANCE_LOST",
 			`the instance of tool service "svc" that had taken the call to tool "t" is gone; the call may have run, in part or whole: retry it only if running it twice is harmless (instance i-1: its lease ran out)`},
 		{"no instance left", errNoInstance, codes.Unavailable, "SERVICE_GONE",
 			`tool "t" is unavailable: no instance of tool service "svc" renewed its announcement in time`},
-		{"closed", bridge.ErrClosed, codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down; retry the call"},
-		{"broker down", fmt.Errorf("%w: dial", bridge.ErrUnavailable), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
-		{"broker found down", fmt.Errorf("%w (no receipt)", bridge.ErrBrokerDown), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
+		{"closed", Fail(errors.New("closed"), FailClosed), codes.Unavailable, "SHUTTING_DOWN", "the gateway is shutting down; retry the call"},
+		{"broker down", Fail(errors.New("dial"), FailBrokerUnavailable), codes.Unavailable, "BROKER_UNAVAILABLE", `tool "t" is unavailable: the message broker cannot be reached`},
+		{"a failure of the deadline", Fail(fmt.Errorf("x: %w", context.DeadlineExceeded), FailBrokerUnavailable), codes.DeadlineExceeded, "DEADLINE_EXCEEDED", `tool "t" did not answer before the deadline`},
+		{"a kind of operations only", Fail(errors.New("operation not found"), FailOperationNotFound), codes.Internal, "INTERNAL", "internal error"},
 		{"anything else", errors.New("secret internals"), codes.Internal, "INTERNAL", "internal error"},
 	}
 	for _, c := range cases {
@@ -73,7 +76,7 @@ func TestToStatus(t *testing.T) {
 			if info == nil || info.Reason != c.reason || info.Domain != ErrorDomain || info.Metadata["tool"] != "t" || info.Metadata["service"] != "svc" {
 				t.Fatalf("ErrorInfo %v, want reason %s with tool and service", info, c.reason)
 			}
-			if (c.reason == "OVERLOADED" || c.reason == "REPLY_LOST" || c.reason == "SHUTTING_DOWN" || c.reason == "BROKER_UNAVAILABLE") != (retry != nil) {
+			if (c.reason == "OVERLOADED" || c.reason == "SERVICE_BUSY" || c.reason == "REPLY_LOST" || c.reason == "SHUTTING_DOWN" || c.reason == "BROKER_UNAVAILABLE") != (retry != nil) {
 				t.Fatalf("RetryInfo %v only on overload, lost replies, shutdown and an unreachable broker", retry)
 			}
 		})

@@ -274,7 +274,9 @@ func (g *Gateway) callChain(core *toolcall.Core) toolcall.Handler {
 	// Every door runs the same chain. Spans when they are exported, else
 	// only the caller's trace context is passed on; then the call log and
 	// metrics, which see every call, refused ones too; then
-	// authentication and authorization, the rate limit, and the quotas.
+	// authentication and authorization, the rate limit, the quotas, and
+	// the idempotency keys (a retry counts as a call; it is answered only
+	// to a caller allowed the call now).
 	trace, logOpts := telemetry.TraceContextMiddleware(), []telemetry.LogOption{telemetry.WithoutSpans()}
 	if cfg.Tracing.OTLPEndpoint != "" {
 		trace, logOpts = telemetry.SpanMiddleware(nil), nil
@@ -287,11 +289,12 @@ func (g *Gateway) callChain(core *toolcall.Core) toolcall.Handler {
 		quotas = sec.quota.Middleware()
 		g.metrics.Registry().MustRegister(sec.quota.Collectors()...)
 	}
+	g.metrics.Registry().MustRegister(sec.keys.Collectors()...)
 	// A call in a tool set names the set's tool, which the policy knows
 	// by the registry's name: the caller is authenticated first, then the
 	// set resolves the name, then the policy decides.
 	return toolcall.Chain(core.Handle, g.auditCalls(), trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
-		g.drain.middleware(), sec.authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas)
+		g.drain.middleware(), sec.authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas, sec.keys.Middleware())
 }
 
 // operationsStats are the operations' counters for the metrics.

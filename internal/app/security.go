@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/config"
+	"github.com/toolgate/toolgate/internal/idempotency"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/quota"
 	"github.com/toolgate/toolgate/internal/ratelog"
@@ -30,7 +31,11 @@ type security struct {
 	// quota is nil without --quota-rules; closeQuota closes its store.
 	quota      *quota.Enforcer
 	closeQuota func() error
-	tls        *tls.Config // nil: plain text
+	// keys keeps calls' idempotency keys (it refuses them without
+	// --idempotency-redis-url); closeKeys closes its store.
+	keys      *idempotency.Keeper
+	closeKeys func() error
+	tls       *tls.Config // nil: plain text
 	// requests bound what one request may bring, on every door.
 	requests limits.Requests
 	log      *slog.Logger
@@ -80,7 +85,28 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 	if err := s.newQuota(cfg, log); err != nil {
 		return nil, err
 	}
+	if err := s.newKeys(cfg, log); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// newKeys opens the idempotency keys' store, Redis, when
+// --idempotency-redis-url names one; without it keys are refused.
+func (s *security) newKeys(cfg config.Config, log *slog.Logger) error {
+	s.closeKeys = func() error { return nil }
+	var store idempotency.Store
+	if cfg.Idempotency.RedisURL != "" {
+		r, err := idempotency.NewRedis(cfg.Idempotency.RedisURL, cfg.Idempotency.RedisTimeout)
+		if err != nil {
+			return err
+		}
+		store, s.closeKeys = r, r.Close
+		log.Info("idempotency keys", "store", "redis", "window", cfg.Idempotency.Window)
+	}
+	s.keys = idempotency.New(store, idempotency.Options{Window: cfg.Idempotency.Window,
+		MaxAnswerBytes: cfg.Idempotency.MaxAnswerBytes, Logger: s.limitsLog})
+	return nil
 }
 
 // newQuota reads the quota rules and opens their store: Redis when

@@ -236,6 +236,7 @@ func (g *Gateway) shutdown(bg *tasks) error {
 		left.calls = g.drain.running.Load()
 	}
 	_ = g.sec.closeQuota()
+	_ = g.sec.closeKeys()
 	// The admin listener goes last: metrics and readiness answer through
 	// the drain.
 	if g.adminSrv != nil {
@@ -341,6 +342,7 @@ func (g *Gateway) closeEarly() {
 	wg.Go(func() { left.registry = g.sources.stopWithin(ctx) })
 	wg.Wait()
 	_ = g.sec.closeQuota()
+	_ = g.sec.closeKeys()
 	if g.stopTracing != nil {
 		_ = g.stopTracing(ctx)
 	}

@@ -77,6 +77,8 @@ type Config struct {
 	Rate Rate
 	// Quota is the quotas of tool calls and where their counts are kept.
 	Quota Quota
+	// Idempotency is where calls' idempotency keys are kept.
+	Idempotency Idempotency
 	// Tracing is where spans are exported.
 	Tracing Tracing
 	// Audit is the audit log.
@@ -287,6 +289,15 @@ type Quota struct {
 	FailClosed   bool          // refuse calls under quota while Redis does not answer (default false)
 }
 
+// Idempotency is the store of calls' idempotency keys and their answers
+// (internal/idempotency): a Redis every replica shares, or none.
+type Idempotency struct {
+	RedisURL       string        // "" (the default): no store, calls with a key are refused
+	RedisTimeout   time.Duration // bound of each exchange with Redis (default idempotency.DefaultRedisTimeout)
+	Window         time.Duration // how long an answer is kept after its call ended (default idempotency.DefaultWindow)
+	MaxAnswerBytes int           // the largest answer kept (default idempotency.DefaultMaxAnswerBytes)
+}
+
 // Tracing is where spans are exported (telemetry.TracingConfig).
 type Tracing struct {
 	OTLPEndpoint string // OTLP/gRPC collector; "" (the default): off
@@ -336,6 +347,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	registerAuth(f, &c.Auth)
 	c.Rate.register(f)
 	c.Quota.register(f)
+	c.Idempotency.register(f)
 	c.Tracing.register(f)
 	c.Audit.register(f)
 	if err := f.parse(args); err != nil {

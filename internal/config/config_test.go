@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/idempotency"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/transport"
 )
@@ -78,6 +79,23 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// The idempotency keys have no store by default: keys are refused.
+func TestIdempotencyFlags(t *testing.T) {
+	t.Parallel()
+	getenv := func(k string) string { return map[string]string{"TOOLGATE_ALLOW_ANONYMOUS": "true"}[k] }
+	c, err := Parse(nil, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Idempotency{RedisTimeout: idempotency.DefaultRedisTimeout, Window: idempotency.DefaultWindow, MaxAnswerBytes: idempotency.DefaultMaxAnswerBytes}); c.Idempotency != want {
+		t.Fatalf("idempotency %+v by default, want %+v (no store)", c.Idempotency, want)
+	}
+	if c, err := Parse([]string{"--idempotency-redis-url", "redis://r:6379/1", "--idempotency-window", "1h"}, getenv, io.Discard); err != nil ||
+		c.Idempotency.RedisURL != "redis://r:6379/1" || c.Idempotency.Window != time.Hour {
+		t.Fatalf("--idempotency-redis-url, --idempotency-window: %+v, %v", c.Idempotency, err)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -118,6 +136,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--allow-anonymous", "--quota-redis-url", "http://r:6379"}, nil, []string{"--quota-redis-url keeps the counts of --quota-rules", `--quota-redis-url "http://r:6379"`}},
 		{[]string{"--allow-anonymous", "--quota-redis-failure", "maybe"}, nil, []string{`--quota-redis-failure "maybe": want open or closed`}},
 		{[]string{"--allow-anonymous", "--quota-redis-timeout", "0s"}, nil, []string{"--quota-redis-timeout must be a positive"}},
+		{[]string{"--allow-anonymous", "--idempotency-redis-url", "http://r:6379", "--idempotency-redis-timeout", "0s", "--idempotency-window", "30s", "--idempotency-max-answer-bytes", "0"}, nil,
+			[]string{`--idempotency-redis-url "http://r:6379"`, "--idempotency-redis-timeout must be a positive", "--idempotency-window must be", "--idempotency-max-answer-bytes must be at least 1"}},
 	}
 	for _, c := range cases {
 		_, err := Parse(c.args, func(k string) string { return c.env[k] }, io.Discard)

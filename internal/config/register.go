@@ -9,6 +9,7 @@ import (
 	"github.com/toolgate/toolgate/internal/bridge"
 	"github.com/toolgate/toolgate/internal/doorconf"
 	"github.com/toolgate/toolgate/internal/gcgoal"
+	"github.com/toolgate/toolgate/internal/idempotency"
 	"github.com/toolgate/toolgate/internal/limits"
 	"github.com/toolgate/toolgate/internal/operations"
 	"github.com/toolgate/toolgate/internal/quota"
@@ -157,6 +158,13 @@ func (q *Quota) register(f *flags) {
 			f.errs = append(f.errs, fmt.Errorf("--quota-redis-failure %q: want open or closed", failure))
 		}
 	})
+}
+
+func (i *Idempotency) register(f *flags) {
+	f.str(&i.RedisURL, "idempotency-redis-url", "", "Redis that keeps calls' idempotency keys and answers, shared by every replica pointing at it (redis://[user:password@]host:port[/db], rediss:// for TLS; may be the quotas' Redis); empty = no store: a call with an Idempotency-Key is refused (FAILED_PRECONDITION)")
+	f.dur(&i.RedisTimeout, "idempotency-redis-timeout", idempotency.DefaultRedisTimeout, "longest wait for Redis on a call with an idempotency key; past it the call is refused with UNAVAILABLE (503) and a retry delay, never run unprotected")
+	f.dur(&i.Window, "idempotency-window", idempotency.DefaultWindow, "how long a call's answer is kept for retries with its idempotency key, from when the call ended")
+	f.int(&i.MaxAnswerBytes, "idempotency-max-answer-bytes", idempotency.DefaultMaxAnswerBytes, "the largest answer kept for an idempotency key (output, chunks or error); a call whose answer is larger is answered, and its retries are refused (FAILED_PRECONDITION IDEMPOTENCY_ANSWER_NOT_KEPT), not run again")
 }
 
 func (t *Tracing) register(f *flags) {

@@ -103,6 +103,20 @@ func (c Config) validate() error {
 	if c.Quota.RedisTimeout <= 0 {
 		errs = append(errs, errors.New("--quota-redis-timeout must be a positive duration such as 250ms"))
 	}
+	if u := c.Idempotency.RedisURL; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "redis" && pu.Scheme != "rediss" && pu.Scheme != "unix") {
+			errs = append(errs, fmt.Errorf("--idempotency-redis-url %q: want redis://host:port, rediss://host:port or unix:///path", u))
+		}
+	}
+	if c.Idempotency.RedisTimeout <= 0 {
+		errs = append(errs, errors.New("--idempotency-redis-timeout must be a positive duration such as 250ms"))
+	}
+	if c.Idempotency.Window < time.Minute {
+		errs = append(errs, errors.New("--idempotency-window must be a duration of a minute or more, such as 24h"))
+	}
+	if c.Idempotency.MaxAnswerBytes < 1 {
+		errs = append(errs, errors.New("--idempotency-max-answer-bytes must be at least 1"))
+	}
 	if c.HTTP.SSEHeartbeat <= 0 {
 		errs = append(errs, errors.New("--sse-heartbeat must be a positive duration such as 15s"))
 	}

@@ -802,7 +802,14 @@ func (s *Service) serve(m transport.Message, rw *receiptWait) {
 			// kept first, as the caller may ask as soon as it is out.
 			s.recent.keep(id, replyTopic, msg, time.Now())
 		}
-		return retryQueueFull(pctx, func(ctx context.Context) error { return s.broker.Publish(ctx, replyTopic, msg) })
+		publish := func(ctx context.Context) error { return s.broker.Publish(ctx, replyTopic, msg) }
+		if r.EndOfStream && strings.HasPrefix(replyTopic, "persistent://") {
+			// A durable operation's reply: its caller may be any gateway,
+			// later; sent again until it is taken or the operation's
+			// deadline has passed (a broker restarting).
+			return s.sendDurable(ctx, id, replyTopic, publish)
+		}
+		return retryQueueFull(pctx, publish)
 	}
 	fail := func(typ, msg string) {
 		if err := reply(wire.Response{Error: &wire.Error{Type: typ, Message: msg}, EndOfStream: true}); err != nil {
@@ -922,6 +929,58 @@ func decodeObject(s string) (map[string]any, error) {
 		m = map[string]any{}
 	}
 	return m, nil
+}
+
+// durableReplyFloor: a durable operation's reply is sent again for at
+// least this long, also when its request's deadline is nearer (an error
+// reply sent as the deadline passes).
+const durableReplyFloor = 30 * time.Second
+
+// sendDurable sends the last reply of a durable operation (to a
+// persistent reply topic, read by whichever gateway holds its key): each
+// attempt as any reply (retryQueueFull, bounded by durableReplyFloor),
+// and one that fails — a send timing out while the broker restarts, the
+// topic not reachable — is sent again, waiting longer each time (up to
+// 5 s), until the broker takes it or the request's deadline has passed
+// (at least durableReplyFloor from now), the client is closed or the
+// service gives its calls up (Run's grace over). A reply taken twice (an
+// attempt that timed out after all) is recorded once: the gateway drops
+// a reply to an operation that has ended.
+func (s *Service) sendDurable(ctx context.Context, id, topic string, publish func(context.Context) error) error {
+	until := time.Now().Add(durableReplyFloor)
+	if dl, ok := ctx.Deadline(); ok && dl.After(until) {
+		until = dl
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+	defer cancel()
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(rctx, durableReplyFloor)
+		err := retryQueueFull(actx, publish)
+		acancel()
+		if err == nil {
+			if attempt > 1 {
+				s.log.Info("reply of a durable operation sent", "id", id, "topic", topic, "attempts", attempt)
+			}
+			return nil
+		}
+		if errors.Is(err, transport.ErrClosed) {
+			return err
+		}
+		s.slow.Warn("cannot send the reply of a durable operation; sending it again until its deadline", "id", id, "topic", topic,
+			"attempt", attempt, "deadline", until, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-rctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (gave up after %d attempts: the operation's deadline passed)", err, attempt)
+		case <-s.callCtx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // retryQueueFull runs publish until it does not fail with a full queue

@@ -65,6 +65,7 @@ func registerLimits(f *flags, l *limits.Requests) {
 	f.int(&h.MaxResets, "http2-max-resets", limits.DefaultMaxResets, "streams a client may reset (RST_STREAM) within 1 s of opening them, as rapid reset does, on one HTTP/2 connection per 10 s, on both listeners; over it the connection gets GOAWAY ENHANCE_YOUR_CALM and is closed; -1 = no bound")
 	f.int(&h.MaxPings, "http2-max-pings", limits.DefaultMaxPings, "PINGs a client may send on one HTTP/2 connection per 10 s beyond those the gateway's answers earn back, on both listeners; over it: GOAWAY ENHANCE_YOUR_CALM; -1 = no bound")
 	f.int(&h.MaxSettings, "http2-max-settings", limits.DefaultMaxSettings, "SETTINGS frames a client may send on one HTTP/2 connection per 10 s, on both listeners; over it: GOAWAY ENHANCE_YOUR_CALM; -1 = no bound")
+	f.dur(&h.CalmHold, "http2-calm-hold", limits.DefaultCalmHold, "how long new connections from an address whose HTTP/2 connection was closed for going over a budget wait before they are read (TLS handshake included), doubled with each closing within 10 s up to 8×; connections already open are not touched; 0 = none")
 }
 
 func (p *Pulsar) register(f *flags) {

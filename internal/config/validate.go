@@ -164,6 +164,9 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("--%s must be between 1 and 1048576, or -1 for no bound (got %d)", b.flag, b.v))
 		}
 	}
+	if h := c.Limits.HTTP2.CalmHold; h < 0 || h > time.Minute {
+		errs = append(errs, fmt.Errorf("--http2-calm-hold %v: want 0 (none) up to 1m", h))
+	}
 	if c.Auth.APIKeys == "" && c.Auth.JWTSecretFile == "" && c.Auth.JWTJWKSFile == "" && c.TLS.ClientCA == "" && !c.Auth.AllowAnonymous {
 		errs = append(errs, errors.New("no way to authenticate callers: give --api-keys, --jwt-hs256-secret-file, --jwt-jwks-file or --client-ca, or --allow-anonymous to serve everyone as --default-user"))
 	}

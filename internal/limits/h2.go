@@ -48,7 +48,7 @@ const (
 // HTTP2 bounds each HTTP/2 connection of both listeners (gRPC; HTTP, h2c
 // and over TLS). A client over a frame budget is sent GOAWAY with
 // ENHANCE_YOUR_CALM and its connection is closed; its calls in flight on
-// it end. In each field 0 means the default and a negative number no
+// it end. In each budget 0 means the default and a negative number no
 // bound.
 type HTTP2 struct {
 	// MaxConcurrentStreams is advertised in SETTINGS and enforced by the
@@ -61,6 +61,11 @@ type HTTP2 struct {
 	MaxResets   int
 	MaxPings    int
 	MaxSettings int
+	// CalmHold is how long the next connections of a client sent away
+	// wait before they are read (h2hold.go): doubled with each closing
+	// within BudgetWindow, up to 8×. Unlike the budgets, 0 means none:
+	// the gateway's flag gives DefaultCalmHold.
+	CalmHold time.Duration
 }
 
 func (h HTTP2) withDefaults() HTTP2 {
@@ -128,6 +133,8 @@ type Meter struct {
 	log    *slog.Logger
 	h2only bool // the listener speaks HTTP/2 alone (gRPC)
 	calmed atomic.Int64
+	held   atomic.Int64
+	holds  holds
 }
 
 // NewMeter is a meter of h's budgets; h2only says the listener speaks
@@ -138,18 +145,35 @@ func NewMeter(h HTTP2, log *slog.Logger, h2only bool) *Meter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{lim: h.withDefaults(), log: log, h2only: h2only}
+	m := &Meter{lim: h.withDefaults(), log: log, h2only: h2only}
+	m.holds.base = m.lim.CalmHold
+	return m
 }
 
 // Calmed is how many connections the meter has closed.
 func (m *Meter) Calmed() int64 { return m.calmed.Load() }
+
+// Held is how many connections the meter has held, their peer sent away
+// before (h2hold.go).
+func (m *Meter) Held() int64 { return m.held.Load() }
+
+// holdFor is the hold of a new connection c; nil when its peer is not
+// held.
+func (m *Meter) holdFor(c net.Conn) *hold {
+	until := m.holds.until(peerOf(c), time.Now())
+	if until.IsZero() {
+		return nil
+	}
+	m.held.Add(1)
+	return newHold(until)
+}
 
 // Listener meters every connection l accepts.
 func (m *Meter) Listener(l net.Listener) net.Listener { return meteredListener{Listener: l, m: m} }
 
 // Conn meters c.
 func (m *Meter) Conn(c net.Conn) net.Conn {
-	mc := &meteredConn{Conn: c, m: m}
+	mc := &meteredConn{Conn: c, m: m, hold: m.holdFor(c)}
 	now := time.Now()
 	mc.resets = newBudget(m.lim.MaxResets, now)
 	mc.pings = newBudget(m.lim.MaxPings, now)
@@ -186,6 +210,9 @@ type meteredCreds struct {
 }
 
 func (c meteredCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if h := c.m.holdFor(raw); h != nil {
+		h.wait() // a held peer's handshake waits too: it is the costly part
+	}
 	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		return conn, info, err
@@ -261,11 +288,16 @@ type meteredConn struct {
 
 	earned atomic.Bool // the server sent HEADERS or DATA since the last ping
 	calm   atomic.Bool // going over a budget closed the connection
+	// hold: the peer was sent away before; the first read waits it out.
+	hold *hold
 }
 
 func (c *meteredConn) Read(p []byte) (int, error) {
 	if c.calm.Load() {
 		return 0, ErrCalm
+	}
+	if h := c.hold; h != nil && !h.wait() {
+		return 0, net.ErrClosed
 	}
 	n, err := c.Conn.Read(p)
 	if n > 0 && c.mode.Load() != modeOther {
@@ -275,6 +307,14 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// Close closes the connection, and ends its hold.
+func (c *meteredConn) Close() error {
+	if h := c.hold; h != nil {
+		h.close()
+	}
+	return c.Conn.Close()
 }
 
 // scan reads the frame headers in b; it returns what went over its
@@ -433,6 +473,7 @@ func (c *meteredConn) calmDown(what string) {
 	}
 	_ = c.Close()
 	c.m.calmed.Add(1)
+	c.m.holds.strike(peerOf(c.Conn), time.Now())
 	c.m.log.LogAttrs(context.Background(), slog.LevelWarn, "HTTP/2 connection closed: the client went over a frame budget (ENHANCE_YOUR_CALM)",
 		slog.String("over", what), slog.String("peer", c.RemoteAddr().String()))
 }

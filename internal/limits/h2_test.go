@@ -29,6 +29,7 @@ type pipeConn struct {
 	out      bytes.Buffer
 	chunk    int // bytes a Read returns at most
 	closed   bool
+	addr     net.Addr // nil: 127.0.0.1:1
 }
 
 func (p *pipeConn) Read(b []byte) (int, error) {
@@ -40,7 +41,12 @@ func (p *pipeConn) Read(b []byte) (int, error) {
 func (p *pipeConn) Write(b []byte) (int, error)      { return p.out.Write(b) }
 func (p *pipeConn) Close() error                     { p.closed = true; return nil }
 func (p *pipeConn) SetWriteDeadline(time.Time) error { return nil }
-func (p *pipeConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+func (p *pipeConn) RemoteAddr() net.Addr {
+	if p.addr != nil {
+		return p.addr
+	}
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+}
 
 // drain reads c to its end, and returns the error that ended it.
 func drain(c net.Conn) error {

@@ -103,10 +103,11 @@ type Options struct {
 
 // Keeper is the idempotency middleware and its counters.
 type Keeper struct {
-	store Store // nil: keys are refused
-	opts  Options
-	log   *slog.Logger
-	calls *prometheus.CounterVec
+	store   Store // nil: keys are refused
+	opts    Options
+	log     *slog.Logger
+	calls   *prometheus.CounterVec
+	waiting prometheus.Gauge
 }
 
 // New returns a Keeper over store; a nil store refuses every key
@@ -125,11 +126,17 @@ func New(store Store, opts Options) *Keeper {
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "toolgate_idempotency_calls_total",
 			Help: "Calls with an idempotency key, by outcome: ran (first with its key), replayed (answered with the kept answer), joined (waited for the first, then answered with its answer), refused (a bad key, a key reused with other arguments, keys disabled, an answer not kept), store_error (the store did not answer).",
-		}, []string{"outcome"})}
+		}, []string{"outcome"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "toolgate_idempotency_waiting",
+			Help: "Calls waiting for the first call with their idempotency key (on any gateway) to finish.",
+		})}
 }
 
 // Collectors are the Keeper's metrics.
-func (k *Keeper) Collectors() []prometheus.Collector { return []prometheus.Collector{k.calls} }
+func (k *Keeper) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{k.calls, k.waiting}
+}
 
 // Middleware is the Keeper as toolcall middleware. Calls without a key
 // pass through; so do keys on ops other than invoke, stream and start
@@ -260,7 +267,11 @@ func (k *Keeper) serve(ctx context.Context, c *toolcall.Call, emit toolcall.Emit
 			return res, err
 		}
 		// The first call runs (here or on another gateway): wait for it.
-		joined = true
+		if !joined {
+			joined = true
+			k.waiting.Inc()
+			defer k.waiting.Dec()
+		}
 		t := time.NewTimer(pause)
 		select {
 		case <-wait.Done():

@@ -265,6 +265,9 @@ func TestConcurrentCallJoins(t *testing.T) {
 		t.Fatalf("a joiner answered before the first call did: %+v", g)
 	default:
 	}
+	if n := testutil.ToFloat64(k.waiting); n != joiners {
+		t.Fatalf("toolgate_idempotency_waiting %v, want %d", n, joiners)
+	}
 	close(svc.release)
 	for _, ch := range []chan got{first, second, second, second, second, second} {
 		if g := <-ch; g.err != nil || g.out != "hi" {
@@ -276,6 +279,9 @@ func TestConcurrentCallJoins(t *testing.T) {
 	}
 	if n := counter(t, k, "joined"); n != joiners {
 		t.Fatalf("joined %v, want %d", n, joiners)
+	}
+	if n := testutil.ToFloat64(k.waiting); n != 0 {
+		t.Fatalf("toolgate_idempotency_waiting %v after the answers, want 0", n)
 	}
 }
 

@@ -240,7 +240,7 @@ func produce(c pulsar.Client, topic string) error {
 
 // TestBrokerTokenAuth runs the gateway and a Go tool service against a
 // broker with token authentication and authorization, each with its own
-// role and the least permissions it needs (README, "Trust boundaries"),
+// role and the least permissions it needs (docs/security.md, "From the bus"),
 // and checks that the broker itself refuses what a role may not do.
 func TestBrokerTokenAuth(t *testing.T) {
 	t.Parallel()

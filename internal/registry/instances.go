@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -135,13 +136,17 @@ func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingA
 	var rejected []pendingAnn
 	var rest []pendingAnn
 	for k, pa := range todo {
+		// Each announcement at its time in the log: what ran out before
+		// it is gone first, as it was for a gateway that read it live.
+		at, ran := m.stepLocked(pa.u, now)
+		changed = changed || ran
 		if pa.withdraw {
-			c, l := m.withdrawLocked(pa.u, now)
+			c, l := m.withdrawLocked(pa.u, at)
 			changed = changed || c
 			left = append(left, l...)
 			continue
 		}
-		done, c, err := m.putLocked(pa.u, pa.label, pa.parsed, now)
+		done, c, err := m.putLocked(pa.u, pa.label, pa.parsed, at)
 		if !done {
 			rest = todo[k:]
 			break
@@ -153,11 +158,9 @@ func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingA
 		}
 	}
 	var snap *Snapshot
-	if changed {
-		m.expireLocked(now) // an announcement read late may have run out already
-		snap = m.mergeLocked()
+	if changed || m.viewDueLocked(now) {
+		snap = m.publishLocked(now)
 	}
-	m.scheduleLocked()
 	lost := m.takeLostLocked()
 	m.mu.Unlock()
 	m.tellLost(lost)
@@ -194,40 +197,73 @@ func (m *Merger) sameDoc(u Update) bool {
 	return in != nil && bytes.Equal(in.doc, u.Doc)
 }
 
-// expiryOf is when an announcement's instance runs out, applied at now:
-// its lease (at most the maximum) from when it was made, never later than
-// now; zero without a lease.
-func (m *Merger) expiryOf(u Update, now time.Time) time.Time {
-	if u.Lease <= 0 {
-		return time.Time{}
-	}
+// msgTimeLocked is an announcement's time in the log: when it was made
+// (At; zero: now), never later than now, and never earlier than the
+// latest announcement applied — the log's clock only goes forward, so an
+// announcer whose clock runs behind cannot date a claim or a lease back.
+func (m *Merger) msgTimeLocked(u Update, now time.Time) time.Time {
 	at := u.At
 	if at.IsZero() || at.After(now) {
 		at = now
+	}
+	if at.Before(m.logAt) {
+		at = m.logAt
+	}
+	return at
+}
+
+// stepLocked moves the log's clock to u's time and commits what ran out
+// by then (leases, claims); it returns that time and whether anything ran
+// out.
+func (m *Merger) stepLocked(u Update, now time.Time) (time.Time, bool) {
+	at := m.msgTimeLocked(u, now)
+	m.logAt = at
+	return at, m.commitLocked(at, now)
+}
+
+// expiryOf is when an announcement's instance runs out, made at at (its
+// time in the log): its lease, at most the maximum, from then; zero
+// without a lease.
+func (m *Merger) expiryOf(u Update, at time.Time) time.Time {
+	if u.Lease <= 0 {
+		return time.Time{}
 	}
 	return at.Add(min(u.Lease, m.maxLease))
 }
 
 // renewLocked makes in hold until expires (zero: until withdrawn), unless
-// it holds longer already, and sets the timer when that is sooner than
-// the timer's.
+// it holds longer already.
 func (m *Merger) renewLocked(in *instance, expires time.Time) {
 	if expires.IsZero() || expires.After(in.expires) || in.expires.IsZero() {
 		in.expires = expires
 	}
-	// An expiry later than the timer's leaves the timer as it is: if it
-	// fires for this instance's old expiry, tick finds nothing run out
-	// and sets it again. Renewals so cost no walk over every instance.
-	if !in.expires.IsZero() && (m.timerAt.IsZero() || in.expires.Before(m.timerAt)) {
+	in.told = false
+	m.noteEventLocked(in.expires)
+}
+
+// noteEventLocked records that something may run out at at (zero:
+// nothing): the next commit looks, and the timer is set when that is
+// sooner than the view's next event. A renewal moves an expiry later and
+// leaves both as they are: when they come, nothing has run out, and they
+// are set for the next. Renewals so cost no walk over every instance.
+func (m *Merger) noteEventLocked(at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	if m.nextCommit.IsZero() || at.Before(m.nextCommit) {
+		m.nextCommit = at
+	}
+	if m.viewNext.IsZero() || at.Before(m.viewNext) {
+		m.viewNext = at
 		m.scheduleLocked()
 	}
 }
 
 // Renew applies u at once when it is a renewal: an announcement of an
-// announced instance with the document the instance announced last. It
-// reports whether it was one; anything else is left for Apply. Renewing
-// costs no new snapshot, so a source renews known instances as it reads
-// their announcements, before any other update waiting to be applied.
+// announced instance with the document the instance announced last,
+// whose lease had not run out by u's time. It reports whether it was one;
+// anything else is left for Apply. Renewing costs no new snapshot, so a
+// source renews known instances as it reads their announcements.
 func (m *Merger) Renew(u Update) bool {
 	if u.Origin != OriginAnnouncement || u.Parsed != nil || u.Lease < 0 || len(bytes.TrimSpace(u.Doc)) == 0 {
 		return false
@@ -243,8 +279,17 @@ func (m *Merger) Renew(u Update) bool {
 		return false
 	}
 	now := m.now()
+	at := m.msgTimeLocked(u, now)
+	if !cur.expires.IsZero() && (!at.Before(cur.expires) || !m.viewAt.Before(cur.expires)) {
+		// It ran out before this renewal (it comes back as a new
+		// instance), or the registry shows it run out: Apply publishes.
+		return false
+	}
+	// What else ran out by at is committed with the next update: it
+	// runs out at its own time whenever that is (commitLocked).
+	m.logAt = at
 	m.heardLocked(now) // a message was read
-	m.renewLocked(cur, m.expiryOf(u, now))
+	m.renewLocked(cur, m.expiryOf(u, at))
 	return true
 }
 
@@ -272,25 +317,35 @@ func (m *Merger) Known(u Update) bool {
 	return u.Parsed == nil && p.doc != nil && bytes.Equal(p.doc, u.Doc)
 }
 
-// putLocked records an instance's announcement: parsed, or when nil the
-// same document as the instance's last (a renewal). done is false when a
-// renewal finds the instance changed meanwhile (it must be parsed);
-// changed says whether what is served may have changed. A refusal is
-// returned, not reported (reject takes the lock).
-func (m *Merger) putLocked(u Update, label string, parsed *part, now time.Time) (done, changed bool, err error) {
-	expires := m.expiryOf(u, now)
+// putLocked records an instance's announcement, made at at (its time in
+// the log): parsed, or when nil the same document as the instance's last
+// (a renewal). done is false when a renewal finds the instance changed
+// meanwhile (it must be parsed); changed says whether what is served may
+// have changed. A refusal is returned, not reported (reject takes the
+// lock).
+func (m *Merger) putLocked(u Update, label string, parsed *part, at time.Time) (done, changed bool, err error) {
+	expires := m.expiryOf(u, at)
 	units := m.parts[OriginAnnouncement]
 	p := units[u.Unit]
 	var cur *instance
 	if p != nil {
 		cur = p.instances[u.Instance]
 	}
-	if parsed == nil && (cur == nil || !bytes.Equal(cur.doc, u.Doc)) {
-		return false, false, nil
+	if u.Parsed == nil && cur != nil && bytes.Equal(cur.doc, u.Doc) {
+		// A renewal (parsed or not): the instance holds until its new
+		// expiry. What is served changes only if the registry showed it
+		// run out.
+		shown := cur.expires.IsZero() || m.viewAt.Before(cur.expires)
+		m.renewLocked(cur, expires)
+		return true, !shown, nil
+	}
+	if parsed == nil && cur == nil && p != nil && p.doc != nil && bytes.Equal(p.doc, u.Doc) {
+		// A new instance (or one whose lease ran out, back) announcing
+		// the descriptors the service serves: nothing to parse.
+		parsed = &part{doc: p.doc, services: p.services, tools: p.tools}
 	}
 	if parsed == nil {
-		m.renewLocked(cur, expires) // a renewal: the instance holds until its new expiry
-		return true, false, nil
+		return false, false, nil
 	}
 	if cur == nil && m.instanceCount >= m.maxAllInstances {
 		return true, false, fmt.Errorf("%w: %s: %d instances of announced services are there already, the limit", ErrRejected, label, m.instanceCount)
@@ -328,17 +383,19 @@ func (m *Merger) putLocked(u Update, label string, parsed *part, now time.Time) 
 		m.instanceCount++
 	}
 	p.instances[u.Instance] = in
-	m.settleLocked(p, now, false)
+	m.settleLocked(p, at, false)
+	m.noteEventLocked(expires)
 	return true, true, nil
 }
 
-// withdrawLocked removes the instance u names; the unit is served while
-// others remain. A withdrawal without an instance (keyed by the service
-// id alone, as an operator sends it) removes every instance: live ones
-// come back with their next renewal, dead ones are gone at once. Either
-// way the unit keeps its claims for the claim grace. It reports whether
-// anything was removed, and the request topics of what was.
-func (m *Merger) withdrawLocked(u Update, now time.Time) (bool, []string) {
+// withdrawLocked removes the instance u names, at at (the withdrawal's
+// time in the log); the unit is served while others remain. A withdrawal
+// without an instance (keyed by the service id alone, as an operator
+// sends it) removes every instance: live ones come back with their next
+// renewal, dead ones are gone at once. Either way the unit keeps its
+// claims for the claim grace, from at. It reports whether anything was
+// removed, and the request topics of what was.
+func (m *Merger) withdrawLocked(u Update, at time.Time) (bool, []string) {
 	p := m.parts[OriginAnnouncement][u.Unit]
 	if p == nil || len(p.instances) == 0 || (u.Instance != "" && p.instances[u.Instance] == nil) {
 		return false, nil
@@ -360,7 +417,7 @@ func (m *Merger) withdrawLocked(u Update, now time.Time) (bool, []string) {
 		m.instanceCount--
 		m.log.Info("announced instance withdrawn", "service", u.Unit, "instance", u.Instance, "instances_left", len(p.instances))
 	}
-	m.settleLocked(p, now, false)
+	m.settleLocked(p, at, false)
 	return true, left
 }
 
@@ -368,6 +425,15 @@ func (m *Merger) withdrawLocked(u Update, now time.Time) (bool, []string) {
 // none is left, records when the last left (at) and how (crashed); it
 // keeps the descriptor it served, whose claims it holds.
 func (m *Merger) settleLocked(p *part, at time.Time, crashed bool) {
+	m.settleViewLocked(p, p, at, crashed, false)
+}
+
+// settleViewLocked is settleLocked of p, the unit orig or its copy in a
+// view: orig remembers what was logged, so that each departure is logged
+// once; historical says the departure is from the log's history (a
+// gateway catching up), logged quietly.
+
+func (m *Merger) settleViewLocked(p, orig *part, at time.Time, crashed, historical bool) {
 	var newest *instance
 	for _, in := range p.instances {
 		if newest == nil || in.seq > newest.seq {
@@ -377,16 +443,27 @@ func (m *Merger) settleLocked(p *part, at time.Time, crashed bool) {
 	if newest == nil {
 		if p.leftAt.IsZero() {
 			p.leftAt, p.crashed = at, crashed
-			if crashed {
+			m.noteEventLocked(at.Add(m.claimGraceOf(p)))
+			if orig.toldLeft {
+				return
+			}
+			orig.toldLeft = true
+			until := at.Add(m.claimGraceOf(p))
+			switch {
+			case !crashed:
+				m.log.Info("every instance of an announced service withdrew", "service", p.unit, "claims_held_until", until)
+			case historical:
+				m.log.Info("every instance of an announced service had let its lease run out (the announcements' history)",
+					"service", p.unit, "left", at, "claims_held_until", until)
+			default:
 				m.log.Warn("every instance of an announced service let its lease run out: its tools are no longer listed, calls to them fail",
-					"service", p.unit, "claims_held_until", at.Add(m.claimGraceOf(p)))
-			} else {
-				m.log.Info("every instance of an announced service withdrew", "service", p.unit, "claims_held_until", at.Add(m.claimGraceOf(p)))
+					"service", p.unit, "claims_held_until", until)
 			}
 		}
 		return
 	}
 	p.leftAt, p.crashed = time.Time{}, false
+	orig.toldLeft = false
 	p.doc, p.services, p.tools = newest.doc, newest.services, newest.tools
 }
 
@@ -397,17 +474,44 @@ func (m *Merger) claimGraceOf(p *part) time.Duration {
 	return m.claimGrace
 }
 
+// The registry is a function of the announcements' log. Every decision —
+// a lease running out, a claim lapsing, which of two claims wins, a
+// release, a takeover — is taken at the time the log gives (each
+// announcement's publish time, Update.At, never earlier than the one
+// before) and in its order, never by this process's clock when the
+// message happens to be applied: a gateway that read the log live and one
+// that replays it at start-up hold the same units, instances, claims and
+// winners (TestReplayMatchesLive). What the log commits (commitLocked)
+// changes only with a message.
+//
+// The clock is read for one thing: what runs out after the log's last
+// message, while no new one comes (a crash, a claim grace ending on a
+// quiet topic). That is the view (viewLocked): the committed state as it
+// stands at the later of the log's time and now — provided the
+// announcements are known to be readable (Heard), else at the time they
+// last were. The view is what is published, and it is never committed: a
+// message then commits what ran out by its own time, so a late renewal
+// dated before its lease ran out keeps the instance, as it would for a
+// gateway that replayed the log.
+
 // unheardAfter is how long the announcements may go without a sign that
-// they are readable (Heard) before leases stop running out: the source
+// they are readable (Heard) before the view stops moving: the source
 // gives one at least every second while the topic is reachable.
 const unheardAfter = 3 * time.Second
 
+// recentLoss is how old an expiry the log commits (found with a message,
+// not by the view) may be to be logged as a loss and told to
+// WithInstanceLost: older ones are the log's history, read by a gateway
+// catching up, and are logged quietly.
+const recentLoss = unheardAfter
+
 // Heard tells the merger that the source of origin o could read at time at
 // (it asked the broker, or caught up): announcements made by then have
-// been received. Leases of announced instances run out only while such
-// signs are recent; after a silence longer than unheardAfter (the broker
-// unreachable, renewals unheard) every lease gets the time lost back. A
-// message applied is such a sign too.
+// been received. The view (what runs out after the log's last message)
+// moves only while such signs are recent; after a silence longer than
+// unheardAfter (the broker unreachable, renewals unheard) it stays where
+// it was until the announcements are heard again. A message applied is
+// such a sign too.
 func (m *Merger) Heard(o Origin, at time.Time) {
 	if o != OriginAnnouncement {
 		return
@@ -417,7 +521,7 @@ func (m *Merger) Heard(o Origin, at time.Time) {
 	m.mu.Lock()
 	m.heardLocked(at)
 	var snap *Snapshot
-	if m.expireLocked(m.now()) {
+	if now := m.now(); m.viewDueLocked(now) && m.refreshViewLocked(now) {
 		snap = m.mergeLocked()
 	}
 	m.scheduleLocked()
@@ -429,80 +533,199 @@ func (m *Merger) Heard(o Origin, at time.Time) {
 	}
 }
 
-// heardLocked records a sign of readable announcements at time at, giving
-// every lease and claim back the time beyond unheardAfter since the last.
+// heardLocked records a sign of readable announcements at time at.
 func (m *Merger) heardLocked(at time.Time) {
-	if !m.heardAt.IsZero() {
-		if lost := at.Sub(m.heardAt) - unheardAfter; lost > 0 {
-			for _, p := range m.parts[OriginAnnouncement] {
-				for _, in := range p.instances {
-					if !in.expires.IsZero() {
-						in.expires = in.expires.Add(lost)
-					}
-				}
-				if !p.leftAt.IsZero() {
-					p.leftAt = p.leftAt.Add(lost)
-				}
-			}
-			m.log.Warn("announcements were not readable for a while: leases and claims get the time back", "unheard", lost+unheardAfter)
-		}
-	}
 	if at.After(m.heardAt) {
 		m.heardAt = at
 	}
 }
 
-// confirmedLocked is the time up to which the announcements are known to
-// have been readable, as of now: now, unless the last sign is older than
-// unheardAfter.
-func (m *Merger) confirmedLocked(now time.Time) time.Time {
-	if m.heardAt.IsZero() || now.Sub(m.heardAt) <= unheardAfter {
-		return now
+// viewTimeLocked is the time the view is taken at, as of now: now, unless
+// the last sign of readable announcements is older than unheardAfter
+// (then unheardAfter after it), and never before the log's time.
+func (m *Merger) viewTimeLocked(now time.Time) time.Time {
+	v := now
+	if !m.heardAt.IsZero() && now.Sub(m.heardAt) > unheardAfter {
+		v = m.heardAt.Add(unheardAfter)
 	}
-	return m.heardAt.Add(unheardAfter)
+	if v.Before(m.logAt) {
+		v = m.logAt
+	}
+	return v
 }
 
-// expireLocked removes the instances whose lease ran out by now and the
-// units whose claims lapsed; it reports whether anything changed.
-func (m *Merger) expireLocked(now time.Time) bool {
-	now = m.confirmedLocked(now)
-	changed := false
-	units := m.parts[OriginAnnouncement]
-	for id, p := range units {
-		var last time.Time
-		for inst, in := range p.instances {
-			if !in.expires.IsZero() && !now.Before(in.expires) {
-				delete(p.instances, inst)
-				m.instanceCount--
-				m.log.Warn("an announced instance's lease ran out", "service", id, "instance", inst, "expired", in.expires)
-				if m.instanceLost != nil && inst != "" {
-					for _, svc := range in.services {
-						m.lost = append(m.lost, lostInstance{svc.RequestTopic, inst})
-					}
-				}
-				if in.expires.After(last) {
-					last = in.expires
-				}
-				changed = true
-			}
-		}
-		if !last.IsZero() {
-			m.settleLocked(p, last, true)
-		}
-		if len(p.instances) == 0 && !now.Before(p.leftAt.Add(m.claimGraceOf(p))) {
-			delete(units, id)
-			if m.released[id] {
-				m.log.Warn("an announced service's claims are released by the operator; refused announcements may take its names", "service", id)
-			} else {
-				m.log.Info("an announced service's claims lapsed: no instance came back within the claim grace", "service", id, "left", p.leftAt)
-			}
-			changed = true
+// viewDueLocked reports whether the view taken now differs from the one
+// published: something in it runs out by then.
+func (m *Merger) viewDueLocked(now time.Time) bool {
+	return !m.viewNext.IsZero() && !m.viewTimeLocked(now).Before(m.viewNext)
+}
+
+// nextEventOf is when something of p runs out next: an instance's lease,
+// or its claims once no instance is left; zero: nothing.
+func (m *Merger) nextEventOf(p *part) time.Time {
+	if len(p.instances) == 0 {
+		return p.leftAt.Add(m.claimGraceOf(p))
+	}
+	var next time.Time
+	for _, in := range p.instances {
+		if !in.expires.IsZero() && (next.IsZero() || in.expires.Before(next)) {
+			next = in.expires
 		}
 	}
+	return next
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// runOutLocked removes from p the instances whose lease ran out by at and
+// reports whether any did, and whether p's claims have lapsed by at. p is
+// orig itself when the log commits it, or orig's copy in a view. A loss
+// is logged and told once, when first found: by the view as it happens,
+// or by a commit — quietly when the expiry is the log's history.
+func (m *Merger) runOutLocked(p, orig *part, at, now time.Time) (changed, lapsed bool) {
+	commit := p == orig
+	var last time.Time
+	var lastIn *instance // the one to run out last: its descriptor is kept
+	for inst, in := range p.instances {
+		if in.expires.IsZero() || at.Before(in.expires) {
+			continue
+		}
+		delete(p.instances, inst)
+		if commit {
+			m.instanceCount--
+		}
+		if lastIn == nil || in.expires.After(last) || (in.expires.Equal(last) && in.seq > lastIn.seq) {
+			last, lastIn = in.expires, in
+		}
+		changed = true
+		if in.told {
+			continue
+		}
+		in.told = true
+		if commit && now.Sub(in.expires) > recentLoss {
+			m.log.Info("an announced instance's lease had run out (the announcements' history)", "service", p.unit, "instance", inst, "expired", in.expires)
+			continue
+		}
+		m.log.Warn("an announced instance's lease ran out", "service", p.unit, "instance", inst, "expired", in.expires)
+		if m.instanceLost != nil && inst != "" {
+			for _, svc := range in.services {
+				m.lost = append(m.lost, lostInstance{svc.RequestTopic, inst})
+			}
+		}
+	}
+	if len(p.instances) == 0 && lastIn != nil {
+		// As if they had run out one by one, each at its time: the
+		// service is left with the descriptor of the last.
+		p.doc, p.services, p.tools = lastIn.doc, lastIn.services, lastIn.tools
+	}
+	if !last.IsZero() {
+		m.settleViewLocked(p, orig, last, true, commit && now.Sub(last) > recentLoss)
+	}
+	return changed, len(p.instances) == 0 && !at.Before(p.leftAt.Add(m.claimGraceOf(p)))
+}
+
+// commitLocked commits what ran out by at, the log's time: instances whose
+// lease ran out, units whose claims lapsed. It reports whether anything
+// changed.
+func (m *Merger) commitLocked(at, now time.Time) bool {
+	if m.nextCommit.IsZero() || at.Before(m.nextCommit) {
+		return false
+	}
+	changed := false
+	var next time.Time
+	units := m.parts[OriginAnnouncement]
+	for id, p := range units {
+		if ev := m.nextEventOf(p); ev.IsZero() || at.Before(ev) {
+			next = earliest(next, ev)
+			continue
+		}
+		c, lapsed := m.runOutLocked(p, p, at, now)
+		changed = changed || c
+		if lapsed {
+			delete(units, id)
+			changed = true
+			switch {
+			case m.released[id]:
+				m.log.Warn("an announced service's claims are released by the operator; refused announcements may take its names", "service", id)
+			case !p.toldLapsed: // else the view said so
+				m.log.Info("an announced service's claims lapsed: no instance came back within the claim grace", "service", id, "left", p.leftAt)
+			}
+			continue
+		}
+		next = earliest(next, m.nextEventOf(p))
+	}
+	m.nextCommit = next
 	return changed
 }
 
-// scheduleLocked sets the timer for the next lease or claim to run out.
+// viewLocked is the announced units as they stand at v (viewTimeLocked):
+// the committed ones, with what ran out between the log's time and v
+// taken out of copies (nil when nothing did: the committed ones are the
+// view); and when something of them runs out next.
+func (m *Merger) viewLocked(v, now time.Time) (map[string]*part, time.Time) {
+	units := m.parts[OriginAnnouncement]
+	if m.nextCommit.IsZero() || v.Before(m.nextCommit) {
+		return nil, m.nextCommit // nothing runs out by v
+	}
+	var view map[string]*part
+	var next time.Time
+	for id, p := range units {
+		ev := m.nextEventOf(p)
+		if ev.IsZero() || v.Before(ev) {
+			next = earliest(next, ev)
+			continue
+		}
+		if view == nil {
+			view = maps.Clone(units)
+		}
+		q := *p
+		q.instances = maps.Clone(p.instances)
+		if _, lapsed := m.runOutLocked(&q, p, v, now); lapsed {
+			if !p.toldLapsed {
+				p.toldLapsed = true
+				m.log.Info("an announced service's claims lapsed: no instance came back within the claim grace", "service", id, "left", q.leftAt)
+			}
+			delete(view, id)
+			continue
+		}
+		view[id] = &q
+		next = earliest(next, m.nextEventOf(&q))
+	}
+	if view == nil {
+		m.nextCommit = next // found exactly: a renewal had moved it on
+	}
+	return view, next
+}
+
+// refreshViewLocked takes the view as of now and reports whether it may
+// differ from the one published (else it only moves its time on).
+func (m *Merger) refreshViewLocked(now time.Time) bool {
+	v := m.viewTimeLocked(now)
+	view, next := m.viewLocked(v, now)
+	copied := view != nil
+	if view == nil {
+		view = m.parts[OriginAnnouncement]
+	}
+	same := !copied && !m.viewCopied
+	m.view, m.viewAt, m.viewNext, m.viewCopied = view, v, next, copied
+	return !same
+}
+
+// publishLocked takes the view as of now, merges and publishes it, and
+// sets the timer for its next change.
+func (m *Merger) publishLocked(now time.Time) *Snapshot {
+	m.refreshViewLocked(now)
+	snap := m.mergeLocked()
+	m.scheduleLocked()
+	return snap
+}
+
+// scheduleLocked sets the timer for the view's next change.
 func (m *Merger) scheduleLocked() {
 	if m.closed {
 		return
@@ -513,29 +736,19 @@ func (m *Merger) scheduleLocked() {
 		}
 		m.timerAt = time.Time{}
 	}
-	if now := m.now(); !m.heardAt.IsZero() && now.Sub(m.heardAt) > unheardAfter {
-		stop() // unheard: nothing runs out until the next sign (Heard)
+	now := m.now()
+	if m.viewNext.IsZero() || (!m.heardAt.IsZero() && now.Sub(m.heardAt) > unheardAfter) {
+		stop() // nothing to run out, or unheard: the view waits for the next sign (Heard)
 		return
 	}
-	var next time.Time
-	for _, p := range m.parts[OriginAnnouncement] {
-		for _, in := range p.instances {
-			if !in.expires.IsZero() && (next.IsZero() || in.expires.Before(next)) {
-				next = in.expires
-			}
-		}
-		if len(p.instances) == 0 {
-			if end := p.leftAt.Add(m.claimGraceOf(p)); next.IsZero() || end.Before(next) {
-				next = end
-			}
-		}
-	}
-	if next.IsZero() {
-		stop()
+	if m.timerAt.Equal(m.viewNext) {
 		return
 	}
-	m.timerAt = next
-	d := max(next.Sub(m.now()), 0)
+	m.timerAt = m.viewNext
+	d := max(m.viewNext.Sub(now), 0)
+	if m.manualTimer {
+		return // a test calls tick
+	}
 	if m.timer == nil {
 		m.timer = time.AfterFunc(d, m.tick)
 		return
@@ -543,7 +756,7 @@ func (m *Merger) scheduleLocked() {
 	m.timer.Reset(d)
 }
 
-// tick expires what ran out and publishes the result.
+// tick publishes the view once something in it ran out.
 func (m *Merger) tick() {
 	m.swapMu.Lock()
 	defer m.swapMu.Unlock()
@@ -552,8 +765,9 @@ func (m *Merger) tick() {
 		m.mu.Unlock()
 		return
 	}
+	m.timerAt = time.Time{}
 	var snap *Snapshot
-	if m.expireLocked(m.now()) {
+	if now := m.now(); m.viewDueLocked(now) && m.refreshViewLocked(now) {
 		snap = m.mergeLocked()
 	}
 	m.scheduleLocked()

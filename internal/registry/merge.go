@@ -86,6 +86,9 @@ type part struct {
 	// crashed: its last instance left because its lease ran out, not by a
 	// withdrawal; its tools then answer calls with ErrServiceGone.
 	crashed bool
+	// toldLeft, toldLapsed: its departure, the lapse of its claims, were
+	// logged (by the view, before the log committed them).
+	toldLeft, toldLapsed bool
 }
 
 // instance is one replica's announcement of a unit.
@@ -95,6 +98,7 @@ type instance struct {
 	services map[string]*Service
 	tools    map[string]*Tool
 	expires  time.Time // zero: until withdrawn
+	told     bool      // its lease's running out was logged and told
 }
 
 // live reports whether the unit has an announcing instance.
@@ -147,12 +151,22 @@ type Merger struct {
 	instanceLeft func(requestTopic string)
 	timer        *time.Timer // the next lease or claim to run out
 	timerAt      time.Time   // when it is set for; zero when stopped
+	manualTimer  bool        // tests: no timer is started (withManualTimer)
 	closed       bool
 	// heardAt: when the announcements were last known to be readable (a
 	// message applied, or the source's word, Heard). Leases run out only
 	// while that is recent (unheardAfter): a gateway that cannot hear
 	// renewals does not take their absence for deaths.
 	heardAt time.Time
+	// logAt is the announcements log's time: that of the latest message
+	// applied. nextCommit is when something committed may run out next
+	// (never later; zero: nothing). view holds the announced units as
+	// published: the committed ones as they stood at viewAt, a time after
+	// logAt (instances.go); viewNext is when something of them runs out.
+	logAt, nextCommit time.Time
+	view              map[string]*part
+	viewAt, viewNext  time.Time
+	viewCopied        bool // view is not the committed units
 
 	swapMu sync.Mutex // orders publishing and onSwap
 
@@ -318,6 +332,9 @@ func WithInstanceLeft(f func(requestTopic string)) MergerOption {
 
 // withClock makes the merger read the time from now (tests).
 func withClock(now func() time.Time) MergerOption { return func(m *Merger) { m.now = now } }
+
+// withManualTimer: the merger starts no timer; the test calls tick.
+func withManualTimer() MergerOption { return func(m *Merger) { m.manualTimer = true } }
 
 // NewMerger returns a merger whose registry serves an empty snapshot until
 // the first update. onSwap, if set, is called after each new snapshot is
@@ -502,9 +519,10 @@ func (m *Merger) admit(u Update, label string) error {
 	if len(u.Doc) > m.maxAnnounceBytes {
 		return fmt.Errorf("%w: %s: the announcement has %d bytes, the limit is %d", ErrRejected, label, len(u.Doc), m.maxAnnounceBytes)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.admitLocked(u, label, false)
+	// The number of services is checked once it is recorded, at its time
+	// in the log (what ran out by then gives its room up): a check here,
+	// before the updates ahead of it in a batch, could differ.
+	return nil
 }
 
 // admitLocked refuses a service beyond the number that may be announced.
@@ -521,7 +539,7 @@ func (m *Merger) admitLocked(u Update, label string, evict bool) error {
 	}
 	var oldest *part
 	for _, p := range units {
-		if !p.live() && (oldest == nil || p.leftAt.Before(oldest.leftAt)) {
+		if !p.live() && (oldest == nil || p.leftAt.Before(oldest.leftAt) || (p.leftAt.Equal(oldest.leftAt) && p.seq < oldest.seq)) {
 			oldest = p
 		}
 	}
@@ -714,6 +732,9 @@ func (m *Merger) mergeLocked() *Snapshot {
 	var labels []string
 	for _, o := range Origins {
 		units := m.parts[o]
+		if o == OriginAnnouncement && m.view != nil {
+			units = m.view
+		}
 		keys := make([]string, 0, len(units))
 		for k := range units {
 			keys = append(keys, k)
@@ -871,12 +892,16 @@ func (m *Merger) Status() []SourceStatus {
 	var out []SourceStatus
 	for _, o := range Origins {
 		st := m.states[o]
-		if !st.enabled && len(m.parts[o]) == 0 {
+		units := m.parts[o]
+		if o == OriginAnnouncement && m.view != nil {
+			units = m.view // as published
+		}
+		if !st.enabled && len(units) == 0 {
 			continue
 		}
 		ss := SourceStatus{Origin: o, Synced: st.synced, Error: st.err, Rejected: st.rejected, LastRejection: st.lastRejection,
 			Throttled: st.throttled}
-		for _, p := range m.parts[o] {
+		for _, p := range units {
 			switch {
 			case p.live():
 				ss.Units++

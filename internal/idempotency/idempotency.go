@@ -244,6 +244,8 @@ func (k *Keeper) serve(ctx context.Context, c *toolcall.Call, emit toolcall.Emit
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
 		rec, claimed, err := k.store.Begin(ctx, skey, fp, token, Lease)
 		switch {
+		case err != nil && ctx.Err() != nil:
+			return toolcall.Result{}, toolcall.WithErrorInfo(ctx.Err()) // the caller's, not the store's
 		case err != nil:
 			return toolcall.Result{}, k.storeFailed(ctx, err)
 		case claimed:
@@ -306,10 +308,15 @@ func (k *Keeper) run(ctx context.Context, c *toolcall.Call, emit toolcall.Emit, 
 	k.calls.WithLabelValues("ran").Inc()
 	stop := k.renew(ctx, skey, token)
 	var a answer
+	over := 0 // the chunks' size once over MaxAnswerBytes: they are no longer kept
 	if emit != nil {
-		inner := emit
+		inner, size := emit, 0
 		emit = func(ch toolcall.Chunk) error {
-			a.Chunks = append(a.Chunks, chunk{Text: ch.Text, Last: ch.Last})
+			if size += len(ch.Text); size > k.opts.MaxAnswerBytes {
+				a.Chunks, over = nil, size
+			} else {
+				a.Chunks = append(a.Chunks, chunk{Text: ch.Text, Last: ch.Last})
+			}
 			return inner(ch)
 		}
 	}
@@ -329,8 +336,8 @@ func (k *Keeper) run(ctx context.Context, c *toolcall.Call, emit toolcall.Emit, 
 	if err != nil {
 		a.Status, _ = proto.Marshal(status.Convert(err).Proto())
 	}
-	if a.size() > k.opts.MaxAnswerBytes {
-		a = answer{TooLarge: a.size()}
+	if n := max(a.size(), over); n > k.opts.MaxAnswerBytes {
+		a = answer{TooLarge: n}
 	}
 	enc, merr := json.Marshal(a)
 	if merr == nil {

@@ -406,12 +406,26 @@ func TestAnswerTooLarge(t *testing.T) {
 	if n := svc.runs.Load(); n != 1 {
 		t.Fatalf("the service ran %d times, want 1", n)
 	}
+	// A stream's chunks, over the bound: all given to the first caller,
+	// none kept.
+	var chunks []toolcall.Chunk
+	collect := func(ch toolcall.Chunk) error { chunks = append(chunks, ch); return nil }
+	if _, err := h(t.Context(), call(toolcall.OpStream, "alice", "say", `{"say": "abcdefgh", "chunks": true}`, "k-12"), collect); err != nil || len(chunks) != 2 {
+		t.Fatalf("first stream: %v, %v", chunks, err)
+	}
+	_, err = h(t.Context(), call(toolcall.OpStream, "alice", "say", `{"say": "abcdefgh", "chunks": true}`, "k-12"), collect)
+	if code, r := reason(err); code != codes.FailedPrecondition || r != ReasonAnswerNotKept || len(chunks) != 2 {
+		t.Fatalf("stream retry: %v (%d chunks), want FAILED_PRECONDITION %s and no chunk", err, len(chunks), ReasonAnswerNotKept)
+	}
+	if n := svc.runs.Load(); n != 2 {
+		t.Fatalf("the service ran %d times, want 2", n)
+	}
 }
 
 // Bad keys, keys where they are not taken, and keys without a store are
 // refused before anything runs; a gRPC metadata key is read as a header.
 func TestRefusals(t *testing.T) {
-	h, svc, _, _ := setup(t, Options{})
+	h, svc, k, _ := setup(t, Options{})
 	long := strings.Repeat("k", MaxKeyLength+1)
 	for _, key := range []string{long, "a b", "é", `""`, "a\"b"} {
 		_, err := invoke(t, h, call(toolcall.OpInvoke, "alice", "say", `{"say": "x"}`, key))
@@ -448,6 +462,15 @@ func TestRefusals(t *testing.T) {
 	}
 	if out, err := invoke(t, off, call(toolcall.OpInvoke, "alice", "say", `{"say": "x"}`, "")); err != nil || out != "x" || offSvc.runs.Load() != 1 {
 		t.Errorf("no store, no key: %q, %v", out, err)
+	}
+	// A caller gone before the store answered is that, not a store failure.
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := h(gone, call(toolcall.OpInvoke, "alice", "say", `{"say": "x"}`, "k-gone"), nil); status.Code(err) != codes.Canceled {
+		t.Errorf("caller gone: %v, want CANCELLED", err)
+	}
+	if n := counter(t, k, "store_error"); n != 0 {
+		t.Errorf("store errors %v, want none", n)
 	}
 	// gRPC metadata is a Header too.
 	md := metadata.Pairs(toolcall.HeaderIdempotencyKey, "k-md")

@@ -30,7 +30,7 @@ func (m *Manager) Get(owner, id string) (Record, error) {
 	if r.Owner != owner || r.expired(now, m.opts.TTL) {
 		return Record{}, ErrNotFound
 	}
-	return r.Now(now), nil
+	return r, nil
 }
 
 // unseen reports whether id, which the table does not hold, may be an
@@ -57,7 +57,6 @@ func (m *Manager) List(owner string, done *bool) []Record {
 		if r.Owner != owner || r.expired(now, m.opts.TTL) {
 			continue
 		}
-		r = r.Now(now)
 		if done != nil && r.Finished() != *done {
 			continue
 		}
@@ -82,7 +81,7 @@ func (m *Manager) Cancel(ctx context.Context, owner, id string) (Record, error) 
 		return Record{}, err
 	}
 	defer done()
-	if err := m.finish(sctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}, 0); err != nil {
+	if _, err := m.finish(sctx, id, Cancelled, "", &Failure{Reason: ReasonCancelled, Message: "the operation was cancelled"}, 0); err != nil {
 		if cause := why(sctx); cause != nil {
 			err = cause
 		}
@@ -164,18 +163,13 @@ func (m *Manager) Wait(ctx context.Context, owner, id string, timeout time.Durat
 		if err != nil || r.Finished() {
 			return r, err
 		}
-		// The deadline passing changes the record without a message.
-		dl := time.NewTimer(time.Until(time.UnixMilli(r.DeadlineMS+deadlineSlackMS+1)) + time.Millisecond)
+		// The deadline passing is written too (deadlineEnd): a change.
 		select {
 		case <-changed:
-		case <-dl.C:
 		case <-t.C:
-			dl.Stop()
 			return m.Get(owner, id)
 		case <-ctx.Done():
-			dl.Stop()
 			return r, nil
 		}
-		dl.Stop()
 	}
 }

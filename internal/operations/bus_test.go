@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 )
@@ -157,8 +158,9 @@ func (c failingCaller) Call(context.Context, bridge.Target, wire.Request, bridge
 
 var errRefused = errors.New("refused by the test")
 
-// newTestManager returns a Manager on a fresh memBus, its table read
-// (the follower not running: tests that want it call Run).
+// newTestManager returns a Manager on a fresh memBus, its follower
+// reading the table (an end written is applied once read back) until the
+// test ends.
 func newTestManager(t *testing.T, opts Options) (*Manager, *memBus) {
 	t.Helper()
 	b := newMemBus()
@@ -169,7 +171,11 @@ func newTestManager(t *testing.T, opts Options) (*Manager, *memBus) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.caughtUp.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.follow(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually.True(t, 10*time.Second, "the table read", m.caughtUp.Load)
 	return m, b
 }
 

@@ -134,7 +134,7 @@ func TestGetOfAnOperationNotSeenYet(t *testing.T) {
 	if err := m.put(t.Context(), r); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.finish(t.Context(), fresh, Done, "out", nil, 0); err != nil {
+	if _, err := m.finish(t.Context(), fresh, Done, "out", nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-got; r.State != Done {

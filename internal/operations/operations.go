@@ -64,6 +64,19 @@ const (
 	lastChunkWait = 30 * time.Second
 	// propLast marks the last chunk of an answer on the chunk topic.
 	propLast = "toolgate-last"
+	// readBackWait bounds how long the writer of an operation's end waits
+	// for its table to read the end back (putBy).
+	readBackWait = 10 * time.Second
+	// deadlineGrace: the gateway that started an operation writes its
+	// deadline failure this long after the deadline, so that a reply the
+	// service sent in time and the broker delivers late is recorded
+	// first.
+	deadlineGrace = time.Second
+	// orphanGrace: every gateway writes the deadline failure of a running
+	// operation whose deadline passed this long ago (its starter gone).
+	orphanGrace = 10 * time.Second
+	// deadlineEvery: how often a gateway looks for such operations.
+	deadlineEvery = 5 * time.Second
 	// withdrawWait bounds the deletion of the record of an operation
 	// that could not start (withdraw).
 	withdrawWait = 30 * time.Second
@@ -175,6 +188,10 @@ type Manager struct {
 	// writing counts the records and chunks being written: published,
 	// the broker's receipt not come yet (Unsent).
 	writing atomic.Int64
+
+	// repairs counts the records written again over an older one read
+	// after them (apply).
+	repairs atomic.Int64
 
 	started, told                    atomic.Int64
 	done, failed, cancelled, expired atomic.Int64 // final states recorded (expired: counted by await)
@@ -351,11 +368,10 @@ type Stats struct {
 
 // Stats returns the counters.
 func (m *Manager) Stats() Stats {
-	now := time.Now()
 	m.mu.RLock()
 	n, running := len(m.table), 0
 	for _, r := range m.table {
-		if !r.Now(now).Finished() {
+		if !r.Finished() {
 			running++
 		}
 	}

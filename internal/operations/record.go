@@ -75,24 +75,60 @@ type Record struct {
 	// came in one message (Output is all there is), or when it ended
 	// without chunks recorded.
 	Chunks int `json:"chunks,omitempty"`
+	// Version orders the records of one operation: VersionRunning for
+	// its start, VersionEnded for its end (absent from records written
+	// before it was: their state says). A table takes a record only over
+	// one of a lower version: an operation's end is the first end the
+	// state topic gives it, and an older record (a replay, a retry of a
+	// write that had been taken) changes nothing.
+	Version int `json:"v,omitempty"`
+}
+
+// The versions of a record (Record.Version).
+const (
+	VersionRunning = 1
+	VersionEnded   = 2
+)
+
+// version is r's Version, or the one its state implies.
+func (r Record) version() int {
+	if r.State == Running {
+		return VersionRunning
+	}
+	return VersionEnded
+}
+
+// sameOutcome reports whether a and b record the same end (or are both
+// running): a record and a copy of it written again.
+func sameOutcome(a, b Record) bool {
+	if a.State != b.State || a.EndMS != b.EndMS || a.Output != b.Output || a.Chunks != b.Chunks {
+		return false
+	}
+	if a.Failure == nil || b.Failure == nil {
+		return a.Failure == b.Failure
+	}
+	return *a.Failure == *b.Failure
 }
 
 // Finished reports whether the record is in a final state.
 func (r Record) Finished() bool { return r.State != Running }
 
-// Now is r as it stands at now: a running operation past its deadline has
-// failed with ReasonDeadline, on every gateway alike.
-func (r Record) Now(now time.Time) Record {
-	if r.State == Running && now.UnixMilli() > r.DeadlineMS+deadlineSlackMS {
-		r.State, r.EndMS = Failed, r.DeadlineMS
-		r.Failure = &Failure{Reason: ReasonDeadline, Message: "the tool did not answer before the operation's deadline"}
-	}
-	return r
+// pastDeadline reports whether r is running at now past its deadline:
+// its end, failed with ReasonDeadline, is for a gateway to write
+// (deadlineEnd) — a reader never makes it up, so that every reader shows
+// the one end the state topic gives the operation.
+func (r Record) pastDeadline(now time.Time) bool {
+	return r.State == Running && now.UnixMilli() > r.DeadlineMS+deadlineSlackMS
 }
 
-// expired reports whether r (as it stands at now) ended more than ttl ago.
+// deadlineFailure is the failure of an operation whose deadline passed
+// with no reply.
+func deadlineFailure() *Failure {
+	return &Failure{Reason: ReasonDeadline, Message: "the tool did not answer before the operation's deadline"}
+}
+
+// expired reports whether r ended more than ttl before now.
 func (r Record) expired(now time.Time, ttl time.Duration) bool {
-	r = r.Now(now)
 	if r.State == Running {
 		return false
 	}
@@ -118,6 +154,8 @@ func decodeRecord(key string, b []byte) (Record, error) {
 		return r, fmt.Errorf("%w: owner or tool missing, or owner, tool or topic too long", errBadRecord)
 	case r.Chunks < 0:
 		return r, fmt.Errorf("%w: %d chunks", errBadRecord, r.Chunks)
+	case r.Version != 0 && r.Version != r.version():
+		return r, fmt.Errorf("%w: version %d of a %s record", errBadRecord, r.Version, r.State)
 	}
 	switch r.State {
 	case Running, Done, Failed, Cancelled:

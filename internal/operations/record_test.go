@@ -25,21 +25,29 @@ func TestDecodeRecordChecksWhatCameFromTheBus(t *testing.T) {
 	}
 }
 
-func TestRunningPastItsDeadlineHasFailed(t *testing.T) {
+// A running operation past its deadline is running until its end is
+// written (deadlineEnd): no reader makes the failure up, so a reader whose
+// table lags never shows a failure that another end then replaces.
+func TestRunningPastItsDeadlineIsRunningUntilWritten(t *testing.T) {
 	now := time.Now()
 	r := Record{ID: testID, Owner: "a", State: Running, DeadlineMS: now.Add(-time.Second).UnixMilli()}
-	got := r.Now(now)
-	if got.State != Failed || got.Failure == nil || got.Failure.Reason != ReasonDeadline {
-		t.Fatalf("past its deadline: %+v", got)
+	if !r.pastDeadline(now) || r.Finished() {
+		t.Fatalf("past its deadline: %+v", r)
 	}
+	if r.expired(now.Add(48*time.Hour), time.Hour) {
+		t.Fatal("a running operation expired")
+	}
+	r.State, r.EndMS, r.Failure = Failed, r.DeadlineMS, deadlineFailure()
 	if r.expired(now, time.Hour) || !r.expired(now.Add(2*time.Hour), time.Hour) {
-		t.Fatal("expiry does not count from the deadline")
+		t.Fatal("expiry does not count from the end")
 	}
 }
 
 func TestRunningNeverReplacesFinished(t *testing.T) {
 	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Done, Output: "x"}}
-	applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"running"}`))
+	if _, _, stale := applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"running"}`)); !stale {
+		t.Fatal("a running record after the end not reported stale")
+	}
 	if table[testID].State != Done {
 		t.Fatalf("a late running record replaced the finished one: %+v", table[testID])
 	}
@@ -49,16 +57,35 @@ func TestRunningNeverReplacesFinished(t *testing.T) {
 	}
 }
 
-func TestCancelledStands(t *testing.T) {
-	table := map[string]Record{testID: {ID: testID, Owner: "a", State: Cancelled}}
-	applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"failed","error":{"type":"timeout"}}`))
-	if table[testID].State != Cancelled {
-		t.Fatalf("a reply recorded after the cancel replaced it: %+v", table[testID])
+// The first end the state topic gives an operation is its end on every
+// reader: a failure recorded after a cancel (the service's answer to
+// it), a cancel or a deadline failure after a done, a done after a
+// deadline failure change nothing, and are reported stale; the same end
+// written again is not.
+func TestTheFirstEndStands(t *testing.T) {
+	ends := map[string]string{
+		"done":      `{"id":"` + testID + `","owner":"a","state":"done","output":"x","end_ms":5,"v":2}`,
+		"cancelled": `{"id":"` + testID + `","owner":"a","state":"cancelled","error":{"reason":"CANCELLED"},"end_ms":6}`,
+		"failed":    `{"id":"` + testID + `","owner":"a","state":"failed","error":{"type":"timeout"},"end_ms":7}`,
+		"deadline":  `{"id":"` + testID + `","owner":"a","state":"failed","error":{"reason":"DEADLINE_EXCEEDED"},"end_ms":3,"v":2}`,
 	}
-	table[testID] = Record{ID: testID, Owner: "a", State: Done}
-	applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"cancelled"}`))
-	if table[testID].State != Cancelled {
-		t.Fatalf("a cancel recorded after a racing reply did not stand: %+v", table[testID])
+	for _, first := range []string{"done", "cancelled", "failed", "deadline"} {
+		for _, then := range []string{"done", "cancelled", "failed", "deadline"} {
+			table := map[string]Record{}
+			applyTo(table, map[string]int{}, testID, decoded(t, testID, `{"id":"`+testID+`","owner":"a","state":"running","v":1}`))
+			applyTo(table, map[string]int{}, testID, decoded(t, testID, ends[first]))
+			want := table[testID]
+			_, _, stale := applyTo(table, map[string]int{}, testID, decoded(t, testID, ends[then]))
+			if got := table[testID]; !sameOutcome(got, want) {
+				t.Errorf("%s then %s: the table holds %+v, want %+v", first, then, got, want)
+			}
+			if stale != (first != then) {
+				t.Errorf("%s then %s: stale %v", first, then, stale)
+			}
+		}
+	}
+	if _, err := decodeRecord(testID, []byte(`{"id":"`+testID+`","owner":"a","state":"running","v":2}`)); err == nil {
+		t.Fatal("a running record of version 2 decoded")
 	}
 }
 

@@ -131,8 +131,14 @@ func (m *Manager) onReply(l *replyLane, msg transport.Message) bool {
 		}
 		return false // the table may lag: deliver it again
 	}
-	if r.Now(time.Now()).Finished() {
+	if r.Finished() {
 		delete(l.partial, id)
+		return true
+	}
+	if !msg.PublishTime.IsZero() && msg.PublishTime.UnixMilli() > r.DeadlineMS+deadlineSlackMS {
+		// Sent after the deadline: the deadline's failure is the end
+		// (deadlineEnd). One sent in time is recorded however late the
+		// broker delivers it (a restart), while no end is recorded.
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -151,7 +157,7 @@ func (m *Manager) onReply(l *replyLane, msg transport.Message) bool {
 		l.partial[id] = p
 	}
 	end := func(st State, out string, f *Failure) bool {
-		if err := m.finish(ctx, id, st, out, f, p.written); err != nil {
+		if _, err := m.finish(ctx, id, st, out, f, p.written); err != nil {
 			m.log.Warn("cannot record an operation's end; the reply will come again", "id", id, "err", err)
 			return false
 		}

@@ -55,7 +55,7 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 		topic = "" // every table would refuse the record: recorded without it
 	}
 	r := Record{ID: m.opts.Keys.newID(now), Owner: s.Owner, Tool: s.Tool, State: Running, CreateMS: now.UnixMilli(), DeadlineMS: s.Deadline.UnixMilli(), Topic: topic}
-	if err := m.putBy(sctx, r, s.Deadline); err != nil {
+	if _, err := m.putBy(sctx, r, s.Deadline); err != nil {
 		m.withdraw(r.ID)
 		if cause := why(sctx); cause != nil {
 			return Record{}, cause // the deadline, the broker found away, the caller gone
@@ -131,36 +131,81 @@ func (m *Manager) await(id string, call *bridge.Call) {
 	case errors.Is(err, bridge.ErrBadReply):
 		m.finishLogged(id, Failed, "", &Failure{Reason: ReasonBadReply, Message: "the tool service sent a malformed reply"})
 	case errors.Is(err, context.DeadlineExceeded):
-		// The deadline passed with no reply: every table shows it failed
-		// (Record.Now); the gateway that started it counts it.
-		if r, ok, _ := m.lookup(id); ok && !r.Finished() {
+		// The deadline passed with no reply: this gateway writes the
+		// failure, a moment later (a reply sent in time may be on its
+		// way), and counts it if it was the end.
+		r, ok, _ := m.lookup(id)
+		if !ok || r.Finished() {
+			return
+		}
+		t := time.NewTimer(time.Until(time.UnixMilli(r.DeadlineMS).Add(deadlineGrace)))
+		defer t.Stop()
+		for {
+			cur, ok, changed := m.lookup(id)
+			if !ok || cur.Finished() {
+				return // a reply came after all, or a cancel
+			}
+			select {
+			case <-changed:
+				continue
+			case <-t.C:
+			}
+			break
+		}
+		if m.deadlineEnd(id) {
 			m.expired.Add(1)
 		}
 	}
 }
 
+// deadlineEnd writes the end of running operation id whose deadline has
+// passed — failed, ReasonDeadline, ended at its deadline — and reports
+// whether that is its end (no other end came first).
+func (m *Manager) deadlineEnd(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, ok, _ := m.lookup(id)
+	if !ok || r.Finished() || !r.pastDeadline(time.Now()) {
+		return false
+	}
+	r.State, r.Failure, r.EndMS, r.Output, r.Chunks = Failed, deadlineFailure(), r.DeadlineMS, "", 0
+	got, err := m.putBy(ctx, r, time.Time{})
+	if err != nil {
+		m.quiet.Warn("cannot record that an operation's deadline passed", "id", id, "err", err)
+		return false
+	}
+	return got.Finished() && sameOutcome(got, r)
+}
+
 func (m *Manager) finishLogged(id string, st State, out string, f *Failure) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := m.finish(ctx, id, st, out, f, 0); err != nil {
+	if _, err := m.finish(ctx, id, st, out, f, 0); err != nil {
 		m.log.Warn("cannot record an operation's end", "id", id, "err", err)
 	}
 }
 
 // finish records id's end unless it has ended already; chunks is how
-// many chunks of the answer are on the chunk topic.
-func (m *Manager) finish(ctx context.Context, id string, st State, out string, f *Failure, chunks int) error {
+// many chunks of the answer are on the chunk topic. It returns whether
+// that is the operation's end: an end another gateway wrote first on
+// the state topic stands (applyTo). The end is counted by the gateway
+// whose end it is.
+func (m *Manager) finish(ctx context.Context, id string, st State, out string, f *Failure, chunks int) (bool, error) {
 	r, ok, _ := m.lookup(id)
 	now := time.Now()
-	if !ok || r.Now(now).Finished() {
-		return nil
+	if !ok || r.Finished() {
+		return false, nil
 	}
 	if len(out) > m.opts.MaxOutput {
 		st, out, f = Failed, "", &Failure{Reason: ReasonTooLarge, Message: fmt.Sprintf("the output is larger than the %d bytes an operation keeps", m.opts.MaxOutput)}
 	}
 	r.State, r.Output, r.Failure, r.EndMS, r.Chunks = st, out, f, now.UnixMilli(), chunks
-	if err := m.put(ctx, r); err != nil {
-		return err
+	got, err := m.putBy(ctx, r, time.Time{})
+	if err != nil {
+		return false, err
+	}
+	if !got.Finished() || !sameOutcome(got, r) {
+		return false, nil
 	}
 	switch st {
 	case Done:
@@ -170,7 +215,7 @@ func (m *Manager) finish(ctx context.Context, id string, st State, out string, f
 	case Cancelled:
 		m.cancelled.Add(1)
 	}
-	return nil
+	return true, nil
 }
 
 // running counts owner's running operations. The count of records
@@ -185,7 +230,7 @@ func (m *Manager) running(owner string, now time.Time, max int) int {
 	}
 	n := 0
 	for _, r := range m.table {
-		if r.Owner == owner && !r.Now(now).Finished() {
+		if r.Owner == owner && !r.Finished() && !r.pastDeadline(now) {
 			n++
 		}
 	}

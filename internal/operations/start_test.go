@@ -64,7 +64,7 @@ func TestStartBoundsOneCallersRunningOperations(t *testing.T) {
 	if err := start("bob"); !errors.Is(err, errRefused) {
 		t.Fatalf("bob's second: %v, want it to reach the bridge", err)
 	}
-	if err := m.finish(t.Context(), a.ID, Done, "x", nil, 0); err != nil {
+	if _, err := m.finish(t.Context(), a.ID, Done, "x", nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := start("alice"); !errors.Is(err, errRefused) {
@@ -78,10 +78,10 @@ func TestFinishRecordsOneEnd(t *testing.T) {
 	t.Parallel()
 	m, _ := newTestManager(t, Options{MaxOutput: 4})
 	r := putRunning(t, m, "alice")
-	if err := m.finish(t.Context(), r.ID, Done, "too long", nil, 0); err != nil {
+	if _, err := m.finish(t.Context(), r.ID, Done, "too long", nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.finish(t.Context(), r.ID, Done, "ok", nil, 0); err != nil {
+	if _, err := m.finish(t.Context(), r.ID, Done, "ok", nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	got, err := m.Get("alice", r.ID)

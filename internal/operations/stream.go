@@ -94,9 +94,6 @@ func (m *Manager) Stream(ctx context.Context, owner, id string, from int, emit f
 		}
 		if r.Finished() {
 			wake.Reset(time.Until(endedAt.Add(lastChunkWait)))
-		} else {
-			// The deadline passing changes the record without a message.
-			wake.Reset(time.Until(time.UnixMilli(r.DeadlineMS+deadlineSlackMS+1)) + time.Millisecond)
 		}
 		select {
 		case c := <-chunks:

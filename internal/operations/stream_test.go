@@ -32,7 +32,7 @@ func TestStreamOfAnAnswerInOneMessage(t *testing.T) {
 	t.Parallel()
 	m, _ := newTestManager(t, Options{})
 	r := putRunning(t, m, "alice")
-	if err := m.finish(t.Context(), r.ID, Done, "whole", nil, 0); err != nil {
+	if _, err := m.finish(t.Context(), r.ID, Done, "whole", nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	got, rec, err := stream(t.Context(), m, r.ID, 0)
@@ -93,7 +93,8 @@ func TestStreamEndsWithTheOperation(t *testing.T) {
 		rec, err := m.Stream(t.Context(), "alice", r.ID, 0, func(i int, s string, _ bool) error {
 			text.WriteString(s)
 			if i == 0 { // the first chunk is out: the operation fails now
-				return m.finish(context.Background(), r.ID, Failed, "", &Failure{Type: "ValueError"}, 1)
+				_, err := m.finish(context.Background(), r.ID, Failed, "", &Failure{Type: "ValueError"}, 1)
+				return err
 			}
 			return nil
 		})

@@ -116,32 +116,34 @@ func (m *Manager) refuse(reason, topic, key string, err error) {
 }
 
 // applyTo applies one state table entry to t: the record r under key, or
-// key's tombstone (r nil). A running record never
-// replaces a finished one: running is written first, so it is the older.
-// Nor does a done or failed record replace a cancelled one: the cancel
-// tells the tool service, whose answer (often the error of its ended
-// context) may reach a gateway whose table has not shown the cancel yet;
-// the caller's cancel stands, on every gateway reading the table.
-// running counts the records of t stored as running, per owner.
-func applyTo(t map[string]Record, running map[string]int, key string, rec *Record) (Record, bool) {
+// key's tombstone (r nil). A record replaces the one held only when its
+// version is higher (Record.Version): the end of an operation is the
+// first end the state topic gives it, on every reader alike — a reply
+// recorded by a gateway whose table lagged (a cancel not seen yet, the
+// operation's deadline failure written, another gateway's record of the
+// same reply) changes nothing, nor does a running record after the end
+// (written first, it is the older: a replay). stale reports a record
+// that changed nothing and records something else than the one held
+// (repair). running counts the records of t stored as running, per owner.
+func applyTo(t map[string]Record, running map[string]int, key string, rec *Record) (held Record, ok, stale bool) {
 	old, had := t[key]
 	if rec == nil {
 		delete(t, key)
 		if had {
 			countRunning(running, old, -1)
 		}
-		return Record{}, false
+		return Record{}, false, false
 	}
 	r := *rec
-	if had && (old.Finished() && !r.Finished() || old.State == Cancelled && r.State != Cancelled) {
-		return old, true
+	if had && (r.version() < old.version() || r.version() == old.version() && old.Finished()) {
+		return old, true, !sameOutcome(old, r)
 	}
 	if had {
 		countRunning(running, old, -1)
 	}
 	t[r.ID] = r
 	countRunning(running, r, 1)
-	return r, true
+	return r, true, false
 }
 
 // countRunning adds d to the count of r's owner when r is stored running.
@@ -157,17 +159,47 @@ func countRunning(running map[string]int, r Record, d int) {
 }
 
 // apply applies a message read live from the state table, once admitted.
+// A record that changed nothing, yet records something else than the
+// table holds, is the last word on the topic for now: compaction would
+// keep it, and a gateway reading the table after that would show it. So
+// the gateway that wrote it (a replay of its own message, an end that
+// lost to another), or the one that wrote the record held, writes the
+// record held again (repair).
 func (m *Manager) apply(msg transport.Message) {
-	if r, ok := m.admit(msg); ok {
-		m.applyEntry(msg.Key, r)
+	r, ok := m.admit(msg)
+	if !ok {
+		return
+	}
+	held, stale := m.applyEntry(msg.Key, r)
+	if stale && (r.Gateway == m.opts.Instance || held.Gateway == m.opts.Instance) {
+		m.repairs.Add(1)
+		go m.repair(held)
 	}
 }
 
+// repair writes r again, so that the last record of its operation on the
+// state topic is the one every table holds.
+func (m *Manager) repair(r Record) {
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawWait)
+	defer cancel()
+	if _, err := m.putBy(ctx, r, time.Time{}); err != nil {
+		m.quiet.Warn("cannot write an operation's record again over an older one read after it", "id", r.ID, "err", err)
+		return
+	}
+	m.log.Debug("an operation's record written again over an older one read after it", "id", r.ID, "state", r.State)
+}
+
 // applyEntry applies the record r under key, or key's tombstone (r nil),
-// to the table.
-func (m *Manager) applyEntry(key string, rec *Record) {
+// to the table: held is the record the table holds after it, stale
+// reports a record that changed nothing and records something else (a
+// record of an operation seen deleted a moment ago is one).
+func (m *Manager) applyEntry(key string, rec *Record) (held Record, stale bool) {
 	m.mu.Lock()
-	r, ok := applyTo(m.table, m.runningBy, key, rec)
+	if _, deleted := m.gone[key]; deleted && rec != nil {
+		m.mu.Unlock()
+		return Record{}, false // a replay of a deleted operation's record
+	}
+	r, ok, stale := applyTo(m.table, m.runningBy, key, rec)
 	if rec == nil {
 		m.gone[key] = time.Now()
 	}
@@ -185,6 +217,7 @@ func (m *Manager) applyEntry(key string, rec *Record) {
 			c.Drop()
 		}
 	}
+	return r, stale
 }
 
 func (m *Manager) notifyLocked() {
@@ -201,29 +234,67 @@ func (m *Manager) lookup(id string) (Record, bool, <-chan struct{}) {
 }
 
 // put writes r to the state table, encrypted and signed, waiting for the
-// broker's receipt, and applies it here at once.
+// broker's receipt; a running record is applied here at once, an end
+// once the table reads it (putBy).
 func (m *Manager) put(ctx context.Context, r Record) error {
-	return m.putBy(ctx, r, time.Time{})
+	_, err := m.putBy(ctx, r, time.Time{})
+	return err
 }
 
 // putBy is put of a record that is not written once deadline has passed
 // (zero: none): a message not handed to the broker's client by then is
-// given up (transport.Message.Deadline).
-func (m *Manager) putBy(ctx context.Context, r Record, deadline time.Time) error {
+// given up (transport.Message.Deadline). An end is not applied here
+// before the table reads it from the state topic, where it may come after
+// another end, which then stands: putBy waits for the table to show the
+// operation ended (or gone), at most readBackWait, and returns the record
+// the table holds then (the zero Record when it does not show an end in
+// time).
+func (m *Manager) putBy(ctx context.Context, r Record, deadline time.Time) (Record, error) {
 	r.Gateway = m.opts.Instance
+	r.Version = r.version()
 	b, err := json.Marshal(r)
 	if err != nil {
-		return err
+		return Record{}, err
 	}
 	msg := transport.Message{Key: r.ID, Payload: b, Deadline: deadline}
 	if err := m.opts.Keys.protect(kindRecord, &msg); err != nil {
-		return err
+		return Record{}, err
 	}
 	if err := m.publish(ctx, m.opts.StateTopic, msg); err != nil {
-		return fmt.Errorf("recording operation %s: %w", r.ID, err)
+		return Record{}, fmt.Errorf("recording operation %s: %w", r.ID, err)
 	}
-	m.applyEntry(r.ID, &r)
-	return nil
+	if !r.Finished() {
+		m.applyEntry(r.ID, &r)
+		return r, nil
+	}
+	return m.readBack(ctx, r.ID), nil
+}
+
+// readBack waits, at most readBackWait or until ctx ends, for the table
+// to show operation id ended or gone, and returns its record then (the
+// zero Record when it does not).
+func (m *Manager) readBack(ctx context.Context, id string) Record {
+	t := time.NewTimer(readBackWait)
+	defer t.Stop()
+	for {
+		cur, ok, changed := m.lookup(id)
+		if ok && cur.Finished() {
+			return cur
+		}
+		m.mu.RLock()
+		_, deleted := m.gone[id]
+		m.mu.RUnlock()
+		if !ok && deleted {
+			return Record{}
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return Record{}
+		case <-ctx.Done():
+			return Record{}
+		}
+	}
 }
 
 // remove writes id's tombstone, signed.

@@ -50,7 +50,7 @@ func TestFollowerReadsTheTableThenFollowsIt(t *testing.T) {
 	}
 
 	// Live: an end written elsewhere, then the tombstone.
-	if err := writer.finish(t.Context(), kept.ID, Done, "hi", nil, 0); err != nil {
+	if _, err := writer.finish(t.Context(), kept.ID, Done, "hi", nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	eventually.True(t, 10*time.Second, "the end applied", func() bool {

@@ -130,7 +130,6 @@ func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingA
 	defer m.swapMu.Unlock()
 	m.mu.Lock()
 	now := m.now()
-	m.heardLocked(now) // messages were read
 	changed := false
 	var left []string // request topics of instances that withdrew
 	var rejected []pendingAnn
@@ -140,6 +139,9 @@ func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingA
 		// it is gone first, as it was for a gateway that read it live.
 		at, ran := m.stepLocked(pa.u, now)
 		changed = changed || ran
+		// What was published by then has been read — no more: a reader
+		// catching up has yet to read what came after, renewals among it.
+		m.heardLocked(at)
 		if pa.withdraw {
 			c, l := m.withdrawLocked(pa.u, at)
 			changed = changed || c
@@ -157,10 +159,7 @@ func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingA
 			rejected = append(rejected, pa)
 		}
 	}
-	var snap *Snapshot
-	if changed || m.viewDueLocked(now) {
-		snap = m.publishLocked(now)
-	}
+	snap := m.publishLocked(now, changed)
 	lost := m.takeLostLocked()
 	m.mu.Unlock()
 	m.tellLost(lost)
@@ -288,7 +287,7 @@ func (m *Merger) Renew(u Update) bool {
 	// What else ran out by at is committed with the next update: it
 	// runs out at its own time whenever that is (commitLocked).
 	m.logAt = at
-	m.heardLocked(now) // a message was read
+	m.heardLocked(at) // what was published by then was read
 	m.renewLocked(cur, m.expiryOf(u, at))
 	return true
 }
@@ -511,7 +510,9 @@ const recentLoss = unheardAfter
 // moves only while such signs are recent; after a silence longer than
 // unheardAfter (the broker unreachable, renewals unheard) it stays where
 // it was until the announcements are heard again. A message applied is
-// such a sign too.
+// such a sign too, for its own time in the log: a source catching up
+// (reading what was published long ago) moves the view only as far as
+// what it has read, and says Heard once it has caught up.
 func (m *Merger) Heard(o Origin, at time.Time) {
 	if o != OriginAnnouncement {
 		return
@@ -520,11 +521,7 @@ func (m *Merger) Heard(o Origin, at time.Time) {
 	defer m.swapMu.Unlock()
 	m.mu.Lock()
 	m.heardLocked(at)
-	var snap *Snapshot
-	if now := m.now(); m.viewDueLocked(now) && m.refreshViewLocked(now) {
-		snap = m.mergeLocked()
-	}
-	m.scheduleLocked()
+	snap := m.publishLocked(m.now(), false)
 	lost := m.takeLostLocked()
 	m.mu.Unlock()
 	m.tellLost(lost)
@@ -716,11 +713,17 @@ func (m *Merger) refreshViewLocked(now time.Time) bool {
 	return !same
 }
 
-// publishLocked takes the view as of now, merges and publishes it, and
-// sets the timer for its next change.
-func (m *Merger) publishLocked(now time.Time) *Snapshot {
-	m.refreshViewLocked(now)
-	snap := m.mergeLocked()
+// publishLocked publishes the view as of now, when the log changed what
+// is held (changed) or the view differs from the one published, and sets
+// the timer for its next change. It returns the snapshot published, nil
+// when there was nothing new.
+func (m *Merger) publishLocked(now time.Time, changed bool) *Snapshot {
+	var snap *Snapshot
+	if changed || m.viewDueLocked(now) {
+		if differs := m.refreshViewLocked(now); changed || differs {
+			snap = m.mergeLocked()
+		}
+	}
 	m.scheduleLocked()
 	return snap
 }
@@ -766,11 +769,7 @@ func (m *Merger) tick() {
 		return
 	}
 	m.timerAt = time.Time{}
-	var snap *Snapshot
-	if now := m.now(); m.viewDueLocked(now) && m.refreshViewLocked(now) {
-		snap = m.mergeLocked()
-	}
-	m.scheduleLocked()
+	snap := m.publishLocked(m.now(), false)
 	lost := m.takeLostLocked()
 	m.mu.Unlock()
 	m.tellLost(lost)

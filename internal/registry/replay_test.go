@@ -1,10 +1,13 @@
 package registry
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -338,4 +341,86 @@ func TestReplayMatchesLive(t *testing.T) {
 			seed, cfg, end.Sub(modelStart), len(small), len(msgs), b.String(), modelDiff(cfg, small, end, seed))
 	}
 	t.Logf("%d logs, %d messages: replayed as read live", logs, msgsSeen)
+}
+
+// logRecorder keeps the messages logged, by level.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecorder) matching(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, m := range l.msgs {
+		if strings.Contains(m, s) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A gateway started after 20 minutes of history — a holder of echo
+// renewing all along, another service id that announced echo (refused),
+// renewed and withdrew 2 minutes before — serves echo from its holder,
+// as the gateways that ran throughout do; it logs no lease running out
+// (every renewal is in the log), and replaying the renewals publishes a
+// snapshot per batch, not per message.
+func TestReplayOfRenewals(t *testing.T) {
+	lease := 8 * time.Second
+	var log []Update
+	holder, claimant := announcement("echo-service", "echo"), announcementOn("aaa-evil", "echo", "non-persistent://tg/request/evil", "non-persistent://tg/response/evil")
+	for at := modelStart; at.Before(modelStart.Add(20 * time.Minute)); at = at.Add(lease / 3) {
+		log = append(log, Update{Origin: OriginAnnouncement, Unit: "echo-service", Instance: "h1", Lease: lease, At: at, Doc: holder})
+		switch since := at.Sub(modelStart); {
+		case since >= time.Minute && since < 18*time.Minute:
+			log = append(log, Update{Origin: OriginAnnouncement, Unit: "aaa-evil", Instance: "e1", Lease: lease, At: at.Add(time.Millisecond), Doc: claimant})
+		case since >= 18*time.Minute && since < 18*time.Minute+lease/3:
+			log = append(log, Update{Origin: OriginAnnouncement, Unit: "aaa-evil", Instance: "e1", At: at.Add(time.Millisecond)})
+		}
+	}
+	start := log[len(log)-1].At.Add(time.Second)
+	for _, batched := range []bool{true, false} {
+		rec := &logRecorder{}
+		swaps := 0
+		m := NewMerger(slog.New(rec), func(*Snapshot) { swaps++ }, withClock(func() time.Time { return start }))
+		batches := 0
+		if batched { // as the source catches up
+			for i := 0; i < len(log); i += 1024 {
+				m.ApplyBatch(log[i:min(i+1024, len(log))])
+				batches++
+			}
+		} else {
+			for _, u := range log {
+				_ = m.Apply(u)
+			}
+		}
+		m.Heard(OriginAnnouncement, start)
+		m.Close()
+		if got := served(m, "echo"); got != "echo-service" {
+			t.Errorf("batched %v: echo served by %q after replaying the log, want echo-service (its holder throughout)", batched, got)
+		}
+		if c := m.Conflicts(); len(c) != 1 || c[0].Winner != "announcement echo-service" {
+			t.Errorf("batched %v: conflicts %v; want the claimant's, refused within its claim grace", batched, c)
+		}
+		if ran := rec.matching("lease ran out"); len(ran) > 0 {
+			t.Errorf("batched %v: replaying %d messages logged %d leases running out, every one renewed in the log: %q", batched, len(log), len(ran), ran[:min(3, len(ran))])
+		}
+		// Applied one by one: a snapshot per change of what is served
+		// (the holder, the claimant, its withdrawal), none per renewal.
+		if want := max(batches, 3); swaps > want {
+			t.Errorf("batched %v: replaying %d messages published %d snapshots, want at most %d", batched, len(log), swaps, want)
+		}
+	}
 }

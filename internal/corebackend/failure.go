@@ -31,6 +31,7 @@ var kinds = [...]struct {
 	{operations.ErrTooMany, toolcall.FailTooManyOperations},
 	{operations.ErrTooLong, toolcall.FailOperationTooLong},
 	{operations.ErrNotReady, toolcall.FailOperationsNotReady},
+	{operations.ErrNotSeen, toolcall.FailOperationNotSeen},
 	{operations.ErrChunksLost, toolcall.FailChunksLost},
 	{operations.ErrUnavailable, toolcall.FailChunksUnavailable},
 }

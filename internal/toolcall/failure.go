@@ -47,6 +47,10 @@ const (
 	// FailOperationsNotReady: the gateway has not read the operations
 	// table yet.
 	FailOperationsNotReady
+	// FailOperationNotSeen: the operation was started by the deployment
+	// a moment ago and this gateway's table has not read it yet (it may
+	// exist: asked again shortly, it is found).
+	FailOperationNotSeen
 	// FailChunksLost: chunks of the operation's answer are missing.
 	FailChunksLost
 	// FailChunksUnavailable: the operation's chunks cannot be read.
@@ -70,6 +74,7 @@ var failureKindNames = [failureKinds]string{
 	FailTooManyOperations:  "too many operations",
 	FailOperationTooLong:   "operation too long",
 	FailOperationsNotReady: "operations not ready",
+	FailOperationNotSeen:   "operation not seen yet",
 	FailChunksLost:         "chunks lost",
 	FailChunksUnavailable:  "chunks unavailable",
 }

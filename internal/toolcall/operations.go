@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/wire"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Operations keeps durable operations (operations.Manager, adapted by
@@ -35,6 +37,20 @@ const (
 // ReasonOperationNotFound is the reason of an operation that is not the
 // caller's (or does not exist: the two are not told apart).
 const ReasonOperationNotFound = "OPERATION_NOT_FOUND"
+
+// ReasonOperationNotSeen is the reason of an operation the deployment
+// started a moment ago that this gateway has not read yet: UNAVAILABLE,
+// with a RetryInfo.
+const ReasonOperationNotSeen = "OPERATION_NOT_SEEN_YET"
+
+// retryable is the status err with a RetryInfo of a second.
+func retryable(err error) error {
+	st := status.Convert(err)
+	if ds, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}); derr == nil {
+		st = ds
+	}
+	return st.Err()
+}
 
 func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error) {
 	ops := s.opts.Operations
@@ -142,6 +158,11 @@ func opError(err error, id string) error {
 		return gatewayError(codes.ResourceExhausted, "TOO_MANY_OPERATIONS", err.Error()+"; wait for some to finish", nil)
 	case errors.Is(err, FailOperationTooLong):
 		return gatewayError(codes.InvalidArgument, "OPERATION_TOO_LONG", err.Error(), nil)
+	case errors.Is(err, FailOperationNotSeen):
+		// Not NOT_FOUND: the operation may exist, this gateway's copy of
+		// the table lagging behind (a broker restart).
+		return retryable(gatewayError(codes.Unavailable, ReasonOperationNotSeen,
+			fmt.Sprintf("operation %q was started a moment ago and this gateway has not read it yet; retry shortly", id), map[string]string{"operation": id}))
 	case errors.Is(err, FailOperationsNotReady):
 		return gatewayError(codes.Unavailable, "OPERATIONS_NOT_READY", "the gateway has not read the operations table yet; retry shortly", nil)
 	case errors.Is(err, FailChunksLost):

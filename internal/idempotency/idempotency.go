@@ -278,11 +278,11 @@ func (k *Keeper) serve(ctx context.Context, c *toolcall.Call, emit toolcall.Emit
 		select {
 		case <-wait.Done():
 			t.Stop()
-			code := codes.DeadlineExceeded
+			code, reason := codes.DeadlineExceeded, "DEADLINE_EXCEEDED" // the core's reasons
 			if errors.Is(wait.Err(), context.Canceled) {
-				code = codes.Canceled
+				code, reason = codes.Canceled, "CANCELLED"
 			}
-			return toolcall.Result{}, toolcall.GatewayError(code, toolcall.CodeReason(code),
+			return toolcall.Result{}, toolcall.GatewayError(code, reason,
 				"the call ended while waiting for the first call with its idempotency key to finish", nil)
 		case <-t.C:
 		}

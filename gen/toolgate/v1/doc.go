@@ -2,11 +2,13 @@
 
 // Package toolgatev1 is the Go code of toolgate's public API, generated from
 // proto/toolgate/v1/toolgate.proto: the messages (toolgate.pb.go), the gRPC
-// client and server of ToolService (toolgate_grpc.pb.go), and the
-// grpc-gateway handlers that serve it as REST and JSON (toolgate.pb.gw.go,
-// registered with RegisterToolServiceHandlerServer or
-// RegisterToolServiceHandlerClient). The Connect, gRPC-Web and gRPC handlers
-// and clients on net/http are in the subpackage toolgatev1connect.
+// client and server of ToolService (toolgate_grpc.pb.go), and
+// grpc-gateway's REST handlers (toolgate.pb.gw.go). The gateway does not
+// register those handlers: its REST door (internal/httpapi) routes the
+// API's paths itself, and uses grpc-gateway for the JSON marshalling and
+// the error bodies and status mapping only. The Connect, gRPC-Web and
+// gRPC handlers and clients on net/http are in the subpackage
+// toolgatev1connect.
 //
 // The API lists, describes and calls tools: request/reply services on Apache
 // Pulsar topics that toolgate puts behind gRPC, REST, Connect and MCP.

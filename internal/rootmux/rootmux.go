@@ -106,7 +106,7 @@ func New(opts Options) (http.Handler, error) {
 			AllowedOrigins: opts.CORSOrigins,
 			AllowedMethods: []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete},
 			AllowedHeaders: []string{"Authorization", "Content-Type", "Accept", "X-Api-Key", "X-Request-Id", "Traceparent", "Tracestate",
-				"Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id",
+				"Idempotency-Key", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-Id",
 				"Connect-Protocol-Version", "Connect-Timeout-Ms", "Grpc-Timeout", "X-Grpc-Web", "X-User-Agent"},
 			ExposedHeaders: []string{"X-Request-Id", "Retry-After", "Mcp-Session-Id", "Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"},
 			MaxAge:         600,

@@ -100,7 +100,7 @@ func (o *Operations) register(f *flags) {
 	f.str(&o.PreviousKeyFile, "operations-previous-key-file", "", "file holding a key whose records are still accepted, never written with: the key --operations-key-file replaces, while the replicas move to the new one")
 	f.str(&o.Topics.State, "operations-state-topic", operations.DefaultStateTopic, "compacted topic of the durable operations' state table; one deployment's gateways share it")
 	f.str(&o.Topics.Chunks, "operations-chunk-topic", operations.DefaultChunkTopic, "topic keeping the chunks of durable operations' answers that come in several messages")
-	f.str(&o.Topics.Replies, "operations-reply-topic", wire.OperationsTopic, "persistent topic of the response namespace that tool services answer durable operations on (their reply-to)")
+	f.str(&o.Topics.Replies, "operations-reply-topic", wire.OperationsTopic, "persistent topic of the response namespace that tool services answer durable operations on (their reply-to): each key has its own, this name followed by \".\" and the key's id, and a gateway consumes those of the keys it holds")
 	f.int(&o.MaxPerCaller, "max-operations-per-caller", operations.DefaultMaxPerOwner, "durable operations one caller may have running; one more is refused with RESOURCE_EXHAUSTED")
 }
 

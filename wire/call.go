@@ -7,12 +7,12 @@ import (
 )
 
 // PropCall carries toolgate's words on a request — PropReplyTo,
-// PropCredit, PropDeadline and PropReceipt — in one property, as
-// "reply-to=T;credit=N;deadline-ms=MS;receipt=1", each word present only
+// PropCredit, PropDeadline, PropReceipt and PropCaller — in one property, as
+// "reply-to=T;credit=N;deadline-ms=MS;receipt=1;caller=JWS", each word present only
 // when set. toolgate writes its requests so: every message property costs
 // the Pulsar client several allocations, twice over in a batch, and the
 // words travel together anyway. A service reads it with ExpandCall, which
-// also takes the four as properties of their own (an older caller's form);
+// also takes them as properties of their own (an older caller's form);
 // where both are given, PropCall's word counts. Unknown words are
 // ignored, so later callers may add some. TrustGraph's Python services
 // ignore it, as they ignore the words.
@@ -27,6 +27,9 @@ type CallWords struct {
 	// Deadline is the absolute deadline in Unix milliseconds, 0 for none.
 	Deadline int64
 	Receipt  bool
+	// Caller is the caller assertion (PropCaller), "" for none. A compact
+	// JWS holds neither ";" nor "=".
+	Caller string
 }
 
 // The words of PropCall.
@@ -35,6 +38,7 @@ const (
 	wordCredit   = "credit"
 	wordDeadline = "deadline-ms"
 	wordReceipt  = "receipt"
+	wordCaller   = "caller"
 )
 
 // AppendCall appends w as PropCall's value to dst; nothing when no word
@@ -64,6 +68,10 @@ func AppendCall(dst []byte, w CallWords) []byte {
 		word(wordReceipt)
 		dst = append(dst, '1')
 	}
+	if w.Caller != "" {
+		word(wordCaller)
+		dst = append(dst, w.Caller...)
+	}
 	return dst
 }
 
@@ -76,7 +84,7 @@ func DeadlineMillis(t time.Time) int64 {
 }
 
 // ExpandCall returns props with PropCall's words as properties of their
-// own (PropReplyTo, PropCredit, PropDeadline, PropReceipt), in a new map;
+// own (PropReplyTo, PropCredit, PropDeadline, PropReceipt, PropCaller), in a new map;
 // props itself when it has no PropCall. A word PropCall gives replaces the
 // property of the same meaning; a malformed or unknown word is ignored.
 func ExpandCall(props map[string]string) map[string]string {
@@ -84,7 +92,7 @@ func ExpandCall(props map[string]string) map[string]string {
 	if !ok {
 		return props
 	}
-	out := make(map[string]string, len(props)+4)
+	out := make(map[string]string, len(props)+5)
 	for k, v := range props {
 		out[k] = v
 	}
@@ -104,6 +112,8 @@ func ExpandCall(props map[string]string) map[string]string {
 			out[PropDeadline] = value
 		case wordReceipt:
 			out[PropReceipt] = value
+		case wordCaller:
+			out[PropCaller] = value
 		}
 	}
 	return out

@@ -17,6 +17,8 @@ func TestCallWordsRoundTrip(t *testing.T) {
 		{Deadline: DeadlineMillis(dl)},
 		{Receipt: true},
 		{ReplyTo: "non-persistent://tg/response/r", Credit: 1024, Deadline: DeadlineMillis(dl), Receipt: true},
+		{Caller: "eyJhbGciOiJFZERTQSJ9.eyJqdGkiOiJjMSJ9.c2ln-_"},
+		{ReplyTo: "non-persistent://tg/response/r", Receipt: true, Caller: "eyJhbGciOiJFZERTQSJ9.eyJqdGkiOiJjMSJ9.c2ln-_"},
 	} {
 		packed := string(AppendCall(nil, w))
 		props := map[string]string{PropID: "c1"}
@@ -39,6 +41,9 @@ func TestCallWordsRoundTrip(t *testing.T) {
 		}
 		if w.Receipt {
 			want[PropReceipt] = "1"
+		}
+		if w.Caller != "" {
+			want[PropCaller] = w.Caller
 		}
 		if !maps.Equal(got, want) {
 			t.Errorf("%+v packed as %q expands to %v, want %v", w, packed, got, want)

@@ -538,6 +538,9 @@ type CallOptions struct {
 	// messages any call starts with: the service need not wait a round
 	// trip through the broker for its first grant.
 	Stream bool
+	// Caller is the request's caller assertion (wire.PropCaller), signed
+	// for ID; "": none.
+	Caller string
 }
 
 // Call publishes req to t.RequestTopic and returns the call, whose replies
@@ -583,7 +586,7 @@ func (b *Bridge) Call(ctx context.Context, t Target, req wire.Request, o CallOpt
 		id = newID()
 	}
 	c := &Call{b: b, id: id, notify: make(chan struct{}, 1), respTopic: t.ResponseTopic, reqTopic: t.RequestTopic,
-		deadline: deadline, slot: slot, epoch: b.epoch.Load(), detached: o.Detached}
+		deadline: deadline, slot: slot, epoch: b.epoch.Load(), detached: o.Detached, caller: o.Caller}
 	if b.watch != nil {
 		c.made = time.Now() // only the watch reads it
 	}

@@ -30,6 +30,7 @@ type Call struct {
 	epoch     uint64        // the watch's epoch when it was made
 	made      time.Time     // when it was made (the watch compares it with consumers' connection times)
 	replyTo   string        // the reply-to the request named ("": none, or CallOptions.ReplyTo's)
+	caller    string        // the request's caller assertion (CallOptions.Caller)
 	notify    chan struct{} // signalled when chunks or the end arrive
 	deadline  time.Time     // the call's own limit (CallOptions.Deadline); zero: ctx's only
 	// dl is where the call is filed under its deadline (deadlines.go;

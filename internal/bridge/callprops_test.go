@@ -62,3 +62,39 @@ func TestRequestWordsInOneProperty(t *testing.T) {
 		t.Errorf("a receipt asked of a service never seen naming its instance: %q", props[wire.PropCall])
 	}
 }
+
+// TestRequestCarriesCallerAssertion: a call given a caller assertion
+// carries it in wire.PropCall, for the id it was signed for.
+func TestRequestCarriesCallerAssertion(t *testing.T) {
+	br := transport.NewMem()
+	t.Cleanup(br.Close)
+	b := bridge.New(br, bridge.Options{})
+	t.Cleanup(b.Close)
+	target := bridge.Target{RequestTopic: wire.RequestTopic("props-caller"), ResponseTopic: wire.ResponseTopic("props-caller")}
+	got := make(chan map[string]string, 1)
+	sub, err := br.Subscribe(t.Context(), target.RequestTopic, "svc", transport.Shared, func(m transport.Message) {
+		got <- m.Properties
+		_ = br.Publish(context.Background(), target.ResponseTopic, transport.Message{
+			Payload:    wire.EncodeResponse(wire.Response{Response: "ok", EndOfStream: true}),
+			Properties: map[string]string{wire.PropID: m.Properties[wire.PropID], wire.PropSeq: "0"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	const assertion = "eyJhbGciOiJFZERTQSJ9.eyJqdGkiOiJjYWxsLTEifQ.c2lnbmF0dXJl" // longer ones need no other handling
+	c, err := b.Call(ctx, target, wire.Request{}, bridge.CallOptions{ID: "call-1", Caller: assertion + assertion + assertion + assertion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if out, err := c.Wait(ctx); err != nil || out != "ok" {
+		t.Fatalf("got %q, %v", out, err)
+	}
+	props := wire.ExpandCall(<-got)
+	if props[wire.PropID] != "call-1" || props[wire.PropCaller] != assertion+assertion+assertion+assertion {
+		t.Fatalf("request properties %v: want id call-1 and the assertion", props)
+	}
+}

@@ -198,11 +198,11 @@ func (c *Call) republishProps() map[string]string {
 // requestProps are the properties of the call's request: its id, and its
 // words (wire.PropCall) — where the replies go, the first credit granted
 // (credit, when the call is flow-controlled), the deadline, and whether
-// it asks for a receipt.
+// it asks for a receipt, and its caller assertion.
 func (c *Call) requestProps(credit int, receipt bool) map[string]string {
 	props := make(map[string]string, 2)
 	props[wire.PropID] = c.id
-	w := wire.CallWords{ReplyTo: c.replyTo, Deadline: wire.DeadlineMillis(c.sentDeadline), Receipt: receipt}
+	w := wire.CallWords{ReplyTo: c.replyTo, Deadline: wire.DeadlineMillis(c.sentDeadline), Receipt: receipt, Caller: c.caller}
 	if c.credited {
 		w.Credit = credit
 	}

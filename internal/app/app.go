@@ -65,12 +65,10 @@ type Gateway struct {
 	mcpSets  *mcp.Sets           // each tool set's MCP endpoint; nil without --mcp
 	ops      *operations.Manager // nil without --operations
 	audit    *audit.Log          // nil without --audit
-	// stopTracing flushes and stops the trace exporter.
-	stopTracing func(context.Context) error
-	listened    atomic.Bool // every known response topic is subscribed
-	stopping    atomic.Bool
-	drain       drain
-	probe       *transport.Probe // is the broker taking messages now
+	listened atomic.Bool         // every known response topic is subscribed
+	stopping atomic.Bool
+	drain    drain
+	probe    *transport.Probe // is the broker taking messages now
 	// presence tells the bridge which request topics have consumers
 	// (nil without --pulsar-admin-url); presenceKnown, that it was asked
 	// about every request topic once: readiness waits for it.
@@ -80,16 +78,27 @@ type Gateway struct {
 	// calls are over at shutdown (long-lived MCP streams end with it).
 	httpBase     context.Context
 	stopHTTPBase context.CancelFunc
+	// closers holds what New opened, each step's closing pushed as it
+	// opened it: unwound when a later step fails, and at the end of Run
+	// for what the shutdown has not closed at its own time — closing.
+	closers closers
+	closing struct{ sources, broker, traces, bridge *closer }
 }
 
 // New builds the gateway and opens its listeners, so that its addresses are
 // known before Run. A registry with problems stops it here, with the list.
-// Each step builds on those before it; one that fails stops what they
-// started.
-func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
+// Each step builds on those before it and pushes the closing of what it
+// opens on g.closers; when one fails, what the steps before it opened is
+// closed, the last opened first.
+func New(cfg config.Config, log *slog.Logger) (_ *Gateway, err error) {
 	g := &Gateway{cfg: cfg, log: log.With("instance", cfg.InstanceID)}
-	// Security first: it only reads files, so a bad one stops the gateway
-	// before anything is started that would need stopping.
+	defer func() {
+		if err != nil {
+			g.closeEarly()
+		}
+	}()
+	// Security first: it reads files, and opens no more than the quotas'
+	// and the idempotency keys' stores.
 	opsKeys, err := g.readSecurity()
 	if err != nil {
 		return nil, err
@@ -105,15 +114,12 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 	calls := g.callChain(g.newCore(bus, opsKeys))
 	g.newGRPCServer(calls)
 	if err := g.openListeners(); err != nil {
-		g.closeEarly()
 		return nil, err
 	}
 	if err := g.newHTTPServers(calls); err != nil {
-		g.closeEarly()
 		return nil, err
 	}
 	if err := g.openAudit(); err != nil {
-		g.closeEarly()
 		return nil, err
 	}
 	// Last: the broker sources may swap snapshots from now on.
@@ -124,7 +130,7 @@ func New(cfg config.Config, log *slog.Logger) (*Gateway, error) {
 // readSecurity reads what security needs (credentials, policy, TLS,
 // quotas' settings) and, with --operations, the records' keys.
 func (g *Gateway) readSecurity() (*operations.Keys, error) {
-	sec, err := newSecurity(g.cfg, g.log)
+	sec, err := newSecurity(g.cfg, g.log, &g.closers)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +154,12 @@ func (g *Gateway) openRegistry() error {
 		return err
 	}
 	g.sources, g.reg = rs, rs.merger.Registry()
+	g.closing.sources = g.closers.push("registry sources", func(ctx context.Context) error {
+		if left := rs.stopWithin(ctx); len(left) > 0 {
+			return &leftOpen{abandoned{registry: left}}
+		}
+		return nil
+	})
 	if cfg.Registry.File != "" {
 		snap := g.reg.Snapshot()
 		log.Info("registry loaded", "file", cfg.Registry.File, "tools", len(snap.Tools()), "tool_services", len(snap.Services()))
@@ -166,17 +178,21 @@ func (g *Gateway) connectBroker() (operations.Bus, error) {
 	popts.Logger, popts.ReceiverQueueSize, popts.DisableBatching = log, 10000, !cfg.Pulsar.Batching
 	pb, err := pulsarbroker.New(popts)
 	if err != nil {
-		g.sources.stop()
 		return nil, err
 	}
 	g.broker = pb
-	g.stopTracing, err = telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
+	g.closing.broker = g.closers.push("broker client", func(ctx context.Context) error {
+		if left := g.closeBroker(ctx); !left.Empty() {
+			return &leftOpen{abandoned{broker: left}}
+		}
+		return nil
+	})
+	stop, err := telemetry.SetupTracing(context.Background(), telemetry.TracingConfig{
 		OTLPEndpoint: cfg.Tracing.OTLPEndpoint, OTLPInsecure: cfg.Tracing.OTLPInsecure, Logger: log})
 	if err != nil {
-		g.broker.Close()
-		g.sources.stop()
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
+	g.closing.traces = g.closers.push("traces", stop)
 	return pb, nil
 }
 
@@ -197,6 +213,12 @@ func (g *Gateway) newBridge() {
 		bopts.Presence, bopts.Watch = g.presence, p
 	}
 	g.bridge = bridge.New(g.broker, bopts)
+	g.closing.bridge = g.closers.push("bridge", func(ctx context.Context) error {
+		if !within(ctx, g.bridge.Close) {
+			return &leftOpen{abandoned{bridge: true}}
+		}
+		return nil
+	})
 	g.probe = transport.NewProbe(g.broker, wire.RequestTopic("toolgate.probe."+cfg.InstanceID), 0, 0, g.probeChanged)
 	// Calls fail fast while the broker does not take messages, and are
 	// served again as soon as it does.
@@ -350,14 +372,17 @@ func (g *Gateway) openListeners() error {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
 	g.grpcLis = g.sec.grpcListener(g.grpcLis)
+	g.closers.push("gRPC listener", closeListener(g.grpcLis))
 	if g.httpLis, err = net.Listen("tcp", cfg.HTTP.Addr); err != nil {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	g.httpLis = g.sec.httpListener(g.httpLis)
+	g.closers.push("HTTP listener", closeListener(g.httpLis))
 	if cfg.AdminAddr != "" {
 		if g.adminLis, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			return fmt.Errorf("admin listener: %w", err)
 		}
+		g.closers.push("admin listener", closeListener(g.adminLis))
 	}
 	return nil
 }
@@ -394,6 +419,7 @@ func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 		return err
 	}
 	g.httpBase, g.stopHTTPBase = context.WithCancel(context.Background())
+	g.closers.push("HTTP requests' context", closeFunc(func() error { g.stopHTTPBase(); return nil }))
 	g.httpSrv = &http.Server{
 		Handler:     g.auditHTTP(sec.wrapHTTP(h)),
 		BaseContext: func(net.Listener) context.Context { return g.httpBase },
@@ -637,28 +663,23 @@ func (g *Gateway) Run(ctx context.Context) error {
 	gcgoal.Set(g.cfg.GCHeapMiB, g.log)
 	errc := make(chan error, 3)
 	var wg sync.WaitGroup // the servers
-	wg.Add(2)
 	if g.adminSrv != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := g.adminSrv.Serve(g.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("admin server: %w", err)
 			}
-		}()
+		})
 	}
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		if err := g.grpcSrv.Serve(g.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			errc <- fmt.Errorf("gRPC server: %w", err)
 		}
-	}()
-	go func() {
-		defer wg.Done()
+	})
+	wg.Go(func() {
 		if err := g.httpSrv.Serve(g.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("HTTP server: %w", err)
 		}
-	}()
+	})
 	// The tasks end with lctx, but may wait for the broker first: the
 	// shutdown waits for them within its deadline.
 	lctx, stopListen := context.WithCancel(ctx)
@@ -683,7 +704,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	stopListen()
 	err := g.shutdown(&bg)
 	wg.Wait() // the servers are closed: their Serve has returned
-	g.closeAudit()
+	g.closeRest()
 	if runErr != nil {
 		return runErr
 	}

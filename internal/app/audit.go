@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -40,18 +39,11 @@ func (g *Gateway) openAudit() error {
 	if err := g.audit.Open(g.cfg.Audit.File); err != nil {
 		return err
 	}
+	// Its last lines and the close line are written once the calls are
+	// over (closeRest), within auditCloseWait.
+	g.closers.push("audit log", g.audit.Close)
 	g.metrics.Registry().MustRegister(g.audit.Collectors()...)
 	return nil
-}
-
-// closeAudit writes the audit log's last lines and closes it, once the
-// calls are over.
-func (g *Gateway) closeAudit() {
-	ctx, cancel := context.WithTimeout(context.Background(), auditCloseWait)
-	defer cancel()
-	if err := g.audit.Close(ctx); err != nil {
-		g.log.Error("audit log", "err", err)
-	}
 }
 
 // auditHTTP is the HTTP listener's handler, audited: the requests the

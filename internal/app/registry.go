@@ -125,9 +125,6 @@ func (rs *registrySources) start(log *slog.Logger) {
 	}
 }
 
-// stop ends the broker sources and closes their client.
-func (rs *registrySources) stop() { rs.stopWithin(context.Background()) }
-
 // stopWithin ends the broker sources and closes their client, and
 // returns when they have or when ctx ends, with what was still running
 // then: the sources whose reads wait for a broker that does not answer

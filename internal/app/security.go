@@ -28,14 +28,12 @@ import (
 type security struct {
 	authn *auth.Authenticator
 	lim   *limits.Limiter
-	// quota is nil without --quota-rules; closeQuota closes its store.
-	quota      *quota.Enforcer
-	closeQuota func() error
+	// quota is nil without --quota-rules.
+	quota *quota.Enforcer
 	// keys keeps calls' idempotency keys (it refuses them without
-	// --idempotency-redis-url); closeKeys closes its store.
-	keys      *idempotency.Keeper
-	closeKeys func() error
-	tls       *tls.Config // nil: plain text
+	// --idempotency-redis-url).
+	keys *idempotency.Keeper
+	tls  *tls.Config // nil: plain text
 	// requests bound what one request may bring, on every door.
 	requests limits.Requests
 	log      *slog.Logger
@@ -46,7 +44,9 @@ type security struct {
 	grpcMeter, httpMeter *limits.Meter
 }
 
-func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
+// newSecurity reads what security needs; the closing of the stores it
+// opens goes on cl.
+func newSecurity(cfg config.Config, log *slog.Logger, cl *closers) (*security, error) {
 	s := &security{requests: cfg.Limits, log: log, limitsLog: ratelog.New(log, 0)}
 	s.grpcMeter = limits.NewMeter(cfg.Limits.HTTP2, s.limitsLog.With("listener", "grpc"), true)
 	s.httpMeter = limits.NewMeter(cfg.Limits.HTTP2, s.limitsLog.With("listener", "http"), false)
@@ -82,10 +82,10 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 			return nil, err
 		}
 	}
-	if err := s.newQuota(cfg, log); err != nil {
+	if err := s.newQuota(cfg, log, cl); err != nil {
 		return nil, err
 	}
-	if err := s.newKeys(cfg, log); err != nil {
+	if err := s.newKeys(cfg, log, cl); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -93,15 +93,15 @@ func newSecurity(cfg config.Config, log *slog.Logger) (*security, error) {
 
 // newKeys opens the idempotency keys' store, Redis, when
 // --idempotency-redis-url names one; without it keys are refused.
-func (s *security) newKeys(cfg config.Config, log *slog.Logger) error {
-	s.closeKeys = func() error { return nil }
+func (s *security) newKeys(cfg config.Config, log *slog.Logger, cl *closers) error {
 	var store idempotency.Store
 	if cfg.Idempotency.RedisURL != "" {
 		r, err := idempotency.NewRedis(cfg.Idempotency.RedisURL, cfg.Idempotency.RedisTimeout)
 		if err != nil {
 			return err
 		}
-		store, s.closeKeys = r, r.Close
+		cl.push("idempotency keys' store", closeFunc(r.Close))
+		store = r
 		log.Info("idempotency keys", "store", "redis", "window", cfg.Idempotency.Window)
 	}
 	s.keys = idempotency.New(store, idempotency.Options{Window: cfg.Idempotency.Window,
@@ -111,8 +111,7 @@ func (s *security) newKeys(cfg config.Config, log *slog.Logger) error {
 
 // newQuota reads the quota rules and opens their store: Redis when
 // --quota-redis-url names one, else this gateway's memory.
-func (s *security) newQuota(cfg config.Config, log *slog.Logger) error {
-	s.closeQuota = func() error { return nil }
+func (s *security) newQuota(cfg config.Config, log *slog.Logger, cl *closers) error {
 	if cfg.Quota.Rules == "" {
 		return nil
 	}
@@ -122,11 +121,12 @@ func (s *security) newQuota(cfg config.Config, log *slog.Logger) error {
 	}
 	var store quota.Store = quota.NewMemory()
 	if cfg.Quota.RedisURL != "" {
-		r, err := quota.NewRedis(cfg.Quota.RedisURL, cfg.Quota.RedisTimeout)
+		r, err := openQuotaRedis(cfg.Quota.RedisURL, cfg.Quota.RedisTimeout)
 		if err != nil {
 			return err
 		}
-		store, s.closeQuota = r, r.Close
+		cl.push("quotas' store", closeFunc(r.Close))
+		store = r
 	}
 	maxTimeout := cmp.Or(cfg.Core.MaxTimeout, toolcall.DefaultMaxTimeout)
 	s.quota = quota.NewEnforcer(rules, store, quota.WithFailClosed(cfg.Quota.FailClosed),
@@ -134,6 +134,10 @@ func (s *security) newQuota(cfg config.Config, log *slog.Logger) error {
 	log.Info("quotas", "rules", rules.Len(), "store", storeName(cfg.Quota.RedisURL), "fail_closed", cfg.Quota.FailClosed)
 	return nil
 }
+
+// openQuotaRedis opens the quotas' Redis store: a variable, so that a
+// test sees the store a New that failed has closed.
+var openQuotaRedis = quota.NewRedis
 
 func storeName(redisURL string) string {
 	if redisURL == "" {

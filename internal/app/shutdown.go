@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -112,6 +111,20 @@ type abandoned struct {
 	servers  []string          // servers that did not close
 }
 
+// add adds to a what b says was left.
+func (a *abandoned) add(b abandoned) {
+	a.calls += b.calls
+	a.tasks = append(a.tasks, b.tasks...)
+	a.registry = append(a.registry, b.registry...)
+	if !b.broker.Empty() {
+		a.broker = b.broker
+	}
+	a.unsent += b.unsent
+	a.bridge = a.bridge || b.bridge
+	a.traces = a.traces || b.traces
+	a.servers = append(a.servers, b.servers...)
+}
+
 func (a *abandoned) empty() bool {
 	return a.calls == 0 && len(a.tasks) == 0 && len(a.registry) == 0 && a.broker.Empty() && a.unsent == 0 &&
 		!a.bridge && !a.traces && len(a.servers) == 0
@@ -211,7 +224,7 @@ func (g *Gateway) shutdown(bg *tasks) error {
 		bridgeClosed = g.closeBridge()
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { left.registry = g.sources.stopWithin(ctx) })
+	wg.Go(func() { left.registry = leftBy(g.closing.sources.run(ctx)).registry })
 	wg.Go(func() {
 		// The bridge's subscriptions and the tasks' (the operations'
 		// consumer and readers) closed by their owners first, then what
@@ -221,7 +234,7 @@ func (g *Gateway) shutdown(bg *tasks) error {
 		case <-ctx.Done():
 		}
 		left.tasks = bg.wait(ctx)
-		left.broker = g.closeBroker(ctx)
+		left.broker = leftBy(g.closing.broker.run(ctx)).broker
 		select {
 		case <-bridgeClosed:
 		default:
@@ -235,8 +248,6 @@ func (g *Gateway) shutdown(bg *tasks) error {
 	if !g.drain.wait(ctx) { // handlers whose connections were closed under them
 		left.calls = g.drain.running.Load()
 	}
-	_ = g.sec.closeQuota()
-	_ = g.sec.closeKeys()
 	// The admin listener goes last: metrics and readiness answer through
 	// the drain.
 	if g.adminSrv != nil {
@@ -248,7 +259,7 @@ func (g *Gateway) shutdown(bg *tasks) error {
 	}
 	tctx, tcancel := context.WithDeadline(context.Background(), earliest(time.Now().Add(tracesWait), deadline))
 	defer tcancel()
-	if err := g.stopTracing(tctx); err != nil {
+	if err := g.closing.traces.run(tctx); err != nil {
 		left.traces = errors.Is(err, context.DeadlineExceeded)
 		g.log.Warn("flushing traces", "err", err)
 	}
@@ -268,7 +279,7 @@ func (g *Gateway) shutdown(bg *tasks) error {
 // The channel is closed once it has returned.
 func (g *Gateway) closeBridge() <-chan struct{} {
 	done := make(chan struct{})
-	go func() { defer close(done); g.bridge.Close() }()
+	go func() { defer close(done); _ = g.closing.bridge.run(context.Background()) }()
 	return done
 }
 
@@ -320,34 +331,34 @@ func (g *Gateway) closeBroker(ctx context.Context) pulsarbroker.Left {
 	return pulsarbroker.Left{}
 }
 
-// closeEarly closes what New had started when a later step fails, within
-// closeEarlyWait: the listeners, the bridge, the broker client, the
-// registry's sources, the quota store and the traces.
+// closeEarly closes what New had opened when a later step fails: the
+// stack of its steps' closings unwound, the last opened first, within
+// closeEarlyWait.
 func (g *Gateway) closeEarly() {
-	for _, l := range []net.Listener{g.grpcLis, g.httpLis, g.adminLis} {
-		if l != nil {
-			_ = l.Close()
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeEarlyWait)
 	defer cancel()
 	var left abandoned
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if !within(ctx, g.bridge.Close) {
-			left.bridge = true
+	for _, err := range g.closers.unwind(ctx) {
+		if lo := (*leftOpen)(nil); errors.As(err, &lo) {
+			left.add(lo.left)
+			continue
 		}
-		left.broker = g.closeBroker(ctx)
-	})
-	wg.Go(func() { left.registry = g.sources.stopWithin(ctx) })
-	wg.Wait()
-	_ = g.sec.closeQuota()
-	_ = g.sec.closeKeys()
-	if g.stopTracing != nil {
-		_ = g.stopTracing(ctx)
+		g.log.Warn("closing what the gateway had opened", "err", err)
 	}
 	if !left.empty() {
 		g.log.Warn("abandoning what had not closed: the broker does not answer", left.attrs()...)
+	}
+}
+
+// closeRest closes, at the end of Run, what New opened and the shutdown
+// has not closed at its own time — the audit log (its last lines: the
+// calls are over), the quotas' and the idempotency keys' stores — the last
+// opened first, within auditCloseWait.
+func (g *Gateway) closeRest() {
+	ctx, cancel := context.WithTimeout(context.Background(), auditCloseWait)
+	defer cancel()
+	for _, err := range g.closers.unwind(ctx) {
+		g.log.Error("closing what the gateway had opened", "err", err)
 	}
 }
 

@@ -537,16 +537,21 @@ func (m *Merger) heardLocked(at time.Time) {
 	}
 }
 
-// viewTimeLocked is the time the view is taken at, as of now: now, unless
-// the last sign of readable announcements is older than unheardAfter
-// (then unheardAfter after it), and never before the log's time.
+// viewTimeLocked is the time the view is taken at, as of now: now, while
+// the last sign of readable announcements is at most unheardAfter old;
+// else that sign's time — for a gateway catching up, the time of what it
+// has read. Never before the log's time nor the view published (the
+// view never goes back).
 func (m *Merger) viewTimeLocked(now time.Time) time.Time {
 	v := now
 	if !m.heardAt.IsZero() && now.Sub(m.heardAt) > unheardAfter {
-		v = m.heardAt.Add(unheardAfter)
+		v = m.heardAt
 	}
 	if v.Before(m.logAt) {
 		v = m.logAt
+	}
+	if v.Before(m.viewAt) {
+		v = m.viewAt
 	}
 	return v
 }

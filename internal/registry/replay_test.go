@@ -396,9 +396,9 @@ func TestReplayOfRenewals(t *testing.T) {
 		swaps := 0
 		m := NewMerger(slog.New(rec), func(*Snapshot) { swaps++ }, withClock(func() time.Time { return start }))
 		batches := 0
-		if batched { // as the source catches up
-			for i := 0; i < len(log); i += 1024 {
-				m.ApplyBatch(log[i:min(i+1024, len(log))])
+		if batched { // as the source catches up, in smaller batches
+			for i := 0; i < len(log); i += 100 {
+				m.ApplyBatch(log[i:min(i+100, len(log))])
 				batches++
 			}
 		} else {

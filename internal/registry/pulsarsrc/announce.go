@@ -41,7 +41,10 @@ const DefaultAnnounceTopic = wire.DefaultAnnounceTopic
 // instance, updates are applied in batches (one snapshot for all those
 // waiting), and new services and instances are admitted at the pace of
 // the source's Admission, the rest refused and counted: a flood of new
-// service ids never unlists a live service.
+// service ids never unlists a live service. What is on the topic when the
+// reader starts is applied in the log's order, in batches, before any of
+// that; every update carries its message's time in the log (logTime),
+// at which the registry takes its decisions.
 type Announcements struct {
 	client    pulsar.Client
 	topic     string
@@ -99,8 +102,9 @@ func (a *Announcements) Run(ctx context.Context, sink registry.Sink) error {
 	defer context.AfterFunc(ctx, d.close)() // a reader waiting for room stops too
 	backoff := 250 * time.Millisecond
 	synced := false
+	var last pulsar.MessageID // the last message applied: a new reader goes on after it
 	for ctx.Err() == nil {
-		err := a.read(ctx, sink, d, &synced)
+		err := a.read(ctx, sink, d, &synced, &last)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -122,10 +126,16 @@ const (
 	maxLargePending = 64 << 20
 )
 
-func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatcher, synced *bool) error {
+func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatcher, synced *bool, last *pulsar.MessageID) error {
+	start := pulsar.EarliestMessageID()
+	if *last != nil {
+		// Read again, the log goes on where it was left: a message is
+		// applied once, at its place.
+		start = *last
+	}
 	r, err := a.client.CreateReader(pulsar.ReaderOptions{
 		Topic:             a.topic,
-		StartMessageID:    pulsar.EarliestMessageID(),
+		StartMessageID:    start,
 		ReadCompacted:     true,
 		Name:              "toolgate-registry",
 		ReceiverQueueSize: readerQueue,
@@ -134,17 +144,23 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatc
 		return err
 	}
 	defer r.Close()
-	// Catch up with what is there, then say so. What was there is taken
-	// in as fast as it is read: admissions are counted from then on.
+	// Catch up with what is there, then say so. What was there is applied
+	// in the log's order, in batches (one snapshot each), each message at
+	// its time in the log: the registry is then the one gateways that read
+	// it live hold. Admissions are counted from then on.
+	d.idle() // what an earlier reader handed over goes first
 	d.setLive(false)
+	cu := catchUp{a: a, sink: sink}
 	for r.HasNext() {
 		msg, err := r.Next(ctx)
 		if err != nil {
+			cu.flush()
 			return err
 		}
-		a.apply(sink, d, msg, false)
+		a.apply(sink, cu.add, msg)
+		*last = msg.ID()
 	}
-	d.idle()
+	cu.flush()
 	d.setLive(true)
 	*synced = true
 	sink.State(registry.OriginAnnouncement, true, nil)
@@ -184,8 +200,33 @@ func (a *Announcements) read(ctx context.Context, sink registry.Sink, d *dispatc
 			unreachable = false
 			sink.State(registry.OriginAnnouncement, true, nil)
 		}
-		a.apply(sink, d, msg, true)
+		a.apply(sink, func(u registry.Update) { d.submit(u) }, msg)
+		*last = msg.ID()
 	}
+}
+
+// catchUp applies what a reader catching up reads, in order, in batches
+// of at most maxBatch updates and maxLargePending bytes.
+type catchUp struct {
+	a     *Announcements
+	sink  registry.Sink
+	us    []registry.Update
+	bytes int
+}
+
+func (c *catchUp) add(u registry.Update) {
+	c.us = append(c.us, u)
+	c.bytes += len(u.Doc)
+	if len(c.us) >= maxBatch || c.bytes >= maxLargePending {
+		c.flush()
+	}
+}
+
+func (c *catchUp) flush() {
+	if len(c.us) > 0 {
+		c.a.applyBatch(c.sink, c.us)
+	}
+	c.us, c.bytes = nil, 0
 }
 
 // quietCheck is how long the reader waits for an announcement before it
@@ -204,15 +245,13 @@ func heard(sink registry.Sink, at time.Time) {
 	}
 }
 
-// apply hands one message to the dispatcher. What the sink refuses without
-// parsing (no key, too large, a bad instance or lease) is refused here, on
-// the reader's goroutine. caughtUp says whether the reader had read what
-// existed when it started: an announcement read before counts from when it
-// was published (its lease may have run out since), one read after from
-// when it is applied (this process's clock, whatever the announcer's
-// says): a renewal as it is read, anything else once its turn came, so
-// that the time it waited in this gateway never counts against it.
-func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Message, caughtUp bool) {
+// apply hands one message over to submit (the dispatcher, or the batch of
+// a reader catching up). What the sink refuses without parsing (no key,
+// too large, a bad instance or lease) is refused here, on the reader's
+// goroutine. Every update carries the message's publish time (At): the
+// registry takes its decisions at the log's times, not at the time a
+// message happens to be applied.
+func (a *Announcements) apply(sink registry.Sink, submit func(registry.Update), msg pulsar.Message) {
 	key := msg.Key()
 	props := msg.Properties()
 	withdrawal := msg.IsNullValue() || len(msg.Payload()) == 0
@@ -225,7 +264,7 @@ func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Mess
 		}
 		return
 	}
-	u := registry.Update{Origin: registry.OriginAnnouncement, Unit: unit, Instance: inst, Name: a.topic, Doc: msg.Payload()}
+	u := registry.Update{Origin: registry.OriginAnnouncement, Unit: unit, Instance: inst, Name: a.topic, Doc: msg.Payload(), At: logTime(msg)}
 	if inst != "" {
 		if err := wire.ValidateInstanceID(inst); err != nil {
 			a.applyNow(sink, registry.Update{Origin: registry.OriginAnnouncement, Unit: unit, Name: a.topic, Doc: []byte("{}")})
@@ -238,9 +277,9 @@ func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Mess
 		if props[wire.PropInstance] == "" && inst != "" {
 			// A bare tombstone of "x@y": instance y of x, or a service
 			// announced as a whole under the id "x@y" — withdraw both.
-			d.submit(registry.Update{Origin: registry.OriginAnnouncement, Unit: key, Name: a.topic})
+			submit(registry.Update{Origin: registry.OriginAnnouncement, Unit: key, Name: a.topic, At: u.At})
 		}
-		d.submit(u)
+		submit(u)
 		return
 	}
 	if l := props[wire.PropLease]; l != "" {
@@ -251,15 +290,22 @@ func (a *Announcements) apply(sink registry.Sink, d *dispatcher, msg pulsar.Mess
 			return
 		}
 		u.Lease = lease
-		if !caughtUp {
-			u.At = msg.PublishTime()
-		}
 	}
 	if len(u.Doc) > registry.DefaultMaxAnnouncementBytes {
 		a.applyNow(sink, u)
 		return
 	}
-	d.submit(u)
+	submit(u)
+}
+
+// logTime is a message's time in the announcements' log: the broker's
+// timestamp when the broker adds one (AppendBrokerTimestampMetadataInterceptor:
+// one clock for every announcer), else its publish time.
+func logTime(msg pulsar.Message) time.Time {
+	if bt := msg.BrokerPublishTime(); bt != nil && !bt.IsZero() {
+		return *bt
+	}
+	return msg.PublishTime()
 }
 
 // applyBatch applies what the dispatcher took, in one batch when the sink

@@ -19,7 +19,7 @@ func (m *Manager) follow(ctx context.Context) {
 	for ctx.Err() == nil {
 		// A fresh read builds a fresh table, swapped in once caught up:
 		// deletions missed meanwhile are not kept.
-		building, counts := map[string]Record{}, map[string]int{}
+		building, counts, deleted := map[string]Record{}, map[string]int{}, map[string]time.Time{}
 		live := false
 		apply := func(msg transport.Message) {
 			if live {
@@ -31,11 +31,17 @@ func (m *Manager) follow(ctx context.Context) {
 			}
 			if r, ok := m.admit(msg); ok {
 				applyTo(building, counts, msg.Key, r)
+				if r == nil && m.recent(msg.Key) {
+					deleted[msg.Key] = time.Now()
+				}
 			}
 		}
 		err := m.bus.Follow(ctx, m.opts.StateTopic, "toolgate-operations-table", apply, func() {
 			m.mu.Lock()
 			m.table, m.runningBy = building, counts
+			for id, at := range deleted {
+				m.gone[id] = at
+			}
 			n := len(building) // the table is the calls' from here on
 			m.notifyLocked()
 			m.mu.Unlock()
@@ -200,7 +206,7 @@ func (m *Manager) applyEntry(key string, rec *Record) (held Record, stale bool) 
 		return Record{}, false // a replay of a deleted operation's record
 	}
 	r, ok, stale := applyTo(m.table, m.runningBy, key, rec)
-	if rec == nil {
+	if rec == nil && m.recent(key) {
 		m.gone[key] = time.Now()
 	}
 	m.notifyLocked()
@@ -218,6 +224,14 @@ func (m *Manager) applyEntry(key string, rec *Record) (held Record, stale bool) 
 		}
 	}
 	return r, stale
+}
+
+// recent reports whether id was made by this deployment less than
+// unseenFor ago: only such ids are remembered deleted (gone), as only
+// they could be taken for an operation not seen yet.
+func (m *Manager) recent(id string) bool {
+	made, here := m.opts.Keys.madeHere(id)
+	return here && time.Since(made) < unseenFor
 }
 
 func (m *Manager) notifyLocked() {

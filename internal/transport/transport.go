@@ -44,7 +44,8 @@ type Message struct {
 	// persistent topic: ones not acknowledged).
 	Redeliveries uint32
 	// PublishTime is when its producer published a message read from a
-	// table (Follow, ReadSince, ReadRange), by the producer's clock.
+	// table (Follow, ReadSince, ReadRange) or received on a persistent
+	// topic (ConsumeAsync), by the producer's clock.
 	PublishTime time.Time
 }
 

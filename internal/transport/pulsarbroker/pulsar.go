@@ -766,7 +766,7 @@ func (b *Pulsar) subscribeWith(ctx context.Context, topic, subscription string, 
 	deliver := func(m pulsar.Message, c pulsar.Consumer) {
 		msg := transport.Message{Payload: m.Payload(), Properties: m.Properties()}
 		if persistent {
-			msg.Key, msg.Redeliveries = m.Key(), m.RedeliveryCount()
+			msg.Key, msg.Redeliveries, msg.PublishTime = m.Key(), m.RedeliveryCount(), m.PublishTime()
 		}
 		if !persistent {
 			h(msg, func(bool) {})

@@ -22,8 +22,8 @@ func Bridge(b *bridge.Bridge) toolcall.Bridge { return bridgeCalls{b} }
 
 type bridgeCalls struct{ b *bridge.Bridge }
 
-func (a bridgeCalls) Call(ctx context.Context, t toolcall.Target, req wire.Request, deadline time.Time, stream bool) (toolcall.Reply, error) {
-	c, err := a.b.Call(ctx, bridge.Target(t), req, bridge.CallOptions{Deadline: deadline, Stream: stream})
+func (a bridgeCalls) Call(ctx context.Context, t toolcall.Target, req wire.Request, deadline time.Time, stream bool, as toolcall.Assertion) (toolcall.Reply, error) {
+	c, err := a.b.Call(ctx, bridge.Target(t), req, bridge.CallOptions{Deadline: deadline, Stream: stream, ID: as.ID, Caller: as.Token})
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -60,7 +60,7 @@ type manager struct{ m *operations.Manager }
 
 func (a manager) Start(ctx context.Context, s toolcall.OperationStart) (toolcall.OperationRecord, error) {
 	r, err := a.m.Start(ctx, operations.StartSpec{Owner: s.Owner, Tool: s.Tool, Target: bridge.Target(s.Target),
-		Request: s.Request, Deadline: s.Deadline})
+		Request: s.Request, Deadline: s.Deadline, Assert: s.Assert})
 	return record(r), fail(err)
 }
 

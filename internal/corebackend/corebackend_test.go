@@ -59,7 +59,7 @@ func TestBridgeStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Close() })
-	r, err := Bridge(b).Call(t.Context(), target, wire.Request{Arguments: "{}"}, time.Now().Add(time.Minute), false)
+	r, err := Bridge(b).Call(t.Context(), target, wire.Request{Arguments: "{}"}, time.Now().Add(time.Minute), false, toolcall.Assertion{})
 	if err != nil {
 		t.Fatal(err)
 	}

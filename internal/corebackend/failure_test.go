@@ -29,7 +29,7 @@ tool:
 // the bridge's errors to the core.
 type failing struct{ err error }
 
-func (f failing) Call(context.Context, toolcall.Target, wire.Request, time.Time, bool) (toolcall.Reply, error) {
+func (f failing) Call(context.Context, toolcall.Target, wire.Request, time.Time, bool, toolcall.Assertion) (toolcall.Reply, error) {
 	return nil, fail(f.err)
 }
 

@@ -32,7 +32,7 @@ type service struct {
 	release chan struct{}
 }
 
-func (s *service) Call(ctx context.Context, _ toolcall.Target, req wire.Request, _ time.Time, _ bool) (toolcall.Reply, error) {
+func (s *service) Call(ctx context.Context, _ toolcall.Target, req wire.Request, _ time.Time, _ bool, _ toolcall.Assertion) (toolcall.Reply, error) {
 	s.runs.Add(1)
 	var a struct {
 		Say    string `json:"say"`

@@ -21,6 +21,9 @@ type StartSpec struct {
 	Target   bridge.Target
 	Request  wire.Request
 	Deadline time.Time
+	// Assert, when set, signs the caller assertion of the request
+	// (wire.PropCaller), given its id.
+	Assert func(id string) (string, error)
 }
 
 // Start records the operation as running, then publishes its request,
@@ -66,9 +69,16 @@ func (m *Manager) Start(ctx context.Context, s StartSpec) (Record, error) {
 		m.withdraw(r.ID)
 		return Record{}, context.DeadlineExceeded
 	}
+	var caller string
+	if s.Assert != nil {
+		if caller, err = s.Assert(r.ID); err != nil {
+			m.withdraw(r.ID)
+			return Record{}, err
+		}
+	}
 	// The request outlives the caller's request: it is the operation's.
 	call, err := m.calls.Call(context.WithoutCancel(ctx), s.Target, s.Request,
-		bridge.CallOptions{Deadline: s.Deadline, ID: r.ID, ReplyTo: ReplyTopicOf(m.opts.ReplyTopic, m.opts.Keys.ID()), NoCredit: true, Detached: true})
+		bridge.CallOptions{Deadline: s.Deadline, ID: r.ID, ReplyTo: ReplyTopicOf(m.opts.ReplyTopic, m.opts.Keys.ID()), NoCredit: true, Detached: true, Caller: caller})
 	if err != nil {
 		m.withdraw(r.ID)
 		return Record{}, err

@@ -25,9 +25,15 @@ type Target struct {
 // call has a deadline of its own, deadline (zero: ctx's only), besides
 // ctx's; the earlier of the two applies. stream is true for a stream's
 // call, which gets a stream's share of the reply credit with its request.
+// a, when set, is the request's id and its caller assertion.
 type Bridge interface {
-	Call(ctx context.Context, t Target, req wire.Request, deadline time.Time, stream bool) (Reply, error)
+	Call(ctx context.Context, t Target, req wire.Request, deadline time.Time, stream bool, a Assertion) (Reply, error)
 }
+
+// Assertion is a request's caller assertion (wire.PropCaller), Token, and
+// the request id (wire.PropID) it was signed for, ID; the zero value:
+// none, and an id of the bridge's choosing.
+type Assertion struct{ ID, Token string }
 
 // Reply is a call in flight: its answer read whole (Wait) or chunk by
 // chunk (Recv). The caller closes it when done with it.
@@ -51,6 +57,9 @@ type OperationStart struct {
 	Target   Target
 	Request  wire.Request
 	Deadline time.Time
+	// Assert, when set, signs the caller assertion of the operation's
+	// request, given the request's id.
+	Assert func(id string) (string, error)
 }
 
 // The states of a durable operation (OperationRecord.State).

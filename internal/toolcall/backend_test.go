@@ -16,8 +16,8 @@ func viaBridge(b *bridge.Bridge) Bridge { return testBridge{b} }
 
 type testBridge struct{ b *bridge.Bridge }
 
-func (a testBridge) Call(ctx context.Context, t Target, req wire.Request, deadline time.Time, stream bool) (Reply, error) {
-	c, err := a.b.Call(ctx, bridge.Target(t), req, bridge.CallOptions{Deadline: deadline, Stream: stream})
+func (a testBridge) Call(ctx context.Context, t Target, req wire.Request, deadline time.Time, stream bool, as Assertion) (Reply, error) {
+	c, err := a.b.Call(ctx, bridge.Target(t), req, bridge.CallOptions{Deadline: deadline, Stream: stream, ID: as.ID, Caller: as.Token})
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// Operations, when set, serves the operation ops (durable operations);
 	// without it they answer UNIMPLEMENTED.
 	Operations Operations
+	// Callers, when set, signs a caller assertion for every call's
+	// request (caller.go).
+	Callers CallerSigner
 }
 
 // Core serves calls: the last Handler of every chain.
@@ -174,7 +177,13 @@ func (s *Core) start(ctx context.Context, c *Call, stream bool) (*registry.Tool,
 	if err != nil {
 		return tool, nil, deadline, err
 	}
-	call, err := s.bridge.Call(ctx, target(tool), env, deadline, stream)
+	var as Assertion
+	if s.opts.Callers != nil {
+		if as, err = s.assert(c, tool, deadline); err != nil {
+			return tool, nil, deadline, err
+		}
+	}
+	call, err := s.bridge.Call(ctx, target(tool), env, deadline, stream, as)
 	if err != nil {
 		return tool, nil, deadline, err
 	}

@@ -70,7 +70,8 @@ func (s *Core) operation(ctx context.Context, c *Call, emit Emit) (Result, error
 		}
 		// The operation names its tool as the caller did: in a tool set,
 		// the set's name for it.
-		rec, err = ops.Start(ctx, OperationStart{Owner: owner, Tool: c.ShownName(), Request: env, Deadline: deadline, Target: target(tool)})
+		rec, err = ops.Start(ctx, OperationStart{Owner: owner, Tool: c.ShownName(), Request: env, Deadline: deadline, Target: target(tool),
+			Assert: s.assertOperation(c, tool, deadline)})
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			// The operation's own deadline, not the caller's: the
 			// broker did not take its record or its request in time.

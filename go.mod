@@ -7,6 +7,7 @@ toolchain go1.26.10
 require (
 	cloud.google.com/go/longrunning v0.8.0
 	connectrpc.com/connect v1.21.1
+	github.com/MicahParks/jwkset v0.11.4
 	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/apache/pulsar-client-go v0.21.0
 	github.com/bytedance/gopkg v0.1.4
@@ -43,7 +44,6 @@ require (
 require (
 	github.com/AthenZ/athenz v1.12.13 // indirect
 	github.com/DataDog/zstd v1.5.0 // indirect
-	github.com/MicahParks/jwkset v0.11.4 // indirect
 	github.com/RoaringBitmap/roaring/v2 v2.8.0 // indirect
 	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
 	github.com/ardielle/ardielle-go v1.5.2 // indirect

@@ -316,7 +316,7 @@ func (g *Gateway) callChain(core *toolcall.Core) toolcall.Handler {
 	// by the registry's name: the caller is authenticated first, then the
 	// set resolves the name, then the policy decides.
 	return toolcall.Chain(core.Handle, g.auditCalls(), trace, telemetry.NewCallLog(log, logOpts...).Middleware(), g.metrics.Middleware(),
-		g.drain.middleware(), sec.authenticate, core.ToolSets(), sec.authn.Middleware(), limit, quotas, sec.keys.Middleware())
+		g.drain.middleware(), sec.authn.Authentication(), core.ToolSets(), sec.authn.Authorization(), limit, quotas, sec.keys.Middleware())
 }
 
 // operationsStats are the operations' counters for the metrics.

@@ -2,7 +2,6 @@ package app
 
 import (
 	"cmp"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -180,17 +179,4 @@ func (s *security) wrapHTTP(h http.Handler) http.Handler {
 		h = limits.TLSState(h)
 	}
 	return h
-}
-
-// authenticate is the middleware that authenticates the caller, before
-// a tool set resolves the call's name and the policy decides
-// (authn.Middleware): the policy knows a set's tool by the registry's
-// name.
-func (s *security) authenticate(next toolcall.Handler) toolcall.Handler {
-	return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
-		if err := s.authn.Authenticate(ctx, c); err != nil {
-			return toolcall.Result{}, err
-		}
-		return next(ctx, c, emit)
-	}
 }

@@ -457,3 +457,46 @@ func TestRefusalInASetNamesTheSetsTool(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthenticationThenAuthorization: the two middlewares the gateway
+// runs with a step between them (a tool set resolving its name for a
+// tool): the caller is established once, before the step, and the policy
+// decides on the name the step leaves — svc-bob may invoke query-orders,
+// which the set shows as "orders", and not tell-joke, shown as "joke".
+// Authorization without authentication before it refuses every call.
+func TestAuthenticationThenAuthorization(t *testing.T) {
+	t.Parallel()
+	a, err := New(WithAPIKeys(mustKeys(t)), WithPolicy(mustPolicy(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolve := func(next toolcall.Handler) toolcall.Handler {
+		return func(ctx context.Context, c *toolcall.Call, emit toolcall.Emit) (toolcall.Result, error) {
+			if !c.Authenticated {
+				t.Error("the step between the two saw no caller")
+			}
+			c.Name = map[string]string{"orders": "query-orders", "joke": "tell-joke"}[c.Name]
+			return next(ctx, c, emit)
+		}
+	}
+	chain := toolcall.Chain(echo, a.Authentication(), resolve, a.Authorization())
+	res, err := chain(t.Context(), newCall(toolcall.OpInvoke, "orders", "x-api-key", bobKey), nil)
+	if err != nil || res.Output != "svc-bob|api-key|reader" {
+		t.Fatalf("orders: %q %v, want svc-bob through", res.Output, err)
+	}
+	_, err = chain(t.Context(), newCall(toolcall.OpInvoke, "joke", "x-api-key", bobKey), nil)
+	checkStatus(t, err, codes.PermissionDenied, `may not invoke tool "tell-joke"`)
+	_, err = chain(t.Context(), newCall(toolcall.OpInvoke, "orders"), nil)
+	checkStatus(t, err, codes.Unauthenticated, MsgMissingCredentials)
+
+	reached := false
+	next := func(context.Context, *toolcall.Call, toolcall.Emit) (toolcall.Result, error) {
+		reached = true
+		return toolcall.Result{}, nil
+	}
+	_, err = toolcall.Chain(next, a.Authorization())(t.Context(), newCall(toolcall.OpInvoke, "query-orders", "x-api-key", bobKey), nil)
+	checkStatus(t, err, codes.Internal, "without authentication")
+	if reached {
+		t.Error("an unauthenticated call went through authorization")
+	}
+}

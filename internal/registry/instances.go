@@ -498,11 +498,11 @@ func (m *Merger) claimGraceOf(p *part) time.Duration {
 // gives one at least every second while the topic is reachable.
 const unheardAfter = 3 * time.Second
 
-// recentLoss is how old an expiry the log commits (found with a message,
-// not by the view) may be to be logged as a loss and told to
-// WithInstanceLost: older ones are the log's history, read by a gateway
-// catching up, and are logged quietly.
-const recentLoss = unheardAfter
+// recentLoss is how old an expiry may be when it is found to be logged
+// as a loss and told to WithInstanceLost: older ones are the log's
+// history (a crashed instance's key stays on the topic), read by a
+// gateway catching up, and are logged quietly.
+const recentLoss = time.Minute
 
 // Heard tells the merger that the source of origin o could read at time at
 // (it asked the broker, or caught up): announcements made by then have
@@ -587,8 +587,8 @@ func earliest(a, b time.Time) time.Time {
 // runOutLocked removes from p the instances whose lease ran out by at and
 // reports whether any did, and whether p's claims have lapsed by at. p is
 // orig itself when the log commits it, or orig's copy in a view. A loss
-// is logged and told once, when first found: by the view as it happens,
-// or by a commit — quietly when the expiry is the log's history.
+// is logged and told once, when first found (by the view as it happens,
+// or by a commit) — quietly when the expiry is the log's history.
 func (m *Merger) runOutLocked(p, orig *part, at, now time.Time) (changed, lapsed bool) {
 	commit := p == orig
 	var last time.Time
@@ -609,7 +609,7 @@ func (m *Merger) runOutLocked(p, orig *part, at, now time.Time) (changed, lapsed
 			continue
 		}
 		in.told = true
-		if commit && now.Sub(in.expires) > recentLoss {
+		if now.Sub(in.expires) > recentLoss {
 			m.log.Info("an announced instance's lease had run out (the announcements' history)", "service", p.unit, "instance", inst, "expired", in.expires)
 			continue
 		}
@@ -626,7 +626,7 @@ func (m *Merger) runOutLocked(p, orig *part, at, now time.Time) (changed, lapsed
 		p.doc, p.services, p.tools = lastIn.doc, lastIn.services, lastIn.tools
 	}
 	if !last.IsZero() {
-		m.settleViewLocked(p, orig, last, true, commit && now.Sub(last) > recentLoss)
+		m.settleViewLocked(p, orig, last, true, now.Sub(last) > recentLoss)
 	}
 	return changed, len(p.instances) == 0 && !at.Before(p.leftAt.Add(m.claimGraceOf(p)))
 }

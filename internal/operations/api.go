@@ -41,10 +41,15 @@ func (m *Manager) unseen(id string, now time.Time) bool {
 	if !here || now.Sub(made) >= unseenFor || made.Sub(now) > clockSlack {
 		return false
 	}
+	return !m.deleted(id)
+}
+
+// deleted reports whether the table saw id deleted lately (gone).
+func (m *Manager) deleted(id string) bool {
 	m.mu.RLock()
-	_, deleted := m.gone[id]
-	m.mu.RUnlock()
-	return !deleted
+	defer m.mu.RUnlock()
+	_, ok := m.gone[id]
+	return ok
 }
 
 // List returns owner's operations sorted by id; done, when set, keeps

@@ -122,7 +122,7 @@ func (m *Manager) onReply(l *replyLane, msg transport.Message) bool {
 	}
 	r, ok := m.recordOf(id)
 	if !ok {
-		if here && time.Since(made) < unseenFor {
+		if here && time.Since(made) < unseenFor && !m.deleted(id) {
 			return false // made here a moment ago: the table lags
 		}
 		if msg.Redeliveries >= maxRedeliveries {

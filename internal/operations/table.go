@@ -295,10 +295,7 @@ func (m *Manager) readBack(ctx context.Context, id string) Record {
 		if ok && cur.Finished() {
 			return cur
 		}
-		m.mu.RLock()
-		_, deleted := m.gone[id]
-		m.mu.RUnlock()
-		if !ok && deleted {
+		if !ok && m.deleted(id) {
 			return Record{}
 		}
 		select {

@@ -75,9 +75,10 @@ func ValidateTopic(name string) error {
 	return nil
 }
 
-// OperationsTopic is where the replies of durable operations go: the
-// persistent topic of the response namespace that every gateway of a
-// deployment consumes on one Key_Shared subscription (docs/operations.md).
+// OperationsTopic names where the replies of durable operations go: the
+// stem of the persistent topics of the response namespace, one per
+// operations key (the stem, ".", the key's id), that the gateways holding
+// the key consume on one Key_Shared subscription (docs/operations.md).
 const OperationsTopic = "persistent://" + Tenant + "/" + ResponseNamespace + "/toolgate.operations"
 
 // ReplyTopic is the reply topic of one gateway instance: every service

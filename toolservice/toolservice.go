@@ -20,6 +20,11 @@
 // URLs (WithTLSTrustCerts), or hand the service a client the program
 // already has (WithPulsarClient).
 //
+// With WithCallerJWKS, the service takes only calls a gateway of its
+// deployment vouches for: each request's caller assertion
+// (wire.PropCaller) is checked against the gateway's public keys, and the
+// handler reads who the call comes from with CallerFrom.
+//
 // A tool announced with Result ResultMCPContent answers with MCP content
 // blocks (Content) and may send log records while it runs (Request.Log),
 // which a gateway's MCP door hands to MCP clients as such.
@@ -187,6 +192,11 @@ type options struct {
 	client            pulsar.Client         // the caller's, used instead of creating one
 	set               []string              // the options given, in order, to report conflicts
 	errs              []error               // problems an option found with its own argument
+
+	// The caller check (WithCallerJWKS, WithCallerAudience,
+	// WithCallerIssuer).
+	callerJWKS, callerIss string
+	callerAud             []string
 }
 
 // WithAuthentication authenticates the service's Pulsar client with a,
@@ -320,6 +330,9 @@ type Service struct {
 	// receipts holds the calls taken here that asked for a receipt
 	// (wire.PropReceipt), until they end: call id → *receiptWait.
 	receipts sync.Map
+	// caller checks the requests' caller assertions (WithCallerJWKS);
+	// nil: not checked.
+	caller *callerCheck
 
 	ready     chan struct{} // closed once Run has subscribed
 	sem       chan struct{}
@@ -330,6 +343,7 @@ type Service struct {
 	cancelled atomic.Int64
 	resent    atomic.Int64
 	repeated  atomic.Int64
+	refused   atomic.Int64
 	callCtx   context.Context
 	cancelFn  context.CancelFunc
 	// stopped is set, under acceptMu, once Run no longer waits for calls
@@ -395,6 +409,9 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	}
 	if cfg.PulsarURL == "" && o.client == nil {
 		return nil, errors.New("toolservice: empty PulsarURL")
+	}
+	if err := s.checkCallers(o); err != nil {
+		return nil, fmt.Errorf("toolservice: %w", err)
 	}
 	// A deep prefetch queue: a non-persistent topic drops what a
 	// consumer without free queue slots cannot take, and a burst of
@@ -614,12 +631,16 @@ type Stats struct {
 	// taken already: not run again; a receipt, or the kept reply, is sent
 	// instead.
 	Repeated int64
+	// CallersRefused counts the requests refused for their caller
+	// assertion (WithCallerJWKS): missing, forged, expired, replayed or
+	// for another service.
+	CallersRefused int64
 }
 
 // Stats returns the service's counters.
 func (s *Service) Stats() Stats {
 	return Stats{Handled: s.handled.Load(), Dropped: s.dropped.Load(), Cancelled: s.cancelled.Load(), Resent: s.resent.Load(),
-		Repeated: s.repeated.Load()}
+		Repeated: s.repeated.Load(), CallersRefused: s.refused.Load()}
 }
 
 // grant takes a caller's grant for one of its streams (wire.PropCredit),
@@ -821,6 +842,20 @@ func (s *Service) serve(m transport.Message, rw *receiptWait) {
 		s.cancelled.Add(1)
 		fail("cancelled", "the caller gave the call up before it started")
 		return
+	}
+	if s.caller != nil {
+		who, err := s.caller.check(m.Properties[wire.PropCaller], id)
+		if err != nil {
+			s.refused.Add(1)
+			s.slow.Warn("refusing a call: its caller assertion does not hold", "id", id, "err", err)
+			typ := wire.ErrorTypeCallerRefused
+			if errors.Is(err, errCallerBusy) {
+				typ = "unavailable"
+			}
+			fail(typ, "caller assertion refused: "+err.Error())
+			return
+		}
+		ctx = context.WithValue(ctx, callerKey{}, who)
 	}
 	req, err := wire.DecodeRequest(m.Payload)
 	if err != nil {

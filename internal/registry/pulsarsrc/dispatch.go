@@ -89,7 +89,8 @@ type item struct {
 // lanes (small and large documents), one worker each, in batches (one
 // snapshot for all the updates a worker finds waiting). Of the updates of
 // one unit waiting, only the latest is applied, and never two of one unit
-// at once, so the last message of each unit wins as it would in order.
+// at once, so the last message of each unit wins as it would in order;
+// an announcement and a withdrawal of one unit are never merged so.
 //
 // Updates of what the registry holds go first; renewals of its instances
 // are applied as they are submitted. Updates of new services or instances
@@ -197,6 +198,18 @@ func (d *dispatcher) submit(u registry.Update) bool {
 	lane := laneOf(u)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// An instance announced and withdrawn (or withdrawn and announced
+	// again) within one backlog: the second waits until the first has
+	// started, so that both are applied, in order, as a gateway replaying
+	// the log applies them (the first may hold or drop claims). A new one
+	// waiting for its admission is replaced, as any update of it.
+	for !d.closed {
+		old := d.pending[k]
+		if old == nil || old.class == fresh || withdrawal(old.u) == withdrawal(u) {
+			break
+		}
+		d.cond.Wait()
+	}
 	if old := d.pending[k]; class == fresh && d.live && (old == nil || old.class != fresh) {
 		// Room: Waiting, besides those the admissions due now take.
 		d.refillLocked(d.now())

@@ -265,9 +265,16 @@ func TestBrokerTokenAuth(t *testing.T) {
 	b.grant(t, wire.ResponseTopic(svcTopic), svcRole, "produce")
 	b.grant(t, announce, svcRole, "produce")
 	b.grant(t, wire.ReplyTopic(instance), svcRole, "produce")
-	// and the reply topic of durable operations.
-	b.createTopic(t, wire.OperationsTopic)
-	b.grant(t, wire.OperationsTopic, svcRole, "produce")
+	// and the reply topic of durable operations: the one of the key the
+	// gateway writes with.
+	opsKeyText := []byte(brokertest.UniqueTopic("key") + brokertest.UniqueTopic("of-this-test"))
+	opsKeys, err := operations.NewKeys(opsKeyText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsReplies := operations.ReplyTopicOf(wire.OperationsTopic, opsKeys.ID())
+	b.createTopic(t, opsReplies)
+	b.grant(t, opsReplies, svcRole, "produce")
 	// Another service, with the same on its own topics only.
 	b.grant(t, wire.RequestTopic(otherTopic), otherRole, "consume")
 	b.grant(t, wire.ResponseTopic(otherTopic), otherRole, "produce")
@@ -348,7 +355,7 @@ func TestBrokerTokenAuth(t *testing.T) {
 	}
 	// Durable operations on the default topics of the broker's own.
 	opsKey := filepath.Join(t.TempDir(), "operations.key")
-	if err := os.WriteFile(opsKey, []byte(brokertest.UniqueTopic("key")+brokertest.UniqueTopic("of-this-test")), 0o600); err != nil {
+	if err := os.WriteFile(opsKey, opsKeyText, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	gw := runGateway(t, nil, "--pulsar-url", b.tlsURL, "--pulsar-tls-ca", b.caFile, "--pulsar-admin-url", b.admin, "--pulsar-token-file", b.tokenFile(t, gwRole),

@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -22,11 +25,27 @@ import (
 // start → done as its client sees it.
 
 // opsTopics are the persistent topics an operation writes to: the state
-// table, the reply topic and the chunk topic.
+// table, the reply topic (the run's key's: opsReplies) and the chunk topic.
 var opsTopics = []string{
 	"persistent://tg/operations/state",
-	"persistent://tg/response/toolgate.operations",
+	opsRepliesStem + ".<key id>",
 	"persistent://tg/operations/chunks",
+}
+
+// opsRepliesStem is the stem of the operations' reply topics, one per key
+// (docs/operations.md).
+const opsRepliesStem = "persistent://tg/response/toolgate.operations"
+
+// opsReplies is the reply topic of the key the running repetition's
+// gateway writes with, counted as opsTopics' second.
+var opsReplies string
+
+// keyID is an operations key's id (docs/operations.md): the first 8 bytes
+// of HMAC-SHA256 under the key of "toolgate-operations-v1 key id", hex.
+func keyID(key []byte) string {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("toolgate-operations-v1 key id"))
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // OpsBus is what one window of operations wrote to opsTopics.
@@ -82,9 +101,11 @@ func (e *env) opsRep(ctx context.Context, rep *Report, r int) error {
 	// A short TTL: the table the gateways read stays small across runs.
 	// The records' key: made afresh for this run's gateways.
 	opsKey := filepath.Join(e.tmp, "operations.key")
-	if err := os.WriteFile(opsKey, []byte(randHex(32)+"\n"), 0o600); err != nil {
+	key := randHex(32)
+	if err := os.WriteFile(opsKey, []byte(key+"\n"), 0o600); err != nil {
 		return err
 	}
+	opsReplies = opsRepliesStem + "." + keyID([]byte(key))
 	gw, err := e.startGatewayWith(ctx, e.gwBin, false, reg, "--operations", "--operations-key-file", opsKey, "--operation-ttl", "30s")
 	if err != nil {
 		e.failures++
@@ -139,7 +160,10 @@ func (e *env) opsCounters(gw *child) (OpsBus, error) {
 		return b, err
 	}
 	b.Calls = int64(started)
-	for _, t := range opsTopics {
+	for i, t := range opsTopics {
+		if i == 1 {
+			t = opsReplies
+		}
 		scheme, rest, _ := strings.Cut(t, "://")
 		resp, err := hc.Get(e.adminURL + "/admin/v2/" + scheme + "/" + rest + "/stats")
 		if err != nil {

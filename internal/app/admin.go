@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
+
+	"github.com/toolgate/toolgate/wire"
 )
 
 // adminHandler serves the operational endpoints on the admin listener
@@ -26,6 +28,9 @@ func (g *Gateway) adminHandler() http.Handler {
 		}
 		writeAdminJSON(w, code, map[string]any{"status": st, "details": details})
 	})
+	if g.callers != nil {
+		m.Handle("GET "+wire.CallerJWKSPath, g.callers.Handler())
+	}
 	m.HandleFunc("GET /debug/pprof/", pprof.Index)
 	m.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 	m.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

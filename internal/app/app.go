@@ -19,6 +19,7 @@ import (
 	toolgatev1 "github.com/toolgate/toolgate/gen/toolgate/v1"
 	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/callerassert"
 	"github.com/toolgate/toolgate/internal/config"
 	"github.com/toolgate/toolgate/internal/connectapi"
 	"github.com/toolgate/toolgate/internal/corebackend"
@@ -74,6 +75,9 @@ type Gateway struct {
 	// about every request topic once: readiness waits for it.
 	presence      *transport.Presence
 	presenceKnown atomic.Bool
+	// callers signs the calls' caller assertions; nil without
+	// --caller-key-file.
+	callers *callerassert.Signer
 	// httpBase is every HTTP request's base context, cancelled once the
 	// calls are over at shutdown (long-lived MCP streams end with it).
 	httpBase     context.Context
@@ -101,6 +105,9 @@ func New(cfg config.Config, log *slog.Logger) (_ *Gateway, err error) {
 	// and the idempotency keys' stores.
 	opsKeys, err := g.readSecurity()
 	if err != nil {
+		return nil, err
+	}
+	if err := g.readCallerKey(); err != nil {
 		return nil, err
 	}
 	if err := g.openRegistry(); err != nil {
@@ -274,6 +281,7 @@ func (g *Gateway) newCore(bus operations.Bus, opsKeys *operations.Keys) *toolcal
 		StreamIdleTimeout: cfg.Core.StreamIdle,
 		Logger:            log,
 		Visible:           g.sec.authn.Visible,
+		Callers:           g.callerSigner(),
 	})
 }
 
@@ -413,6 +421,7 @@ func (g *Gateway) newHTTPServers(calls toolcall.Handler) error {
 	routes = append(routes, rootmux.Docs(docs.New(docs.Options{Logger: log}))...)
 	routes = append(routes, rootmux.MCP(mcpHandler, mcpSets, mcpMetadata)...)
 	routes = append(routes, rootmux.Connect(connectPath, connectHandler)...)
+	routes = append(routes, g.callerJWKSRoutes()...)
 	h, err := rootmux.New(rootmux.Options{Logger: log, Routes: routes,
 		CORSOrigins: cfg.HTTP.CORSOrigins, MaxHeaderBytes: cfg.Limits.Header()})
 	if err != nil {

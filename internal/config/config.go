@@ -83,6 +83,8 @@ type Config struct {
 	Tracing Tracing
 	// Audit is the audit log.
 	Audit Audit
+	// Callers are the caller assertions signed for every call.
+	Callers Callers
 }
 
 // GRPC is the gRPC listener.
@@ -311,6 +313,15 @@ type Audit struct {
 	Queue     int    // calls waiting for the writer, beyond which they are dropped and counted (default audit.DefaultQueue; cannot be off)
 }
 
+// Callers are the caller assertions the gateway signs for every call's
+// request (internal/callerassert; docs/security.md).
+type Callers struct {
+	KeyFile         string // PEM PKCS#8 Ed25519 or P-256 private key; "" (the default): off, no assertions
+	PreviousKeyFile string // the key KeyFile replaces, still in the JWK Set; "" (the default): none
+	Issuer          string // the assertions' iss (default callerassert.DefaultIssuer)
+	JWKSPublic      bool   // serve the JWK Set on the public HTTP listener too (default false: the admin listener's only)
+}
+
 // DefaultAdminAddr is the admin listener's default: loopback only.
 const DefaultAdminAddr = "127.0.0.1:8082"
 
@@ -350,6 +361,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Config,
 	c.Idempotency.register(f)
 	c.Tracing.register(f)
 	c.Audit.register(f)
+	c.Callers.register(f)
 	if err := f.parse(args); err != nil {
 		return c, err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/toolgate/toolgate/internal/audit"
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/bridge"
+	"github.com/toolgate/toolgate/internal/callerassert"
 	"github.com/toolgate/toolgate/internal/doorconf"
 	"github.com/toolgate/toolgate/internal/gcgoal"
 	"github.com/toolgate/toolgate/internal/idempotency"
@@ -171,6 +172,13 @@ func (i *Idempotency) register(f *flags) {
 func (t *Tracing) register(f *flags) {
 	f.str(&t.OTLPEndpoint, "otlp-endpoint", "", "OTLP/gRPC trace collector (host:port or http(s)://…); empty = tracing off")
 	f.bool(&t.OTLPInsecure, "otlp-insecure", false, "no TLS to the OTLP collector")
+}
+
+func (c *Callers) register(f *flags) {
+	f.str(&c.KeyFile, "caller-key-file", "", "PEM PKCS#8 private key (Ed25519: openssl genpkey -algorithm ed25519; or P-256) with which the gateway signs a caller assertion for every call's request (the toolgate-caller word: who the caller is, for which service and tool, until the deadline), which tool services check against the public keys served at "+wire.CallerJWKSPath+" on the admin listener; every replica needs the same; empty = no assertions")
+	f.str(&c.PreviousKeyFile, "caller-previous-key-file", "", "the key --caller-key-file replaces (its PEM private or public key): still in the served public keys, never signed with, while tool services move to the new one")
+	f.str(&c.Issuer, "caller-issuer", callerassert.DefaultIssuer, "issuer (iss) of the caller assertions: names the deployment, which tool services may require")
+	f.bool(&c.JWKSPublic, "caller-jwks-public", false, "serve the caller assertions' public keys at "+wire.CallerJWKSPath+" on the public HTTP listener too, not only on the admin listener")
 }
 
 func (a *Audit) register(f *flags) {

@@ -24,6 +24,8 @@ func (c Config) secretFiles() []secretFile {
 	add("jwt-hs256-secret-file", c.Auth.JWTSecretFile)
 	add("pulsar-token-file", c.Pulsar.TokenFile)
 	add("tls-key", c.TLS.Key)
+	add("caller-key-file", c.Callers.KeyFile)
+	add("caller-previous-key-file", c.Callers.PreviousKeyFile)
 	if c.Operations.Enabled {
 		add("operations-key-file", c.Operations.KeyFile)
 		add("operations-previous-key-file", c.Operations.PreviousKeyFile)

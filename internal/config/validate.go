@@ -200,6 +200,12 @@ func (c Config) validate() error {
 	if c.Core.DefaultTimeout > c.Core.MaxTimeout && c.Core.MaxTimeout > 0 {
 		errs = append(errs, errors.New("--default-timeout must not exceed --max-timeout"))
 	}
+	if c.Callers.KeyFile == "" && (c.Callers.PreviousKeyFile != "" || c.Callers.JWKSPublic) {
+		errs = append(errs, errors.New("--caller-previous-key-file and --caller-jwks-public need --caller-key-file"))
+	}
+	if c.Callers.KeyFile != "" && c.Callers.Issuer == "" {
+		errs = append(errs, errors.New("--caller-issuer must not be empty with --caller-key-file"))
+	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", c.Log.Format))
 	}

@@ -1,12 +1,19 @@
 package toolcall
 
 import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
 	"errors"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/toolgate/toolgate/internal/callerassert"
 	"github.com/toolgate/toolgate/internal/transport"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc/codes"
@@ -98,5 +105,40 @@ func TestCallerAssertion(t *testing.T) {
 	}
 	if v, ok := props[0][wire.PropCaller]; ok {
 		t.Errorf("without a signer the request carries an assertion %q", v)
+	}
+}
+
+// BenchmarkInvokeCallerAssertion is the core's whole path for one unary
+// call (as BenchmarkInvoke, one call at a time) without a caller
+// assertion and with one of each kind of key: the difference is what the
+// assertion adds to a call.
+func BenchmarkInvokeCallerAssertion(b *testing.B) {
+	_, edKey, _ := ed25519.GenerateKey(rand.Reader)
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	reply := wire.EncodeResponse(wire.Response{Response: "abcdefghijklmnopqrstuvwxyz012345", EndOfStream: true})
+	args := []byte(`{"s":"abcdefghijklmnopqrstuvwxyz012345"}`)
+	caller := Caller{User: "alice", Roles: []string{"dev", "ops"}, Method: SourceAPIKey}
+	for _, bc := range []struct {
+		name string
+		key  crypto.Signer
+	}{{"none", nil}, {"EdDSA", edKey}, {"ES256", ecKey}} {
+		var opts Options
+		if bc.key != nil {
+			s, err := callerassert.New("", bc.key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			opts.Callers = s
+		}
+		core := newCore(b, answering(reply), opts)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := core.Handle(context.Background(), &Call{Op: OpInvoke, Name: "typed", Args: args, Header: NoHeader,
+					Caller: caller, Authenticated: true}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

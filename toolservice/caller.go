@@ -139,6 +139,7 @@ type callerCheck struct {
 	client              *http.Client
 
 	mu     sync.Mutex // held while the keys are read
+	tried  time.Time  // when they were last read, or tried to be (guarded by mu)
 	keys   atomic.Pointer[keySet]
 	seen   seenIDs
 	now    func() time.Time
@@ -174,6 +175,7 @@ func isURL(s string) bool { return strings.HasPrefix(s, "http://") || strings.Ha
 
 // reload reads the keys from the source.
 func (c *callerCheck) reload() error {
+	c.tried = c.now()
 	var (
 		b   []byte
 		err error
@@ -215,27 +217,20 @@ func (c *callerCheck) fetch() ([]byte, error) {
 	return io.ReadAll(io.LimitReader(resp.Body, maxJWKSBytes))
 }
 
-// refresh reads the keys again when those held were read before since
-// (another request may have read them meanwhile) and at least
-// reloadAfter ago; it reports whether the keys are newer than since.
+// refresh reads the keys again unless those held were read after since
+// (another request read them meanwhile: it reports true) or the last
+// attempt was less than reloadAfter ago; it reports whether the keys are
+// newer than since.
 func (c *callerCheck) refresh(since time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ks := c.keys.Load()
-	if ks != nil && ks.read.After(since) {
+	if ks := c.keys.Load(); ks != nil && ks.read.After(since) {
 		return true
 	}
-	if ks != nil && c.now().Sub(ks.read) < c.reloadAfter {
+	if now := c.now(); !c.tried.IsZero() && now.Sub(c.tried) < c.reloadAfter {
 		return false
 	}
-	if err := c.reload(); err != nil {
-		if ks != nil {
-			// Not read again before reloadAfter.
-			c.keys.Store(&keySet{kf: ks.kf, read: c.now()})
-		}
-		return false
-	}
-	return true
+	return c.reload() == nil
 }
 
 // keyFor finds the key of an assertion: by its kid, reading the keys again
@@ -265,6 +260,9 @@ func (c *callerCheck) keyFor(t *jwt.Token) (any, error) {
 		if k, err := c.keys.Load().kf.Keyfunc(t); err == nil {
 			return k, nil
 		}
+	}
+	if c.keys.Load() == nil {
+		return nil, fmt.Errorf("the gateway's keys (%s) could not be read yet", c.source)
 	}
 	return nil, fmt.Errorf("signed with a key (kid %q) the gateway's keys do not hold", t.Header["kid"])
 }

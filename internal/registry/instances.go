@@ -98,17 +98,32 @@ func (m *Merger) applyAnnouncements(us []Update, labels []string) []error {
 		}
 		todo = append(todo, pa)
 	}
-	for len(todo) > 0 {
-		// Parse what is not the same document as its instance's last.
+	for pass := 0; len(todo) > 0; pass++ {
+		// Parse what is not a document the unit has: its instance's
+		// last or the one it serves — recorded, or announced earlier in
+		// this batch. A renewal, another replica, is parsed once: a batch
+		// of one service's renewals costs one parse, not one each.
 		kept := todo[:0]
-		for _, pa := range todo {
-			if !pa.withdraw && pa.parsed == nil && !m.sameDoc(pa.u) {
+		seen := map[string][]byte{} // instance, or unit → its latest document earlier in todo
+		for k, pa := range todo {
+			inst, unit := unitInstance(pa.u), pa.u.Unit
+			if pa.withdraw {
+				delete(seen, inst)
+				kept = append(kept, pa)
+				continue
+			}
+			// The first of what recording gave back needs its parse.
+			again := k == 0 && pass > 0
+			if pa.parsed == nil && (again || pa.u.Parsed != nil || !m.hasDoc(pa.u, seen[inst], seen[unit])) {
 				var err error
 				if pa.parsed, err = m.parse(pa.u, pa.label); err != nil {
 					m.reject(pa.u.Origin, pa.label, err)
 					errs[pa.i] = err
 					continue
 				}
+			}
+			if pa.u.Parsed == nil {
+				seen[inst], seen[unit] = pa.u.Doc, pa.u.Doc
 			}
 			kept = append(kept, pa)
 		}
@@ -181,10 +196,16 @@ func (m *Merger) recordAnnouncements(todo []pendingAnn, errs []error) []pendingA
 	return rest
 }
 
-// sameDoc reports whether u's instance announced u's document last.
-func (m *Merger) sameDoc(u Update) bool {
-	if u.Parsed != nil {
-		return false
+// unitInstance names u's instance among every announced one.
+func unitInstance(u Update) string { return u.Unit + "\x00" + u.Instance }
+
+// hasDoc reports whether u's document is one its unit has: that of its
+// instance's last announcement, that the unit serves, or one of those
+// announced earlier in the same batch (inst, unit). Recording it then
+// needs no parse (putLocked); if it turns out to, it is parsed then.
+func (m *Merger) hasDoc(u Update, inst, unit []byte) bool {
+	if (inst != nil && bytes.Equal(inst, u.Doc)) || (unit != nil && bytes.Equal(unit, u.Doc)) {
+		return true
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -192,8 +213,10 @@ func (m *Merger) sameDoc(u Update) bool {
 	if p == nil {
 		return false
 	}
-	in := p.instances[u.Instance]
-	return in != nil && bytes.Equal(in.doc, u.Doc)
+	if in := p.instances[u.Instance]; in != nil && bytes.Equal(in.doc, u.Doc) {
+		return true
+	}
+	return p.doc != nil && bytes.Equal(p.doc, u.Doc)
 }
 
 // msgTimeLocked is an announcement's time in the log: when it was made
@@ -338,9 +361,10 @@ func (m *Merger) putLocked(u Update, label string, parsed *part, at time.Time) (
 		m.renewLocked(cur, expires)
 		return true, !shown, nil
 	}
-	if parsed == nil && cur == nil && p != nil && p.doc != nil && bytes.Equal(p.doc, u.Doc) {
-		// A new instance (or one whose lease ran out, back) announcing
-		// the descriptors the service serves: nothing to parse.
+	if parsed == nil && p != nil && p.doc != nil && bytes.Equal(p.doc, u.Doc) {
+		// An instance (new, back after its lease ran out, or changing
+		// its descriptors) announcing those the service serves: nothing
+		// to parse.
 		parsed = &part{doc: p.doc, services: p.services, tools: p.tools}
 	}
 	if parsed == nil {

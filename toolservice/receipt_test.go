@@ -103,3 +103,76 @@ func TestReceiptsAndRepeatedRequests(t *testing.T) {
 		t.Fatalf("%d repeated requests counted, want 2", n)
 	}
 }
+
+// TestQueuedCallsSpokenFor: with every slot busy, requests waiting for a
+// slot get their receipts too, within wire.ReceiptAfter of arriving — a
+// caller does not take a queue for a frozen instance — and then run in
+// order, each once.
+func TestQueuedCallsSpokenFor(t *testing.T) {
+	mem := transport.NewMem()
+	defer mem.Close()
+	const replyTo = "non-persistent://tg/response/caller-q"
+	got := make(chan transport.Message, 20)
+	sub, err := mem.Subscribe(t.Context(), replyTo, "caller", transport.Exclusive, func(m transport.Message) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	release := make(chan struct{})
+	var order []string
+	svc, err := New(Config{ID: "svc", Topic: "queued", MaxConcurrency: 1, Logger: slog.New(slog.DiscardHandler)},
+		func(ctx context.Context, r *Request) (any, error) {
+			order = append(order, r.ID) // one slot: one handler at a time
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return "answer " + r.ID, nil
+		}, WithPulsarClient(transporttest.PulsarClient(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-svc.Ready()
+	ids := []string{"q1", "q2", "q3"}
+	for _, id := range ids {
+		if err := mem.Publish(t.Context(), wire.RequestTopic("queued"), transport.Message{Payload: wire.EncodeRequest(wire.Request{}),
+			Properties: map[string]string{wire.PropID: id, wire.PropReplyTo: replyTo, wire.PropReceipt: "1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receipted := map[string]bool{}
+	for len(receipted) < len(ids) {
+		select {
+		case m := <-got:
+			if m.Properties[wire.PropReceipt] != "1" {
+				t.Fatalf("%s answered before its release: %q", m.Properties[wire.PropID], m.Payload)
+			}
+			receipted[m.Properties[wire.PropID]] = true
+		case <-time.After(5 * time.Second):
+			t.Fatalf("receipts for %v only, with one call running and two waiting; want all three", receipted)
+		}
+	}
+	close(release)
+	for range ids {
+		select {
+		case m := <-got:
+			if m.Properties[wire.PropReceipt] != "" {
+				t.Fatalf("a second receipt for %s", m.Properties[wire.PropID])
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("not every call answered after the release")
+		}
+	}
+	if len(order) != 3 || order[0] != "q1" || order[1] != "q2" || order[2] != "q3" {
+		t.Fatalf("ran %v, want q1 q2 q3, each once", order)
+	}
+}

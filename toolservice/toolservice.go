@@ -336,6 +336,7 @@ type Service struct {
 
 	ready     chan struct{} // closed once Run has subscribed
 	sem       chan struct{}
+	queue     requestQueue   // the requests taken, waiting for a slot (queue.go)
 	wg        sync.WaitGroup // the calls running
 	resends   sync.WaitGroup // replies being sent again (resend)
 	handled   atomic.Int64
@@ -431,6 +432,7 @@ func New(cfg Config, h Handler, opts ...Option) (*Service, error) {
 	s.cancelTopic = wire.CancelTopic(s.reqTopic)
 	s.calls.init()
 	s.sem = make(chan struct{}, cfg.MaxConcurrency)
+	s.queue.init(cfg.RequestQueue)
 	s.ready = make(chan struct{})
 	return s, nil
 }
@@ -470,6 +472,8 @@ func (s *Service) ResponseTopic() string { return s.respTopic }
 func (s *Service) Run(ctx context.Context) error {
 	s.callCtx, s.cancelFn = context.WithCancel(context.WithoutCancel(ctx))
 	defer s.cancelFn()
+	go s.dispatch()
+	defer s.closeQueue()
 	sub, err := s.broker.Subscribe(ctx, s.reqTopic, s.cfg.ID+"-request", transport.Shared, s.accept)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.StopGrace)
@@ -532,9 +536,12 @@ func (s *Service) stop(sub, flowSub, cancelSub transport.Subscription) error {
 	// later is not run — a gateway publishes again the calls that heard
 	// nothing from an instance that left.
 	within(grace, func() { _ = sub.Close() })
+	// What was taken starts as slots free up, within the grace.
+	s.queue.drained(grace)
 	s.acceptMu.Lock()
 	s.stopped = true
 	s.acceptMu.Unlock()
+	s.closeQueue()
 	calls := make(chan struct{})
 	go func() { s.wg.Wait(); close(calls) }()
 	select {
@@ -719,6 +726,12 @@ func (s *Service) accept(m transport.Message) {
 			return
 		}
 	}
+	s.enqueue(m, rw)
+}
+
+// start runs request m (rw: its receipt, if it asked for one) on a
+// goroutine of its own once a slot is free; after the stop it is not run.
+func (s *Service) start(m transport.Message, rw *receiptWait) {
 	s.sem <- struct{}{}
 	s.acceptMu.Lock()
 	if s.stopped {

@@ -33,12 +33,12 @@ func TestParse(t *testing.T) {
 		t.Fatalf("defaults: batching %v, gRPC workers %d, MCP %v, GC heap %d MiB; want true, %d, true, 64", c.Pulsar.Batching, c.GRPC.Workers, c.MCP.Enabled, c.GCHeapMiB, DefaultGRPCWorkers)
 	}
 	h2 := limits.HTTP2{MaxConcurrentStreams: limits.DefaultMaxConcurrentStreams, MaxResets: limits.DefaultMaxResets,
-		MaxPings: limits.DefaultMaxPings, MaxSettings: limits.DefaultMaxSettings}
+		MaxPings: limits.DefaultMaxPings, MaxSettings: limits.DefaultMaxSettings, CalmHold: limits.DefaultCalmHold}
 	if want := (limits.Requests{MaxBodyBytes: limits.DefaultMaxBody, MaxHeaderBytes: limits.DefaultMaxHeaderBytes, BodyTimeout: limits.DefaultBodyTimeout, HTTP2: h2}); c.Limits != want {
 		t.Fatalf("request limits %+v by default, want %+v", c.Limits, want)
 	}
 	if c, err := Parse([]string{"--max-body-bytes", "2048", "--max-header-bytes", "4096", "--body-timeout", "0",
-		"--http2-max-streams", "10", "--http2-max-resets", "-1", "--http2-max-pings", "5", "--http2-max-settings", "7"}, getenv, io.Discard); err != nil ||
+		"--http2-max-streams", "10", "--http2-max-resets", "-1", "--http2-max-pings", "5", "--http2-max-settings", "7", "--http2-calm-hold", "0"}, getenv, io.Discard); err != nil ||
 		c.Limits != (limits.Requests{MaxBodyBytes: 2048, MaxHeaderBytes: 4096, HTTP2: limits.HTTP2{MaxConcurrentStreams: 10, MaxResets: -1, MaxPings: 5, MaxSettings: 7}}) {
 		t.Fatalf("request limits %+v, %v; want 2048, 4096, none", c.Limits, err)
 	}
@@ -109,6 +109,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--registry", "/nonexistent", "--allow-anonymous", "--grpc-addr", "nohost"}, nil, []string{"--registry", "--grpc-addr \"nohost\""}},
 		{[]string{"--allow-anonymous", "--pulsar-url", "http://x"}, nil, []string{"--pulsar-url"}},
 		{[]string{"--allow-anonymous", "--admin-addr", "8082"}, nil, []string{"--admin-addr \"8082\": want host:port"}},
+		{[]string{"--allow-anonymous", "--http2-calm-hold", "-1s"}, nil, []string{"--http2-calm-hold -1s: want 0 (none) up to 1m"}},
 		{[]string{"--allow-anonymous", "--announce-request-namespaces", "tg/config"}, nil, []string{"namespace of --announce-topic"}},
 		{[]string{"--allow-anonymous", "--announce-response-namespaces", "tg"}, nil, []string{"--announce-response-namespaces \"tg\": want tenant/namespace"}},
 		{[]string{"--allow-anonymous", "--announce-request-namespaces", " , "}, nil, []string{"--announce-request-namespaces must name at least one"}},

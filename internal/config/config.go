@@ -149,7 +149,7 @@ type Bridge struct {
 	ReplyTo bool
 	// HedgeAfter is the least silence after which a call to a service
 	// that sends receipts is published once more (e.g.
-	// bridge.DefaultHedgeAfter); 0: off, no hedges (the default).
+	// bridge.DefaultHedgeAfter, the default); 0: off, no hedges.
 	HedgeAfter time.Duration
 }
 

@@ -1,6 +1,7 @@
 // Package pysdk tests the Python SDK (sdk/python, the toolgate-service
-// package) end to end: its example echo service, run from the checkout as
-// a process of its own, behind gateways running in this process, over the
+// package) end to end: its example echo service, and TrustGraph's joke
+// service converted by its TrustGraph adapter, run from the checkout as
+// processes of their own, behind gateways running in this process, over the
 // real broker — calls, streams, errors, reply-to, announcements with
 // leases, cancels and the graceful stop.
 package pysdk
@@ -82,14 +83,21 @@ type pyService struct {
 // SDK comes from the checkout (PYTHONPATH), not from what the venv holds.
 func startEcho(t *testing.T, name, id, topic, annTopic string, extra ...string) *pyService {
 	t.Helper()
+	return startExample(t, name, "echo.py", topic, append([]string{
+		"--pulsar-url", brokertest.PulsarURL(), "--id", id, "--topic", topic, "--announce-topic", annTopic}, extra...)...)
+}
+
+// startExample runs sdk/python/examples/<script> with args and returns once
+// it has subscribed to the request topic of topic (short form).
+func startExample(t *testing.T, name, script, topic string, args ...string) *pyService {
+	t.Helper()
 	root := repoRoot(t)
 	p := &pyService{name: name, logPath: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{filepath.Join(root, "sdk", "python", "examples", "echo.py"),
-		"--pulsar-url", brokertest.PulsarURL(), "--id", id, "--topic", topic, "--announce-topic", annTopic}, extra...)
+	args = append([]string{filepath.Join(root, "sdk", "python", "examples", script)}, args...)
 	p.cmd = exec.Command(python(t), args...)
 	p.cmd.Dir = root
 	p.cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONPATH="+filepath.Join(root, "sdk", "python", "src"))

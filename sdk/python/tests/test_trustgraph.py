@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 from helpers import REPLY_TOPIC, Harness, eventually, last, of, texts
 
 from toolgate_service import ToolError, wire
@@ -156,7 +157,18 @@ def test_trustgraphs_command_line() -> None:
     mod.Processor.add_args(parser)
     a = vars(
         parser.parse_args(
-            ["-p", "pulsar://127.0.0.1:6650", "--id", "jokes", "--no-metrics", "--no-loki-enabled", "--config-param", "style"]
+            [
+                "-p",
+                "pulsar://127.0.0.1:6650",
+                "--id",
+                "jokes",
+                "--no-metrics",
+                "--no-loki-enabled",
+                "--config-param",
+                "style",
+                "--tool-config",
+                "style=pun",
+            ]
         )
     )
     assert a["topic"] == "joke", "the joke service's own default topic"
@@ -166,3 +178,7 @@ def test_trustgraphs_command_line() -> None:
     assert p.service.config.announce is not None
     assert [c.name for c in p.service.config.announce.config_params] == ["style"]
     assert [t.name for t in p.service.tools] == ["jokes"]
+    doc = json.loads(p.service.announcement_payload())
+    assert doc["tool"]["jokes"]["style"] == "pun"
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        mod.Processor(id="jokes", tool_config=["style"], broker=MemoryBroker())

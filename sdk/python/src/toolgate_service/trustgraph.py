@@ -15,7 +15,9 @@ published again, cancels, deadlines, an announcement of the instance with a
 lease, withdrawn on a graceful stop (SIGTERM). It needs no TrustGraph package.
 
 The service answers one tool, announced as ``--tool-name`` (default: the
-service id) with the ``--config-param`` names it takes. A subclass may set
+service id) with the ``--config-param`` names it takes and the
+``--tool-config NAME=VALUE`` values its calls carry (TrustGraph's tool
+descriptor's own, such as the joke service's ``style``). A subclass may set
 :attr:`DynamicToolService.tool_description`,
 :attr:`DynamicToolService.input_schema` and
 :attr:`DynamicToolService.config_params` instead of the flags.
@@ -70,7 +72,7 @@ class DynamicToolService:
     Subclasses override :meth:`invoke`. ``params`` are TrustGraph's (what
     :meth:`launch` parses: ``id``, ``topic``, ``pulsar_host``,
     ``pulsar_api_key``, ``concurrency``, …) and toolgate's (``tool_name``,
-    ``tool_description``, ``config_param``, ``announce``,
+    ``tool_description``, ``config_param``, ``tool_config``, ``announce``,
     ``announce_topic``, ``announce_lease``, ``stop_grace``); unknown ones
     are ignored. ``broker`` replaces the Pulsar client (a test's
     :class:`~toolgate_service.testing.MemoryBroker`).
@@ -123,6 +125,7 @@ class DynamicToolService:
                 handler=self._handle,
                 description=params.get("tool_description") or self.tool_description or type(self).__doc__ or "",
                 input_schema=self.input_schema,
+                config=_tool_config(params.get("tool_config")),
             )
         )
 
@@ -184,6 +187,9 @@ class DynamicToolService:
         parser.add_argument("--tool-description", default="", help="the announced tool's description")
         parser.add_argument("--config-param", action="append", default=[], help="a config value the tool takes (repeat)")
         parser.add_argument(
+            "--tool-config", action="append", default=[], metavar="NAME=VALUE", help="a config value the tool sets (repeat)"
+        )
+        parser.add_argument(
             "--announce", action=argparse.BooleanOptionalAction, default=True, help="announce the tool to gateways"
         )
         parser.add_argument("--announce-topic", default=os.getenv("TOOLGATE_ANNOUNCE_TOPIC", wire.DEFAULT_ANNOUNCE_TOPIC))
@@ -233,3 +239,18 @@ class DynamicToolService:
             logging.shutdown()
             os._exit(EXIT_ABANDONED)
         raise SystemExit(0)
+
+
+def _tool_config(v: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:
+    """The announced tool's config values: a mapping, or ``NAME=VALUE`` strings."""
+    if not v:
+        return {}
+    if isinstance(v, Mapping):
+        return dict(v)
+    out: dict[str, Any] = {}
+    for item in v:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise ValueError(f"--tool-config {item!r}: want NAME=VALUE")
+        out[name] = value
+    return out

@@ -198,10 +198,10 @@ func TestOperationFailures(t *testing.T) {
 			rec := operations.Record{ID: "op-1", Tool: "t", State: c.state, Failure: &c.failure, CreateMS: 1, DeadlineMS: 2, EndMS: 2}
 			core := newCore(t, failing{errors.New("unused")}, failingOps{rec: rec})
 			res, err := core.Handle(t.Context(), &toolcall.Call{Op: toolcall.OpGetOperation, Name: "op-1", Header: toolcall.NoHeader}, nil)
-			if err != nil || res.Detail == nil || res.Detail.Operation == nil {
+			if err != nil || res.Detail == nil || res.Operation == nil {
 				t.Fatalf("%v %+v", err, res)
 			}
-			checkStatus(t, res.Detail.Operation.Err, c.code, c.reason, c.msg, c.retry)
+			checkStatus(t, res.Operation.Err, c.code, c.reason, c.msg, c.retry)
 		})
 	}
 }
@@ -224,7 +224,7 @@ func TestKinds(t *testing.T) {
 		}
 	}
 	for _, err := range []error{io.EOF, context.Canceled, &wire.Error{Type: "x"}, status.Error(codes.NotFound, "x")} {
-		if got := fail(err); got != err {
+		if got := fail(err); got != err { //nolint:errorlint // the very error, not one wrapping it
 			t.Errorf("%v became %v", err, got)
 		}
 	}

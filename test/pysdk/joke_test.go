@@ -24,14 +24,16 @@ func startJoke(t *testing.T, name, id, topic, annTopic string, extra ...string) 
 }
 
 // TestTrustGraphJokeBehindGateways: the converted joke service announces
-// its tool to two gateways, answers each on its own reply topic (none on
-// the shared response topic), and on SIGTERM withdraws and exits 0.
+// its tool to three gateways, answers each on its own reply topic — one
+// delivery per call, none on the shared response topic, where
+// TrustGraph's unconverted service has every reply delivered to every
+// gateway — and on SIGTERM withdraws and exits 0.
 func TestTrustGraphJokeBehindGateways(t *testing.T) {
 	brokertest.RequirePulsar(t)
 	t.Parallel()
 	uniq := brokertest.UniqueTopic("pysdk-joke")
 	annTopic := "persistent://tg/config/" + uniq
-	gws := []*gateway{startGateway(t, annTopic, uniq+"-a"), startGateway(t, annTopic, uniq+"-b")}
+	gws := []*gateway{startGateway(t, annTopic, uniq+"-a"), startGateway(t, annTopic, uniq+"-b"), startGateway(t, annTopic, uniq+"-c")}
 	svc := startJoke(t, "joke.py", uniq, uniq, annTopic, "--announce-lease", "30", "--stop-grace", "3")
 	for _, g := range gws {
 		g.waitListed(t, "tell-joke")
@@ -49,6 +51,18 @@ func TestTrustGraphJokeBehindGateways(t *testing.T) {
 	}
 	if n := deliveries(t, wire.ResponseTopic(uniq)); n != 0 {
 		t.Errorf("%d replies delivered from the shared response topic; want every one on its gateway's reply topic", n)
+	}
+	calls := int64(2 * len(gws))
+	onReplyTopics := settled(t, "reply deliveries", func() int64 {
+		var n int64
+		for _, g := range gws {
+			n += deliveries(t, wire.ReplyTopic(g.id))
+		}
+		return n
+	})
+	t.Logf("%d calls through %d gateways: %d reply deliveries (%.2f per call)", calls, len(gws), onReplyTopics, float64(onReplyTopics)/float64(calls))
+	if onReplyTopics != calls {
+		t.Errorf("%d reply deliveries for %d calls through %d gateways; want one per call", onReplyTopics, calls, len(gws))
 	}
 	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -30,7 +31,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/toolgate/toolgate/internal/jsontext"
 	"github.com/toolgate/toolgate/internal/toolcall"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -211,24 +211,36 @@ func storeKey(c *toolcall.Call, key string) string {
 }
 
 // fingerprint is the digest of what the call asks: its tool (the
-// registry's name) and its arguments' compact JSON text. Invoke and stream
-// of the same tool and arguments are the same call: each is answered from
-// the other's answer.
+// registry's name) and its arguments (canonical). Invoke and stream of the
+// same tool and arguments are the same call: each is answered from the
+// other's answer.
 func fingerprint(c *toolcall.Call) string {
-	args := c.Args
-	if !c.ArgsCompact && len(args) > 0 {
-		if compact, err := jsontext.Compact(args); err == nil {
-			args = compact
-		}
-	}
-	if len(args) == 0 {
-		args = []byte("{}")
-	}
 	h := sha256.New()
 	h.Write([]byte(c.Name))
 	h.Write([]byte{0})
-	h.Write(args)
+	h.Write(canonical(c.Args))
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonical is arguments' JSON text with the members of every object in
+// the order of their names and no white space, numbers as written: the
+// same arguments whatever door wrote them (gRPC's Struct orders members its
+// own way). Text that is not a JSON object is taken as it is; the core
+// refuses it.
+func canonical(args []byte) []byte {
+	if len(args) == 0 {
+		return []byte("{}")
+	}
+	d := json.NewDecoder(bytes.NewReader(args))
+	d.UseNumber()
+	var v map[string]any
+	if err := d.Decode(&v); err != nil {
+		return args
+	}
+	if out, err := json.Marshal(v); err == nil { // maps marshal in key order
+		return out
+	}
+	return args
 }
 
 // serve runs, joins or answers a call with a valid key.

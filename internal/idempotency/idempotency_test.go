@@ -188,6 +188,38 @@ func TestSameKeyRunsOnce(t *testing.T) {
 	}
 }
 
+// Arguments are the same whatever the order of their members or white
+// space; a number written otherwise is another argument, as the tool
+// service sees it.
+func TestSameArguments(t *testing.T) {
+	same := [][]string{
+		{`{"say": "hi", "chunks": false}`, `{"chunks":false,"say":"hi"}`, "{ \"chunks\" : false ,\n \"say\": \"hi\" }"},
+		{`{"a": {"y": 1, "x": [2, {"q": 1, "p": 2}]}}`, `{"a":{"x":[2,{"p":2,"q":1}],"y":1}}`},
+		{``, `{}`},
+	}
+	for _, set := range same {
+		for _, a := range set[1:] {
+			if string(canonical([]byte(a))) != string(canonical([]byte(set[0]))) {
+				t.Errorf("%s and %s: %s and %s, want one", set[0], a, canonical([]byte(set[0])), canonical([]byte(a)))
+			}
+		}
+	}
+	for _, pair := range [][2]string{{`{"n": 1}`, `{"n": 1.0}`}, {`{"n": 1}`, `{"n": "1"}`}, {`{"a": [1, 2]}`, `{"a": [2, 1]}`}} {
+		if string(canonical([]byte(pair[0]))) == string(canonical([]byte(pair[1]))) {
+			t.Errorf("%s and %s are one, want two", pair[0], pair[1])
+		}
+	}
+	h, svc, _, _ := setup(t, Options{})
+	for _, args := range same[0] {
+		if out, err := invoke(t, h, call(toolcall.OpInvoke, "alice", "say", args, "k-same")); err != nil || out != "hi" {
+			t.Fatalf("%s: %q, %v", args, out, err)
+		}
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Fatalf("the service ran %d times, want 1", n)
+	}
+}
+
 // The same key with other arguments, or for another tool, is refused
 // without running anything.
 func TestKeyReusedIsRefused(t *testing.T) {

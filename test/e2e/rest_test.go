@@ -289,7 +289,7 @@ func TestRESTHTTPSemantics(t *testing.T) {
 		{name: "headers too large", method: "GET", path: "/v1/tools", headers: map[string]string{"X-Big": big}, code: 431, msg: "request headers"},
 		{name: "stream Accept nobody serves", method: "POST", path: "/v1/tools/echo:stream", body: `{}`, headers: map[string]string{"Accept": "application/xml"}, code: 406, msg: "application/x-ndjson"},
 		{name: "CORS preflight from an allowed origin", method: "OPTIONS", path: "/v1/tools/echo:invoke",
-			headers: map[string]string{"Origin": "http://allowed.example", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"},
+			headers: map[string]string{"Origin": "http://allowed.example", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type, idempotency-key"},
 			code:    204, want: map[string]string{"Access-Control-Allow-Origin": "http://allowed.example", "Access-Control-Allow-Methods": "POST"}},
 		{name: "CORS preflight from another origin", method: "OPTIONS", path: "/v1/tools/echo:invoke",
 			headers: map[string]string{"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"},

@@ -77,6 +77,7 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 		return false, nil
 	}
 	var args, argsJSON bool
+	var argsText []byte // arguments_json's text, when set
 	for _, m := range members {
 		switch string(m.Key) {
 		case "arguments", "arguments_json", "timeout", "name":
@@ -92,7 +93,11 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 				return false, nil
 			}
 			// A member of the compacted body: checked and compact already.
-			c.Args, c.ArgsCompact, args = m.Value, true, true
+			// An empty object beside arguments_json is no conflict: a
+			// client that always writes arguments, as gRPC's and
+			// Connect's treat an empty Struct.
+			c.Args, c.ArgsCompact = m.Value, true
+			args = string(m.Value) != "{}"
 		case "arguments_json":
 			// The arguments as JSON object text inside a string, as
 			// gRPC clients send them to keep numbers exact.
@@ -101,7 +106,7 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 				return false, nil
 			}
 			if text != "" {
-				c.Args, argsJSON = []byte(text), true
+				argsText, argsJSON = []byte(text), true
 			}
 		case "timeout":
 			s := m.Value
@@ -121,6 +126,9 @@ func callBody(data []byte, c *toolcall.Call) (ok bool, err error) {
 	}
 	if args && argsJSON {
 		return false, toolcall.GatewayError(codes.InvalidArgument, toolcall.ReasonArgumentsConflict, "set arguments or arguments_json, not both", nil)
+	}
+	if argsJSON {
+		c.Args, c.ArgsCompact = argsText, false
 	}
 	return true, nil
 }

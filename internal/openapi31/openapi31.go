@@ -560,7 +560,7 @@ func patchSchemas(s *Object) error {
 		body.Set("not", obj(
 			"required", []any{"arguments", "arguments_json"},
 			"properties", obj(
-				"arguments", obj("type", "object", "additionalProperties", true),
+				"arguments", obj("type", "object", "additionalProperties", true, "minProperties", 1),
 				"arguments_json", obj("type", "string", "minLength", 1),
 			),
 		))
@@ -694,8 +694,8 @@ func patchSchemas(s *Object) error {
 // its schema (contentMediaType and contentSchema are annotations, which
 // validators do not check).
 const argumentsJSONText = "The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). " +
-	"Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; " +
-	"null or an empty string is not set."
+	"Set with arguments that has members (a non-empty object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; " +
+	"null or an empty string is not set, and an empty arguments object beside it is no conflict (as on gRPC and Connect, where an empty Struct is the unset one)."
 
 const durationText = `A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").`
 

@@ -13,7 +13,8 @@ import (
 
 // TestSpecStatesArgumentRules: the body schemas of the served document
 // say what the gateway enforces of arguments and arguments_json — both
-// set is refused, null or an empty arguments_json is not set — so a body
+// set is refused, null or an empty arguments_json is not set, an empty
+// arguments object beside arguments_json is none (as on gRPC) — so a body
 // the document allows is accepted, and one it refuses is answered 400
 // ARGUMENTS_CONFLICT, on :invoke, :stream and :start.
 func TestSpecStatesArgumentRules(t *testing.T) {
@@ -42,6 +43,8 @@ func TestSpecStatesArgumentRules(t *testing.T) {
 		for _, body := range []string{
 			`{"arguments": {"a": 1}, "arguments_json": "{\"a\": 1}"}`,
 			`{"arguments": {}, "arguments_json": "{}"}`,
+			`{"arguments": {}, "arguments_json": "{\"a\": 1}"}`,
+			`{"arguments_json": "{\"a\": 1}", "arguments": {}}`,
 			`{"arguments": null, "arguments_json": "{\"a\": 1}"}`,
 			`{"arguments": {"a": 1}, "arguments_json": ""}`,
 			`{"arguments": {"a": 1}, "arguments_json": null}`,
@@ -62,6 +65,9 @@ func TestSpecStatesArgumentRules(t *testing.T) {
 			accepted := resp.StatusCode == http.StatusOK
 			if allowed != accepted {
 				t.Errorf(":%s %s: the document allows it: %v; the gateway answers %s %s", verb.verb, body, allowed, resp.Status, b)
+			}
+			if accepted && verb.verb == "invoke" && strings.Contains(body, `\"a\": 1`) && !bytes.Contains(b, []byte(`\"a\":`)) && !bytes.Contains(b, []byte(`"a":`)) {
+				t.Errorf(":invoke %s: %s, want arguments_json's arguments echoed, whatever the order", body, b)
 			}
 			if !accepted && (resp.StatusCode != http.StatusBadRequest || !bytes.Contains(b, []byte("ARGUMENTS_CONFLICT"))) {
 				t.Errorf(":%s %s: %s %s, want 400 ARGUMENTS_CONFLICT", verb.verb, body, resp.Status, b)

@@ -171,7 +171,7 @@ type InvokeToolBody struct {
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
 
-	// ArgumentsJson The tool's arguments as JSON object text, passed on to the tool service exactly as written. Use it instead of arguments when numbers must stay exact: a google.protobuf.Struct holds every number as a double, so integers past 2^53, -0.0 or 1.10 would change on the way. Set arguments or arguments_json, not both. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set.
+	// ArgumentsJson The tool's arguments as JSON object text, passed on to the tool service exactly as written. Use it instead of arguments when numbers must stay exact: a google.protobuf.Struct holds every number as a double, so integers past 2^53, -0.0 or 1.10 would change on the way. Set arguments or arguments_json, not both. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments that has members (a non-empty object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set, and an empty arguments object beside it is no conflict (as on gRPC and Connect, where an empty Struct is the unset one).
 	ArgumentsJson *string `json:"arguments_json,omitempty"`
 
 	// Timeout How long to wait for the answer, e.g. "5s". When unset, the gRPC deadline applies, else the tool service's default, else the gateway's. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
@@ -298,7 +298,7 @@ type StartToolBody struct {
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
 
-	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set.
+	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments that has members (a non-empty object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set, and an empty arguments object beside it is no conflict (as on gRPC and Connect, where an empty Struct is the unset one).
 	ArgumentsJson *string `json:"arguments_json,omitempty"`
 
 	// Timeout How long the operation may run, e.g. "30s": its deadline counts from the start. When unset, the tool service's default applies, else the gateway's. Not the gRPC deadline, which bounds only the start. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").
@@ -336,7 +336,7 @@ type StreamToolBody struct {
 	// Examples: {"topic":"programming"}
 	Arguments *map[string]interface{} `json:"arguments,omitempty"`
 
-	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments (both a non-null object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set.
+	// ArgumentsJson The tool's arguments as JSON object text, as in InvokeToolRequest. The text must be a JSON object (`{...}`): any other text is INVALID_ARGUMENT (reason INVALID_ARGUMENTS). Set with arguments that has members (a non-empty object and a non-empty string) it is INVALID_ARGUMENT (reason ARGUMENTS_CONFLICT), as the body schema's `not` says; null or an empty string is not set, and an empty arguments object beside it is no conflict (as on gRPC and Connect, where an empty Struct is the unset one).
 	ArgumentsJson *string `json:"arguments_json,omitempty"`
 
 	// Timeout How long to wait for the whole answer, as in InvokeToolRequest. A duration string: a protobuf Duration ("5s", "0.25s") or a Go duration ("200ms", "1m30s").

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -321,17 +323,32 @@ func shrink(cfg modelConfig, msgs []modelMsg, end time.Time, seed uint64) []mode
 }
 
 // TestReplayMatchesLive: 10,000 generated logs, each applied live and
-// replayed, give the same registry.
+// replayed, give the same registry. The logs are shared out among a
+// worker per CPU; the first that differs (by seed) is reported.
 func TestReplayMatchesLive(t *testing.T) {
 	const logs = 10000
-	msgsSeen := 0
-	for seed := uint64(1); seed <= logs; seed++ {
+	var next, msgsSeen atomic.Int64
+	failed := atomic.Uint64{} // the smallest seed found failing; 0: none
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for {
+				seed := uint64(next.Add(1))
+				if seed > logs || (failed.Load() != 0 && seed > failed.Load()) {
+					return
+				}
+				cfg, msgs, end := genLog(seed)
+				msgsSeen.Add(int64(len(msgs)))
+				if modelDiff(cfg, msgs, end, seed) == "" {
+					continue
+				}
+				lower(&failed, seed)
+			}
+		})
+	}
+	wg.Wait()
+	if seed := failed.Load(); seed != 0 {
 		cfg, msgs, end := genLog(seed)
-		msgsSeen += len(msgs)
-		diff := modelDiff(cfg, msgs, end, seed)
-		if diff == "" {
-			continue
-		}
 		small := shrink(cfg, msgs, end, seed)
 		var b strings.Builder
 		for _, msg := range small {
@@ -340,7 +357,17 @@ func TestReplayMatchesLive(t *testing.T) {
 		t.Fatalf("seed %d (config %+v, read until +%v): replaying the log gives another registry than reading it live.\nA smallest log that does (%d of %d messages):\n%s%s",
 			seed, cfg, end.Sub(modelStart), len(small), len(msgs), b.String(), modelDiff(cfg, small, end, seed))
 	}
-	t.Logf("%d logs, %d messages: replayed as read live", logs, msgsSeen)
+	t.Logf("%d logs, %d messages: replayed as read live", logs, msgsSeen.Load())
+}
+
+// lower sets v to seed unless it holds a smaller one (0: none).
+func lower(v *atomic.Uint64, seed uint64) {
+	for {
+		old := v.Load()
+		if (old != 0 && old <= seed) || v.CompareAndSwap(old, seed) {
+			return
+		}
+	}
 }
 
 // logRecorder keeps the messages logged, by level.

@@ -138,10 +138,9 @@ func genLog(seed uint64) (modelConfig, []modelMsg, time.Time) {
 	}
 	n := 4 + r.IntN(28)
 	for len(msgs) < n {
-		switch k := r.IntN(12); {
-		case k == 0:
+		if r.IntN(12) == 0 {
 			now = now.Add(time.Duration(10+r.IntN(1200)) * time.Second) // a quiet spell
-		default:
+		} else {
 			now = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
 		}
 		// Renewals due.

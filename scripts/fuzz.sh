@@ -32,14 +32,35 @@ fi
 # inputs lists the inputs kept for target $2 of package $1.
 inputs() { ls "$1/testdata/fuzz/$2" 2>/dev/null | sort || true; }
 
+# Each package's test binary is built once, instrumented for fuzzing, and
+# run for each of its targets from the package's directory (where its
+# testdata/fuzz/ is), with the corpus cache `go test -fuzz` keeps: a
+# `go test -fuzz` per target would link it again each time.
+bins="$(mktemp -d -t toolgate-fuzz-XXXXXX)"
+trap 'rm -rf "$bins"' EXIT
+cache="$(go env GOCACHE)/fuzz"
+# fuzzrun runs target $2 of package $1 for $fuzztime.
+fuzzrun() {
+	local pkg=$1 name=$2 bin path
+	bin="$bins/$(tr '/.' '__' <<<"$pkg").test"
+	if [[ ! -x $bin ]]; then
+		go test -c -fuzz=. -o "$bin" "$pkg" || return
+	fi
+	path=$(go list "$pkg")
+	(cd "$pkg" && "$bin" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$fuzztime" \
+		-test.fuzzcachedir "$cache/$path")
+}
+
 t0=$SECONDS
 engine=()
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"
 	for try in 1 2; do
-		echo "--- fuzz $pkg $name ($fuzztime)${try/#2/, again}"
+		again=""
+		if [[ $try == 2 ]]; then again=", again"; fi
+		echo "--- fuzz $pkg $name ($fuzztime)$again"
 		before=$(inputs "$pkg" "$name")
-		if out=$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" 2>&1); then
+		if out=$(fuzzrun "$pkg" "$name" 2>&1); then
 			# the progress lines hidden
 			grep -v -e '^fuzz: elapsed' -e '^ok ' -e '^PASS$' <<<"$out" || true
 			break

@@ -121,7 +121,7 @@ func setup(t *testing.T, opts Options) (toolcall.Handler, *service, *Keeper, *re
 	return h, svc, k, srv
 }
 
-func chain(t *testing.T, store Store, opts Options) (toolcall.Handler, *service, *Keeper) {
+func chain(t testing.TB, store Store, opts Options) (toolcall.Handler, *service, *Keeper) {
 	t.Helper()
 	snap, err := registry.Parse("t.yaml", []byte(testRegistry), nil)
 	if err != nil {

@@ -5,8 +5,11 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +23,7 @@ import (
 	"github.com/toolgate/toolgate/internal/auth"
 	"github.com/toolgate/toolgate/internal/brokertest"
 	"github.com/toolgate/toolgate/internal/callerassert"
+	"github.com/toolgate/toolgate/internal/eventually"
 	"github.com/toolgate/toolgate/toolservice"
 	"github.com/toolgate/toolgate/wire"
 	"google.golang.org/grpc"
@@ -73,8 +77,9 @@ tool:
 	keys := write("keys.yaml", fmt.Appendf(nil, "keys:\n  - {hash: %q, user: alice, roles: [dev, ops]}\n", auth.HashKey(parityKey)))
 	secret := []byte("caller-assertions-hs256-secret-0123456789")
 	secretFile := write("hs256", secret)
-	gw := apptest.Start(t, nil, "--registry", reg, "--announcements=false", "--pulsar-admin-url", brokertest.AdminURL(),
-		"--api-keys", keys, "--jwt-hs256-secret-file", secretFile, "--caller-key-file", keyFile, "--caller-issuer", "e2e")
+	gw := apptest.Start(t, nil, append([]string{"--registry", reg, "--announcements=false", "--pulsar-admin-url", brokertest.AdminURL(),
+		"--api-keys", keys, "--jwt-hs256-secret-file", secretFile, "--caller-key-file", keyFile, "--caller-issuer", "e2e"},
+		brokertest.TestOperations(t).Flags()...)...)
 	base := "http://" + gw.HTTPAddr()
 	jwks := "http://" + gw.AdminAddr() + wire.CallerJWKSPath
 
@@ -128,6 +133,11 @@ tool:
 		if tc.got.code != codes.OK || tc.got.output != tc.want {
 			t.Errorf("%s: %v, want the service to see %q", tc.door, tc.got, tc.want)
 		}
+	}
+	// A durable operation's request carries one too, signed for the
+	// operation's id.
+	if out := operationOutput(t, base, parityKey, "whoami"); out != aliceSees {
+		t.Errorf("a durable operation: the service saw %q, want %q", out, aliceSees)
 	}
 	// A service that expects another audience refuses the gateway's call.
 	if got := restParity(t, base, parityCall{key: parityKey, tool: "strict", args: "{}"}); got.code != codes.PermissionDenied || got.reason != wire.ErrorTypeCallerRefused {
@@ -240,4 +250,50 @@ tool:
 	if n := svc.Stats().CallersRefused; n != 6 {
 		t.Errorf("%d calls refused, want 6", n)
 	}
+}
+
+// operationOutput starts tool as a durable operation with the API key
+// key and returns its output once done.
+func operationOutput(t *testing.T, base, key, tool string) string {
+	t.Helper()
+	post := func(path, body string) []byte {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		}
+		return b
+	}
+	var op struct {
+		Name     string `json:"name"`
+		Done     bool   `json:"done"`
+		Error    any    `json:"error"`
+		Response struct {
+			Output string `json:"output"`
+		} `json:"response"`
+	}
+	if err := json.Unmarshal(post("/v1/tools/"+tool+":start", `{"arguments": {}}`), &op); err != nil || op.Name == "" {
+		t.Fatalf("start: %+v %v", op, err)
+	}
+	name := op.Name
+	eventually.True(t, 30*time.Second, "operation "+name+" done", func() bool {
+		if err := json.Unmarshal(post("/v1/"+name+":wait", `{"timeout": "5s"}`), &op); err != nil {
+			t.Fatal(err)
+		}
+		return op.Done
+	})
+	if op.Error != nil {
+		t.Errorf("operation %s failed: %v", name, op.Error)
+	}
+	return op.Response.Output
 }

@@ -128,7 +128,7 @@ func TestIdempotencyKeys(t *testing.T) {
 				t.Errorf("%s, %s, other arguments: %v, want ALREADY_EXISTS IDEMPOTENCY_KEY_REUSED", gw.name, door, got)
 			}
 		}
-		code, body := restWithKey(t, gw.base, quotaAliceKey, "key-1", `{"say": "b"}`)
+		code, _, body := restWithKey(t, gw.base, quotaAliceKey, "key-1", `{"say": "b"}`)
 		if code != http.StatusConflict || !strings.Contains(body, "IDEMPOTENCY_KEY_REUSED") {
 			t.Errorf("%s REST, other arguments: HTTP %d %s; want 409 IDEMPOTENCY_KEY_REUSED", gw.name, code, body)
 		}
@@ -178,11 +178,31 @@ func TestIdempotencyKeys(t *testing.T) {
 	if n := metric(t, gws[1].admin, "toolgate_idempotency_calls_total"); n < 1 {
 		t.Errorf("toolgate_idempotency_calls_total %v on b, want calls counted", n)
 	}
+
+	// Redis stops: a call with a key is refused, not run — 503 with
+	// Retry-After on REST, UNAVAILABLE elsewhere; a call without a key runs.
+	srv.Stop()
+	code, retry, body := restWithKey(t, gws[0].base, quotaAliceKey, "key-3", `{"say": "d"}`)
+	if code != http.StatusServiceUnavailable || retry == "" || !strings.Contains(body, "IDEMPOTENCY_STORE_UNAVAILABLE") {
+		t.Errorf("Redis stopped, REST: HTTP %d, Retry-After %q, %s; want 503 IDEMPOTENCY_STORE_UNAVAILABLE with Retry-After", code, retry, body)
+	}
+	if got := gws[1].doors["grpc"](t, with("key-3", `{"say": "d"}`)); got.code != codes.Unavailable || got.reason != "IDEMPOTENCY_STORE_UNAVAILABLE" {
+		t.Errorf("Redis stopped, gRPC: %v, want UNAVAILABLE IDEMPOTENCY_STORE_UNAVAILABLE", got)
+	}
+	if n := svc.count(); n != 3 {
+		t.Fatalf("the service ran %d calls, want 3: none with a key while Redis is away", n)
+	}
+	if got := gws[1].doors["rest"](t, parityCall{key: quotaAliceKey, tool: "counter", args: `{"say": "e"}`}); got.code != codes.OK || got.output != "e #4" {
+		t.Errorf("Redis stopped, no key: %v, want e #4", got)
+	}
+	if n := metric(t, gws[0].admin, "toolgate_idempotency_calls_total{outcome=\"store_error\"}"); n != 1 {
+		t.Errorf("store errors on a: %v, want 1", n)
+	}
 }
 
-// restWithKey is a REST :invoke with an idempotency key: the HTTP status
-// and body.
-func restWithKey(t *testing.T, base, apiKey, key, args string) (int, string) {
+// restWithKey is a REST :invoke with an idempotency key: the HTTP status,
+// Retry-After and body.
+func restWithKey(t *testing.T, base, apiKey, key, args string) (int, string, string) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/v1/tools/counter:invoke", bytes.NewReader([]byte(`{"arguments": `+args+`}`)))
 	req.Header.Set("Content-Type", "application/json")
@@ -194,5 +214,5 @@ func restWithKey(t *testing.T, base, apiKey, key, args string) (int, string) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return resp.StatusCode, resp.Header.Get("Retry-After"), string(body)
 }

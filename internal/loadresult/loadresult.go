@@ -71,6 +71,12 @@ type ProcResult struct {
 	// go_gc_duration_seconds_count), and per 10,000 calls.
 	GCCycles      int64   `json:"gc_cycles,omitempty"`
 	GCPer10kCalls float64 `json:"gc_per_10k_calls,omitempty"`
+	// PublishedPerCall: requests the gateway published to the bus over
+	// the window (toolgate_bridge_published_total), per call completed;
+	// HedgedPerCall: those published again for a silence
+	// (toolgate_bridge_hedged_total). Absent for a server without them.
+	PublishedPerCall *float64 `json:"published_per_call,omitempty"`
+	HedgedPerCall    *float64 `json:"hedged_per_call,omitempty"`
 }
 
 // Inflight is the memory-per-parked-call measurement.

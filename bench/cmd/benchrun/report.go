@@ -100,6 +100,11 @@ type Point struct {
 	GatewayMallocsPerCall *float64 `json:"gateway_mallocs_per_call,omitempty"`
 	// GatewayGCPer10k: its garbage collections per 10,000 calls, median.
 	GatewayGCPer10k *float64 `json:"gateway_gc_per_10k_calls,omitempty"`
+	// GatewayPublishedPerCall and GatewayHedgedPerCall: the requests the
+	// gateway published to the bus per call, and those published again
+	// for a silence (hedges), medians; absent for the floor.
+	GatewayPublishedPerCall *float64 `json:"gateway_published_per_call,omitempty"`
+	GatewayHedgedPerCall    *float64 `json:"gateway_hedged_per_call,omitempty"`
 	// CPUPer1k: CPU seconds per 1,000 calls of each process on the path
 	// (client = the load generator), medians.
 	CPUPer1k   map[string]float64 `json:"cpu_s_per_1k_calls,omitempty"`
@@ -256,10 +261,16 @@ func aggregate(samples []*Sample) []Point {
 		p.P99 = median(p.P99Samples)
 		p.P999 = median(col(func(s *Sample) float64 { return s.P999 }))
 		p.ChunksPerS = median(col(func(s *Sample) float64 { return s.ChunksPerS }))
-		var gwCPU, gwMallocs, gwGC []float64
+		var gwCPU, gwMallocs, gwGC, gwPub, gwHedged []float64
 		var peak int64
 		for _, s := range ok {
 			if s.Gateway != nil {
+				if v := s.Gateway.PublishedPerCall; v != nil {
+					gwPub = append(gwPub, *v)
+				}
+				if v := s.Gateway.HedgedPerCall; v != nil {
+					gwHedged = append(gwHedged, *v)
+				}
 				gwCPU = append(gwCPU, s.Gateway.CPUSPer1kCall)
 				peak = max(peak, s.Gateway.PeakRSSBytes)
 				if s.Gateway.MallocsPerCall > 0 {
@@ -281,6 +292,14 @@ func aggregate(samples []*Sample) []Point {
 		if len(gwGC) > 0 {
 			v := round(median(gwGC), 2)
 			p.GatewayGCPer10k = &v
+		}
+		if len(gwPub) > 0 {
+			v := round(median(gwPub), 4)
+			p.GatewayPublishedPerCall = &v
+		}
+		if len(gwHedged) > 0 {
+			v := round(median(gwHedged), 4)
+			p.GatewayHedgedPerCall = &v
 		}
 		if len(ok) > 0 {
 			p.CPUPer1k["client"] = round(median(col(func(s *Sample) float64 {
@@ -670,6 +689,7 @@ func (r *Report) markdown() string {
 	}
 	w("\n")
 
+	r.busMarkdown(&b)
 	r.floorMarkdown(&b)
 	r.doorsMarkdown(&b)
 	r.quotaMarkdown(&b)
@@ -957,4 +977,31 @@ func list2(v []float64) string {
 		s[i] = fmt.Sprintf("%.2f", f)
 	}
 	return strings.Join(s, ", ")
+}
+
+// busMarkdown is the requests the gateway published to the bus per call,
+// and the hedges among them, for the unary gateway rows that report them:
+// on the happy path one publish a call, no hedge.
+func (r *Report) busMarkdown(b *strings.Builder) {
+	var rows []Point
+	for _, p := range r.Runs {
+		if p.GatewayPublishedPerCall != nil {
+			rows = append(rows, p)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("### Requests on the bus per call (medians)\n\n")
+	w("From the gateway's `toolgate_bridge_published_total` and `toolgate_bridge_hedged_total` over each window, per call completed: a call publishes its request once; a hedge (`--hedge-after`, on by default) publishes a silent call's request again.\n\n")
+	w("| mode | c | requests published / call | hedges / call |\n|---|---:|---:|---:|\n")
+	for _, p := range rows {
+		hedged := "–"
+		if p.GatewayHedgedPerCall != nil {
+			hedged = fmt.Sprintf("%.4f", *p.GatewayHedgedPerCall)
+		}
+		w("| %s | %d | %.4f | %s |\n", p.Mode, p.Concurrency, *p.GatewayPublishedPerCall, hedged)
+	}
+	w("\n")
 }

@@ -296,3 +296,20 @@ func TestSummaryKeepsNoSamples(t *testing.T) {
 		t.Errorf("latest.md links the raw data, or not the summary:\n%.400s", md)
 	}
 }
+
+// TestBusPerCall: the gateway's publishes and hedges per call are
+// aggregated per point and reported; a point without them (the floor) is
+// left out.
+func TestBusPerCall(t *testing.T) {
+	r := &Report{Config: Config{Concurrencies: []int{64}}}
+	pub, hedged := 1.0, 0.002
+	g := sample("grpc", 64, 4600, 13, 28, 0.15, 170)
+	g.Gateway.PublishedPerCall, g.Gateway.HedgedPerCall = &pub, &hedged
+	r.Samples = []*Sample{g, sample("floor-grpc", 64, 6000, 10, 20, 0.1, 136)}
+	r.Runs = aggregate(r.Samples)
+	var b strings.Builder
+	r.busMarkdown(&b)
+	if md := b.String(); !strings.Contains(md, "| grpc | 64 | 1.0000 | 0.0020 |") || strings.Contains(md, "floor-grpc") {
+		t.Fatalf("bus table:\n%s", md)
+	}
+}

@@ -19,10 +19,18 @@ const mallocsMetric = "go_memstats_mallocs_total"
 // Prometheus' GC pause summary); optional.
 const gcCyclesMetric = "go_gc_duration_seconds_count"
 
-// counters are a server's runtime counters at one moment; gcCycles is -1
-// when the server does not report them.
+// publishedMetric and hedgedMetric are the gateway's counts of requests
+// published to the bus and of those published again for a silence
+// (hedges); the floor serves neither.
+const (
+	publishedMetric = "toolgate_bridge_published_total"
+	hedgedMetric    = "toolgate_bridge_hedged_total"
+)
+
+// counters are a server's runtime counters at one moment; gcCycles,
+// published and hedged are -1 when the server does not report them.
 type counters struct {
-	mallocs, gcCycles int64
+	mallocs, gcCycles, published, hedged int64
 }
 
 // allocProbe reads a server's allocation counter from its /metrics.
@@ -76,20 +84,25 @@ func (p *allocProbe) read() (counters, error) {
 // the allocation counter must be there, the GC count may be absent.
 func parseCounters(sc *bufio.Scanner, src string) (counters, error) {
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	c := counters{mallocs: -1, gcCycles: -1}
+	c := counters{mallocs: -1, gcCycles: -1, published: -1, hedged: -1}
 	for sc.Scan() {
 		name, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok || (name != mallocsMetric && name != gcCyclesMetric) {
+		if !ok || (name != mallocsMetric && name != gcCyclesMetric && name != publishedMetric && name != hedgedMetric) {
 			continue
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || f < 0 {
 			return counters{}, fmt.Errorf("%s: %s %q: want a non-negative number", src, name, v)
 		}
-		if name == mallocsMetric {
+		switch name {
+		case mallocsMetric:
 			c.mallocs = int64(f)
-		} else {
+		case gcCyclesMetric:
 			c.gcCycles = int64(f)
+		case publishedMetric:
+			c.published = int64(f)
+		default:
+			c.hedged = int64(f)
 		}
 	}
 	if err := sc.Err(); err != nil {

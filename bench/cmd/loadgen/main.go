@@ -395,6 +395,10 @@ type watcher struct {
 	// one scrape of its /metrics allocates; gcCycles: its collections over
 	// the window, -1 when it does not report them.
 	mallocs, gcCycles int64
+	// published, hedged: the gateway's requests published to the bus, and
+	// published again for a silence, over the window; -1 when it does not
+	// report them (the floor).
+	published, hedged int64
 }
 
 func startWatch(procs map[string]int, allocs *allocProbe, winStart, winEnd time.Time) *watcher {
@@ -439,9 +443,15 @@ func startWatch(procs map[string]int, allocs *allocProbe, winStart, winEnd time.
 				return
 			}
 			w.mallocs = m1.mallocs - m0.mallocs - allocs.scrapeCost
-			w.gcCycles = -1
+			w.gcCycles, w.published, w.hedged = -1, -1, -1
 			if m0.gcCycles >= 0 && m1.gcCycles >= 0 {
 				w.gcCycles = m1.gcCycles - m0.gcCycles
+			}
+			if m0.published >= 0 && m1.published >= 0 {
+				w.published = m1.published - m0.published
+			}
+			if m0.hedged >= 0 && m1.hedged >= 0 {
+				w.hedged = m1.hedged - m0.hedged
 			}
 		}
 		for name, p := range w.out {
@@ -476,6 +486,14 @@ func (w *watcher) result(calls int) (map[string]*ProcResult, float64, error) {
 			g.MallocsPerCall = round(float64(w.mallocs)/float64(calls), 1)
 			if w.gcCycles >= 0 {
 				g.GCCycles, g.GCPer10kCalls = w.gcCycles, round(float64(w.gcCycles)*10000/float64(calls), 2)
+			}
+			if w.published >= 0 {
+				v := round(float64(w.published)/float64(calls), 4)
+				g.PublishedPerCall = &v
+			}
+			if w.hedged >= 0 {
+				v := round(float64(w.hedged)/float64(calls), 4)
+				g.HedgedPerCall = &v
 			}
 		}
 	}

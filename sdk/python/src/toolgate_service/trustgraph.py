@@ -44,7 +44,7 @@ from typing import Any
 from . import wire
 from .announce import DEFAULT_LEASE, Announcement, ConfigParam
 from .errors import Abandoned, ToolError
-from .main import EXIT_ABANDONED
+from .main import EXIT_ABANDONED, exit_now
 from .pulsar_broker import PulsarBroker
 from .service import DEFAULT_MAX_CONCURRENCY, DEFAULT_STOP_GRACE, Call, Config, Service, Tool
 from .transport import Broker
@@ -236,9 +236,8 @@ class DynamicToolService:
         try:
             asyncio.run(main())
         except Abandoned:
-            logging.shutdown()
-            os._exit(EXIT_ABANDONED)
-        raise SystemExit(0)
+            exit_now(EXIT_ABANDONED)
+        exit_now(0)  # not through the interpreter's finalization: see serve()
 
 
 def _tool_config(v: Mapping[str, Any] | Sequence[str] | None) -> dict[str, Any]:

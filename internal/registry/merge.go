@@ -149,19 +149,20 @@ type Merger struct {
 	// instanceLeft is told the request topics of an announced instance
 	// that withdrew (WithInstanceLeft).
 	instanceLeft func(requestTopic string)
-	timer        *time.Timer // the next lease or claim to run out
+	timer        *time.Timer // the view's next change: a lease or a claim running out
 	timerAt      time.Time   // when it is set for; zero when stopped
 	manualTimer  bool        // tests: no timer is started (withManualTimer)
 	closed       bool
 	// heardAt: when the announcements were last known to be readable (a
-	// message applied, or the source's word, Heard). Leases run out only
-	// while that is recent (unheardAfter): a gateway that cannot hear
-	// renewals does not take their absence for deaths.
+	// message applied, at its time in the log, or the source's word,
+	// Heard). The view moves past the log's last message only while that
+	// is recent (unheardAfter): a gateway that cannot hear renewals does
+	// not take their absence for deaths.
 	heardAt time.Time
 	// logAt is the announcements log's time: that of the latest message
 	// applied. nextCommit is when something committed may run out next
 	// (never later; zero: nothing). view holds the announced units as
-	// published: the committed ones as they stood at viewAt, a time after
+	// published: the committed ones as they stood at viewAt, never before
 	// logAt (instances.go); viewNext is when something of them runs out.
 	logAt, nextCommit time.Time
 	view              map[string]*part

@@ -57,8 +57,11 @@ type Update struct {
 	// instances is, and a withdrawal without a document withdraws the
 	// instance only. Lease, when set, is how long the announcement holds
 	// without being made again (renewed): past At+Lease the instance is
-	// gone, as if it had withdrawn after a crash. At is when it was made
-	// (zero: now; never later than now).
+	// gone, as if it had withdrawn after a crash. At is when it was made,
+	// its time in the announcements' log (zero: now; counted never later
+	// than now nor earlier than the announcement before it): leases,
+	// claim graces and withdrawals are counted from it, not from when the
+	// update happens to be applied.
 	Instance string
 	Lease    time.Duration
 	At       time.Time

@@ -163,3 +163,36 @@ func TestRepliesOfOtherDeploymentsNotTaken(t *testing.T) {
 		t.Fatal("a reply to an operation made here, not read yet, acknowledged")
 	}
 }
+
+// During a rotation every record and chunk of an operation is written
+// with the key it was started with, when held: a replica given only the
+// old key reads the end a replica of the new key wrote of an operation it
+// started; what the new key started is written with the new key.
+func TestRecordsWrittenWithTheirOperationsKey(t *testing.T) {
+	t.Parallel()
+	old, next := testKeys(t, 1), testKeys(t, 2, bytesOf(1))
+	now := time.Now()
+	for name, c := range map[string]struct {
+		id       string
+		readable *Keys // the replica of the old key only: nil when it must not read it
+	}{
+		"started with the old key": {old.newID(now), old},
+		"started with the new key": {next.newID(now), nil},
+		"of the older form":        {newID(), nil},
+	} {
+		msg := transport.Message{Key: c.id, Payload: []byte(`{}`)}
+		if err := next.protect(kindRecord, &msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := next.unprotect(kindRecord, msg); err != nil {
+			t.Errorf("%s: the writer cannot read it: %v", name, err)
+		}
+		_, err := old.unprotect(kindRecord, msg)
+		if c.readable != nil && err != nil {
+			t.Errorf("%s: the replica of the old key cannot read it: %v", name, err)
+		}
+		if c.readable == nil && !errors.Is(err, errUnknownKey) {
+			t.Errorf("%s: the replica of the old key: %v, want errUnknownKey", name, err)
+		}
+	}
+}

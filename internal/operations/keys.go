@@ -34,8 +34,9 @@ const propMAC = "toolgate-mac"
 // topics (records of the state table, tombstones, chunks): the gateways
 // share them. A payload is encrypted (AES-256-GCM) and every message
 // carries an authentication code (HMAC-SHA256); a message without a code
-// made with one of the keys is refused. The first key protects and
-// opens; the others only open, so that a key can be replaced without a
+// made with one of the keys is refused. The first key starts operations
+// and opens; the others open, and protect only what belongs to the
+// operations started with them, so that a key can be replaced without a
 // gap (docs/operations.md).
 type Keys struct {
 	keys [][]byte
@@ -269,11 +270,15 @@ func open(key []byte, kind, msgKey string, index int, last bool, sealed []byte) 
 
 // protect encrypts msg's payload (a tombstone's stays empty) and sets its
 // code, as a message of kind (chunk index and last from its properties
-// when kind is kindChunk), with the first key.
+// when kind is kindChunk), with the key the operation msg is keyed by was
+// started with (keyOf): during a rotation every record and chunk of an
+// operation is written with its key, so that every replica that could
+// read its start reads its end.
 func (k *Keys) protect(kind string, msg *transport.Message) error {
+	key := k.keys[k.keyOf(msg.Key)]
 	index, last := chunkFields(kind, msg.Properties)
 	if len(msg.Payload) > 0 {
-		sealed, err := seal(k.keys[0], kind, msg.Key, index, last, msg.Payload)
+		sealed, err := seal(key, kind, msg.Key, index, last, msg.Payload)
 		if err != nil {
 			return err
 		}
@@ -282,9 +287,24 @@ func (k *Keys) protect(kind string, msg *transport.Message) error {
 	if msg.Properties == nil {
 		msg.Properties = map[string]string{}
 	}
-	msg.Properties[propMAC] = base64.StdEncoding.EncodeToString(mac(k.keys[0], kind, msg.Key, index, last, msg.Payload))
-	msg.Properties[propKeyID] = k.ID()
+	msg.Properties[propMAC] = base64.StdEncoding.EncodeToString(mac(key, kind, msg.Key, index, last, msg.Payload))
+	msg.Properties[propKeyID] = keyID(key)
 	return nil
+}
+
+// keyOf is the index of the key operation id was started with (its tag,
+// Keys.newID), or 0 (the key written with) for an id none of them made.
+func (k *Keys) keyOf(id string) int {
+	if len(id) != idLen || !validID(id) {
+		return 0
+	}
+	body, tag := id[:idLen-2*idTagBytes], id[idLen-2*idTagBytes:]
+	for i, key := range k.keys {
+		if hmac.Equal([]byte(tag), []byte(idTag(key, body))) {
+			return i
+		}
+	}
+	return 0
 }
 
 // unprotect checks msg's code and returns its payload decrypted (nil for a

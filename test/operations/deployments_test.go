@@ -390,3 +390,66 @@ func TestReplySentInTimeDeliveredLate(t *testing.T) {
 		return true
 	})
 }
+
+// TestRotationLosesNoReply: during a key's rotation — replica A given the
+// old key only, replica B the new one with the old as the previous key —
+// the operations A starts finish, read done on both (B, taking some of
+// their replies, writes their ends with the old key), and those B starts
+// finish on B (their replies on the new key's topic, which only B reads);
+// A reports the new key as one it does not hold.
+func TestRotationLosesNoReply(t *testing.T) {
+	flags := setup(t)
+	oldFile := flagValue(flags, "operations-key-file")
+	oldKey, err := readKey(oldFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := brokertest.TestOperations(t)
+	a := apptest.Start(t, nil, flags...)
+	b := apptest.Start(t, nil, append(withFlag(flags, "operations-key-file", next.KeyFile), "--operations-previous-key-file", oldFile)...)
+	a.WaitReady(t, 60*time.Second)
+	b.WaitReady(t, 60*time.Second)
+	aBase, bBase := "http://"+a.HTTPAddr(), "http://"+b.HTTPAddr()
+	stem := flagValue(flags, "operations-reply-topic")
+	if topics, _ := readyDetails(t, "http://"+b.AdminAddr())["operations_reply_topics"].([]any); len(topics) != 2 ||
+		topics[0] != stem+"."+keyID(next.Key) || topics[1] != stem+"."+keyID(oldKey) {
+		t.Fatalf("B's reply topics %v, want the new key's and the old one's", topics)
+	}
+	start := func(base string, i int) (string, string) {
+		msg := fmt.Sprintf("%s %d", base, i)
+		code, op := do(t, http.MethodPost, base+"/v1/tools/echo:start", aliceKey, `{"arguments": {"msg": "`+msg+`"}, "timeout": "60s"}`)
+		if code != http.StatusOK {
+			t.Fatalf("start on %s: %d %v", base, code, op)
+		}
+		return strings.TrimPrefix(op["name"].(string), "operations/"), msg
+	}
+	doneOn := func(base, id, msg string) {
+		eventually.True(t, 30*time.Second, "operation "+id+" done on "+base, func() bool {
+			code, got := do(t, http.MethodGet, base+"/v1/operations/"+id, aliceKey, "")
+			if code != http.StatusOK || got["done"] != true {
+				return false
+			}
+			if resp, _ := got["response"].(map[string]any); resp == nil || resp["output"] != msg {
+				t.Fatalf("operation %s on %s: %v, want done with %q", id, base, got, msg)
+			}
+			return true
+		})
+	}
+	for i := range 10 {
+		id, msg := start(aBase, i)
+		if !madeBy(oldKey, id) {
+			t.Fatalf("A's operation %s not started with the old key", id)
+		}
+		doneOn(aBase, id, msg)
+		doneOn(bBase, id, msg)
+		id, msg = start(bBase, i)
+		if !madeBy(next.Key, id) {
+			t.Fatalf("B's operation %s not started with the new key", id)
+		}
+		doneOn(bBase, id, msg)
+	}
+	eventually.True(t, 10*time.Second, "A reporting the new key", func() bool {
+		foreign, _ := readyDetails(t, "http://"+a.AdminAddr())["operations_foreign_keys"].([]any)
+		return slices.Contains(foreign, any(keyID(next.Key)))
+	})
+}

@@ -100,7 +100,8 @@ func startExample(t *testing.T, name, script, topic string, args ...string) *pyS
 	args = append([]string{filepath.Join(root, "sdk", "python", "examples", script)}, args...)
 	p.cmd = exec.Command(python(t), args...)
 	p.cmd.Dir = root
-	p.cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONPATH="+filepath.Join(root, "sdk", "python", "src"))
+	// PYTHONFAULTHANDLER: a SIGABRT dumps every thread's stack (stopped).
+	p.cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONFAULTHANDLER=1", "PYTHONPATH="+filepath.Join(root, "sdk", "python", "src"))
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	if err := p.cmd.Start(); err != nil {
 		logFile.Close()
@@ -154,13 +155,20 @@ func (p *pyService) output() string {
 }
 
 // exitCode waits for the process to end, at most d, and returns its exit
-// status (-1 for a signal).
+// status (-1 for a signal). One still running then is sent SIGABRT, which
+// has it print every thread's stack (PYTHONFAULTHANDLER), and the test
+// fails with that.
 func (p *pyService) exitCode(t *testing.T, d time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
 	case <-time.After(d):
-		t.Fatalf("%s still running %v after it was told to stop", p.name, d)
+		_ = p.cmd.Process.Signal(syscall.SIGABRT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("%s still running %v after it was told to stop; its stacks at SIGABRT:\n%s", p.name, d, p.output())
 	}
 	var ee *exec.ExitError
 	if errors.As(p.waitErr, &ee) {

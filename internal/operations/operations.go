@@ -189,6 +189,11 @@ type Manager struct {
 	// the broker's receipt not come yet (Unsent).
 	writing atomic.Int64
 
+	// stopped is closed once Run's context has ended: the table is no
+	// longer read, so nothing waits for it to read a record back.
+	stopped  chan struct{}
+	stopOnce sync.Once
+
 	// repairs counts the records written again over an older one read
 	// after them (apply).
 	repairs atomic.Int64
@@ -235,7 +240,7 @@ func New(bus Bus, calls Caller, opts Options) (*Manager, error) {
 	}
 	m := &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger, quiet: ratelog.New(opts.Logger, quietEvery),
 		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}), gone: map[string]time.Time{},
-		foreign: map[string]time.Time{},
+		foreign: map[string]time.Time{}, stopped: make(chan struct{}),
 		ready:   make(chan struct{}), local: map[string]*bridge.Call{}}
 	m.reach.Store(newReach())
 	return m, nil
@@ -322,6 +327,8 @@ func (m *Manager) noteReady() {
 // must stop in time waits for it within a bound (Unsent then says what
 // was not written).
 func (m *Manager) Run(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() { m.stopOnce.Do(func() { close(m.stopped) }) })
+	defer stop()
 	var wg sync.WaitGroup
 	wg.Go(func() { m.follow(ctx) })
 	wg.Go(func() { m.consume(ctx) })

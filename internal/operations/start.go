@@ -162,7 +162,7 @@ func (m *Manager) await(id string, call *bridge.Call) {
 			}
 			break
 		}
-		if m.deadlineEnd(id) {
+		if m.deadlineEnd(context.Background(), id) {
 			m.expired.Add(1)
 		}
 	}
@@ -171,8 +171,8 @@ func (m *Manager) await(id string, call *bridge.Call) {
 // deadlineEnd writes the end of running operation id whose deadline has
 // passed — failed, ReasonDeadline, ended at its deadline — and reports
 // whether that is its end (no other end came first).
-func (m *Manager) deadlineEnd(id string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func (m *Manager) deadlineEnd(ctx context.Context, id string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	r, ok, _ := m.lookup(id)
 	if !ok || r.Finished() || !r.pastDeadline(time.Now()) {

@@ -69,6 +69,6 @@ func (m *Manager) orphans(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		m.deadlineEnd(id)
+		m.deadlineEnd(ctx, id)
 	}
 }

@@ -284,9 +284,9 @@ func (m *Manager) putBy(ctx context.Context, r Record, deadline time.Time) (Reco
 	return m.readBack(ctx, r.ID), nil
 }
 
-// readBack waits, at most readBackWait or until ctx ends, for the table
-// to show operation id ended or gone, and returns its record then (the
-// zero Record when it does not).
+// readBack waits, at most readBackWait or until ctx or Run ends, for
+// the table to show operation id ended or gone, and returns its record
+// then (the zero Record when it does not).
 func (m *Manager) readBack(ctx context.Context, id string) Record {
 	t := time.NewTimer(readBackWait)
 	defer t.Stop()
@@ -303,6 +303,8 @@ func (m *Manager) readBack(ctx context.Context, id string) Record {
 		case <-t.C:
 			return Record{}
 		case <-ctx.Done():
+			return Record{}
+		case <-m.stopped:
 			return Record{}
 		}
 	}

@@ -381,19 +381,19 @@ func settled(t *testing.T, what string, f func() int64) int64 {
 	return last
 }
 
-// TestPythonEchoBehindTwoGateways: the Python echo service, announced, is
-// listed by two gateways and answers calls through both — unary calls,
+// TestPythonEchoBehindGateways: the Python echo service, announced, is
+// listed by three gateways and answers calls through them — unary calls,
 // typed and untyped errors, arguments refused by its declared schema, a
 // 2,000-chunk stream whole and in order, a stream from an async generator
 // — each reply delivered once, on the calling gateway's reply topic; then
-// it is SIGKILLed, and both gateways unlist it within its lease.
-func TestPythonEchoBehindTwoGateways(t *testing.T) {
+// it is SIGKILLed, and every gateway unlists it within its lease.
+func TestPythonEchoBehindGateways(t *testing.T) {
 	brokertest.RequirePulsar(t)
 	t.Parallel()
 	uniq := brokertest.UniqueTopic("pysdk")
 	annTopic := "persistent://tg/config/" + uniq
 	const lease = 2 * time.Second
-	gws := []*gateway{startGateway(t, annTopic, uniq+"-a"), startGateway(t, annTopic, uniq+"-b")}
+	gws := []*gateway{startGateway(t, annTopic, uniq+"-a"), startGateway(t, annTopic, uniq+"-b"), startGateway(t, annTopic, uniq+"-c")}
 	svc := startEcho(t, "echo.py", uniq, uniq, annTopic, "--announce-lease", "2")
 	for _, g := range gws {
 		g.waitListed(t, "count", "echo")
@@ -456,20 +456,34 @@ func TestPythonEchoBehindTwoGateways(t *testing.T) {
 	})
 
 	t.Run("each reply delivered once, to the calling gateway", func(t *testing.T) {
-		replyTopics := []string{wire.ReplyTopic(gws[0].id), wire.ReplyTopic(gws[1].id)}
 		shared := wire.ResponseTopic(uniq)
+		onReplyTopics := func() []int64 {
+			var n []int64
+			for _, g := range gws {
+				n = append(n, deliveries(t, wire.ReplyTopic(g.id)))
+			}
+			return n
+		}
 		all := func() int64 {
-			return deliveries(t, replyTopics[0]) + deliveries(t, replyTopics[1]) + deliveries(t, shared)
+			n := deliveries(t, shared)
+			for _, d := range onReplyTopics() {
+				n += d
+			}
+			return n
 		}
 		receipts := func() int64 {
-			return metric(t, gws[0], "toolgate_bridge_receipts_total") + metric(t, gws[1], "toolgate_bridge_receipts_total")
+			var n int64
+			for _, g := range gws {
+				n += metric(t, g, "toolgate_bridge_receipts_total")
+			}
+			return n
 		}
 		settled(t, "reply deliveries", all)
-		before := []int64{deliveries(t, replyTopics[0]), deliveries(t, replyTopics[1])}
+		before := onReplyTopics()
 		sharedBefore, receiptsBefore := deliveries(t, shared), receipts()
 		const perGateway = 100
 		var wg sync.WaitGroup
-		errs := make(chan error, 2*perGateway)
+		errs := make(chan error, len(gws)*perGateway)
 		for gi, g := range gws {
 			for w := range 4 {
 				wg.Go(func() {
@@ -492,22 +506,27 @@ func TestPythonEchoBehindTwoGateways(t *testing.T) {
 			t.Fatal(err)
 		}
 		settled(t, "reply deliveries", all)
-		got := []int64{deliveries(t, replyTopics[0]) - before[0], deliveries(t, replyTopics[1]) - before[1]}
+		got := onReplyTopics()
+		var sum int64
+		for i := range got {
+			got[i] -= before[i]
+			sum += got[i]
+		}
 		onShared, receiptsTaken := deliveries(t, shared)-sharedBefore, receipts()-receiptsBefore
-		perCall := float64(got[0]+got[1]+onShared-receiptsTaken) / (2 * perGateway)
-		t.Logf("%d calls per gateway: %d and %d deliveries on their reply topics, %d on the response topic, %d receipts: %.3f reply deliveries per call",
-			perGateway, got[0], got[1], onShared, receiptsTaken, perCall)
+		perCall := float64(sum+onShared-receiptsTaken) / float64(len(gws)*perGateway)
+		t.Logf("%d calls through each of %d gateways: %v deliveries on their reply topics, %d on the response topic, %d receipts: %.3f reply deliveries per call",
+			perGateway, len(gws), got, onShared, receiptsTaken, perCall)
 		if onShared != 0 {
 			t.Errorf("%d deliveries on the service's response topic: replies that did not go to reply-to", onShared)
 		}
 		// A call published again (a hedge, or after a lost reply) is answered
 		// again: a few per mille above 1 under load, as test/scale allows.
-		if got[0] < perGateway || got[1] < perGateway || perCall > 1.05 {
+		if slices.Min(got) < perGateway || perCall > 1.05 {
 			t.Errorf("%.3f reply deliveries per call (%v on the reply topics), want 1 each (≤ 1.05)", perCall, got)
 		}
 	})
 
-	// Last: SIGKILL — no withdrawal, no renewal. Both gateways let the
+	// Last: SIGKILL — no withdrawal, no renewal. The gateways let the
 	// instance go when its lease (2 s) runs out, with 2 s for the
 	// gateway's timer and this test's polling.
 	if err := svc.cmd.Process.Signal(syscall.SIGKILL); err != nil {

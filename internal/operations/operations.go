@@ -241,7 +241,7 @@ func New(bus Bus, calls Caller, opts Options) (*Manager, error) {
 	m := &Manager{bus: bus, calls: calls, opts: opts, log: opts.Logger, quiet: ratelog.New(opts.Logger, quietEvery),
 		table: map[string]Record{}, runningBy: map[string]int{}, changed: make(chan struct{}), gone: map[string]time.Time{},
 		foreign: map[string]time.Time{}, stopped: make(chan struct{}),
-		ready:   make(chan struct{}), local: map[string]*bridge.Call{}}
+		ready: make(chan struct{}), local: map[string]*bridge.Call{}}
 	m.reach.Store(newReach())
 	return m, nil
 }

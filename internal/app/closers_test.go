@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"io"
 	"log/slog"
 	"net"
@@ -133,10 +134,5 @@ func TestNewFailingClosesWhatItOpened(t *testing.T) {
 // freeAddr is a loopback address with a port free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return brokertest.FreeAddr(t)
 }

@@ -86,6 +86,15 @@ func FreePorts(tb testing.TB, n int) []int {
 	return ports
 }
 
+// FreeAddr is a 127.0.0.1 address nothing listens on, for a server a test
+// starts in another process: its port is below the kernel's ephemeral
+// range, where the port of a client connection made meanwhile could
+// otherwise take it before the server binds it.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	return "127.0.0.1:" + strconv.Itoa(FreePorts(tb, 1)[0])
+}
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v

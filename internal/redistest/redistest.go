@@ -8,6 +8,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"net"
 	"os"
 	"os/exec"
@@ -148,12 +149,7 @@ func Refused(tb testing.TB) string {
 
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return brokertest.FreePorts(tb, 1)[0]
 }
 
 // String is the server's address.

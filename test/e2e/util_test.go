@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"context"
+	"github.com/toolgate/toolgate/internal/brokertest"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,12 +18,7 @@ func contextWithTimeout(t *testing.T, ms int) (context.Context, context.CancelFu
 // freeAddr returns a 127.0.0.1 address with a port free right now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return brokertest.FreeAddr(t)
 }
 
 // metric is the sum of every series of the Prometheus metric name (all

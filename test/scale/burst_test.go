@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,12 +93,7 @@ func gatewayProcess(t *testing.T, regPath string, extra ...string) (grpcAddr, ht
 
 func freeLoopback(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return brokertest.FreeAddr(t)
 }
 
 // burstOutcome is one call of a burst.

@@ -219,12 +219,7 @@ func build(t *testing.T, dir, pkg string) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return brokertest.FreeAddr(t)
 }
 
 // gateway is a gateway process and its addresses.

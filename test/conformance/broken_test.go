@@ -92,11 +92,10 @@ func brokenService(t *testing.T, br transport.Broker, topic string, f flaws) {
 			}
 			reply("3", true)
 		case "sleep":
+			// The slow call: its answer is due ms later (the rules time
+			// receipts and deadlines against it).
 			ms, _ := args["ms"].(float64)
-			go func() {
-				time.Sleep(time.Duration(ms) * time.Millisecond) //nolint:forbidigo // the broken service's slow call
-				reply("slept", true)
-			}()
+			time.AfterFunc(time.Duration(ms)*time.Millisecond, func() { reply("slept", true) })
 			return
 		default:
 			reply("ok", true)

@@ -2,13 +2,12 @@ package idempotency
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/toolgate/toolgate/internal/redisclient"
 )
 
 // DefaultRedisTimeout bounds each exchange with Redis: a call with a key
@@ -30,24 +29,14 @@ type Redis struct {
 // timeout (DefaultRedisTimeout when 0) as a whole — waiting for a
 // connection, dialing, writing, reading — and is never retried.
 func NewRedis(url string, timeout time.Duration) (*Redis, error) {
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("idempotency: Redis URL: %w", err)
-	}
 	if timeout <= 0 {
 		timeout = DefaultRedisTimeout
 	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout, timeout
-	opts.MaxRetries = -1
-	opts.DialerRetries = 1
-	opts.ContextTimeoutEnabled = true
-	d := &net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
-	opts.Dialer = d.DialContext
-	if opts.TLSConfig != nil {
-		td := &tls.Dialer{NetDialer: d, Config: opts.TLSConfig}
-		opts.Dialer = td.DialContext // within the exchange's context, handshake included
+	client, err := redisclient.New(url, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: Redis URL: %w", err)
 	}
-	return &Redis{client: redis.NewClient(opts), timeout: timeout}, nil
+	return &Redis{client: client, timeout: timeout}, nil
 }
 
 // Close closes the connections.

@@ -2,13 +2,12 @@ package quota
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/toolgate/toolgate/internal/redisclient"
 )
 
 // DefaultRedisTimeout bounds each exchange with Redis: a call waits no
@@ -31,31 +30,14 @@ type Redis struct {
 // is bounded by timeout (DefaultRedisTimeout when 0) as a whole, and
 // neither the exchange nor its dial is retried.
 func NewRedis(url string, timeout time.Duration) (*Redis, error) {
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("quota: Redis URL: %w", err)
-	}
 	if timeout <= 0 {
 		timeout = DefaultRedisTimeout
 	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout, timeout
-	opts.MaxRetries = -1   // an unreachable store is reported at once
-	opts.DialerRetries = 1 // go-redis dials 5 times, 100 ms apart, by default
-	opts.ContextTimeoutEnabled = true
-	opts.Dialer = dialer(timeout, opts.TLSConfig)
-	return &Redis{client: redis.NewClient(opts), timeout: timeout}, nil
-}
-
-// dialer dials within the exchange's context, TLS handshake included
-// (go-redis's own TLS dial ignores the context), each dial bounded by
-// timeout too.
-func dialer(timeout time.Duration, conf *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
-	if conf == nil {
-		return d.DialContext
+	client, err := redisclient.New(url, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("quota: Redis URL: %w", err)
 	}
-	td := &tls.Dialer{NetDialer: d, Config: conf}
-	return td.DialContext
+	return &Redis{client: client, timeout: timeout}, nil
 }
 
 // Close closes the connections.

@@ -19,18 +19,10 @@ import (
 // it ended the reply again; the handler runs once. Replies name the
 // instance.
 func TestReceiptsAndRepeatedRequests(t *testing.T) {
-	mem := transport.NewMem()
-	defer mem.Close()
 	const replyTo = "non-persistent://tg/response/caller-r"
-	got := make(chan transport.Message, 10)
-	sub, err := mem.Subscribe(t.Context(), replyTo, "caller", transport.Exclusive, func(m transport.Message) { got <- m })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	release := make(chan struct{})
 	var runs atomic.Int64
-	svc, err := New(Config{ID: "svc", Topic: "receipts", Logger: slog.New(slog.DiscardHandler)},
+	svc, mem, got := runWithReplies(t, Config{ID: "svc", Topic: "receipts"},
 		func(ctx context.Context, r *Request) (any, error) {
 			runs.Add(1)
 			select {
@@ -38,20 +30,7 @@ func TestReceiptsAndRepeatedRequests(t *testing.T) {
 			case <-ctx.Done():
 			}
 			return "answer " + r.ID, nil
-		}, WithPulsarClient(transporttest.PulsarClient(mem)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	<-svc.Ready()
+		}, replyTo)
 	next := func(what string) transport.Message {
 		t.Helper()
 		select {
@@ -109,18 +88,10 @@ func TestReceiptsAndRepeatedRequests(t *testing.T) {
 // caller does not take a queue for a frozen instance — and then run in
 // order, each once.
 func TestQueuedCallsSpokenFor(t *testing.T) {
-	mem := transport.NewMem()
-	defer mem.Close()
 	const replyTo = "non-persistent://tg/response/caller-q"
-	got := make(chan transport.Message, 20)
-	sub, err := mem.Subscribe(t.Context(), replyTo, "caller", transport.Exclusive, func(m transport.Message) { got <- m })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	release := make(chan struct{})
 	var order []string
-	svc, err := New(Config{ID: "svc", Topic: "queued", MaxConcurrency: 1, Logger: slog.New(slog.DiscardHandler)},
+	_, mem, got := runWithReplies(t, Config{ID: "svc", Topic: "queued", MaxConcurrency: 1},
 		func(ctx context.Context, r *Request) (any, error) {
 			order = append(order, r.ID) // one slot: one handler at a time
 			select {
@@ -128,20 +99,7 @@ func TestQueuedCallsSpokenFor(t *testing.T) {
 			case <-ctx.Done():
 			}
 			return "answer " + r.ID, nil
-		}, WithPulsarClient(transporttest.PulsarClient(mem)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	<-svc.Ready()
+		}, replyTo)
 	ids := []string{"q1", "q2", "q3"}
 	for _, id := range ids {
 		if err := mem.Publish(t.Context(), wire.RequestTopic("queued"), transport.Message{Payload: wire.EncodeRequest(wire.Request{}),
@@ -175,4 +133,34 @@ func TestQueuedCallsSpokenFor(t *testing.T) {
 	if len(order) != 3 || order[0] != "q1" || order[1] != "q2" || order[2] != "q3" {
 		t.Fatalf("ran %v, want q1 q2 q3, each once", order)
 	}
+}
+
+// runWithReplies runs a service of cfg and h on an in-memory broker until
+// the test ends, and gathers what it sends to replyTo.
+func runWithReplies(t *testing.T, cfg Config, h Handler, replyTo string) (*Service, *transport.Mem, <-chan transport.Message) {
+	t.Helper()
+	mem := transport.NewMem()
+	t.Cleanup(func() { mem.Close() })
+	got := make(chan transport.Message, 20)
+	sub, err := mem.Subscribe(t.Context(), replyTo, "caller", transport.Exclusive, func(m transport.Message) { got <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	svc, err := New(cfg, h, WithPulsarClient(transporttest.PulsarClient(mem)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	<-svc.Ready()
+	return svc, mem, got
 }

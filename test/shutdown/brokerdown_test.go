@@ -126,35 +126,14 @@ func post(door, url, body string, header map[string]string) answer {
 // started every 100 ms all along, none is answered after its deadline and
 // deadlineSlack, nor with an operation whose deadline has passed.
 func TestCallsWhileTheBrokerIsDown(t *testing.T) {
-	ports := brokertest.FreePorts(t, 2)
-	b := broker{port: strconv.Itoa(ports[0]), web: strconv.Itoa(ports[1]), dataDir: t.TempDir()}
-	bins := t.TempDir()
-	var gwBin, echoBin string
-	var built sync.WaitGroup
-	built.Go(func() { gwBin = build(t, bins, "./cmd/gateway") })
-	built.Go(func() { echoBin = build(t, bins, "./cmd/echo-service") })
-	b.script(t, "up")
-	built.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	up := true
-	t.Cleanup(func() {
-		if up {
-			b.script(t, "down")
-		}
-		b.removeFiles(t)
-	})
-
-	topic := brokertest.UniqueTopic("brokerdown")
-	start(t, "echo service", echoBin, "--pulsar-url", b.url(), "--id", topic, "--topic", topic)
+	b, gwBin, topic := ownBrokerWithEcho(t, "brokerdown")
 	reg := filepath.Join(t.TempDir(), "registry.yaml")
 	if err := os.WriteFile(reg, fmt.Appendf(nil, "tool-service:\n  echo-service: {topic: %s}\ntool:\n"+
 		"  echo: {type: tool-service, service: echo-service}\n"+
 		"  echo-task: {type: tool-service, service: echo-service, task-support: optional}\n", topic), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gw := startGateway(t, gwBin, "gateway", "brokerdown", b,
+	gw := startGateway(t, gwBin, "gateway", "brokerdown", b.broker,
 		append(brokertest.TestOperations(t).Flags(), "--registry", reg, "--announcements=false")...)
 	gw.ready(t, "echo")
 	base := "http://" + gw.http
@@ -203,8 +182,7 @@ func TestCallsWhileTheBrokerIsDown(t *testing.T) {
 	})
 	defer func() { stopSteady(); steadyDone.Wait() }()
 
-	b.script(t, "down")
-	up = false
+	b.stop(t)
 	eventually.True(t, 30*time.Second, "the broker's port closed", func() bool { return !accepts("127.0.0.1:" + b.port) })
 	eventually.True(t, 30*time.Second, "the gateway not ready", func() bool {
 		resp, err := http.Get("http://" + gw.admin + "/readyz")
@@ -258,8 +236,7 @@ func TestCallsWhileTheBrokerIsDown(t *testing.T) {
 		}
 	}
 
-	b.script(t, "up")
-	up = true
+	b.start(t)
 	gw.ready(t, "echo")
 	eventually.Succeeds(t, 60*time.Second, "operations start again", func() error {
 		if a := post("start", base+"/v1/tools/echo:start", body, nil); a.status != http.StatusOK {
@@ -304,4 +281,42 @@ func TestCallsWhileTheBrokerIsDown(t *testing.T) {
 	if len(late) > 0 {
 		t.Errorf("%d of %d starts answered after their deadline or with an operation past it", len(late), len(steady))
 	}
+}
+
+// ownBroker is a broker of the test's own, and whether it runs.
+type ownBroker struct {
+	broker
+	up bool
+}
+
+func (b *ownBroker) stop(t *testing.T)  { b.script(t, "down"); b.up = false }
+func (b *ownBroker) start(t *testing.T) { b.script(t, "up"); b.up = true }
+
+// ownBrokerWithEcho starts a broker of the test's own — building the
+// gateway and the echo service meanwhile — and an echo service on a new
+// topic named after prefix. The broker is stopped when the test ends, if
+// it runs then.
+func ownBrokerWithEcho(t *testing.T, prefix string) (b *ownBroker, gwBin, topic string) {
+	t.Helper()
+	ports := brokertest.FreePorts(t, 2)
+	b = &ownBroker{broker: broker{port: strconv.Itoa(ports[0]), web: strconv.Itoa(ports[1]), dataDir: t.TempDir()}}
+	bins := t.TempDir()
+	var echoBin string
+	var built sync.WaitGroup
+	built.Go(func() { gwBin = build(t, bins, "./cmd/gateway") })
+	built.Go(func() { echoBin = build(t, bins, "./cmd/echo-service") })
+	b.start(t)
+	built.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		if b.up {
+			b.script(t, "down")
+		}
+		b.removeFiles(t)
+	})
+	topic = brokertest.UniqueTopic(prefix)
+	start(t, "echo service", echoBin, "--pulsar-url", b.url(), "--id", topic, "--topic", topic)
+	return b, gwBin, topic
 }

@@ -29,35 +29,15 @@ type opSeen struct {
 // operation's deadline); and no gateway ever reports an operation ended
 // one way, then another.
 func TestOperationsAcrossABrokerRestart(t *testing.T) {
-	ports := brokertest.FreePorts(t, 2)
-	b := broker{port: strconv.Itoa(ports[0]), web: strconv.Itoa(ports[1]), dataDir: t.TempDir()}
-	bins := t.TempDir()
-	var gwBin, echoBin string
-	var built sync.WaitGroup
-	built.Go(func() { gwBin = build(t, bins, "./cmd/gateway") })
-	built.Go(func() { echoBin = build(t, bins, "./cmd/echo-service") })
-	b.script(t, "up")
-	built.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	up := true
-	t.Cleanup(func() {
-		if up {
-			b.script(t, "down")
-		}
-		b.removeFiles(t)
-	})
-	topic := brokertest.UniqueTopic("opsrestart")
-	start(t, "echo service", echoBin, "--pulsar-url", b.url(), "--id", topic, "--topic", topic)
+	b, gwBin, topic := ownBrokerWithEcho(t, "opsrestart")
 	reg := filepath.Join(t.TempDir(), "registry.yaml")
 	if err := os.WriteFile(reg, fmt.Appendf(nil, "tool-service:\n  echo-service: {topic: %s}\ntool:\n  echo: {type: tool-service, service: echo-service}\n", topic), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ops := brokertest.TestOperations(t).Flags()
 	gws := []*gateway{
-		startGateway(t, gwBin, "gateway 1", "opsrestart1", b, append(ops, "--registry", reg, "--announcements=false")...),
-		startGateway(t, gwBin, "gateway 2", "opsrestart2", b, append(ops, "--registry", reg, "--announcements=false")...),
+		startGateway(t, gwBin, "gateway 1", "opsrestart1", b.broker, append(ops, "--registry", reg, "--announcements=false")...),
+		startGateway(t, gwBin, "gateway 2", "opsrestart2", b.broker, append(ops, "--registry", reg, "--announcements=false")...),
 	}
 	for _, g := range gws {
 		g.ready(t, "echo")
@@ -127,15 +107,13 @@ func TestOperationsAcrossABrokerRestart(t *testing.T) {
 		})
 	}
 	defer func() { close(stopPoll); polling.Wait() }()
-	b.script(t, "down")
-	up = false
+	b.stop(t)
 	downAt := time.Now()
 	// Away longer than the services' send timeout (their client's
 	// operation timeout, 10 s) after their replies were due (3 s): each
 	// reply's first send fails.
 	eventually.True(t, 60*time.Second, "the replies' sends timed out with the broker away", func() bool { return time.Since(downAt) > 16*time.Second })
-	b.script(t, "up")
-	up = true
+	b.start(t)
 	for gi, g := range gws {
 		for _, id := range ids {
 			eventually.True(t, 120*time.Second, fmt.Sprintf("operation %s done on gateway %d", id, gi+1), func() bool {

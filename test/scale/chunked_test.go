@@ -127,39 +127,49 @@ func TestChunkedUnaryBurst(t *testing.T) {
 func startPythonStreams(t *testing.T, topic string) {
 	t.Helper()
 	v := venv(t)
-	logPath := filepath.Join(t.TempDir(), "streaming-service.log")
+	cmd := exec.Command(filepath.Join(v, "bin", "python"), filepath.Join(repoRoot(t), "test", "python", "streaming_service.py"),
+		"-p", brokertest.PulsarURL(), "--id", topic, "-t", topic)
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "VIRTUAL_ENV="+v)
+	runPythonService(t, "the streaming service", cmd, topic, 5*time.Second, 45*time.Second)
+}
+
+// runPythonService starts cmd, a Python tool service named name in the
+// log, its output kept for the test's log on failure, and returns once it
+// has subscribed to topic's requests (within subscribed). At the end of
+// the test it is sent SIGTERM, and killed if it has not exited within
+// stopWait.
+func runPythonService(t *testing.T, name string, cmd *exec.Cmd, topic string, stopWait, subscribed time.Duration) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "service.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(v, "bin", "python"), filepath.Join(repoRoot(t), "test", "python", "streaming_service.py"),
-		"-p", brokertest.PulsarURL(), "--id", topic, "-t", topic)
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "VIRTUAL_ENV="+v)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("start the streaming service: %v", err)
-	}
+	err = cmd.Start()
 	logFile.Close()
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(stopWait):
 			_ = cmd.Process.Kill()
 			<-done
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			t.Logf("streaming service output:\n%.4000s", b)
+			t.Logf("%s output:\n%.4000s", name, b)
 		}
 	})
-	eventually.True(t, 45*time.Second, "the streaming service subscribed", func() bool {
+	eventually.True(t, subscribed, name+" subscribed", func() bool {
 		select {
 		case <-done:
-			t.Fatalf("the streaming service exited before subscribing")
+			t.Fatalf("%s exited before subscribing", name)
 		default:
 		}
 		return brokertest.Subscriptions("non-persistent://tg/request/"+topic) > 0

@@ -6,12 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolgate/toolgate/internal/brokertest"
-	"github.com/toolgate/toolgate/internal/eventually"
 )
 
 // startPythonSDKEcho runs the Python SDK's example echo service
@@ -19,42 +17,10 @@ import (
 // announcing, until the test ends; it returns once it has subscribed.
 func startPythonSDKEcho(t *testing.T, topic string) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "echo.py.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
 	cmd := exec.Command(filepath.Join(venv(t), "bin", "python"), filepath.Join(repoRoot(t), "sdk", "python", "examples", "echo.py"),
 		"--pulsar-url", brokertest.PulsarURL(), "--id", topic, "--topic", topic, "--no-announce", "--concurrency", "256")
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONPATH="+filepath.Join(repoRoot(t), "sdk", "python", "src"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("echo.py output:\n%s", b)
-		}
-	})
-	eventually.True(t, 60*time.Second, "echo.py subscribed", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("echo.py exited before subscribing")
-		default:
-		}
-		return brokertest.Subscriptions("non-persistent://tg/request/"+topic) > 0
-	})
+	runPythonService(t, "echo.py", cmd, topic, 15*time.Second, 60*time.Second)
 }
 
 // TestChunkedUnaryBurstPythonSDK: TestChunkedUnaryBurst's 200 unary calls
